@@ -1,0 +1,77 @@
+"""The run config (YAML): one network at one batch size on one GPU under one or more
+policies. See docs/configs.md.
+
+```yaml
+network: vgg16            # zoo name, or a path to a network spec or trace file
+batch_size: 256
+gpu: k40                  # preset name, or {preset: k40, memory_bytes: 12 GiB, ...}
+policies: [baseline_p, vdnn_all_m, vdnn_dyn]
+```
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import ConfigError
+from .hardware import GPUOverrides
+from .yamlio import parse_model, read_yaml
+
+
+class GPUConfig(GPUOverrides):
+    """A preset with overrides."""
+
+    preset: str = Field(description="GPU preset name (vdnnsim list gpus).")
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="A title for the table.")
+    description: str | None = Field(None, description="Free text for people.")
+    network: str = Field(description="Zoo network name, or a path to a network spec or a "
+                         "trace file (relative paths: from the config's folder).")
+    batch_size: int | None = Field(None, ge=1, description="Batch size (default: the "
+                                   "network's; a trace fixes its own).")
+    gpu: str | GPUConfig = Field("k40", description="Preset name, or a mapping with "
+                                 "'preset' and overrides.")
+    dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
+    policy: str | None = Field(None, description="One policy name.")
+    policies: list[str] | None = Field(None, min_length=1, description="Policy names.")
+    policy_options: dict[str, Any] = Field(default_factory=dict,
+                                           description="Options passed to every policy.")
+    memory_bytes: int | str | None = Field(None, description="Pool capacity override, e.g. "
+                                           "'12 GiB' (default: the GPU's memory).")
+
+    @model_validator(mode="after")
+    def _one_policy_key(self) -> "RunConfig":
+        if self.policy and self.policies:
+            raise ValueError("give 'policy' or 'policies', not both")
+        return self
+
+    @property
+    def policy_list(self) -> list[str]:
+        if self.policies:
+            return list(self.policies)
+        return [self.policy] if self.policy else ["baseline_p", "vdnn_all_m", "vdnn_all_p",
+                                                  "vdnn_conv_m", "vdnn_conv_p", "vdnn_dyn"]
+
+    def gpu_name_and_overrides(self) -> tuple[str, dict[str, Any] | None]:
+        if isinstance(self.gpu, str):
+            return self.gpu, None
+        o = self.gpu.model_dump(exclude_none=True)
+        return o.pop("preset"), o
+
+
+def load_config(path: str | os.PathLike) -> tuple[RunConfig, Path]:
+    p = Path(path)
+    cfg = parse_model(RunConfig, read_yaml(p, ConfigError), str(p), ConfigError)
+    return cfg, p.parent
+
+
+def config_from_dict(data: Any, source: str = "<config>") -> RunConfig:
+    return parse_model(RunConfig, data, source, ConfigError)

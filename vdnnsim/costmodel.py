@@ -1,0 +1,166 @@
+"""Analytic cost model: synthesizes a Trace (times, workspaces, algorithm options) from a
+network's shapes and a GPU preset. Its assumptions are listed in docs/cost-model.md.
+
+NOTE [cost model]
+Each kernel takes ``launch + max(flops / (peak * eff), bytes / (dram_bw * MEM_EFF))``: a
+roofline with one efficiency per algorithm class. Algorithms that stage data through a
+workspace (im2col for GEMM, the transforms of FFT) run those stages as separate,
+memory-bound kernels, so their workspace traffic adds to the time instead of overlapping. The constants below are architecture-wide
+assumptions, the same for every network and batch size; none is fitted to a paper result.
+Conv layers get cuDNN-like options: memory-optimal implicit GEMM (no workspace), implicit
+GEMM with precomputed indices (a few KB), explicit GEMM (an im2col buffer of the whole
+batch), FFT over 32x32 tiles (transformed input tiles and filters), whole-image FFT where
+cuDNN allows it, and Winograd on GPUs whose cuDNN has it. Backward = backward-data (only
+if the layer's input needs a gradient) + backward-filter, each costed like the forward.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .hardware import GPU
+from .network.shapes import DTYPE_BYTES, LayerInfo, NetworkInfo
+from .trace.model import Algo, Layer, Source, Tensor, Trace
+
+COST_MODEL = "analytic-v1"
+
+MEM_EFF = 0.70  # share of DRAM bandwidth a streaming kernel reaches
+EFF = {  # share of peak FLOP/s each algorithm class reaches on large problems
+    "implicit_gemm": 0.30,
+    "implicit_precomp_gemm": 0.50,
+    "gemm": 0.55,
+    "fft": 0.35,  # the batched complex pointwise products
+    "fft_tiling": 0.35,
+    "winograd": 0.45,
+    "fc": 0.75,
+    "elementwise": 0.25,
+}
+FFT_TILE = 32
+FFT_MAX_PADDED = 256  # cuDNN: whole-image FFT needs H + 2*pad <= 256
+COMPLEX_BYTES = 8  # fp32 complex, whatever the storage dtype
+
+
+def _t(gpu: GPU, flops: float, nbytes: float, eff: float, dtype: str,
+       staged_bytes: float = 0) -> int:
+    bw = gpu.mem_bw_bytes_per_s * MEM_EFF
+    compute = flops / (gpu.flops(dtype) * eff)
+    seconds = max(compute, nbytes / bw) + staged_bytes / bw
+    return gpu.launch_overhead_ns + int(math.ceil(seconds * 1e9))
+
+
+def conv_algos(info: LayerInfo, batch: int, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
+    e = DTYPE_BYTES[dtype]
+    d = info.d
+    c, h, w = info.in_shapes[0]
+    k_out, ho, wo = info.out_shape
+    k, s, g = d.kernel or 1, d.stride, d.groups
+    x_b, y_b = batch * c * h * w * e, batch * k_out * ho * wo * e
+    w_b = info.params * e
+    flops = batch * info.flops
+    passes = 1 + (1 if info.needs_input_grad else 0)  # backward-data only when needed
+
+    def algo(name: str, eff: float, fwd_ws: int, extra_flops_ratio: float = 1.0,
+             ws_traffic: int = 0) -> Algo:
+        one = _t(gpu, flops * extra_flops_ratio, x_b + y_b + w_b, eff, dtype, 2 * ws_traffic)
+        return Algo(name, one, passes * one, fwd_ws, fwd_ws)
+
+    out = [algo("implicit_gemm", EFF["implicit_gemm"], 0),
+           algo("implicit_precomp_gemm", EFF["implicit_precomp_gemm"],
+                4 * k * k * (c // g) * 2)]
+    cols = 0 if (k == 1 and s == 1) else batch * (c // g) * k * k * ho * wo * e
+    out.append(algo("gemm", EFF["gemm"], cols, ws_traffic=cols))
+    if s == 1 and k > 1 and g == 1:
+        t = FFT_TILE
+        step = t - k + 1
+        if step > 0:
+            tiles = math.ceil(ho / step) * math.ceil(wo / step)
+            spec = t * (t // 2 + 1)
+            ws = (batch * c * tiles + c * k_out) * spec * COMPLEX_BYTES
+            ratio = 8 * c * k_out * tiles * spec * batch / max(flops, 1)
+            out.append(algo("fft_tiling", EFF["fft_tiling"], ws, ratio, ws))
+        hp = max(h, w) + 2 * d.pad
+        if hp <= FFT_MAX_PADDED:
+            n = _fft_size(hp)
+            spec = n * (n // 2 + 1)
+            ws = (batch * c + batch * k_out + c * k_out) * spec * COMPLEX_BYTES
+            ratio = 8 * c * k_out * spec * batch / max(flops, 1)
+            out.append(algo("fft", EFF["fft"], ws, ratio, ws))
+    if gpu.winograd and k == 3 and s == 1 and g == 1:
+        out.append(algo("winograd", EFF["winograd"], 0, 1 / 2.25))
+    return tuple(out)
+
+
+def _fft_size(n: int) -> int:
+    """Smallest size >= n whose only prime factors are 2, 3, 5, 7 (cuFFT's fast sizes)."""
+    while True:
+        m = n
+        for p in (2, 3, 5, 7):
+            while m % p == 0:
+                m //= p
+        if m == 1:
+            return n
+        n += 1
+
+
+def _simple_algo(info: LayerInfo, batch: int, gpu: GPU, dtype: str) -> Algo:
+    e = DTYPE_BYTES[dtype]
+    if info.alias:  # a view: no kernel runs
+        return Algo("default", 0, 0)
+    in_b, out_b = batch * info.in_elems * e, batch * info.out_elems * e
+    flops = batch * info.flops
+    if info.type == "fc":
+        w_b = info.params * e
+        fwd = _t(gpu, flops, in_b + out_b + w_b, EFF["fc"], dtype)
+        passes = 1 + (1 if info.needs_input_grad else 0)
+        return Algo("default", fwd, passes * fwd)
+    fwd = _t(gpu, flops, in_b + out_b, EFF["elementwise"], dtype)
+    # backward reads dY and what was saved, writes dX
+    bwd = _t(gpu, flops, 2 * out_b + in_b, EFF["elementwise"], dtype) \
+        if (info.needs_input_grad or info.params) else 0
+    return Algo("default", fwd, bwd)
+
+
+def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32") -> Trace:
+    """A Trace of ``net`` at ``batch_size`` timed for ``gpu``."""
+    e = DTYPE_BYTES[dtype]
+    tensors: dict[str, Tensor] = {
+        "data": Tensor("data", batch_size * math.prod(net.input_shape) * e, "input", False,
+                       None, (batch_size, *net.input_shape))}
+    layers: list[Layer] = []
+    for info in net.layers:
+        out_id = info.name
+        x = info.inputs
+        size = batch_size * info.out_elems * e
+        alias = x[0] if (info.inplace or info.alias) else None
+        tensors[out_id] = Tensor(out_id, size, "activation", info.needs_input_grad or
+                                 info.params > 0, alias, (batch_size, *info.out_shape))
+        outputs = [out_id]
+        t = info.type
+        if t in ("conv", "fc", "threshold"):
+            saved = [x[0]]
+        elif t in ("relu", "softmax"):
+            saved = [out_id]
+        elif t in ("maxpool", "avgpool", "lrn"):
+            saved = [x[0], out_id]
+        elif t == "bn":
+            stats = f"{out_id}:stats"
+            tensors[stats] = Tensor(stats, 2 * info.out_shape[0] * 4, "extra", False)
+            outputs.append(stats)
+            saved = [x[0], stats]
+        elif t == "dropout":
+            mask = f"{out_id}:mask"
+            tensors[mask] = Tensor(mask, size, "extra", False)
+            outputs.append(mask)
+            saved = [mask]
+        else:  # concat, add, flatten: backward needs no forward tensor
+            saved = []
+        algos = (conv_algos(info, batch_size, gpu, dtype) if t == "conv"
+                 else (_simple_algo(info, batch_size, gpu, dtype),))
+        attrs = {"out_shape": list(info.out_shape), "flops": batch_size * info.flops,
+                 "params": info.params}
+        if info.inplace:
+            attrs["inplace"] = True
+        layers.append(Layer(info.name, t, tuple(x), tuple(outputs), tuple(saved), algos,
+                            info.params * e, attrs))
+    return Trace(net.name, batch_size, dtype, tensors, tuple(layers),
+                 Source("synthesized", gpu.name, COST_MODEL))

@@ -1,0 +1,129 @@
+"""A CNMeM-like memory pool: one contiguous region of fixed capacity, carved by best fit,
+coalesced on free.
+
+NOTE [out of memory]
+When no free block inside the capacity can hold a request (too little free memory, or
+enough but fragmented), the pool records the first such failure (what, where, when) and
+then keeps going, placing the block above the capacity. The run still reports what the
+iteration *would* need (``peak_live_bytes``, ``peak_footprint_bytes``) and whether it fits
+(``oom is None``). Within capacity the pool never hands out an address past it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+ALIGN_BYTES = 512  # CNMeM rounds every allocation up to 512 bytes
+_INF = 1 << 62
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    tensor: str
+    layer: str
+    phase: str
+    time_ns: int
+    requested_bytes: int
+    free_bytes: int
+    largest_free_bytes: int
+
+    @property
+    def fragmented(self) -> bool:
+        return self.free_bytes >= self.requested_bytes
+
+
+def aligned(n: int) -> int:
+    return -(-n // ALIGN_BYTES) * ALIGN_BYTES
+
+
+class Pool:
+    def __init__(self, capacity_bytes: int | None):
+        self.capacity = capacity_bytes if capacity_bytes is not None else _INF
+        self._starts: list[int] = [0]  # free blocks, sorted by start address
+        self._sizes: list[int] = [_INF]  # the last free block runs to infinity
+        self._blocks: dict[str, tuple[int, int, str]] = {}  # key -> (start, size, category)
+        self.live_bytes = 0
+        self.peak_live_bytes = 0
+        self.peak_footprint_bytes = 0
+        self.by_category: dict[str, int] = {}
+        self.peak_breakdown: dict[str, int] = {}
+        self.oom: OutOfMemory | None = None
+        self.times: list[int] = [0]
+        self.levels: list[int] = [0]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._blocks
+
+    def alloc(self, key: str, size_bytes: int, category: str, now: int,
+              layer: str = "", phase: str = "") -> None:
+        if key in self._blocks:
+            raise RuntimeError(f"double allocation of {key}")
+        size = aligned(size_bytes)
+        if size == 0:
+            return
+        i = self._best_fit(size, self.capacity)
+        if i is None:
+            if self.oom is None:
+                free = self.capacity - self.live_bytes
+                largest = max((min(s, self.capacity - a) for a, s in
+                               zip(self._starts, self._sizes) if a < self.capacity), default=0)
+                self.oom = OutOfMemory(key, layer, phase, now, size, free, largest)
+            i = self._best_fit(size, _INF)
+            assert i is not None
+        start, bsize = self._starts[i], self._sizes[i]
+        if bsize == size:
+            del self._starts[i], self._sizes[i]
+        else:
+            self._starts[i], self._sizes[i] = start + size, bsize - size
+        self._blocks[key] = (start, size, category)
+        self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
+        self.by_category[category] = self.by_category.get(category, 0) + size
+        self._record(now, size)
+
+    def free(self, key: str, now: int) -> None:
+        block = self._blocks.pop(key, None)
+        if block is None:
+            return
+        start, size, category = block
+        self.by_category[category] -= size
+        i = bisect.bisect_left(self._starts, start)
+        self._starts.insert(i, start)
+        self._sizes.insert(i, size)
+        if i + 1 < len(self._starts) and start + size == self._starts[i + 1]:
+            self._sizes[i] += self._sizes.pop(i + 1)
+            del self._starts[i + 1]
+        if i > 0 and self._starts[i - 1] + self._sizes[i - 1] == start:
+            self._sizes[i - 1] += self._sizes.pop(i)
+            del self._starts[i]
+        self._record(now, -size)
+
+    def _best_fit(self, size: int, limit: int) -> int | None:
+        best, best_size = None, _INF + 1
+        for i, (a, s) in enumerate(zip(self._starts, self._sizes)):
+            if s >= size and a + size <= limit and s < best_size:
+                best, best_size = i, s
+        return best
+
+    def _record(self, now: int, delta: int) -> None:
+        self.live_bytes += delta
+        if self.live_bytes > self.peak_live_bytes:
+            self.peak_live_bytes = self.live_bytes
+            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
+        if self.times[-1] == now:
+            self.levels[-1] = self.live_bytes
+        else:
+            self.times.append(now)
+            self.levels.append(self.live_bytes)
+
+    def average_bytes(self, end_ns: int) -> float:
+        """Time-weighted mean of live bytes over [0, end_ns]."""
+        if end_ns <= 0:
+            return float(self.levels[-1])
+        total = 0
+        for k, t in enumerate(self.times):
+            if t >= end_ns:
+                break
+            nxt = self.times[k + 1] if k + 1 < len(self.times) else end_ns
+            total += self.levels[k] * (min(nxt, end_ns) - t)
+        return total / end_ns

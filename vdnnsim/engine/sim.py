@@ -1,0 +1,225 @@
+"""The discrete-event model of one training iteration (simpy).
+
+NOTE [streams]
+One process is the compute stream: it runs each layer's forward, then each layer's
+backward, in order, and does the host-side work between kernels (pool allocations, issuing
+copies), as vDNN's runtime does. Copies run on copy engines: a D2H and an H2D engine when
+the link is duplex, one shared engine otherwise; each engine is FIFO (a simpy Resource of
+capacity one). A copy's completion is a simpy event; the compute stream waiting for it is
+cudaStreamSynchronize / cudaStreamWaitEvent, and the time it waits is a stall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from ..hardware import GPU
+from ..policies.plan import Liveness, Plan, liveness
+from ..trace.model import Trace
+from ..units import transfer_ns
+from .allocator import Pool
+
+
+@dataclass(frozen=True)
+class Op:
+    stream: str  # compute | d2h | h2d
+    kind: str  # fwd | bwd | offload | prefetch | stall
+    layer: str
+    name: str
+    start_ns: int
+    end_ns: int
+    size_bytes: int = 0
+
+
+class Simulation:
+    """Replays ``plan`` on ``trace`` for ``gpu`` with a pool of ``capacity_bytes``
+    (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
+
+    def __init__(self, trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
+                 lv: Liveness | None = None, record_ops: bool = True):
+        self.trace, self.gpu, self.plan = trace, gpu, plan
+        self.lv = lv or liveness(trace)
+        self.env = simpy.Environment()
+        self.pool = Pool(capacity_bytes)
+        link = gpu.link
+        if link.duplex:
+            self._engines = {"d2h": simpy.Resource(self.env, 1),
+                             "h2d": simpy.Resource(self.env, 1)}
+        else:
+            shared = simpy.Resource(self.env, 1)
+            self._engines = {"d2h": shared, "h2d": shared}
+        self.record_ops = record_ops
+        self.ops: list[Op] = []
+        self.stall_ns = 0
+        self.offloaded_bytes = 0
+        self.prefetched_bytes = 0
+        self.host_bytes = 0
+        self.peak_host_bytes = 0
+        self.end_ns = 0
+        self.fwd_end_ns = 0
+        self._on_host: set[str] = set()
+        self._in_flight: dict[str, simpy.Event] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _op(self, *args) -> None:
+        if self.record_ops:
+            self.ops.append(Op(*args))
+
+    def _compute(self, kind: str, layer: str, dur_ns: int):
+        if dur_ns > 0:
+            start = self.env.now
+            yield self.env.timeout(dur_ns)
+            self._op("compute", kind, layer, f"{layer}:{kind}", start, self.env.now)
+
+    def _wait(self, events: list[simpy.Event], layer: str, why: str):
+        pending = [e for e in events if not e.processed]
+        if not pending:
+            return
+        start = self.env.now
+        yield self.env.all_of(pending)
+        if self.env.now > start:
+            self.stall_ns += self.env.now - start
+            self._op("compute", "stall", layer, f"wait {why}", start, self.env.now)
+
+    def _copy(self, direction: str, buf: str, layer: str, done: simpy.Event, free_after: bool):
+        link, size = self.gpu.link, self.lv.size[buf]
+        with self._engines[direction].request() as req:
+            yield req
+            bw = link.d2h_bw_bytes_per_s if direction == "d2h" else link.h2d_bw_bytes_per_s
+            other = self._engines["h2d" if direction == "d2h" else "d2h"]
+            if link.duplex and link.duplex_total_bw_bytes_per_s and other.count:
+                bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
+            start = self.env.now
+            yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
+            kind = "offload" if direction == "d2h" else "prefetch"
+            self._op(direction, kind, layer, buf, start, self.env.now, size)
+        if free_after:  # no end-of-layer sync: release as soon as the copy lands
+            self.pool.free(buf, self.env.now)
+        done.succeed()
+
+    def _offload(self, buf: str, layer: str) -> simpy.Event:
+        done = self.env.event()
+        self.offloaded_bytes += self.lv.size[buf]
+        self.host_bytes += self.lv.size[buf]
+        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
+        self._on_host.add(buf)
+        self.env.process(self._copy("d2h", buf, layer, done, not self.plan.sync))
+        return done
+
+    def _prefetch(self, buf: str, layer: str) -> simpy.Event:
+        self.pool.alloc(buf, self.lv.size[buf], "activations", self.env.now, layer, "prefetch")
+        done = self.env.event()
+        self.prefetched_bytes += self.lv.size[buf]
+        self._on_host.discard(buf)
+        self._in_flight[buf] = done
+        self.env.process(self._copy("h2d", buf, layer, done, False))
+        return done
+
+    # -- the iteration -------------------------------------------------------------------------
+    def run(self) -> "Simulation":
+        proc = (self._network_wide() if self.plan.memory == "network_wide"
+                else self._layer_wise())
+        self.env.process(proc)
+        self.env.run()
+        return self
+
+    def _persistent(self) -> None:
+        w = self.trace.weight_bytes
+        self.pool.alloc("weights", w, "weights", 0, "", "start")
+        self.pool.alloc("weight_grads", w, "weight_grads", 0, "", "start")
+
+    def _network_wide(self):
+        trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
+        self._persistent()
+        for b, size in lv.size.items():
+            pool.alloc(b, size, "activations", 0, "", "start")
+        grads = [lv.size[b] for b in lv.size if lv.needs_grad[b]]
+        big = max(grads, default=0)
+        pool.alloc("grad_buffer_0", big, "gradients", 0, "", "start")
+        pool.alloc("grad_buffer_1", big, "gradients", 0, "", "start")
+        ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
+                 default=0)
+        pool.alloc("workspace", ws, "workspace", 0, "", "start")
+        for layer, a in zip(trace.layers, plan.algos):
+            yield from self._compute("fwd", layer.id, layer.algos[a].fwd_ns)
+        self.fwd_end_ns = self.env.now
+        for layer, a in zip(reversed(trace.layers), reversed(plan.algos)):
+            yield from self._compute("bwd", layer.id, layer.algos[a].bwd_ns)
+        self.end_ns = self.env.now
+
+    def _layer_wise(self):
+        trace, plan, lv, pool, env = self.trace, self.plan, self.lv, self.pool, self.env
+        layers = trace.layers
+        self._persistent()
+        for b, size in lv.size.items():
+            if b not in lv.producer:  # network inputs are on the GPU before the iteration
+                pool.alloc(b, size, "activations", 0, "", "start")
+        fwd_free: dict[int, list[str]] = {}
+        for b, last in lv.fwd_last.items():
+            if not lv.kept(b) and b not in lv.outputs:
+                at = max(last, lv.producer.get(b, -1))
+                fwd_free.setdefault(at, []).append(b)
+        bwd_free: dict[int, list[str]] = {}
+        for b, last in lv.bwd_last.items():
+            bwd_free.setdefault(last, []).append(b)
+
+        # forward
+        for i, layer in enumerate(layers):
+            algo = layer.algos[plan.algos[i]]
+            for t in layer.outputs:
+                if lv.root[t] == t:
+                    pool.alloc(t, lv.size[t], "activations", env.now, layer.id, "forward")
+            ws_key = f"workspace:{layer.id}"
+            pool.alloc(ws_key, algo.fwd_workspace_bytes, "workspace", env.now, layer.id,
+                       "forward")
+            copies = [self._offload(b, layer.id) for b in plan.offload[i]]
+            yield from self._compute("fwd", layer.id, algo.fwd_ns)
+            pool.free(ws_key, env.now)
+            for b in fwd_free.get(i, ()):
+                pool.free(b, env.now)
+            if copies and plan.sync:
+                yield from self._wait(copies, layer.id, "offload")
+                for b in plan.offload[i]:
+                    pool.free(b, env.now)
+        self.fwd_end_ns = env.now
+        for b in lv.outputs:
+            if not lv.kept(b):
+                pool.free(b, env.now)
+            if lv.needs_grad[b]:
+                pool.alloc(f"grad:{b}", lv.size[b], "gradients", env.now, "", "backward")
+
+        # backward
+        for i in range(len(layers) - 1, -1, -1):
+            layer = layers[i]
+            algo = layer.algos[plan.algos[i]]
+            j = plan.prefetch[i]
+            fetches = [self._prefetch(b, layer.id) for b in plan.offload[j]] if j >= 0 else []
+            need = []
+            for t in layer.saved:
+                b = lv.root[t]
+                if b in self._on_host:  # not prefetched in time: fetch on demand
+                    need.append(self._prefetch(b, layer.id))
+                elif b in self._in_flight:
+                    need.append(self._in_flight[b])
+            yield from self._wait(need, layer.id, "prefetch of own input")
+            for t in layer.inputs:
+                b = lv.root[t]
+                if lv.needs_grad[b] and f"grad:{b}" not in pool:
+                    pool.alloc(f"grad:{b}", lv.size[b], "gradients", env.now, layer.id,
+                               "backward")
+            ws_key = f"workspace:{layer.id}"
+            pool.alloc(ws_key, algo.bwd_workspace_bytes, "workspace", env.now, layer.id,
+                       "backward")
+            yield from self._compute("bwd", layer.id, algo.bwd_ns)
+            pool.free(ws_key, env.now)
+            for t in layer.outputs:
+                if lv.root[t] == t:
+                    pool.free(f"grad:{t}", env.now)
+            for b in bwd_free.get(i, ()):
+                pool.free(b, env.now)
+                self._in_flight.pop(b, None)
+            if fetches and plan.sync:
+                yield from self._wait(fetches, layer.id, "prefetch")
+        self.end_ns = env.now

@@ -1,0 +1,29 @@
+"""Typed errors. Anything a user can cause derives from :class:`VdnnError`.
+
+NOTE [user errors]
+The CLI turns every ``VdnnError`` into one line on stderr and exit code 2. Library callers
+catch the typed subclass. Messages name the place (file, key path, layer) so that the one
+line is enough to fix the input.
+"""
+
+from __future__ import annotations
+
+
+class VdnnError(Exception):
+    """Base class of every error a user can cause."""
+
+
+class ConfigError(VdnnError):
+    """A run or study config is malformed or names something unknown."""
+
+
+class TraceError(VdnnError):
+    """A trace or network spec does not add up (cycle, duplicate id, impossible size...)."""
+
+
+class UnknownNameError(ConfigError):
+    """A preset, network or policy name that no registry knows."""
+
+    def __init__(self, what: str, name: str, known: list[str]):
+        self.what, self.name, self.known = what, name, sorted(known)
+        super().__init__(f"unknown {what} {name!r}; known: {', '.join(self.known)}")

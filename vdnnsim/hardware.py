@@ -1,0 +1,143 @@
+"""GPU and host-link presets. The numbers live in ``data/gpus.yaml`` with their sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from .errors import ConfigError, UnknownNameError
+from .yamlio import parse_bytes, validation_message
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+
+
+@dataclass(frozen=True)
+class Link:
+    """The host link: per-direction DMA bandwidth and a fixed per-copy latency.
+
+    ``duplex``: a D2H and an H2D copy can run at once (two copy engines). When both run,
+    ``duplex_total_bw_bytes_per_s`` (if set) caps their sum; each then gets half of it.
+    """
+
+    h2d_bw_bytes_per_s: float
+    d2h_bw_bytes_per_s: float
+    latency_ns: int = 10_000
+    duplex: bool = True
+    duplex_total_bw_bytes_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    display_name: str
+    memory_bytes: int
+    peak_flops: dict[str, float]
+    mem_bw_bytes_per_s: float
+    launch_overhead_ns: int
+    winograd: bool
+    link: Link
+    source: str = ""
+
+    def flops(self, dtype: str) -> float:
+        return self.peak_flops[dtype]
+
+
+class _LinkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    h2d_bw_bytes_per_s: float = Field(gt=0, description="Host-to-device bytes per second.")
+    d2h_bw_bytes_per_s: float = Field(gt=0, description="Device-to-host bytes per second.")
+    latency_ns: int = Field(10_000, ge=0, description="Fixed cost of each copy.")
+    duplex: bool = Field(True, description="Both directions at once.")
+    duplex_total_bw_bytes_per_s: float | None = Field(
+        None, gt=0, description="Cap on the sum of both directions when both run.")
+
+
+class _GPUSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    display_name: str = Field(description="Marketing name.")
+    memory_bytes: Bytes = Field(description="Device memory capacity.")
+    peak_flops: dict[str, float] = Field(description="Peak FLOP/s per dtype.")
+    mem_bw_bytes_per_s: float = Field(gt=0, description="DRAM bandwidth.")
+    launch_overhead_ns: int = Field(ge=0, description="Fixed cost per layer call.")
+    winograd: bool = Field(description="cuDNN of the era offers Winograd.")
+    link: _LinkSpec = Field(description="Host link.")
+    source: str = Field(description="Where the numbers come from.")
+
+
+class GPUOverrides(BaseModel):
+    """What a run config may change on a preset."""
+
+    model_config = ConfigDict(extra="forbid")
+    memory_bytes: Bytes | None = Field(None, description="Capacity, e.g. '12 GiB'.")
+    link_bw_bytes_per_s: float | None = Field(
+        None, gt=0, description="Set both directions of the host link.")
+    h2d_bw_bytes_per_s: float | None = Field(None, gt=0, description="Host-to-device only.")
+    d2h_bw_bytes_per_s: float | None = Field(None, gt=0, description="Device-to-host only.")
+    link_latency_ns: int | None = Field(None, ge=0, description="Per-copy latency.")
+    duplex: bool | None = Field(None, description="Both copy directions at once.")
+    peak_flops_scale: float | None = Field(None, gt=0, description="Scale compute peak.")
+    mem_bw_bytes_per_s: float | None = Field(None, gt=0, description="DRAM bandwidth.")
+
+
+@lru_cache(maxsize=1)
+def _presets() -> dict[str, GPU]:
+    raw = yaml.safe_load(resources.files("vdnnsim").joinpath("data/gpus.yaml").read_text())
+    out = {}
+    for name, data in raw.items():
+        try:
+            s = _GPUSpec.model_validate(data)
+        except ValidationError as exc:  # a broken package, not a user error
+            raise RuntimeError(validation_message(f"gpus.yaml: {name}", exc)) from None
+        out[name] = GPU(name, s.display_name, s.memory_bytes, dict(s.peak_flops),
+                        s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
+                        Link(**s.link.model_dump()), s.source)
+    return out
+
+
+def preset_names() -> list[str]:
+    return list(_presets())
+
+
+def gpu_preset(name: str, overrides: GPUOverrides | dict[str, Any] | None = None) -> GPU:
+    try:
+        gpu = _presets()[name]
+    except KeyError:
+        raise UnknownNameError("GPU preset", name, preset_names()) from None
+    if overrides is None:
+        return gpu
+    if isinstance(overrides, dict):
+        try:
+            overrides = GPUOverrides.model_validate(overrides)
+        except ValidationError as exc:
+            raise ConfigError(validation_message("gpu overrides", exc)) from None
+    return apply_overrides(gpu, overrides)
+
+
+def apply_overrides(gpu: GPU, o: GPUOverrides) -> GPU:
+    link = gpu.link
+    if o.link_bw_bytes_per_s is not None:
+        link = replace(link, h2d_bw_bytes_per_s=o.link_bw_bytes_per_s,
+                       d2h_bw_bytes_per_s=o.link_bw_bytes_per_s,
+                       duplex_total_bw_bytes_per_s=None)
+    if o.h2d_bw_bytes_per_s is not None:
+        link = replace(link, h2d_bw_bytes_per_s=o.h2d_bw_bytes_per_s)
+    if o.d2h_bw_bytes_per_s is not None:
+        link = replace(link, d2h_bw_bytes_per_s=o.d2h_bw_bytes_per_s)
+    if o.link_latency_ns is not None:
+        link = replace(link, latency_ns=o.link_latency_ns)
+    if o.duplex is not None:
+        link = replace(link, duplex=o.duplex)
+    g = replace(gpu, link=link)
+    if o.memory_bytes is not None:
+        g = replace(g, memory_bytes=o.memory_bytes)
+    if o.mem_bw_bytes_per_s is not None:
+        g = replace(g, mem_bw_bytes_per_s=o.mem_bw_bytes_per_s)
+    if o.peak_flops_scale is not None:
+        g = replace(g, peak_flops={k: v * o.peak_flops_scale for k, v in g.peak_flops.items()})
+    return g

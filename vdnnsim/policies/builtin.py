@@ -1,0 +1,72 @@
+"""The paper's policies (shared/reference/vdnn_paper.md), each exactly as its text says.
+
+Names: ``baseline_m``/``baseline_p`` (network-wide allocation, memory- or
+performance-optimal algorithms), ``vdnn_all_m``/``vdnn_all_p``, ``vdnn_conv_m``/
+``vdnn_conv_p`` and ``vdnn_dyn``. Options every policy takes: ``sync`` (default true: the
+end-of-layer stream synchronisation of the paper; false models vDNN++'s removal of it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..hardware import GPU
+from ..trace.model import Trace
+from .dyn import vdnn_dyn
+from .plan import Plan, find_prefetch_schedule, liveness, offload_sets
+from .registry import register
+
+
+def algo_choice(trace: Trace, mode: str) -> tuple[int, ...]:
+    if mode == "m":
+        return tuple(layer.leanest_algo() for layer in trace.layers)
+    return tuple(layer.fastest_algo() for layer in trace.layers)
+
+
+def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
+    unknown = set(options) - allowed
+    if unknown:
+        raise ConfigError(f"policy {name}: unknown option(s) {', '.join(sorted(unknown))}; "
+                          f"known: {', '.join(sorted(allowed)) or 'none'}")
+
+
+def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    algo = options["algo"]
+    check_options(f"baseline_{algo}", {k: v for k, v in options.items() if k != "algo"}, set())
+    n = len(trace.layers)
+    return Plan(f"baseline_{algo}", "network_wide", algo_choice(trace, algo),
+                ((),) * n, (-1,) * n)
+
+
+def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    opts = dict(options)
+    which, algo = opts.pop("which"), opts.pop("algo")
+    name = f"vdnn_{which}_{algo}"
+    sync = bool(opts.pop("sync", True))
+    check_options(name, opts, set())
+    return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name)
+
+
+def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = True,
+              name: str | None = None) -> Plan:
+    """Layer-wise allocation offloading ``which`` ('all', 'conv' or 'none') layers' inputs."""
+    lv = liveness(trace)
+    n = len(trace.layers)
+    offload = ((),) * n if which == "none" else offload_sets(trace, lv, which == "conv")
+    return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload,
+                find_prefetch_schedule(trace, offload), sync)
+
+
+register("baseline_m", baseline, "network-wide allocation, memory-optimal algorithms",
+         algo="m")
+register("baseline_p", baseline, "network-wide allocation, fastest algorithms (the oracle "
+         "when memory is unlimited)", algo="p")
+for _which in ("all", "conv"):
+    for _algo in ("m", "p"):
+        register(f"vdnn_{_which}_{_algo}", static_vdnn,
+                 f"offload the inputs of {'every layer' if _which == 'all' else 'CONV layers'}, "
+                 f"{'memory' if _algo == 'm' else 'performance'}-optimal algorithms",
+                 which=_which, algo=_algo)
+register("vdnn_dyn", vdnn_dyn, "profile, then the fastest configuration that fits "
+         "(the paper's vDNN_dyn)")

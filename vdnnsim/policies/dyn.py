@@ -1,0 +1,83 @@
+"""vDNN_dyn: profiling passes pick the fastest configuration that fits.
+
+NOTE [vdnn_dyn]
+The paper's steps (shared/reference/vdnn_paper.md), each a profiling pass, which here is a
+simulation of the candidate plan against the pool capacity:
+
+1. vDNN_all with memory-optimal algorithms: if even that does not fit, the network cannot
+   train; the plan is returned as is and the run reports where it ran out.
+2. The fastest algorithms with no offload, then with vDNN_conv, then with vDNN_all: the
+   first that fits wins.
+3. Greedy, with vDNN_conv and then vDNN_all: run the pass; where a layer overflows,
+   downgrade that layer's algorithm toward implicit GEMM (to the fastest option whose
+   workspace is small enough to close the gap, else the leanest), and run again, until it
+   fits or the overflowing layer has nothing left to give.
+4. Otherwise the plan of step 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..hardware import GPU
+from ..trace.model import Trace
+from .plan import Plan, liveness
+
+
+def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    from ..engine.sim import Simulation  # the engine imports policies' Plan
+    from .builtin import algo_choice, vdnn_plan
+
+    opts = dict(options)
+    sync = bool(opts.pop("sync", True))
+    if opts:
+        raise ConfigError(f"policy vdnn_dyn: unknown option(s) {', '.join(sorted(opts))}; "
+                          "known: sync")
+    lv = liveness(trace)
+
+    def profile(plan: Plan):
+        return Simulation(trace, gpu, plan, capacity, lv, record_ops=False).run().pool.oom
+
+    def done(plan: Plan, note: str) -> Plan:
+        return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
+                    plan.sync, (note,))
+
+    fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
+    step1 = vdnn_plan(trace, "all", leanest, sync)
+    if profile(step1) is not None:
+        return done(step1, "step 1: even vDNN_all with memory-optimal algorithms runs out "
+                    "of memory")
+    for which in ("none", "conv", "all"):
+        plan = vdnn_plan(trace, which, fastest, sync)
+        if profile(plan) is None:
+            return done(plan, f"step 2: fastest algorithms, offload {which}")
+    for which in ("conv", "all"):
+        algos = list(fastest)
+        while True:
+            plan = vdnn_plan(trace, which, tuple(algos), sync)
+            oom = profile(plan)
+            if oom is None:
+                changed = sum(a != f for a, f in zip(algos, fastest))
+                return done(plan, f"step 3: greedy, offload {which}, {changed} layer(s) "
+                            "moved to slower algorithms")
+            if not oom.tensor.startswith("workspace:"):
+                break  # only the overflowing layer's own workspace is live when it runs
+            i = trace.layer_index(oom.layer)
+            choice = _downgrade(trace, i, algos[i], oom.requested_bytes - oom.largest_free_bytes)
+            if choice is None:
+                break
+            algos[i] = choice
+    return done(step1, "step 4: fell back to vDNN_all with memory-optimal algorithms")
+
+
+def _downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:
+    layer = trace.layers[i]
+    ws_now = layer.algos[current].workspace_bytes
+    smaller = [k for k, a in enumerate(layer.algos) if a.workspace_bytes < ws_now]
+    if not smaller:
+        return None
+    enough = [k for k in smaller if layer.algos[k].workspace_bytes <= ws_now - deficit]
+    pool = enough or [min(smaller, key=lambda k: (layer.algos[k].workspace_bytes,
+                                                  layer.algos[k].time_ns))]
+    return min(pool, key=lambda k: (layer.algos[k].time_ns, k))

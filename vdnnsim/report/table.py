@@ -1,0 +1,47 @@
+"""The readable table `vdnnsim run` prints. Memory in GB (10^9 bytes), as the paper."""
+
+from __future__ import annotations
+
+from ..results import RunResult
+from ..units import GB
+
+
+def _gb(n: float | None) -> str:
+    return "-" if n is None else f"{n / GB:.2f}"
+
+
+def _fit(r: RunResult) -> str:
+    if r.fits:
+        return "yes"
+    return "no (fragmented)" if r.oom and r.oom.fragmented else "no"
+
+
+def format_table(results: list[RunResult], title: str | None = None) -> str:
+    if not results:
+        return ""
+    r0 = results[0]
+    cap = r0.capacity_bytes
+    head = title or f"{r0.network} (batch {r0.batch_size}, {r0.dtype}) on {r0.gpu}"
+    lines = [f"{head}: pool {_gb(cap)} GB, oracle iteration {r0.oracle_time_ns / 1e9:.3f} s"]
+    cols = ["policy", "fits", "peak GB", "avg GB", "iter s", "slowdown", "offload GB",
+            "stall s", "out of memory at"]
+    rows = []
+    for r in results:
+        where = ""
+        if r.oom:
+            where = f"{r.oom.layer or 'start'} {r.oom.phase}: {r.oom.tensor}"
+        rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes), _gb(r.avg_memory_bytes),
+                     f"{r.iteration_time_s:.3f}", f"{r.slowdown:.2f}x",
+                     _gb(r.offloaded_bytes), f"{r.stall_time_ns / 1e9:.3f}", where])
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    right = {2, 3, 4, 5, 6, 7}
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    lines += [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+    notes = [f"  {r.policy}: {n}" for r in results for n in r.notes]
+    if notes:
+        lines += ["notes:"] + notes
+    return "\n".join(lines)

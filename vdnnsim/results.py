@@ -1,0 +1,99 @@
+"""RunResult: the immutable outcome of one simulated iteration.
+
+Summary numbers are plain attributes; the op timeline and the memory curve are pandas
+DataFrames built on first access. Nothing here writes a file unless asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from .engine.allocator import OutOfMemory
+from .engine.sim import Op
+from .units import ns_to_s
+
+SUMMARY_KEYS = ("network", "batch_size", "dtype", "gpu", "policy", "fits",
+                "capacity_bytes", "peak_memory_bytes", "peak_footprint_bytes",
+                "avg_memory_bytes", "iteration_time_s", "oracle_time_s", "slowdown",
+                "offloaded_bytes", "prefetched_bytes", "peak_host_bytes", "stall_time_s",
+                "oom_layer", "oom_tensor", "oom_time_s", "oom_fragmented", "notes")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    network: str
+    batch_size: int
+    dtype: str
+    gpu: str
+    policy: str
+    capacity_bytes: int | None
+    peak_memory_bytes: int
+    peak_footprint_bytes: int
+    avg_memory_bytes: float
+    iteration_time_ns: int
+    forward_time_ns: int
+    oracle_time_ns: int
+    offloaded_bytes: int
+    prefetched_bytes: int
+    peak_host_bytes: int
+    stall_time_ns: int
+    peak_breakdown: dict[str, int]
+    oom: OutOfMemory | None
+    notes: tuple[str, ...]
+    algos: tuple[str, ...]
+    _ops: tuple[Op, ...] = field(repr=False, compare=False)
+    _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
+
+    @property
+    def fits(self) -> bool:
+        return self.oom is None
+
+    @property
+    def iteration_time_s(self) -> float:
+        return ns_to_s(self.iteration_time_ns)
+
+    @property
+    def slowdown(self) -> float:
+        return self.iteration_time_ns / self.oracle_time_ns if self.oracle_time_ns else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        """One flat record (the JSON and sweep-row form)."""
+        oom = self.oom
+        return {
+            "network": self.network, "batch_size": self.batch_size, "dtype": self.dtype,
+            "gpu": self.gpu, "policy": self.policy, "fits": self.fits,
+            "capacity_bytes": self.capacity_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_footprint_bytes": self.peak_footprint_bytes,
+            "avg_memory_bytes": round(self.avg_memory_bytes),
+            "iteration_time_s": self.iteration_time_s,
+            "oracle_time_s": ns_to_s(self.oracle_time_ns),
+            "slowdown": self.slowdown,
+            "offloaded_bytes": self.offloaded_bytes,
+            "prefetched_bytes": self.prefetched_bytes,
+            "peak_host_bytes": self.peak_host_bytes,
+            "stall_time_s": ns_to_s(self.stall_time_ns),
+            "oom_layer": oom.layer if oom else None,
+            "oom_tensor": oom.tensor if oom else None,
+            "oom_time_s": ns_to_s(oom.time_ns) if oom else None,
+            "oom_fragmented": oom.fragmented if oom else None,
+            "notes": "; ".join(self.notes),
+        }
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """One row per op: stream, kind, layer, name, start/end/duration (ns), bytes."""
+        df = pd.DataFrame([asdict(o) for o in self._ops],
+                          columns=["stream", "kind", "layer", "name", "start_ns", "end_ns",
+                                   "size_bytes"])
+        df["dur_ns"] = df["end_ns"] - df["start_ns"]
+        return df
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        """Live pool bytes after every change: a step function of time."""
+        times, levels = self._mem
+        return pd.DataFrame({"time_ns": times, "allocated_bytes": levels})

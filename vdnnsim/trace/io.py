@@ -1,0 +1,174 @@
+"""Trace <-> YAML, with the graph checks of NOTE [trace file]."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceError
+from ..yamlio import dump_yaml, parse_model, read_yaml, write_text_atomic
+from .model import Algo, Layer, Source, Tensor, Trace
+from .schema import FORMAT, VERSION, TraceSpec
+
+
+def trace_from_dict(data: Any, source: str = "<trace>") -> Trace:
+    spec: TraceSpec = parse_model(TraceSpec, data, source, TraceError)
+    return _build(spec, source)
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    return trace_from_dict(read_yaml(path, TraceError), str(path))
+
+
+def save_trace(trace: Trace, path: str | os.PathLike) -> None:
+    write_text_atomic(Path(path), dump_yaml(trace_to_dict(trace)))
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    src = {k: v for k, v in vars(trace.source).items() if v not in (None, {}, "")}
+    tensors = []
+    for t in trace.tensors.values():
+        d: dict[str, Any] = {"id": t.id, "size_bytes": t.size_bytes, "kind": t.kind}
+        if t.requires_grad != (t.kind == "activation"):
+            d["requires_grad"] = t.requires_grad
+        if t.alias_of:
+            d["alias_of"] = t.alias_of
+        if t.shape:
+            d["shape"] = list(t.shape)
+        tensors.append(d)
+    layers = []
+    for layer in trace.layers:
+        d = {"id": layer.id, "kind": layer.kind, "inputs": list(layer.inputs),
+             "outputs": list(layer.outputs), "saved": list(layer.saved)}
+        if layer.weight_bytes:
+            d["weight_bytes"] = layer.weight_bytes
+        if len(layer.algos) == 1 and layer.algos[0].name == "default":
+            a = layer.algos[0]
+            d.update(fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns)
+            if a.workspace_bytes:
+                d["workspace_bytes"] = a.workspace_bytes
+        else:
+            d["algos"] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
+                               fwd_workspace_bytes=a.fwd_workspace_bytes,
+                               bwd_workspace_bytes=a.bwd_workspace_bytes) for a in layer.algos]
+        if layer.attrs:
+            d["attrs"] = dict(layer.attrs)
+        layers.append(d)
+    return {"format": FORMAT, "version": VERSION, "name": trace.name,
+            "batch_size": trace.batch_size, "dtype": trace.dtype, "source": src,
+            "tensors": tensors, "layers": layers}
+
+
+def _build(spec: TraceSpec, source: str) -> Trace:
+    def fail(where: str, msg: str) -> TraceError:
+        return TraceError(f"{source}: {where}: {msg}")
+
+    tensors: dict[str, Tensor] = {}
+    for i, t in enumerate(spec.tensors):
+        if t.id in tensors:
+            raise fail(f"tensors[{i}].id", f"duplicate tensor id {t.id!r}")
+        rg = t.requires_grad if t.requires_grad is not None else t.kind == "activation"
+        tensors[t.id] = Tensor(t.id, t.size_bytes, t.kind, rg, t.alias_of,
+                               tuple(t.shape) if t.shape else None)
+    for i, t in enumerate(spec.tensors):
+        if t.alias_of is None:
+            continue
+        if t.alias_of not in tensors:
+            raise fail(f"tensors[{i}].alias_of", f"unknown tensor {t.alias_of!r}")
+        seen, cur = {t.id}, tensors[t.alias_of]
+        while cur.alias_of is not None:
+            if cur.id in seen:
+                raise fail(f"tensors[{i}].alias_of", f"alias cycle through {cur.id!r}")
+            seen.add(cur.id)
+            cur = tensors[cur.alias_of]
+        if cur.size_bytes != t.size_bytes:
+            raise fail(f"tensors[{i}].size_bytes",
+                       f"alias {t.id!r} has {t.size_bytes} bytes but its buffer "
+                       f"{cur.id!r} has {cur.size_bytes}")
+
+    layer_ids: set[str] = set()
+    writer: dict[str, int] = {}
+    for i, ls in enumerate(spec.layers):
+        where = f"layers[{i}] ({ls.id})"
+        if ls.id in layer_ids:
+            raise fail(f"layers[{i}].id", f"duplicate layer id {ls.id!r}")
+        layer_ids.add(ls.id)
+        for key in ("inputs", "outputs", "saved"):
+            for j, tid in enumerate(getattr(ls, key)):
+                if tid not in tensors:
+                    raise fail(f"{where}.{key}[{j}]", f"unknown tensor {tid!r}")
+        for j, tid in enumerate(ls.outputs):
+            if tid in writer:
+                raise fail(f"{where}.outputs[{j}]", f"tensor {tid!r} is already written by "
+                           f"layers[{writer[tid]}] ({spec.layers[writer[tid]].id})")
+            if tensors[tid].kind == "input":
+                raise fail(f"{where}.outputs[{j}]", f"{tid!r} is a network input")
+            writer[tid] = i
+        for j, tid in enumerate(ls.saved):
+            if tid not in ls.inputs and tid not in ls.outputs:
+                raise fail(f"{where}.saved[{j}]",
+                           f"{tid!r} is neither an input nor an output of this layer")
+    for tid, t in tensors.items():
+        if t.kind != "input" and tid not in writer:
+            raise fail("tensors", f"tensor {tid!r} is written by no layer")
+
+    _check_order(spec, writer, source)
+
+    layers = []
+    for ls in spec.layers:
+        if ls.algos is not None:
+            algos = tuple(Algo(a.name, a.fwd_ns, a.bwd_ns, a.fwd_workspace_bytes,
+                               a.bwd_workspace_bytes) for a in ls.algos)
+        else:
+            algos = (Algo("default", ls.fwd_ns or 0, ls.bwd_ns or 0,
+                          ls.workspace_bytes, ls.workspace_bytes),)
+        layers.append(Layer(ls.id, ls.kind, tuple(ls.inputs), tuple(ls.outputs),
+                            tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs)))
+    s = spec.source
+    return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
+                 Source(s.kind, s.gpu, s.cost_model, dict(s.software), s.note))
+
+
+def _check_order(spec: TraceSpec, writer: dict[str, int], source: str) -> None:
+    """Every read must come after its write. If not, name the cycle when there is one."""
+    edges: dict[int, set[int]] = {i: set() for i in range(len(spec.layers))}
+    first_bad: tuple[int, str] | None = None
+    for i, ls in enumerate(spec.layers):
+        for tid in ls.inputs:
+            if tid in writer:
+                edges[writer[tid]].add(i)
+                if writer[tid] >= i and first_bad is None:
+                    first_bad = (i, tid)
+    if first_bad is None:
+        return
+    cycle = _find_cycle(edges)
+    if cycle:
+        names = " -> ".join(spec.layers[i].id for i in cycle + [cycle[0]])
+        raise TraceError(f"{source}: layers: the graph has a cycle: {names}")
+    i, tid = first_bad
+    raise TraceError(f"{source}: layers[{i}] ({spec.layers[i].id}): reads {tid!r} before "
+                     f"layers[{writer[tid]}] ({spec.layers[writer[tid]].id}) writes it; "
+                     "list layers in execution order")
+
+
+def _find_cycle(edges: dict[int, set[int]]) -> list[int] | None:
+    color = dict.fromkeys(edges, 0)
+    stack: list[int] = []
+
+    def visit(u: int) -> list[int] | None:
+        color[u] = 1
+        stack.append(u)
+        for v in sorted(edges[u]):
+            if color[v] == 1:
+                return stack[stack.index(v):]
+            if color[v] == 0 and (c := visit(v)):
+                return c
+        stack.pop()
+        color[u] = 2
+        return None
+
+    for u in edges:
+        if color[u] == 0 and (c := visit(u)):
+            return c
+    return None

@@ -1,0 +1,132 @@
+"""The trace: the network as the simulator sees it.
+
+NOTE [trace semantics]
+A trace is a list of layers in execution order over a set of tensors. Every tensor is
+written by exactly one layer (or is the network input) and a layer may only read tensors
+written before it, so the execution order is a topological order of the DAG.
+
+* A tensor with ``alias_of`` shares its buffer with another tensor (the output of an
+  in-place ReLU, a view). Buffers, not tensors, are what the allocator and the copy engines
+  move. The gradient of an alias is the gradient buffer of its root as well.
+* ``saved`` lists the tensors a layer keeps for its backward pass. This is the one fact that
+  decides how long a buffer lives in layer-wise memory management, so profiled traces carry
+  what autograd really saved and synthesized ones what cuDNN's backward calls read.
+* Every layer has at least one algorithm. For a conv layer these are cuDNN-like options
+  with their own times and workspaces; other layers have one, called ``default``.
+* ``requires_grad`` tensors get a gradient buffer of their own size during backward; the
+  network input does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TensorKind = Literal["input", "activation", "extra"]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    id: str
+    size_bytes: int
+    kind: TensorKind = "activation"
+    requires_grad: bool = True
+    alias_of: str | None = None
+    shape: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Algo:
+    """One way to run a layer: its forward and backward times and workspaces."""
+
+    name: str
+    fwd_ns: int
+    bwd_ns: int
+    fwd_workspace_bytes: int = 0
+    bwd_workspace_bytes: int = 0
+
+    @property
+    def time_ns(self) -> int:
+        return self.fwd_ns + self.bwd_ns
+
+    @property
+    def workspace_bytes(self) -> int:
+        return max(self.fwd_workspace_bytes, self.bwd_workspace_bytes)
+
+
+@dataclass(frozen=True)
+class Layer:
+    id: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    saved: tuple[str, ...]
+    algos: tuple[Algo, ...]
+    weight_bytes: int = 0
+    attrs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_conv(self) -> bool:
+        return self.kind == "conv"
+
+    def fastest_algo(self) -> int:
+        """Index of the performance-optimal algorithm (ties: smaller workspace)."""
+        return min(range(len(self.algos)),
+                   key=lambda i: (self.algos[i].time_ns, self.algos[i].workspace_bytes, i))
+
+    def leanest_algo(self) -> int:
+        """Index of the memory-optimal algorithm (least workspace; ties: faster)."""
+        return min(range(len(self.algos)),
+                   key=lambda i: (self.algos[i].workspace_bytes, self.algos[i].time_ns, i))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a trace came from."""
+
+    kind: Literal["synthesized", "profiled", "handwritten"] = "handwritten"
+    gpu: str | None = None
+    cost_model: str | None = None
+    software: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    batch_size: int
+    dtype: str
+    tensors: dict[str, Tensor]
+    layers: tuple[Layer, ...]
+    source: Source = Source()
+
+    # -- derived views -------------------------------------------------------------------
+    def root(self, tensor_id: str) -> str:
+        """The buffer a tensor lives in (follows alias chains)."""
+        t = self.tensors[tensor_id]
+        while t.alias_of is not None:
+            t = self.tensors[t.alias_of]
+        return t.id
+
+    def layer_index(self, layer_id: str) -> int:
+        for i, layer in enumerate(self.layers):
+            if layer.id == layer_id:
+                return i
+        raise KeyError(layer_id)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(layer.weight_bytes for layer in self.layers)
+
+    @property
+    def buffers(self) -> dict[str, Tensor]:
+        """Tensors that own memory (not aliases), by id."""
+        return {k: t for k, t in self.tensors.items() if t.alias_of is None}
+
+    def producers(self) -> dict[str, int]:
+        """Index of the layer that writes each tensor (network inputs are absent)."""
+        out: dict[str, int] = {}
+        for i, layer in enumerate(self.layers):
+            for t in layer.outputs:
+                out[t] = i
+        return out

@@ -1,0 +1,94 @@
+"""The trace file format (YAML), version 1. See docs/trace-format.md.
+
+NOTE [trace file]
+The pydantic models below are the boundary: they reject unknown keys and impossible values
+field by field, and :func:`check_graph` then checks what no single field can (ids unique,
+references resolve, every tensor written once, reads after writes, no cycles, alias sizes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from ..yamlio import parse_bytes
+
+FORMAT = "vdnnsim-trace"
+VERSION = 1
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+Nanos = Annotated[int, Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AlgoSpec(_Strict):
+    name: str = Field(description="Algorithm name, e.g. implicit_gemm, fft, winograd.")
+    fwd_ns: Nanos = Field(description="Forward time in nanoseconds.")
+    bwd_ns: Nanos = Field(description="Backward time (data and filter gradients) in ns.")
+    fwd_workspace_bytes: Bytes = Field(0, description="Workspace the forward pass needs.")
+    bwd_workspace_bytes: Bytes = Field(0, description="Workspace the backward pass needs.")
+
+
+class TensorSpec(_Strict):
+    id: str = Field(min_length=1, description="Unique tensor id.")
+    size_bytes: Bytes = Field(description="Size in bytes (int, or a string like '12 MiB').")
+    kind: Literal["input", "activation", "extra"] = Field(
+        "activation", description="input: network input; activation: a layer output that "
+        "flows to other layers; extra: something a layer keeps only for its own backward.")
+    requires_grad: bool | None = Field(
+        None, description="Whether backward computes a gradient of it (default: true for "
+        "activations, false for inputs and extras).")
+    alias_of: str | None = Field(None, description="Id of the tensor whose buffer this one "
+                                 "shares (in-place op output, view).")
+    shape: list[int] | None = Field(None, description="Optional shape, for people.")
+
+
+class LayerSpec(_Strict):
+    id: str = Field(min_length=1, description="Unique layer id.")
+    kind: str = Field(min_length=1, description="conv, fc, relu, maxpool, concat, ...")
+    inputs: list[str] = Field(default_factory=list, description="Tensors read in forward.")
+    outputs: list[str] = Field(default_factory=list, description="Tensors written in forward.")
+    saved: list[str] = Field(default_factory=list,
+                             description="Tensors kept for this layer's backward pass.")
+    weight_bytes: Bytes = Field(0, description="Parameter bytes (weights and biases).")
+    fwd_ns: Nanos | None = Field(None, description="Forward time (layers without algos).")
+    bwd_ns: Nanos | None = Field(None, description="Backward time (layers without algos).")
+    workspace_bytes: Bytes = Field(0, description="Temporary bytes (layers without algos).")
+    algos: list[AlgoSpec] | None = Field(None, description="Algorithm options (conv).")
+    attrs: dict[str, Any] = Field(default_factory=dict,
+                                  description="Free-form facts for people (shapes, flops).")
+
+    @model_validator(mode="after")
+    def _times_or_algos(self) -> "LayerSpec":
+        if self.algos is not None:
+            if not self.algos:
+                raise ValueError("algos must list at least one algorithm")
+            if self.fwd_ns is not None or self.bwd_ns is not None:
+                raise ValueError("give either algos or fwd_ns/bwd_ns, not both")
+        elif self.fwd_ns is None or self.bwd_ns is None:
+            raise ValueError("a layer needs fwd_ns and bwd_ns, or a list of algos")
+        return self
+
+
+class SourceSpec(_Strict):
+    kind: Literal["synthesized", "profiled", "handwritten"] = Field(
+        "handwritten", description="How the trace was made.")
+    gpu: str | None = Field(None, description="GPU preset or device name.")
+    cost_model: str | None = Field(None, description="Cost model that synthesized it.")
+    software: dict[str, str] = Field(default_factory=dict, description="Versions.")
+    note: str | None = Field(None, description="Anything a reader should know.")
+
+
+class TraceSpec(_Strict):
+    format: Literal["vdnnsim-trace"] = Field(description="Always 'vdnnsim-trace'.")
+    version: Literal[1] = Field(description="Schema version; this reader knows 1.")
+    name: str = Field(description="Network name.")
+    batch_size: int = Field(ge=1, description="Batch size the sizes and times are for.")
+    dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
+    source: SourceSpec = Field(default_factory=SourceSpec, description="Provenance.")
+    tensors: list[TensorSpec] = Field(description="Every tensor, network inputs first.")
+    layers: list[LayerSpec] = Field(min_length=1, description="Layers in execution order.")

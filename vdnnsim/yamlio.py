@@ -1,0 +1,113 @@
+"""YAML reading and atomic writing shared by every file format, and pydantic error
+formatting that names the file and the key path."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigError, VdnnError
+
+
+def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{p}: no such file")
+    if p.is_dir():
+        raise error(f"{p}: is a directory, not a YAML file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{p}: cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise error(f"{p}: malformed YAML{where}: {problem}") from None
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same folder, then a rename."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        raise ConfigError(f"{p}: folder {p.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def loc_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<top>"
+
+
+def validation_message(source: str, exc: ValidationError) -> str:
+    """The first pydantic error as 'source: key.path: message'."""
+    err = exc.errors()[0]
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{source}: {loc_path(tuple(err['loc']))}: {msg}{extra}"
+
+
+def parse_model(model: type[BaseModel], data: Any, source: str,
+                error: type[VdnnError] = ConfigError) -> Any:
+    if not isinstance(data, dict):
+        raise error(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(validation_message(source, exc)) from None
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value: Any) -> int:
+    """An integer byte count, or a string such as '12 GiB' or '1.5e9'. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("expected a byte count, got a boolean")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, float):
+        if value != int(value):
+            raise ValueError(f"byte count {value} is not a whole number")
+        n = int(value)
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"{value!r} is not a byte count (use e.g. 4096, '12 GiB', '1.5 GB')")
+        n = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    else:
+        raise ValueError(f"expected a byte count, got {type(value).__name__}")
+    if n < 0:
+        raise ValueError(f"byte count must not be negative, got {n}")
+    return n

@@ -61,6 +61,7 @@ class Simulation:
         self.fwd_end_ns = 0
         self._on_host: set[str] = set()
         self._in_flight: dict[str, simpy.Event] = {}
+        self._release_on_landing: set[str] = set()
 
     # -- helpers -----------------------------------------------------------------------------
     def _op(self, *args) -> None:
@@ -95,7 +96,8 @@ class Simulation:
             yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
             kind = "offload" if direction == "d2h" else "prefetch"
             self._op(direction, kind, layer, buf, start, self.env.now, size)
-        if free_after:  # no end-of-layer sync: release as soon as the copy lands
+        if free_after and buf in self._release_on_landing:  # no end-of-layer sync
+            self._release_on_landing.discard(buf)
             self.pool.free(buf, self.env.now)
         done.succeed()
 
@@ -105,10 +107,18 @@ class Simulation:
         self.host_bytes += self.lv.size[buf]
         self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
         self._on_host.add(buf)
+        if not self.plan.sync:
+            self._release_on_landing.add(buf)
         self.env.process(self._copy("d2h", buf, layer, done, not self.plan.sync))
         return done
 
     def _prefetch(self, buf: str, layer: str) -> simpy.Event:
+        if buf in self._release_on_landing:  # its offload is still copying: keep the GPU
+            self._release_on_landing.discard(buf)  # copy, nothing to bring back
+            self._on_host.discard(buf)
+            done = self.env.event()
+            done.succeed()
+            return done
         self.pool.alloc(buf, self.lv.size[buf], "activations", self.env.now, layer, "prefetch")
         done = self.env.event()
         self.prefetched_bytes += self.lv.size[buf]
@@ -194,16 +204,17 @@ class Simulation:
         for i in range(len(layers) - 1, -1, -1):
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
-            j = plan.prefetch[i]
-            fetches = [self._prefetch(b, layer.id) for b in plan.offload[j]] if j >= 0 else []
             need = []
             for t in layer.saved:
                 b = lv.root[t]
-                if b in self._on_host:  # not prefetched in time: fetch on demand
-                    need.append(self._prefetch(b, layer.id))
+                if b in self._on_host:  # no earlier prefetch brought it: fetch on demand,
+                    need.append(self._prefetch(b, layer.id))  # ahead of the prefetch below
                 elif b in self._in_flight:
                     need.append(self._in_flight[b])
-            yield from self._wait(need, layer.id, "prefetch of own input")
+            j = plan.prefetch[i]
+            fetches = [self._prefetch(b, layer.id) for b in plan.offload[j]
+                       if b in self._on_host] if j >= 0 else []
+            yield from self._wait(need, layer.id, "fetch of own input")
             for t in layer.inputs:
                 b = lv.root[t]
                 if lv.needs_grad[b] and f"grad:{b}" not in pool:

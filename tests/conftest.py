@@ -1,0 +1,55 @@
+"""Shared test helpers: tiny inline traces whose answers can be worked out by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vdnnsim.hardware import GPU, Link
+from vdnnsim.trace import Trace, trace_from_dict
+
+MB = 10**6
+
+
+def hand_gpu(memory_bytes: int = 10**12, bw: float = 1e9, latency_ns: int = 0,
+             duplex: bool = True) -> GPU:
+    """A GPU whose link moves 1 byte per ns (1 GB/s): 1 MB takes exactly 1 ms."""
+    return GPU("hand", "hand-made", memory_bytes, {"fp32": 1e12, "fp16": 1e12, "bf16": 1e12},
+               1e12, 0, False, Link(bw, bw, latency_ns, duplex), "tests")
+
+
+def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
+                name: str = "hand") -> Trace:
+    """A chain: each layer reads the previous output. A layer dict gives id, kind, size
+    (output bytes), fwd/bwd (ns) or algos, optional saves ('x', 'y', 'xy', '') and inplace."""
+    tensors = [{"id": "data", "size_bytes": input_bytes, "kind": "input"}]
+    out_layers = []
+    prev = "data"
+    for d in layers:
+        lid = d["id"]
+        t = {"id": lid, "size_bytes": d.get("size", input_bytes)}
+        if d.get("inplace"):
+            t["alias_of"] = prev
+            t["size_bytes"] = next(x["size_bytes"] for x in tensors if x["id"] == prev)
+        tensors.append(t)
+        saves = d.get("saves", "x")
+        saved = ([prev] if "x" in saves else []) + ([lid] if "y" in saves else [])
+        layer = {"id": lid, "kind": d.get("kind", "conv"), "inputs": [prev], "outputs": [lid],
+                 "saved": saved, "weight_bytes": d.get("weight", 0)}
+        if "algos" in d:
+            layer["algos"] = d["algos"]
+        else:
+            layer["fwd_ns"] = d.get("fwd", 0)
+            layer["bwd_ns"] = d.get("bwd", 0)
+            if d.get("ws"):
+                layer["workspace_bytes"] = d["ws"]
+        out_layers.append(layer)
+        prev = lid
+    return trace_from_dict({"format": "vdnnsim-trace", "version": 1, "name": name,
+                            "batch_size": 1, "tensors": tensors, "layers": out_layers})
+
+
+@pytest.fixture
+def gpu() -> GPU:
+    return hand_gpu()

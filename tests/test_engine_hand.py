@@ -1,0 +1,225 @@
+"""Hand-computed answers on three- and four-layer traces.
+
+Units: U = 1 MiB; the test GPU's link moves U in exactly 1 ms (1e6 ns) each way, so every
+number below can be checked on paper. Times in the traces are ns.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vdnnsim import run_trace
+from vdnnsim.engine.allocator import Pool
+from vdnnsim.policies import find_prefetch_schedule, liveness, offload_sets
+from vdnnsim.trace import trace_from_dict
+
+from .conftest import chain_trace, hand_gpu
+
+U = 2**20
+MS = 1_000_000
+GPU = hand_gpu(bw=U * 1000.0)  # U per ms
+
+
+def three_convs(bwd2: int = MS // 2):
+    return chain_trace([
+        {"id": "c1", "size": U, "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": bwd2},
+        {"id": "c3", "size": U, "fwd": MS, "bwd": MS},
+    ], input_bytes=U)
+
+
+def test_baseline_holds_everything_for_the_whole_iteration():
+    t = chain_trace([
+        {"id": "c1", "size": 2 * U, "fwd": 3 * MS, "bwd": 5 * MS, "weight": U, "ws": U},
+        {"id": "r1", "kind": "relu", "inplace": True, "saves": "y", "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": 2 * MS, "bwd": 4 * MS, "weight": U // 2},
+    ], input_bytes=U)
+    r = run_trace(t, GPU, "baseline_p")
+    # buffers data 1 + c1 2 (r1 aliases it) + c2 1 = 4U; W + dW = 3U; two gradient
+    # buffers of the largest gradient (c1: 2U) = 4U; one workspace of 1U
+    assert r.peak_memory_bytes == 12 * U
+    assert r.avg_memory_bytes == 12 * U
+    assert r.iteration_time_ns == (3 + 1 + 2) * MS + (5 + 1 + 4) * MS
+    assert r.slowdown == 1.0
+    assert r.offloaded_bytes == r.prefetched_bytes == 0
+    assert r.fits
+
+
+def test_vdnn_all_memory_and_prefetch_stall():
+    r = run_trace(three_convs(), GPU, "vdnn_all_m")
+    # forward: every offload (1 ms) exactly covers its layer (1 ms): no stall, 3 ms.
+    # backward c3: its input c2 was offloaded and nobody prefetched it: on-demand fetch,
+    #   1 ms stall; then the prefetch of c1's output (for c2) runs under c3's 1 ms.
+    # backward c2: prefetch of data (1 ms) outlasts c2's 0.5 ms: 0.5 ms stall at the sync.
+    # backward c1: 1 ms.
+    assert r.forward_time_ns == 3 * MS
+    assert r.iteration_time_ns == 3 * MS + (1 + 1 + 0.5 + 0.5 + 1) * MS
+    assert r.stall_time_ns == int(1.5 * MS)
+    assert r.offloaded_bytes == r.prefetched_bytes == 3 * U
+    # peak: during c3's backward: fetched c2 out + prefetched c1 out + dY(c3) + dX(c2)
+    assert r.peak_memory_bytes == 4 * U
+
+
+def test_offload_longer_than_its_layer_stalls_the_next_layer():
+    t = chain_trace([
+        {"id": "c1", "size": 2 * U, "fwd": MS // 2, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": 2 * MS},
+    ], input_bytes=U)
+    r = run_trace(t, GPU, "vdnn_all_m")
+    # forward c1: offloading data (1 ms) outlasts c1 (0.5 ms): 0.5 ms stall.
+    # forward c2: offloading c1's output (2 ms) outlasts c2 (1 ms): 1 ms stall.
+    assert r.forward_time_ns == 3 * MS
+    # backward c2: its own input is fetched on demand first (2 ms stall); the prefetch of
+    # data queues behind it on the H2D engine (done at +3 ms, inside c2's 2 ms backward).
+    # backward c1: 1 ms.
+    assert r.iteration_time_ns == 3 * MS + (2 + 2 + 1) * MS
+    assert r.stall_time_ns == int(3.5 * MS)
+    tl = r.timeline
+    stalls = tl[tl.kind == "stall"]
+    assert list(stalls.dur_ns) == [MS // 2, MS, 2 * MS]
+
+
+def test_vdnn_conv_offloads_only_conv_inputs():
+    t = chain_trace([
+        {"id": "c1", "size": U, "fwd": MS, "bwd": MS},
+        {"id": "p1", "kind": "maxpool", "size": U, "saves": "xy", "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": MS},
+    ], input_bytes=U)
+    lv = liveness(t)
+    assert offload_sets(t, lv, conv_only=True) == (("data",), (), ("p1",))
+    assert offload_sets(t, lv, conv_only=False) == (("data",), ("c1",), ("p1",))
+    r = run_trace(t, GPU, "vdnn_conv_p")
+    assert r.offloaded_bytes == 2 * U
+    assert r.prefetched_bytes == 2 * U
+
+
+def test_find_prefetch_layer_stops_at_the_next_conv():
+    t = chain_trace([
+        {"id": "c1", "fwd": 1, "bwd": 1},
+        {"id": "r1", "kind": "relu", "inplace": True, "saves": "y", "fwd": 1, "bwd": 1},
+        {"id": "p1", "kind": "maxpool", "saves": "xy", "fwd": 1, "bwd": 1},
+        {"id": "c2", "fwd": 1, "bwd": 1},
+        {"id": "c3", "fwd": 1, "bwd": 1},
+    ])
+    # offloads under vdnn_conv: c1 (data), c2 (p1), c3 (c2); none at r1 or p1
+    off = offload_sets(t, liveness(t), conv_only=True)
+    assert [bool(o) for o in off] == [True, False, False, True, True]
+    sched = find_prefetch_schedule(t, off)
+    # before c3's backward: c2 (offloaded). Before c2's: scan p1, r1 (not offloaded), c1
+    # (offloaded). Before p1's: r1, then c1 already prefetched and a CONV: stop.
+    assert sched == (-1, -1, -1, 0, 3)
+
+
+def test_fork_offloads_once_at_the_last_reader():
+    t = trace_from_dict({
+        "format": "vdnnsim-trace", "version": 1, "name": "fork", "batch_size": 1,
+        "tensors": [{"id": "data", "size_bytes": U, "kind": "input"},
+                    {"id": "s", "size_bytes": U}, {"id": "a", "size_bytes": U},
+                    {"id": "b", "size_bytes": U}, {"id": "j", "size_bytes": 2 * U}],
+        "layers": [
+            {"id": "s", "kind": "conv", "inputs": ["data"], "outputs": ["s"],
+             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "a", "kind": "conv", "inputs": ["s"], "outputs": ["a"], "saved": ["s"],
+             "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "b", "kind": "conv", "inputs": ["s"], "outputs": ["b"], "saved": ["s"],
+             "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "j", "kind": "concat", "inputs": ["a", "b"], "outputs": ["j"],
+             "saved": [], "fwd_ns": MS, "bwd_ns": MS},
+        ]})
+    off = offload_sets(t, liveness(t), conv_only=False)
+    assert off == (("data",), (), ("s",), ())  # s moves once, after its last reader b
+    r = run_trace(t, GPU, "vdnn_all_m")
+    assert r.offloaded_bytes == r.prefetched_bytes == 2 * U
+    # the gradient of s is written by b's backward and accumulated by a's: one buffer
+    assert r.fits
+
+
+def test_in_place_relu_buffer_moves_once():
+    t = chain_trace([
+        {"id": "c1", "size": U, "fwd": MS, "bwd": MS},
+        {"id": "r1", "kind": "relu", "inplace": True, "saves": "y", "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": MS},
+    ], input_bytes=U)
+    off = offload_sets(t, liveness(t), conv_only=False)
+    assert off == (("data",), (), ("c1",))  # r1 overwrites c1 in place: never offloads it
+    r = run_trace(t, GPU, "vdnn_all_m")
+    assert r.offloaded_bytes == r.prefetched_bytes == 2 * U
+
+
+def test_algorithm_choice_m_and_p():
+    algos = [{"name": "implicit_gemm", "fwd_ns": 4 * MS, "bwd_ns": 8 * MS},
+             {"name": "fft", "fwd_ns": MS, "bwd_ns": 2 * MS, "fwd_workspace_bytes": 3 * U,
+              "bwd_workspace_bytes": 5 * U}]
+    t = chain_trace([{"id": "c1", "size": U, "algos": algos}], input_bytes=U)
+    m, p = run_trace(t, GPU, "baseline_m"), run_trace(t, GPU, "baseline_p")
+    assert m.iteration_time_ns == 12 * MS and p.iteration_time_ns == 3 * MS
+    assert p.peak_memory_bytes - m.peak_memory_bytes == 5 * U  # the larger workspace
+    assert m.slowdown == 4.0 and p.slowdown == 1.0
+    # layer-wise: the workspace lives only while its pass runs
+    lw = run_trace(t, GPU, "vdnn_all_p")
+    assert lw.algos == ("fft",)
+
+
+def test_out_of_memory_names_tensor_layer_and_time():
+    t = three_convs()
+    r = run_trace(t, GPU, "vdnn_all_m", memory_bytes=3 * U)
+    assert not r.fits
+    assert (r.oom.layer, r.oom.phase, r.oom.tensor) == ("c3", "backward", "grad:c2")
+    assert r.oom.time_ns == 4 * MS  # after the 1 ms on-demand fetch that opened c3's step
+    assert r.peak_memory_bytes == 4 * U  # what it would have needed
+    assert run_trace(t, GPU, "vdnn_all_m", memory_bytes=4 * U).fits
+
+
+def test_no_sync_releases_on_copy_completion():
+    t = chain_trace([
+        {"id": "c1", "size": 2 * U, "fwd": MS // 2, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": 2 * MS},
+    ], input_bytes=U)
+    synced = run_trace(t, GPU, "vdnn_all_m")
+    free = run_trace(t, GPU, "vdnn_all_m", {"sync": False})
+    assert free.forward_time_ns == int(1.5 * MS)  # no end-of-layer waits
+    assert free.iteration_time_ns < synced.iteration_time_ns
+
+
+def test_half_duplex_link_serialises_directions():
+    t = three_convs()
+    full = run_trace(t, GPU, "vdnn_all_m")
+    half = run_trace(t, hand_gpu(bw=U * 1000.0, duplex=False), "vdnn_all_m")
+    assert half.iteration_time_ns >= full.iteration_time_ns
+
+
+def test_pool_fragmentation_is_reported():
+    pool = Pool(3 * U)
+    for k in "abc":
+        pool.alloc(k, U, "x", 0)
+    pool.free("a", 1)
+    pool.free("c", 2)
+    pool.alloc("big", 2 * U, "x", 3, "L", "forward")
+    assert pool.oom is not None and pool.oom.fragmented
+    assert (pool.oom.free_bytes, pool.oom.largest_free_bytes) == (2 * U, U)
+    assert pool.peak_footprint_bytes > 3 * U  # placed above capacity to go on
+
+
+def test_pool_best_fit_and_coalescing():
+    pool = Pool(10 * U)
+    for k, n in zip("abcde", (1, 3, 1, 2, 1)):
+        pool.alloc(k, n * U, "x", 0)
+    pool.free("b", 1)  # hole of 3U at 1U
+    pool.free("d", 1)  # hole of 2U at 5U
+    pool.alloc("f", 2 * U, "x", 2)  # best fit: the 2U hole
+    assert pool._blocks["f"][0] == 5 * U
+    pool.free("a", 3)
+    pool.free("c", 3)  # a, b, c coalesce into 0..5U
+    pool.alloc("g", 5 * U, "x", 4)
+    assert pool._blocks["g"][0] == 0 and pool.oom is None
+
+
+@pytest.mark.parametrize("policy", ["vdnn_all_m", "vdnn_conv_p", "vdnn_dyn"])
+def test_average_memory_is_time_weighted(policy):
+    r = run_trace(three_convs(), GPU, policy)
+    m = r.memory
+    times = list(m.time_ns) + [r.iteration_time_ns]
+    area = sum(lvl * (times[k + 1] - times[k]) for k, lvl in enumerate(m.allocated_bytes)
+               if times[k] < r.iteration_time_ns)
+    assert r.avg_memory_bytes == pytest.approx(area / r.iteration_time_ns)
+    assert 0 < r.avg_memory_bytes <= r.peak_memory_bytes

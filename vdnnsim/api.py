@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from .costmodel import synthesize
 from .engine.sim import Simulation
-from .errors import ConfigError
+from .errors import ConfigError, TraceError
 from .hardware import GPU, gpu_preset
-from .network import NetworkSpec, ZOO, infer, network_from_dict, zoo_network
+from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
 from .policies import get_policy, liveness
 from .results import RunResult
@@ -19,11 +20,19 @@ from .yamlio import read_yaml
 from .config import RunConfig
 
 
+# NOTE [simulated scale]
+# The engine's pool stands for unlimited memory with 2**62 bytes, and the cost model and the
+# reports work in floats, so a run past about an exbibyte (a batch of 10**11 images, a size
+# of 1e19 in a trace) would crash them. No GPU comes near, so build_trace refuses any trace
+# that needs more than MAX_BYTES in all with a user error.
+MAX_BYTES = 2**50
+
+
 def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None) -> GPU:
     if isinstance(gpu, GPU):
         if overrides:
-            from .hardware import GPUOverrides, apply_overrides
-            return apply_overrides(gpu, GPUOverrides.model_validate(overrides))
+            from .hardware import apply_overrides, parse_overrides
+            return apply_overrides(gpu, parse_overrides(overrides))
         return gpu
     return gpu_preset(gpu, overrides)
 
@@ -31,8 +40,9 @@ def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None) -> GPU:
 def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int | None,
                 gpu: GPU, dtype: str = "fp32") -> Trace:
     """A zoo name, a network spec (object or YAML path) or a trace (object or YAML path)."""
+    spec_file = ""
     if isinstance(network, Trace):
-        return _check_batch(network, batch_size, "the trace")
+        return _check_trace(network, batch_size, "the trace")
     if isinstance(network, NetworkSpec):
         spec = network
     elif isinstance(network, str) and network in ZOO:
@@ -43,22 +53,45 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
             zoo_network(str(network))  # raises the unknown-network error with the list
         data = read_yaml(path)
         if is_network_file(data):
-            spec = network_from_dict(data, str(path))
+            spec, spec_file = network_from_dict(data, str(path)), f"{path}: "
         else:
-            return _check_batch(trace_from_dict(data, str(path)), batch_size, str(path))
+            return _check_trace(trace_from_dict(data, str(path)), batch_size, str(path))
     if dtype not in ("fp32", "fp16", "bf16"):
         raise ConfigError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32")
     b = batch_size or spec.batch_size
     if not b:
         raise ConfigError(f"network {spec.name}: no batch_size given and the spec has none")
-    return synthesize(infer(spec), b, gpu, dtype)
+    try:
+        info = infer(spec)
+    except TraceError as exc:
+        raise TraceError(f"{spec_file}{exc}") from None
+    where = f"{spec_file}network {spec.name} at batch size {b}"
+    need = (b * (math.prod(info.input_shape) + sum(layer.out_elems for layer in info.layers))
+            + 2 * info.params) * DTYPE_BYTES[dtype]
+    if need > MAX_BYTES:  # NOTE [simulated scale]; before the cost model makes floats
+        raise ConfigError(f"{where}: {_too_big(need)}")
+    return _check_size(synthesize(info, b, gpu, dtype), where)
 
 
-def _check_batch(trace: Trace, batch_size: int | None, where: str) -> Trace:
+def _too_big(n: int) -> str:
+    gib = f"{n / 2**30:.3g} GiB" if n < 2**1000 else "more than 2**1000 bytes"
+    return f"needs {gib} in all, more than the 1 PiB (2**50 bytes) the simulator models"
+
+
+def _check_size(trace: Trace, where: str) -> Trace:
+    """NOTE [simulated scale] applies."""
+    need = (sum(t.size_bytes for t in trace.buffers.values()) + 2 * trace.weight_bytes
+            + sum(max(a.workspace_bytes for a in layer.algos) for layer in trace.layers))
+    if need > MAX_BYTES:
+        raise TraceError(f"{where}: {_too_big(need)}")
+    return trace
+
+
+def _check_trace(trace: Trace, batch_size: int | None, where: str) -> Trace:
     if batch_size is not None and batch_size != trace.batch_size:
         raise ConfigError(f"{where} was recorded at batch size {trace.batch_size}, not "
                           f"{batch_size}; a trace's sizes and times hold for its own batch")
-    return trace
+    return _check_size(trace, where)
 
 
 def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int | None = None,
@@ -108,8 +141,6 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> list[RunResult]:
     """Every policy of a run config, on one shared trace and oracle."""
-    from .yamlio import parse_bytes
-
     name, overrides = cfg.gpu_name_and_overrides()
     g = resolve_gpu(name, overrides)
     network: str | Path = cfg.network
@@ -118,10 +149,7 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> list[RunR
         if candidate.exists():
             network = candidate
     trace = build_trace(network, cfg.batch_size, g, cfg.dtype)
-    try:
-        capacity = parse_bytes(cfg.memory_bytes) if cfg.memory_bytes is not None else None
-    except ValueError as exc:
-        raise ConfigError(f"memory_bytes: {exc}") from None
+    capacity = cfg.memory_bytes  # parsed to bytes by RunConfig
     for p in cfg.policy_list:
         get_policy(p)  # fail on a bad name before any work
     oracle = oracle_time_ns(trace, g)

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import ConfigError
-from .hardware import GPUOverrides
+from .hardware import Bytes, GPUOverrides
 from .yamlio import parse_model, read_yaml
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic would take `true` for 1
+        raise ValueError("expected a whole number, got a boolean")
+    return value
 
 
 class GPUConfig(GPUOverrides):
@@ -33,19 +39,21 @@ class RunConfig(BaseModel):
 
     name: str | None = Field(None, description="A title for the table.")
     description: str | None = Field(None, description="Free text for people.")
-    network: str = Field(description="Zoo network name, or a path to a network spec or a "
-                         "trace file (relative paths: from the config's folder).")
-    batch_size: int | None = Field(None, ge=1, description="Batch size (default: the "
-                                   "network's; a trace fixes its own).")
+    network: str = Field(min_length=1, description="Zoo network name, or a path to a "
+                         "network spec or a trace file (relative paths: from the config's "
+                         "folder).")
+    batch_size: Annotated[int, BeforeValidator(_not_bool)] | None = Field(
+        None, ge=1, description="Batch size (default: the network's; a trace fixes its own).")
     gpu: str | GPUConfig = Field("k40", description="Preset name, or a mapping with "
                                  "'preset' and overrides.")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
-    policy: str | None = Field(None, description="One policy name.")
-    policies: list[str] | None = Field(None, min_length=1, description="Policy names.")
+    policy: str | None = Field(None, min_length=1, description="One policy name.")
+    policies: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, min_length=1, description="Policy names.")
     policy_options: dict[str, Any] = Field(default_factory=dict,
                                            description="Options passed to every policy.")
-    memory_bytes: int | str | None = Field(None, description="Pool capacity override, e.g. "
-                                           "'12 GiB' (default: the GPU's memory).")
+    memory_bytes: Bytes | None = Field(None, description="Pool capacity override, e.g. "
+                                       "'12 GiB' (default: the GPU's memory).")
 
     @model_validator(mode="after")
     def _one_policy_key(self) -> "RunConfig":

@@ -112,11 +112,15 @@ def gpu_preset(name: str, overrides: GPUOverrides | dict[str, Any] | None = None
     if overrides is None:
         return gpu
     if isinstance(overrides, dict):
-        try:
-            overrides = GPUOverrides.model_validate(overrides)
-        except ValidationError as exc:
-            raise ConfigError(validation_message("gpu overrides", exc)) from None
+        overrides = parse_overrides(overrides)
     return apply_overrides(gpu, overrides)
+
+
+def parse_overrides(data: dict[str, Any]) -> GPUOverrides:
+    try:
+        return GPUOverrides.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message("gpu overrides", exc, data)) from None
 
 
 def apply_overrides(gpu: GPU, o: GPUOverrides) -> GPU:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         raise error(f"{p}: cannot read: {exc}") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise error(f"{p}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -39,14 +41,22 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     p = Path(path)
     if p.parent and not p.parent.exists():
         raise ConfigError(f"{p}: folder {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    if p.is_dir():
+        raise ConfigError(f"{p}: is a directory, not a file name")
+    tmp = str(p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp")
+    try:  # not mkstemp: its files are 0600, these get the umask's mode like any other
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
         raise
 
 
@@ -64,26 +74,65 @@ def loc_path(loc: tuple[Any, ...]) -> str:
     return out or "<top>"
 
 
-def validation_message(source: str, exc: ValidationError) -> str:
-    """The first pydantic error as 'source: key.path: message'."""
-    err = exc.errors()[0]
+_NO_DATA = object()
+
+
+def _user_loc(loc: tuple[Any, ...], data: Any, missing: bool) -> tuple[tuple[Any, ...], bool]:
+    """The key path as the user wrote it, and whether pydantic's path held union-branch
+    tags ('str', 'GPUConfig', 'function-before[...]') that are not keys of the input."""
+    out: list[Any] = []
+    node, tagged = data, False
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif missing and i == len(loc) - 1:
+            pass  # the key the user left out
+        else:
+            tagged = True
+            continue
+        out.append(part)
+    return tuple(out), tagged
+
+
+def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) -> str:
+    """One pydantic error as 'source: key.path: message'.
+
+    With ``data`` (the validated input), union-branch tags are dropped from the key path
+    and a branch's type mismatch ("should be a valid string") yields to the error of the
+    branch the input was meant for ("unknown key").
+    """
+    errors = []
+    for e in exc.errors():
+        if data is _NO_DATA:
+            loc, tagged = tuple(e["loc"]), False
+        else:
+            loc, tagged = _user_loc(tuple(e["loc"]), data, e["type"] == "missing")
+        errors.append((loc, tagged and e["type"].endswith("_type"), e))
+    real = [x for x in errors if not x[1]] or errors[:1]
+    loc, _, err = real[0]
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
     elif err["type"] == "missing":
-        msg = "required key is missing"
-    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{source}: {loc_path(tuple(err['loc']))}: {msg}{extra}"
+        msg = "required item is missing" if loc and isinstance(loc[-1], int) \
+            else "required key is missing"
+    elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+        msg = str(err["ctx"]["error"])  # without pydantic's "Value error, "
+    extra = f" (and {len(real) - 1} more)" if len(real) > 1 else ""
+    return f"{source}: {loc_path(loc)}: {msg}{extra}"
 
 
 def parse_model(model: type[BaseModel], data: Any, source: str,
                 error: type[VdnnError] = ConfigError) -> Any:
     if not isinstance(data, dict):
-        raise error(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        got = "nothing (an empty file?)" if data is None else type(data).__name__
+        raise error(f"{source}: expected a mapping at the top level, got {got}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise error(validation_message(source, exc)) from None
+        raise error(validation_message(source, exc, data)) from None
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -31,9 +31,19 @@ def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None
                           f"known: {', '.join(sorted(allowed)) or 'none'}")
 
 
+def sync_option(name: str, options: dict[str, Any]) -> bool:
+    """Pop and check the ``sync`` option (a YAML boolean, default true)."""
+    sync = options.pop("sync", True)
+    if not isinstance(sync, bool):
+        raise ConfigError(f"policy {name}: option sync must be true or false, got {sync!r}")
+    return sync
+
+
 def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    algo = options["algo"]
-    check_options(f"baseline_{algo}", {k: v for k, v in options.items() if k != "algo"}, set())
+    opts = dict(options)
+    algo = opts.pop("algo")
+    sync_option(f"baseline_{algo}", opts)  # accepted so one option set serves every policy
+    check_options(f"baseline_{algo}", opts, set())
     n = len(trace.layers)
     return Plan(f"baseline_{algo}", "network_wide", algo_choice(trace, algo),
                 ((),) * n, (-1,) * n)
@@ -43,7 +53,7 @@ def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     opts = dict(options)
     which, algo = opts.pop("which"), opts.pop("algo")
     name = f"vdnn_{which}_{algo}"
-    sync = bool(opts.pop("sync", True))
+    sync = sync_option(name, opts)
     check_options(name, opts, set())
     return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name)
 

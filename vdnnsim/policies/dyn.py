@@ -27,10 +27,10 @@ from .plan import Plan, liveness
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     from ..engine.sim import Simulation  # the engine imports policies' Plan
-    from .builtin import algo_choice, vdnn_plan
+    from .builtin import algo_choice, sync_option, vdnn_plan
 
     opts = dict(options)
-    sync = bool(opts.pop("sync", True))
+    sync = sync_option("vdnn_dyn", opts)
     if opts:
         raise ConfigError(f"policy vdnn_dyn: unknown option(s) {', '.join(sorted(opts))}; "
                           "known: sync")

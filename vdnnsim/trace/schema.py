@@ -18,7 +18,9 @@ FORMAT = "vdnnsim-trace"
 VERSION = 1
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
-Nanos = Annotated[int, Field(ge=0)]
+# Times turn into floats in the reports; 10**18 ns (31 years) is far past any real layer
+# and keeps them finite.
+Nanos = Annotated[int, Field(ge=0, le=10**18)]
 
 
 class _Strict(BaseModel):

@@ -1,0 +1,432 @@
+"""Every bad input to the `vdnnsim` command ends in one line on stderr and exit code 2, with
+no traceback, nothing on stdout and no file left behind (NOTE [user errors]).
+
+The CLI runs as a real subprocess, so what is checked is what a user sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+# `vdnnsim: error: ...` from our handler, `vdnnsim run: error: ...` from argparse.
+ERROR_LINE = re.compile(r"^vdnnsim(?: (?:run|trace|list))?: error: \S")
+
+
+def vdnnsim(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    def umask() -> None:  # so that the mode of a written file is known
+        os.umask(0o022)
+
+    return subprocess.run([sys.executable, "-m", "vdnnsim", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, preexec_fn=umask)
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (hidden ones too) with its content."""
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    err = proc.stderr
+    assert "Traceback" not in err, err
+    assert proc.returncode == 2, (proc.returncode, err)
+    assert err.endswith("\n") and len(err.splitlines()) == 1, err
+    assert ERROR_LINE.match(err), err
+    assert proc.stdout == "", proc.stdout
+    for f in fragments:
+        assert f in err, f"{f!r} not in {err!r}"
+    return err
+
+
+def run_config(tmp_path: Path, text: str, *fragments: str,
+               extra: dict[str, str] | None = None) -> str:
+    """Write the config (and any extra files), run it, check the error, check no file
+    appeared or changed."""
+    (tmp_path / "cfg.yaml").write_text(text)
+    for name, content in (extra or {}).items():
+        (tmp_path / name).write_text(content)
+    before = files_under(tmp_path)
+    err = assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), *fragments)
+    assert files_under(tmp_path) == before
+    return err
+
+
+# -- run configs -----------------------------------------------------------------------------
+
+GOOD_CONFIG = "network: vgg16\nbatch_size: 2\npolicy: baseline_p\n"
+
+CONFIG_CASES = [
+    # (id, config text, fragments the one line must hold)
+    ("malformed_yaml", "network: [vgg16\n", ["cfg.yaml", "malformed YAML", "line 2"]),
+    ("two_documents", "network: vgg16\n---\nbatch_size: 2\n", ["cfg.yaml", "malformed YAML"]),
+    ("deeply_nested", "network: " + "[" * 5000 + "]" * 5000 + "\n",
+     ["cfg.yaml", "nested too deeply"]),
+    ("top_level_list", "- network: vgg16\n- batch_size: 2\n",
+     ["cfg.yaml", "expected a mapping", "list"]),
+    ("top_level_scalar", "vgg16\n", ["cfg.yaml", "expected a mapping", "str"]),
+    ("empty_file", "", ["cfg.yaml", "expected a mapping", "empty"]),
+    ("unknown_top_key", GOOD_CONFIG + "colour: red\n", ["cfg.yaml", "colour", "unknown key"]),
+    ("network_missing", "batch_size: 2\n", ["cfg.yaml", "network", "required key"]),
+    ("network_empty", "network: ''\n", ["cfg.yaml", "network"]),
+    ("network_not_string", "network: 5\n", ["cfg.yaml", "network"]),
+    ("unknown_network", "network: vgg17\n",
+     ["unknown network 'vgg17'", "known:", "alexnet", "vgg16"]),
+    ("network_file_missing", "network: nets/foo.yaml\n", ["nets/foo.yaml", "no such file"]),
+    ("unknown_gpu", GOOD_CONFIG + "gpu: k41\n", ["unknown GPU preset 'k41'", "known:", "k40"]),
+    ("unknown_gpu_in_mapping", GOOD_CONFIG + "gpu: {preset: k41}\n",
+     ["unknown GPU preset 'k41'", "known:", "k40"]),
+    ("gpu_unknown_override", GOOD_CONFIG + "gpu: {preset: k40, colour: red}\n",
+     ["cfg.yaml", "gpu.colour", "unknown key"]),
+    ("gpu_bad_memory", GOOD_CONFIG + "gpu: {preset: k40, memory_bytes: lots}\n",
+     ["cfg.yaml", "gpu.memory_bytes", "'lots'"]),
+    ("gpu_zero_link", GOOD_CONFIG + "gpu: {preset: k40, link_bw_bytes_per_s: 0}\n",
+     ["cfg.yaml", "gpu.link_bw_bytes_per_s", "greater than 0"]),
+    ("gpu_mapping_without_preset", GOOD_CONFIG + "gpu: {memory_bytes: 12 GiB}\n",
+     ["cfg.yaml", "gpu.preset", "required key"]),
+    ("gpu_number", GOOD_CONFIG + "gpu: 5\n", ["cfg.yaml", "gpu"]),
+    ("unknown_policy", "network: vgg16\nbatch_size: 2\npolicy: nope\n",
+     ["unknown policy 'nope'", "known:", "baseline_p", "vdnn_dyn"]),
+    ("unknown_policy_in_list", "network: vgg16\nbatch_size: 2\n"
+     "policies: [baseline_p, nope]\n", ["unknown policy 'nope'", "known:", "vdnn_dyn"]),
+    ("unknown_policy_option", GOOD_CONFIG + "policy_options: {foo: 1}\n",
+     ["baseline_p", "unknown option", "foo"]),
+    ("unknown_dyn_option", "network: vgg16\nbatch_size: 2\npolicy: vdnn_dyn\n"
+     "policy_options: {foo: 1}\n", ["vdnn_dyn", "unknown option", "foo", "sync"]),
+    ("sync_not_boolean", "network: vgg16\nbatch_size: 2\npolicy: vdnn_all_p\n"
+     "policy_options: {sync: 'false'}\n", ["vdnn_all_p", "sync must be true or false"]),
+    ("policy_empty", "network: vgg16\nbatch_size: 2\npolicy: ''\n", ["cfg.yaml", "policy"]),
+    ("policy_options_not_mapping", GOOD_CONFIG + "policy_options: 5\n",
+     ["cfg.yaml", "policy_options"]),
+    ("policy_and_policies", GOOD_CONFIG + "policies: [vdnn_dyn]\n",
+     ["cfg.yaml", "'policy' or 'policies', not both"]),
+    ("policies_empty", "network: vgg16\nbatch_size: 2\npolicies: []\n",
+     ["cfg.yaml", "policies"]),
+    ("batch_negative", "network: vgg16\nbatch_size: -3\n",
+     ["cfg.yaml", "batch_size", "greater than or equal to 1"]),
+    ("batch_zero", "network: vgg16\nbatch_size: 0\n",
+     ["cfg.yaml", "batch_size", "greater than or equal to 1"]),
+    ("batch_not_numeric", "network: vgg16\nbatch_size: abc\n",
+     ["cfg.yaml", "batch_size", "integer"]),
+    ("batch_fraction", "network: vgg16\nbatch_size: 2.5\n",
+     ["cfg.yaml", "batch_size", "fractional"]),
+    ("batch_boolean", "network: vgg16\nbatch_size: true\n",
+     ["cfg.yaml", "batch_size", "boolean"]),
+    ("batch_beyond_simulation", "network: vgg16\nbatch_size: " + "1" + "0" * 30 + "\n",
+     ["vgg16", "batch size", "1 PiB"]),
+    ("batch_beyond_floats", "network: vgg16\nbatch_size: " + "1" + "0" * 400 + "\n",
+     ["vgg16", "batch size", "1 PiB"]),
+    ("memory_words", GOOD_CONFIG + "memory_bytes: lots\n",
+     ["cfg.yaml", "memory_bytes", "'lots'", "not a byte count"]),
+    ("memory_negative_string", GOOD_CONFIG + "memory_bytes: '-5'\n",
+     ["cfg.yaml", "memory_bytes", "'-5'"]),
+    ("memory_negative_number", GOOD_CONFIG + "memory_bytes: -5\n",
+     ["cfg.yaml", "memory_bytes", "negative"]),
+    ("memory_fraction", GOOD_CONFIG + "memory_bytes: 1.5\n",
+     ["cfg.yaml", "memory_bytes", "whole number"]),
+    ("memory_unknown_unit", GOOD_CONFIG + "memory_bytes: 12 GiBs\n",
+     ["cfg.yaml", "memory_bytes", "'12 GiBs'"]),
+    ("dtype_not_allowed", GOOD_CONFIG + "dtype: fp64\n", ["cfg.yaml", "dtype", "'fp32'"]),
+]
+
+
+@pytest.mark.parametrize("text, fragments", [c[1:] for c in CONFIG_CASES],
+                         ids=[c[0] for c in CONFIG_CASES])
+def test_run_bad_config(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    run_config(tmp_path, text, *fragments)
+
+
+def test_run_good_config_succeeds(tmp_path: Path) -> None:
+    """The base the bad configs are made from runs, so their failures are their own."""
+    (tmp_path / "cfg.yaml").write_text(GOOD_CONFIG + "memory_bytes: 12 GiB\n"
+                                       "gpu: {preset: k40, link_bw_bytes_per_s: 1.0e+10}\n")
+    proc = vdnnsim(tmp_path, "run", "--json", "cfg.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    [record] = json.loads(proc.stdout)
+    assert record["batch_size"] == 2 and record["capacity_bytes"] == 12 * 2**30
+
+
+def test_run_missing_file(tmp_path: Path) -> None:
+    assert_user_error(vdnnsim(tmp_path, "run", "nope.yaml"), "nope.yaml", "no such file")
+    assert files_under(tmp_path) == {}
+
+
+def test_run_directory(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    assert_user_error(vdnnsim(tmp_path, "run", "d"), "d", "is a directory")
+
+
+def test_run_undecodable_file(tmp_path: Path) -> None:
+    (tmp_path / "cfg.yaml").write_bytes(b"network: \xff\xfe\n")
+    assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), "cfg.yaml", "cannot read")
+
+
+# -- network specs referenced from a config --------------------------------------------------
+
+NET_HEAD = "name: tiny\ninput: [3, 8, 8]\nlayers:\n"
+GOOD_NET_LAYERS = ["{name: c1, type: conv, out: 4, kernel: 3}", "{name: r1, type: relu}",
+                   "{name: f, type: flatten}", "{name: fc, type: fc, out: 10}"]
+NET_CONFIG = "network: net.yaml\nbatch_size: 2\npolicy: baseline_p\n"
+
+
+def net(*layers: str, head: str = NET_HEAD) -> str:
+    return head + "".join(f"  - {layer}\n" for layer in layers)
+
+
+NET_CASES = [
+    ("unknown_layer_type",
+     net(GOOD_NET_LAYERS[0], "{name: c2, type: convolution, out: 4, kernel: 3}"),
+     ["net.yaml", "layers[1].type", "'conv'"]),
+    ("conv_without_out", net("{name: c1, type: conv, kernel: 3}"),
+     ["net.yaml", "layers[0]", "needs 'out'"]),
+    ("pool_without_kernel", net("{name: p1, type: maxpool}"),
+     ["net.yaml", "layers[0]", "needs 'kernel'"]),
+    ("unknown_layer_key", net("{name: c1, type: conv, out: 4, kernel: 3, colour: red}"),
+     ["net.yaml", "layers[0].colour", "unknown key"]),
+    ("input_names_unknown_layer",
+     net(GOOD_NET_LAYERS[0], "{name: c2, type: conv, out: 4, kernel: 1, inputs: [ghost]}"),
+     ["net.yaml", "layers[1] (c2)", "'ghost'"]),
+    ("input_names_later_layer",
+     net("{name: c1, type: conv, out: 4, kernel: 3, inputs: [r1]}", "{name: r1, type: relu}"),
+     ["net.yaml", "layers[0] (c1)", "'r1'"]),
+    ("kernel_larger_than_input", net("{name: c1, type: conv, out: 4, kernel: 11}"),
+     ["net.yaml", "layers[0] (c1)", "8x8", "kernel 11"]),
+    ("pool_larger_than_input", net("{name: p1, type: maxpool, kernel: 9}"),
+     ["net.yaml", "layers[0] (p1)", "kernel 9"]),
+    ("duplicate_layer_name", net(GOOD_NET_LAYERS[0], "{name: c1, type: relu}"),
+     ["net.yaml", "layers[1]", "duplicate layer name 'c1'"]),
+    ("conv_in_place", net("{name: c1, type: conv, out: 4, kernel: 3, inplace: true}"),
+     ["net.yaml", "layers[0] (c1)", "in place"]),
+    ("groups_do_not_divide", net("{name: c1, type: conv, out: 4, kernel: 3, groups: 2}"),
+     ["net.yaml", "layers[0] (c1)", "groups"]),
+    ("conv_two_inputs",
+     net(GOOD_NET_LAYERS[0], "{name: c2, type: conv, out: 4, kernel: 1, inputs: [data, c1]}"),
+     ["net.yaml", "layers[1] (c2)", "one input"]),
+    ("add_shapes_differ",
+     net(GOOD_NET_LAYERS[0], "{name: s, type: add, inputs: [data, c1]}"),
+     ["net.yaml", "layers[1] (s)", "differ in shape"]),
+    ("no_layers", NET_HEAD.replace("layers:\n", "layers: []\n"), ["net.yaml", "layers"]),
+    ("input_not_three_dims", net("{name: r1, type: relu}", head=NET_HEAD.replace(
+        "[3, 8, 8]", "[3, 8]")), ["net.yaml", "input"]),
+    ("negative_stride", net("{name: c1, type: conv, out: 4, kernel: 3, stride: -1}"),
+     ["net.yaml", "layers[0].stride"]),
+    ("output_beyond_simulation", net("{name: f, type: flatten}",
+                                     "{name: fc, type: fc, out: 1000000000000000}"),
+     ["net.yaml", "tiny", "1 PiB"]),
+]
+
+
+@pytest.mark.parametrize("spec, fragments", [c[1:] for c in NET_CASES],
+                         ids=[c[0] for c in NET_CASES])
+def test_run_bad_network_spec(tmp_path: Path, spec: str, fragments: list[str]) -> None:
+    run_config(tmp_path, NET_CONFIG, *fragments, extra={"net.yaml": spec})
+
+
+def test_run_network_spec_without_batch_size(tmp_path: Path) -> None:
+    run_config(tmp_path, "network: net.yaml\n", "tiny", "batch_size",
+               extra={"net.yaml": net(*GOOD_NET_LAYERS)})
+
+
+def test_run_good_network_spec_succeeds(tmp_path: Path) -> None:
+    (tmp_path / "net.yaml").write_text(net(*GOOD_NET_LAYERS))
+    (tmp_path / "cfg.yaml").write_text(NET_CONFIG)
+    proc = vdnnsim(tmp_path, "run", "cfg.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and "tiny" in proc.stdout
+
+
+# -- trace files referenced from a config ----------------------------------------------------
+
+def good_trace() -> dict[str, Any]:
+    """data -> a -> b, the shape of conftest.chain_trace."""
+    return {"format": "vdnnsim-trace", "version": 1, "name": "hand", "batch_size": 1,
+            "tensors": [{"id": "data", "size_bytes": 1000, "kind": "input"},
+                        {"id": "a", "size_bytes": 1000},
+                        {"id": "b", "size_bytes": 1000}],
+            "layers": [{"id": "a", "kind": "conv", "inputs": ["data"], "outputs": ["a"],
+                        "saved": ["data"], "fwd_ns": 10, "bwd_ns": 20},
+                       {"id": "b", "kind": "relu", "inputs": ["a"], "outputs": ["b"],
+                        "saved": ["a"], "fwd_ns": 10, "bwd_ns": 20}]}
+
+
+def tensor(i: int, **kw: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda t: t["tensors"][i].update(kw)
+
+
+def layer(i: int, **kw: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda t: t["layers"][i].update(kw)
+
+
+def top(**kw: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda t: t.update(kw)
+
+
+def drop_layer_key(i: int, key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda t: t["layers"][i].pop(key)
+
+
+TRACE_CASES = [
+    ("negative_size", tensor(1, size_bytes=-5),
+     ["tr.yaml", "tensors[1].size_bytes", "negative"]),
+    ("non_numeric_size", tensor(1, size_bytes="big"),
+     ["tr.yaml", "tensors[1].size_bytes", "'big'"]),
+    ("fractional_size", tensor(1, size_bytes=2.5),
+     ["tr.yaml", "tensors[1].size_bytes", "whole number"]),
+    ("size_beyond_simulation", tensor(1, size_bytes=10**19), ["tr.yaml", "1 PiB"]),
+    ("cycle", layer(0, inputs=["b"], saved=["b"]), ["tr.yaml", "cycle", "a -> b -> a"]),
+    ("read_before_write", lambda t: (t["layers"][0].update(inputs=["b"], saved=[]),
+                                     t["layers"][1].update(inputs=["data"], saved=[])),
+     ["tr.yaml", "layers[0] (a)", "before", "layers[1] (b)"]),
+    ("duplicate_tensor_id", tensor(2, id="a"),
+     ["tr.yaml", "tensors[2].id", "duplicate tensor id 'a'"]),
+    ("duplicate_layer_id", layer(1, id="a"),
+     ["tr.yaml", "layers[1].id", "duplicate layer id 'a'"]),
+    ("unknown_input_tensor", layer(1, inputs=["ghost"], saved=[]),
+     ["tr.yaml", "layers[1] (b).inputs[0]", "unknown tensor 'ghost'"]),
+    ("unknown_saved_tensor", layer(1, saved=["ghost"]),
+     ["tr.yaml", "layers[1] (b).saved[0]", "'ghost'"]),
+    ("saved_not_read_or_written", layer(1, saved=["data"]),
+     ["tr.yaml", "layers[1] (b).saved[0]", "'data'"]),
+    ("tensor_written_twice", layer(1, outputs=["a"]),
+     ["tr.yaml", "layers[1] (b).outputs[0]", "'a'", "already written"]),
+    ("tensor_written_by_nobody", lambda t: t["tensors"].append({"id": "z", "size_bytes": 1}),
+     ["tr.yaml", "'z'", "written by no layer"]),
+    ("unknown_alias", tensor(2, alias_of="ghost"), ["tr.yaml", "tensors[2].alias_of", "'ghost'"]),
+    ("wrong_version", top(version=2), ["tr.yaml", "version"]),
+    ("wrong_format", top(format="vdnnsim-trace-2"), ["tr.yaml", "format"]),
+    ("unknown_top_key", top(colour="red"), ["tr.yaml", "colour", "unknown key"]),
+    ("unknown_layer_key", layer(0, colour="red"), ["tr.yaml", "layers[0].colour", "unknown key"]),
+    ("unknown_tensor_kind", tensor(1, kind="weights"), ["tr.yaml", "tensors[1].kind"]),
+    ("layer_without_times", drop_layer_key(0, "fwd_ns"),
+     ["tr.yaml", "layers[0]", "fwd_ns and bwd_ns"]),
+    ("negative_time", layer(0, fwd_ns=-1), ["tr.yaml", "layers[0].fwd_ns"]),
+    ("time_beyond_floats", layer(0, fwd_ns=10**400), ["tr.yaml", "layers[0].fwd_ns"]),
+    ("no_layers", top(layers=[]), ["tr.yaml", "layers"]),
+    ("zero_batch", top(batch_size=0), ["tr.yaml", "batch_size"]),
+]
+
+
+def write_trace(path: Path, mutate: Callable[[dict[str, Any]], Any] | None = None) -> None:
+    t = copy.deepcopy(good_trace())
+    if mutate:
+        mutate(t)
+    path.write_text(yaml.safe_dump(t, sort_keys=False))
+
+
+@pytest.mark.parametrize("mutate, fragments", [c[1:] for c in TRACE_CASES],
+                         ids=[c[0] for c in TRACE_CASES])
+def test_run_bad_trace(tmp_path: Path, mutate: Callable[[dict[str, Any]], Any],
+                       fragments: list[str]) -> None:
+    write_trace(tmp_path / "tr.yaml", mutate)
+    run_config(tmp_path, "network: tr.yaml\npolicy: vdnn_all_m\n", *fragments)
+
+
+def test_run_trace_at_another_batch_size(tmp_path: Path) -> None:
+    write_trace(tmp_path / "tr.yaml")
+    run_config(tmp_path, "network: tr.yaml\nbatch_size: 4\n", "tr.yaml", "batch size 1", "4")
+
+
+def test_run_good_trace_succeeds(tmp_path: Path) -> None:
+    write_trace(tmp_path / "tr.yaml")
+    (tmp_path / "cfg.yaml").write_text("network: tr.yaml\nbatch_size: 1\npolicy: vdnn_all_m\n")
+    proc = vdnnsim(tmp_path, "run", "--json", "cfg.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    [record] = json.loads(proc.stdout)
+    assert record["network"] == "hand" and record["policy"] == "vdnn_all_m"
+
+
+# -- the trace command and the argument parser -----------------------------------------------
+
+TRACE_CMD_CASES = [
+    ("unknown_network", ["vgg17", "-o", "out/x.yaml"],
+     ["unknown network 'vgg17'", "known:", "vgg16"]),
+    ("unknown_network_to_stdout", ["vgg17", "-o", "-"], ["unknown network 'vgg17'"]),
+    ("unknown_gpu", ["vgg16", "--gpu", "k41", "-o", "out/x.yaml"],
+     ["unknown GPU preset 'k41'", "known:", "k40"]),
+    ("batch_zero", ["vgg16", "--batch-size", "0", "-o", "out/x.yaml"], ["--batch-size"]),
+    ("batch_negative", ["vgg16", "-b", "-3", "-o", "out/x.yaml"], ["--batch-size"]),
+    ("batch_not_numeric", ["vgg16", "-b", "abc", "-o", "out/x.yaml"],
+     ["vdnnsim trace: error:", "--batch-size", "'abc'"]),
+    ("batch_beyond_simulation", ["vgg16", "-b", "100000000000", "-o", "out/x.yaml"],
+     ["vgg16", "1 PiB"]),
+    ("dtype_not_allowed", ["vgg16", "--dtype", "fp64", "-o", "out/x.yaml"],
+     ["vdnnsim trace: error:", "--dtype", "'fp64'"]),
+    ("no_output", ["vgg16"], ["vdnnsim trace: error:", "--output"]),
+    ("folder_does_not_exist", ["vgg16", "-b", "2", "-o", "nosuch/x.yaml"],
+     ["nosuch/x.yaml", "folder nosuch does not exist"]),
+    ("output_is_a_folder", ["vgg16", "-b", "2", "-o", "out"], ["out", "is a directory"]),
+    ("bad_network_spec", ["net.yaml", "-b", "2", "-o", "out/x.yaml"],
+     ["net.yaml", "layers[0] (c1)", "kernel 11"]),
+    ("network_file_missing", ["nonet.yaml", "-o", "out/x.yaml"], ["nonet.yaml", "no such file"]),
+    ("trace_at_another_batch", ["tr.yaml", "-b", "3", "-o", "out/x.yaml"],
+     ["tr.yaml", "batch size 1", "3"]),
+]
+
+
+@pytest.mark.parametrize("args, fragments", [c[1:] for c in TRACE_CMD_CASES],
+                         ids=[c[0] for c in TRACE_CMD_CASES])
+def test_trace_bad_input_writes_nothing(tmp_path: Path, args: list[str],
+                                        fragments: list[str]) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "net.yaml").write_text(net("{name: c1, type: conv, out: 4, kernel: 11}"))
+    write_trace(tmp_path / "tr.yaml")
+    before = files_under(tmp_path)
+    assert_user_error(vdnnsim(tmp_path, "trace", *args), *fragments)
+    assert files_under(tmp_path) == before  # no output, no temporary file
+    assert not (tmp_path / "nosuch").exists()
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+PARSER_CASES = [
+    ("no_command", [], ["vdnnsim: error:", "command"]),
+    ("unknown_command", ["frobnicate"], ["vdnnsim: error:", "'frobnicate'"]),
+    ("run_without_config", ["run"], ["vdnnsim run: error:", "config"]),
+    ("run_unknown_flag", ["run", "cfg.yaml", "--fast"], ["vdnnsim: error:", "--fast"]),
+    ("list_unknown_topic", ["list", "foo"], ["vdnnsim list: error:", "'foo'"]),
+]
+
+
+@pytest.mark.parametrize("args, fragments", [c[1:] for c in PARSER_CASES],
+                         ids=[c[0] for c in PARSER_CASES])
+def test_bad_arguments(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
+    assert_user_error(vdnnsim(tmp_path, *args), *fragments)
+    assert files_under(tmp_path) == {}
+
+
+def test_trace_then_run_round_trip(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    proc = vdnnsim(tmp_path, "trace", "vgg16", "-b", "2", "-o", "tmp/x.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and proc.stdout.startswith("wrote tmp/x.yaml: vgg16, batch 2")
+    written = tmp_path / "tmp" / "x.yaml"
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == ["x.yaml"]  # no temp file
+    assert written.stat().st_mode & 0o777 == 0o644  # the umask's mode, not mkstemp's 0600
+    assert yaml.safe_load(written.read_text())["batch_size"] == 2
+
+    (tmp_path / "cfg.yaml").write_text("network: tmp/x.yaml\nbatch_size: 2\n"
+                                       "policies: [baseline_p, vdnn_all_m]\n")
+    proc = vdnnsim(tmp_path, "run", "--json", "cfg.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    records = json.loads(proc.stdout)
+    assert [(r["network"], r["batch_size"], r["policy"]) for r in records] == [
+        ("vgg16", 2, "baseline_p"), ("vgg16", 2, "vdnn_all_m")]
+
+
+def test_trace_over_an_existing_file_keeps_it_on_error(tmp_path: Path) -> None:
+    """A failed command leaves the old file as it was, not a half-written one."""
+    (tmp_path / "x.yaml").write_text("old\n")
+    assert_user_error(vdnnsim(tmp_path, "trace", "vgg16", "--gpu", "k41", "-o", "x.yaml"),
+                      "k41")
+    assert files_under(tmp_path) == {"x.yaml": b"old\n"}

@@ -179,6 +179,15 @@ def test_no_sync_releases_on_copy_completion():
     free = run_trace(t, GPU, "vdnn_all_m", {"sync": False})
     assert free.forward_time_ns == int(1.5 * MS)  # no end-of-layer waits
     assert free.iteration_time_ns < synced.iteration_time_ns
+    # but a buffer leaves the GPU only once its copy has landed AND its layer is done:
+    # data (1U) lands at 1 ms, after c1 ended at 0.5 ms: released then. c1's output (2U)
+    # queues behind data on the D2H engine and would land at 3 ms; backward starts at 1.5 ms
+    # and needs it first, so it never leaves: only data is fetched back.
+    m = free.memory.set_index("time_ns").allocated_bytes
+    assert m[MS // 2] == 4 * U  # data + c1 out + c2 out
+    assert m[MS] == 3 * U  # data released on landing
+    assert m[int(1.5 * MS)] == 6 * U  # c1 out kept, data back, dY(c2), dX(c2)
+    assert free.prefetched_bytes == U and free.offloaded_bytes == 3 * U
 
 
 def test_half_duplex_link_serialises_directions():

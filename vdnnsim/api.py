@@ -21,10 +21,10 @@ from .config import RunConfig
 
 
 # NOTE [simulated scale]
-# The engine's pool stands for unlimited memory with 2**62 bytes, and the cost model and the
-# reports work in floats, so a run past about an exbibyte (a batch of 10**11 images, a size
-# of 1e19 in a trace) would crash them. No GPU comes near, so build_trace refuses any trace
-# that needs more than MAX_BYTES in all with a user error.
+# The cost model and the reports work in floats, so a run past about an exbibyte (a batch
+# of 10**11 images, a size of 1e19 in a trace) would lose precision or overflow. No GPU
+# comes near, so build_trace refuses any trace that needs more than MAX_BYTES in all with
+# a user error.
 MAX_BYTES = 2**50
 
 

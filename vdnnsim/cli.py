@@ -57,8 +57,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_yaml(trace_to_dict(trace)))
     else:
         save_trace(trace, args.output)
+        timed = (f"timed for {gpu.name} by the cost model"
+                 if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
+                 else f"times as recorded ({trace.source.kind})")
         print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
-              f"{len(trace.layers)} layers, timed for {gpu.name}")
+              f"{len(trace.layers)} layers, {timed}")
     return 0
 
 

@@ -76,7 +76,7 @@ class RunResult:
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
             "stall_time_s": ns_to_s(self.stall_time_ns),
-            "oom_layer": oom.layer if oom else None,
+            "oom_layer": (oom.layer or None) if oom else None,
             "oom_tensor": oom.tensor if oom else None,
             "oom_time_s": ns_to_s(oom.time_ns) if oom else None,
             "oom_fragmented": oom.fragmented if oom else None,

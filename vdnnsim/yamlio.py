@@ -154,7 +154,10 @@ def parse_bytes(value: Any) -> int:
         m = _SIZE_RE.match(value)
         if not m or m.group(2).lower() not in _UNITS:
             raise ValueError(f"{value!r} is not a byte count (use e.g. 4096, '12 GiB', '1.5 GB')")
-        n = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+        x = float(m.group(1)) * _UNITS[m.group(2).lower()]
+        if not m.group(2) and x != int(x):
+            raise ValueError(f"byte count {value!r} is not a whole number")
+        n = int(round(x))
     else:
         raise ValueError(f"expected a byte count, got {type(value).__name__}")
     if n < 0:

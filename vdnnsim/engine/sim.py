@@ -62,6 +62,7 @@ class Simulation:
         self._on_host: set[str] = set()
         self._in_flight: dict[str, simpy.Event] = {}
         self._release_on_landing: set[str] = set()
+        self._landed: set[str] = set()
 
     # -- helpers -----------------------------------------------------------------------------
     def _op(self, *args) -> None:
@@ -84,7 +85,7 @@ class Simulation:
             self.stall_ns += self.env.now - start
             self._op("compute", "stall", layer, f"wait {why}", start, self.env.now)
 
-    def _copy(self, direction: str, buf: str, layer: str, done: simpy.Event, free_after: bool):
+    def _copy(self, direction: str, buf: str, layer: str, done: simpy.Event):
         link, size = self.gpu.link, self.lv.size[buf]
         with self._engines[direction].request() as req:
             yield req
@@ -96,10 +97,17 @@ class Simulation:
             yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
             kind = "offload" if direction == "d2h" else "prefetch"
             self._op(direction, kind, layer, buf, start, self.env.now, size)
-        if free_after and buf in self._release_on_landing:  # no end-of-layer sync
-            self._release_on_landing.discard(buf)
-            self.pool.free(buf, self.env.now)
+        if direction == "d2h":
+            self._landed.add(buf)
+            if buf in self._release_on_landing:  # no end-of-layer sync: release now
+                self._release_on_landing.discard(buf)
+                self.pool.free(buf, self.env.now)
+        else:
+            self._free_host(buf)
         done.succeed()
+
+    def _free_host(self, buf: str) -> None:
+        self.host_bytes -= self.lv.size[buf]
 
     def _offload(self, buf: str, layer: str) -> simpy.Event:
         done = self.env.event()
@@ -107,15 +115,24 @@ class Simulation:
         self.host_bytes += self.lv.size[buf]
         self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
         self._on_host.add(buf)
-        if not self.plan.sync:
-            self._release_on_landing.add(buf)
-        self.env.process(self._copy("d2h", buf, layer, done, not self.plan.sync))
+        self._landed.discard(buf)
+        self.env.process(self._copy("d2h", buf, layer, done))
         return done
 
+    def _release_offloaded(self, bufs: tuple[str, ...]) -> None:
+        """After an offloading layer's forward pass without sync: release what has landed,
+        and the rest when its copy lands (never while the layer still reads it)."""
+        for b in bufs:
+            if b in self._landed:
+                self.pool.free(b, self.env.now)
+            else:
+                self._release_on_landing.add(b)
+
     def _prefetch(self, buf: str, layer: str) -> simpy.Event:
-        if buf in self._release_on_landing:  # its offload is still copying: keep the GPU
-            self._release_on_landing.discard(buf)  # copy, nothing to bring back
+        if buf in self.pool:  # its offload has not landed yet: keep the GPU copy
+            self._release_on_landing.discard(buf)
             self._on_host.discard(buf)
+            self._free_host(buf)
             done = self.env.event()
             done.succeed()
             return done
@@ -124,7 +141,7 @@ class Simulation:
         self.prefetched_bytes += self.lv.size[buf]
         self._on_host.discard(buf)
         self._in_flight[buf] = done
-        self.env.process(self._copy("h2d", buf, layer, done, False))
+        self.env.process(self._copy("h2d", buf, layer, done))
         return done
 
     # -- the iteration -------------------------------------------------------------------------
@@ -193,6 +210,8 @@ class Simulation:
                 yield from self._wait(copies, layer.id, "offload")
                 for b in plan.offload[i]:
                     pool.free(b, env.now)
+            elif copies:
+                self._release_offloaded(plan.offload[i])
         self.fwd_end_ns = env.now
         for b in lv.outputs:
             if not lv.kept(b):

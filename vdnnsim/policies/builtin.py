@@ -28,7 +28,7 @@ def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None
     unknown = set(options) - allowed
     if unknown:
         raise ConfigError(f"policy {name}: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(allowed)) or 'none'}")
+                          f"known: {', '.join(sorted(allowed | {'sync'}))}")
 
 
 def sync_option(name: str, options: dict[str, Any]) -> bool:

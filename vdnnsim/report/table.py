@@ -29,7 +29,8 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
     for r in results:
         where = ""
         if r.oom:
-            where = f"{r.oom.layer or 'start'} {r.oom.phase}: {r.oom.tensor}"
+            o = r.oom
+            where = f"{o.layer} {o.phase}: {o.tensor}" if o.layer else f"{o.phase}: {o.tensor}"
         rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes), _gb(r.avg_memory_bytes),
                      f"{r.iteration_time_s:.3f}", f"{r.slowdown:.2f}x",
                      _gb(r.offloaded_bytes), f"{r.stall_time_ns / 1e9:.3f}", where])

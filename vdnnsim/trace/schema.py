@@ -23,6 +23,12 @@ Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 Nanos = Annotated[int, Field(ge=0, le=10**18)]
 
 
+def _exact_int(value: Any) -> Any:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"expected the integer 1, got {value!r}")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -87,7 +93,8 @@ class SourceSpec(_Strict):
 
 class TraceSpec(_Strict):
     format: Literal["vdnnsim-trace"] = Field(description="Always 'vdnnsim-trace'.")
-    version: Literal[1] = Field(description="Schema version; this reader knows 1.")
+    version: Annotated[Literal[1], BeforeValidator(_exact_int)] = Field(
+        description="Schema version; this reader knows 1.")
     name: str = Field(description="Network name.")
     batch_size: int = Field(ge=1, description="Batch size the sizes and times are for.")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")

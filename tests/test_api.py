@@ -1,0 +1,54 @@
+"""The Python API: vdnnsim.simulate and RunResult's DataFrames."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import vdnnsim
+from vdnnsim.errors import ConfigError, UnknownNameError
+
+
+def test_simulate_returns_summary_and_dataframes():
+    r = vdnnsim.simulate("alexnet", batch_size=32, gpu="titanx_maxwell", policy="vdnn_all_p")
+    s = r.summary()
+    for key in ("network", "batch_size", "gpu", "policy", "fits", "peak_memory_bytes",
+                "avg_memory_bytes", "iteration_time_s", "slowdown", "offloaded_bytes",
+                "prefetched_bytes", "stall_time_s"):
+        assert key in s
+    assert (s["network"], s["batch_size"], s["gpu"], s["policy"]) == \
+        ("alexnet", 32, "titanx_maxwell", "vdnn_all_p")
+    tl, mem = r.timeline, r.memory
+    assert isinstance(tl, pd.DataFrame) and isinstance(mem, pd.DataFrame)
+    assert set(tl.stream) == {"compute", "d2h", "h2d"}
+    assert (tl.dur_ns >= 0).all()
+    # ops on one stream never overlap
+    for _, g in tl.groupby("stream"):
+        g = g.sort_values("start_ns")
+        assert (g.start_ns.values[1:] >= g.end_ns.values[:-1]).all()
+    assert mem.allocated_bytes.max() == r.peak_memory_bytes
+    assert tl[tl.stream == "d2h"].size_bytes.sum() == r.offloaded_bytes
+
+
+def test_half_precision_halves_feature_maps():
+    f32 = vdnnsim.simulate("vgg16", batch_size=16, policy="baseline_m")
+    f16 = vdnnsim.simulate("vgg16", batch_size=16, policy="baseline_m", dtype="fp16")
+    assert f16.peak_memory_bytes == pytest.approx(f32.peak_memory_bytes / 2, rel=0.01)
+
+
+def test_gpu_overrides_and_capacity():
+    slow = vdnnsim.simulate("vgg16", 64, "k40", "vdnn_all_p",
+                            gpu_overrides={"link_bw_bytes_per_s": 1e9})
+    fast = vdnnsim.simulate("vgg16", 64, "k40", "vdnn_all_p")
+    assert slow.stall_time_ns > fast.stall_time_ns
+    tiny = vdnnsim.simulate("vgg16", 64, "k40", "vdnn_all_p", memory_bytes=2 * 10**9)
+    assert not tiny.fits and tiny.oom.layer
+
+
+def test_library_errors_are_typed():
+    with pytest.raises(UnknownNameError):
+        vdnnsim.simulate("nonet")
+    with pytest.raises(UnknownNameError):
+        vdnnsim.simulate("vgg16", 8, "k41")
+    with pytest.raises(ConfigError):
+        vdnnsim.simulate("vgg16", 8, "k40", "baseline_p", dtype="fp8")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .costmodel import synthesize
+from .engine.allocator import aligned
 from .engine.sim import Simulation
 from .errors import ConfigError, TraceError
 from .hardware import GPU, gpu_preset
@@ -122,7 +123,8 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
         policy=policy, capacity_bytes=capacity, peak_memory_bytes=pool.peak_live_bytes,
         peak_footprint_bytes=pool.peak_footprint_bytes,
-        avg_memory_bytes=pool.average_bytes(sim.end_ns), iteration_time_ns=sim.end_ns,
+        avg_memory_bytes=pool.average_bytes(sim.end_ns),
+        weight_bytes=2 * aligned(trace.weight_bytes), iteration_time_ns=sim.end_ns,
         forward_time_ns=sim.fwd_end_ns, oracle_time_ns=oracle_ns,
         offloaded_bytes=sim.offloaded_bytes, prefetched_bytes=sim.prefetched_bytes,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,

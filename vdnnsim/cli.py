@@ -30,11 +30,20 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
+def _is_study(path: str) -> bool:
+    from .yamlio import read_yaml
+
+    data = read_yaml(path)
+    return isinstance(data, dict) and bool({"sweep", "zip", "runs", "base"} & set(data))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .api import run_config
     from .config import load_config
     from .report import format_table
 
+    if _is_study(args.config):
+        return _run_study(args)
     cfg, base = load_config(args.config)
     results = run_config(cfg, base)
     if args.json:
@@ -42,6 +51,52 @@ def cmd_run(args: argparse.Namespace) -> int:
                          default=_json_default))
     else:
         print(format_table(results, cfg.name))
+    return 0
+
+
+def _run_study(args: argparse.Namespace) -> int:
+    from .report.table import format_rows
+    from .study import load_study, run_study
+
+    spec, base = load_study(args.config)
+    df = run_study(spec, base)
+    if args.json:
+        print(df.to_json(orient="records", indent=2))
+    else:
+        print(format_rows(df, spec.name))
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .paper import reproduce, table_markdown
+    from .report import figures
+    from .yamlio import write_atomic, write_text_atomic
+
+    table, frames = reproduce(args.studies)
+    if args.json:
+        print(table.to_json(orient="records", indent=2))
+    else:
+        print(table_markdown(table))
+    if args.output:
+        out = Path(args.output)
+        if not out.is_dir():
+            from .errors import ConfigError
+            raise ConfigError(f"{out}: not a folder (create it first)")
+        write_text_atomic(out / "reproduction.md", table_markdown(table) + "\n")
+        write_atomic(out / "reproduction.csv", lambda f: table.to_csv(f, index=False))
+        conv, deep = frames["conventional_policies"], frames["deep_vgg"]
+        for gpu in ("k40", "titanx_maxwell"):
+            for name, fig in (("memory", figures.memory_per_policy(conv, gpu)),
+                              ("offload", figures.offload_traffic(conv, gpu)),
+                              ("performance", figures.normalized_performance(conv, gpu)),
+                              ("deep_vgg", figures.deep_vgg_growth(deep, gpu))):
+                write_atomic(out / f"{name}_{gpu}.png",
+                             lambda f, fig=fig: fig.savefig(f, format="png", dpi=90),
+                             binary=True)
+                figures.plt.close(fig)
+        print(f"wrote {out}/reproduction.md, reproduction.csv and 8 figures", file=sys.stderr)
     return 0
 
 
@@ -93,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "under vDNN-style offload/prefetch policies.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    r = sub.add_parser("run", help="simulate a run config and print a table")
-    r.add_argument("config", help="run config YAML")
+    r = sub.add_parser("run", help="simulate a run config or a study and print a table")
+    r.add_argument("config", help="run config or study YAML")
     r.add_argument("--json", action="store_true", help="print a JSON list, one record a run")
     r.set_defaults(fn=cmd_run)
 
@@ -105,6 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     t.add_argument("--output", "-o", required=True, help="trace YAML to write ('-': stdout)")
     t.set_defaults(fn=cmd_trace)
+
+    rp = sub.add_parser("reproduce", help="the vDNN paper's headline numbers beside "
+                        "vdnnsim's")
+    rp.add_argument("--studies", default=None, help="folder of the paper studies "
+                    "(default: the repository's configs/paper)")
+    rp.add_argument("--output", "-o", default=None, help="folder to write the table (md, "
+                    "csv) and figures into")
+    rp.add_argument("--json", action="store_true", help="print the table as JSON records")
+    rp.set_defaults(fn=cmd_reproduce)
 
     ls = sub.add_parser("list", help="list networks, GPU presets and policies")
     ls.add_argument("what", nargs="?", default="all",

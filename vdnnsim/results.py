@@ -17,7 +17,8 @@ from .units import ns_to_s
 
 SUMMARY_KEYS = ("network", "batch_size", "dtype", "gpu", "policy", "fits",
                 "capacity_bytes", "peak_memory_bytes", "peak_footprint_bytes",
-                "avg_memory_bytes", "iteration_time_s", "oracle_time_s", "slowdown",
+                "avg_memory_bytes", "weight_bytes", "peak_managed_bytes",
+                "avg_managed_bytes", "iteration_time_s", "oracle_time_s", "slowdown",
                 "offloaded_bytes", "prefetched_bytes", "peak_host_bytes", "stall_time_s",
                 "oom_layer", "oom_tensor", "oom_time_s", "oom_fragmented", "notes")
 
@@ -33,6 +34,7 @@ class RunResult:
     peak_memory_bytes: int
     peak_footprint_bytes: int
     avg_memory_bytes: float
+    weight_bytes: int
     iteration_time_ns: int
     forward_time_ns: int
     oracle_time_ns: int
@@ -46,6 +48,16 @@ class RunResult:
     algos: tuple[str, ...]
     _ops: tuple[Op, ...] = field(repr=False, compare=False)
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
+
+    @property
+    def peak_managed_bytes(self) -> int:
+        """Peak of what vDNN manages: everything but the weights and their gradients
+        (which every policy keeps on the GPU for the whole iteration)."""
+        return self.peak_memory_bytes - self.weight_bytes
+
+    @property
+    def avg_managed_bytes(self) -> float:
+        return self.avg_memory_bytes - self.weight_bytes
 
     @property
     def fits(self) -> bool:
@@ -69,6 +81,9 @@ class RunResult:
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_footprint_bytes": self.peak_footprint_bytes,
             "avg_memory_bytes": round(self.avg_memory_bytes),
+            "weight_bytes": self.weight_bytes,
+            "peak_managed_bytes": self.peak_memory_bytes - self.weight_bytes,
+            "avg_managed_bytes": round(self.avg_memory_bytes - self.weight_bytes),
             "iteration_time_s": self.iteration_time_s,
             "oracle_time_s": ns_to_s(self.oracle_time_ns),
             "slowdown": self.slowdown,

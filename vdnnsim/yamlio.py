@@ -7,7 +7,7 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -36,8 +36,10 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         raise error(f"{p}: malformed YAML{where}: {problem}") from None
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write a whole file or nothing: a temporary file in the same folder, then a rename."""
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
+                 binary: bool = False) -> None:
+    """Write a whole file or nothing: ``write`` fills a temporary file in the same folder,
+    which is then renamed over ``path``."""
     p = Path(path)
     if p.parent and not p.parent.exists():
         raise ConfigError(f"{p}: folder {p.parent} does not exist")
@@ -49,8 +51,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except OSError as exc:
         raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
         os.replace(tmp, p)
     except BaseException as exc:
         if os.path.exists(tmp):
@@ -58,6 +60,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         if isinstance(exc, OSError):
             raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
         raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    write_atomic(path, lambda f: f.write(text))
 
 
 def dump_yaml(data: Any) -> str:

@@ -2,8 +2,10 @@
 
 Names: ``baseline_m``/``baseline_p`` (network-wide allocation, memory- or
 performance-optimal algorithms), ``vdnn_all_m``/``vdnn_all_p``, ``vdnn_conv_m``/
-``vdnn_conv_p`` and ``vdnn_dyn``. Options every policy takes: ``sync`` (default true: the
-end-of-layer stream synchronisation of the paper; false models vDNN++'s removal of it).
+``vdnn_conv_p`` and ``vdnn_dyn``. Options every policy takes (the baselines ignore them):
+``sync`` (default true: the end-of-layer stream synchronisation of the paper; false models
+vDNN++'s removal of it) and ``prefetch`` (default true: findPrefetchLayer; false fetches
+each offloaded buffer on demand, a what-if that trades stalls for memory).
 """
 
 from __future__ import annotations
@@ -28,21 +30,29 @@ def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None
     unknown = set(options) - allowed
     if unknown:
         raise ConfigError(f"policy {name}: unknown option(s) {', '.join(sorted(unknown))}; "
-                          f"known: {', '.join(sorted(allowed | {'sync'}))}")
+                          f"known: {', '.join(sorted(allowed | set(COMMON_OPTIONS)))}")
 
 
-def sync_option(name: str, options: dict[str, Any]) -> bool:
-    """Pop and check the ``sync`` option (a YAML boolean, default true)."""
-    sync = options.pop("sync", True)
-    if not isinstance(sync, bool):
-        raise ConfigError(f"policy {name}: option sync must be true or false, got {sync!r}")
-    return sync
+COMMON_OPTIONS = ("sync", "prefetch")
+
+
+def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
+    """Pop and check a boolean option (a YAML boolean, default true)."""
+    value = options.pop(key, True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"policy {name}: option {key} must be true or false, got {value!r}")
+    return value
+
+
+def common_options(name: str, options: dict[str, Any]) -> tuple[bool, bool]:
+    """``sync`` and ``prefetch``, popped from ``options``."""
+    return bool_option(name, options, "sync"), bool_option(name, options, "prefetch")
 
 
 def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     opts = dict(options)
     algo = opts.pop("algo")
-    sync_option(f"baseline_{algo}", opts)  # accepted so one option set serves every policy
+    common_options(f"baseline_{algo}", opts)  # accepted so one option set serves every policy
     check_options(f"baseline_{algo}", opts, set())
     n = len(trace.layers)
     return Plan(f"baseline_{algo}", "network_wide", algo_choice(trace, algo),
@@ -53,19 +63,21 @@ def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     opts = dict(options)
     which, algo = opts.pop("which"), opts.pop("algo")
     name = f"vdnn_{which}_{algo}"
-    sync = sync_option(name, opts)
+    sync, prefetch = common_options(name, opts)
     check_options(name, opts, set())
-    return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name)
+    return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name, prefetch)
 
 
 def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = True,
-              name: str | None = None) -> Plan:
-    """Layer-wise allocation offloading ``which`` ('all', 'conv' or 'none') layers' inputs."""
+              name: str | None = None, prefetch: bool = True) -> Plan:
+    """Layer-wise allocation offloading ``which`` ('all', 'conv' or 'none') layers' inputs.
+    Without ``prefetch`` no findPrefetchLayer runs: each offloaded buffer is fetched on
+    demand by the first backward pass that needs it."""
     lv = liveness(trace)
     n = len(trace.layers)
     offload = ((),) * n if which == "none" else offload_sets(trace, lv, which == "conv")
-    return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload,
-                find_prefetch_schedule(trace, offload), sync)
+    schedule = find_prefetch_schedule(trace, offload) if prefetch else (-1,) * n
+    return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync)
 
 
 register("baseline_m", baseline, "network-wide allocation, memory-optimal algorithms",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
 from .plan import Plan, liveness
@@ -27,13 +26,11 @@ from .plan import Plan, liveness
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     from ..engine.sim import Simulation  # the engine imports policies' Plan
-    from .builtin import algo_choice, sync_option, vdnn_plan
+    from .builtin import algo_choice, check_options, common_options, vdnn_plan
 
     opts = dict(options)
-    sync = sync_option("vdnn_dyn", opts)
-    if opts:
-        raise ConfigError(f"policy vdnn_dyn: unknown option(s) {', '.join(sorted(opts))}; "
-                          "known: sync")
+    sync, prefetch = common_options("vdnn_dyn", opts)
+    check_options("vdnn_dyn", opts, set())
     lv = liveness(trace)
 
     def profile(plan: Plan):
@@ -44,18 +41,18 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                     plan.sync, (note,))
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
-    step1 = vdnn_plan(trace, "all", leanest, sync)
+    step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch)
     if profile(step1) is not None:
         return done(step1, "step 1: even vDNN_all with memory-optimal algorithms runs out "
                     "of memory")
     for which in ("none", "conv", "all"):
-        plan = vdnn_plan(trace, which, fastest, sync)
+        plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch)
         if profile(plan) is None:
             return done(plan, f"step 2: fastest algorithms, offload {which}")
     for which in ("conv", "all"):
         algos = list(fastest)
         while True:
-            plan = vdnn_plan(trace, which, tuple(algos), sync)
+            plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch)
             oom = profile(plan)
             if oom is None:
                 changed = sum(a != f for a, f in zip(algos, fastest))

@@ -46,3 +46,38 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
     if notes:
         lines += ["notes:"] + notes
     return "\n".join(lines)
+
+
+def format_rows(df, title: str | None = None) -> str:
+    """A study's rows: one line per run."""
+    cols = ["network", "batch", "gpu", "policy", "fits", "peak GB", "avg GB", "iter s",
+            "slowdown", "offload GB", "error"]
+    varying = [c for c in df.columns if c not in ("network", "batch_size", "gpu", "policy")
+               and c in ("memory_bytes", "policy_options", "dtype", "link_bw_bytes_per_s",
+                         "h2d_bw_bytes_per_s", "d2h_bw_bytes_per_s", "link_latency_ns",
+                         "duplex", "peak_flops_scale", "mem_bw_bytes_per_s")
+               and df[c].astype(str).nunique() > 1]
+    if varying:
+        df = df.assign(policy=[f"{p} {' '.join(f'{c}={r[c]}' for c in varying)}"
+                               for p, (_, r) in zip(df.policy, df.iterrows())])
+    rows = []
+    for r in df.itertuples():
+        err = getattr(r, "error", None)
+        if isinstance(err, str):
+            rows.append([str(r.network), str(r.batch_size), str(r.gpu), str(r.policy),
+                         "-", "-", "-", "-", "-", "-", err])
+            continue
+        rows.append([str(r.network), str(r.batch_size), str(r.gpu), str(r.policy),
+                     "yes" if r.fits else "no", _gb(r.peak_memory_bytes),
+                     _gb(r.avg_memory_bytes), f"{r.iteration_time_s:.3f}",
+                     f"{r.slowdown:.2f}x", _gb(r.offloaded_bytes), ""])
+    widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
+              for i, c in enumerate(cols)]
+    right = {5, 6, 7, 8, 9}
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    head = [title] if title else []
+    return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])

@@ -1,0 +1,187 @@
+"""Every number of shared/reference/vdnn_paper.md's "Headline results", and how vdnnsim's
+study results measure it.
+
+NOTE [reproduction metrics]
+- The K40 studies are compared with the paper's first version (v1), the Titan X studies
+  with the published one (v3); a claim both versions make is compared on both GPUs.
+- Baseline memory is the network-wide baseline with the fastest algorithms, everything
+  included. GB = 10^9 bytes.
+- Memory *reductions* are computed on the memory vDNN manages: everything but the weights
+  and their gradients. That is the only reading under which the paper's own numbers agree
+  with each other: AlexNet's weights and weight gradients alone are 0.49 GB of its 1.1 GB,
+  so an 89% cut in its average usage cannot include them. Each policy is compared with the
+  baseline of its own algorithm class (m with baseline_m; p and dyn with baseline_p).
+  Both numbers are reported; the with-weights one is for information.
+- "Loses X%" is 1 - oracle time / iteration time (normalized performance 1 - X/100).
+- "Share of allocations in host memory" is offloaded bytes / (offloaded bytes + peak GPU
+  memory).
+- The per-policy memory *usage* numbers (VGG-16 (128) under vDNN_all(m) "at most 4.8 GB",
+  the very deep VGGs' "at most 4.2 GB") are compared as managed memory too: VGG-416's
+  weights and weight gradients alone take 4.6 GB, so the 4.2 GB cannot include them.
+- A single network's "average memory usage reduced by X%" takes vDNN_all(m), the policy
+  that reduces most ("up to" in v3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
+SIX = [("alexnet", 128), ("overfeat", 128), ("googlenet", 128), ("vgg16", 64),
+       ("vgg16", 128), ("vgg16", 256)]
+DEEP = ["vgg116", "vgg216", "vgg316", "vgg416"]
+Frames = dict[str, pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    gpu: str
+    what: str
+    paper: float
+    unit: str  # GB, %, count, yes/no
+    tolerance: float  # rel for GB, points for %, exact for count and yes/no
+    measure: Callable[[Frames], float]
+    note: str = ""
+
+    @property
+    def version(self) -> str:
+        return GPUS[self.gpu]
+
+    def met(self, value: float) -> bool:
+        if self.unit == "GB":
+            return abs(value - self.paper) <= self.tolerance * self.paper
+        if self.unit == "%":
+            return abs(value - self.paper) <= self.tolerance
+        if self.unit == "at most GB":
+            return value <= self.paper * (1 + self.tolerance)
+        return value == self.paper
+
+    def tolerance_text(self) -> str:
+        if self.unit == "GB":
+            return f"±{self.tolerance:.0%}"
+        if self.unit == "%":
+            return f"±{self.tolerance:g} pts"
+        if self.unit == "at most GB":
+            return f"≤ +{self.tolerance:.0%}"
+        return "exact"
+
+
+def row(f: Frames, study: str, net: str, batch: int, gpu: str, policy: str) -> pd.Series:
+    df = f[study]
+    sel = df[(df.network == net) & (df.batch_size == batch) & (df.gpu == gpu)
+             & (df.policy == policy)]
+    if len(sel) != 1:
+        raise KeyError(f"{study}: no single run for {net} ({batch}) {gpu} {policy}")
+    return sel.iloc[0]
+
+
+def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
+              managed: bool = True) -> float:
+    """Percent cut of peak ('peak') or time-weighted average ('avg') memory."""
+    base_policy = "baseline_m" if policy.endswith("_m") else "baseline_p"
+    r = row(f, "conventional_policies", net, batch, gpu, policy)
+    b = row(f, "conventional_policies", net, batch, gpu, base_policy)
+    key = ("peak" if what == "peak" else "avg") + ("_managed" if managed else "_memory") \
+        + "_bytes"
+    return 100 * (1 - r[key] / b[key])
+
+
+def loss(r: pd.Series) -> float:
+    return 100 * (1 - 1 / r.slowdown)
+
+
+def _gb(x: float) -> float:
+    return x / 1e9
+
+
+def _claims() -> list[Claim]:
+    out: list[Claim] = []
+    add = out.append
+    bm = "baseline_memory"
+    for g in GPUS:
+        for net, b, gb in [("alexnet", 128, 1.1), ("vgg16", 128, 15.0), ("vgg16", 256, 28.0),
+                           ("vgg16", 32, 4.9), ("vgg416", 32, 67.1)]:
+            if g == "k40" and not (net == "vgg16" and b == 256):
+                continue  # v1 states only the VGG-16 (256) figure
+            add(Claim(f"baseline.{net}_{b}", g, f"{net} ({b}) baseline memory", gb, "GB", 0.10,
+                      lambda f, net=net, b=b, g=g:
+                      _gb(row(f, bm, net, b, g, "baseline_p").peak_memory_bytes)))
+    g = "titanx_maxwell"
+    add(Claim("baseline.not_fitting", g, "networks of the ten that do not fit 12 GB", 6,
+              "count", 0, lambda f: float((~f[bm][(f[bm].gpu == g)
+                                                  & ~((f[bm].network == "vgg16")
+                                                      & (f[bm].batch_size == 32))].fits).sum())))
+    add(Claim("baseline.vgg16_only_64_fits", g, "VGG-16: of batch 64/128/256 only 64 fits 12 GB",
+              1, "yes/no", 0, lambda f: float(
+                  bool(row(f, bm, "vgg16", 64, g, "baseline_p").fits)
+                  and not row(f, bm, "vgg16", 128, g, "baseline_p").fits
+                  and not row(f, bm, "vgg16", 256, g, "baseline_p").fits)))
+
+    for g, nets in [("k40", [("alexnet", 61), ("overfeat", 83)]),
+                    ("titanx_maxwell", [("alexnet", 89), ("overfeat", 91), ("googlenet", 95)])]:
+        for net, pct in nets:
+            add(Claim(f"reduction.{net}_avg", g, f"{net} (128) average memory cut, vDNN_all(m)",
+                      pct, "%", 5, lambda f, net=net, g=g:
+                      reduction(f, net, 128, g, "vdnn_all_m", "avg")))
+    g = "titanx_maxwell"
+    add(Claim("reduction.vgg16_256_dyn_avg", g, "VGG-16 (256) average memory cut, vDNN_dyn", 90,
+              "%", 5, lambda f: reduction(f, "vgg16", 256, g, "vdnn_dyn", "avg")))
+    for policy, mx, av in [("vdnn_all_m", 73, 93), ("vdnn_all_p", 64, 90),
+                           ("vdnn_conv_p", 52, 76), ("vdnn_dyn", 49, 69)]:
+        for what, pct in (("peak", mx), ("avg", av)):
+            add(Claim(f"reduction.six_{policy}_{what}", g,
+                      f"{policy}: {'maximum' if what == 'peak' else 'average'} memory cut, "
+                      "mean of six networks", pct, "%", 5,
+                      lambda f, policy=policy, what=what: sum(
+                          reduction(f, n, b, g, policy, what) for n, b in SIX) / 6))
+
+    cp = "conventional_policies"
+    for policy, avg, worst in [("vdnn_all_m", 58, 65), ("vdnn_conv_m", 55, 63),
+                               ("vdnn_dyn", 3, 18)]:
+        add(Claim(f"speed.six_{policy}_mean_loss", g, f"{policy}: mean performance loss, six "
+                  "networks", avg, "%", 10, lambda f, policy=policy: sum(
+                      loss(row(f, cp, n, b, g, policy)) for n, b in SIX) / 6))
+        add(Claim(f"speed.six_{policy}_worst_loss", g, f"{policy}: worst performance loss, six "
+                  "networks", worst, "%", 10, lambda f, policy=policy: max(
+                      loss(row(f, cp, n, b, g, policy)) for n, b in SIX)))
+    for g, pct in (("k40", 22), ("titanx_maxwell", 18)):
+        add(Claim("speed.vgg16_256_dyn_loss", g, "VGG-16 (256) performance loss, vDNN_dyn", pct,
+                  "%", 10, lambda f, g=g: loss(row(f, cp, "vgg16", 256, g, "vdnn_dyn"))))
+        add(Claim("fit.vgg16_256_dyn", g, "vDNN_dyn trains VGG-16 (256) in 12 GB", 1, "yes/no",
+                  0, lambda f, g=g: float(bool(row(f, cp, "vgg16", 256, g, "vdnn_dyn").fits))))
+    g = "titanx_maxwell"
+    add(Claim("speed.vgg16_128_all_m_loss", g, "VGG-16 (128) vDNN_all(m): 61% slower", 61, "%",
+              10, lambda f: loss(row(f, cp, "vgg16", 128, g, "vdnn_all_m"))))
+    add(Claim("memory.vgg16_128_all_m_peak", g, "VGG-16 (128) vDNN_all(m) uses at most 4.8 GB",
+              4.8, "at most GB", 0.10,
+              lambda f: _gb(row(f, cp, "vgg16", 128, g, "vdnn_all_m").peak_managed_bytes),
+              note="managed memory (without weights)"))
+    add(Claim("offload.vgg16_256_all", g, "vDNN_all offloads up to 16 GB for VGG-16 (256)", 16,
+              "GB", 0.10,
+              lambda f: _gb(row(f, cp, "vgg16", 256, g, "vdnn_all_p").offloaded_bytes)))
+
+    dv = "deep_vgg"
+    add(Claim("deep.dyn_trains_all", g, "vDNN_dyn trains all four very deep VGGs (32)", 4,
+              "count", 0, lambda f: float(sum(bool(row(f, dv, n, 32, g, "vdnn_dyn").fits)
+                                              for n in DEEP))))
+    add(Claim("deep.dyn_max_gpu", g, "very deep VGGs under vDNN_dyn use at most 4.2 GB", 4.2,
+              "at most GB", 0.10, lambda f: max(
+                  _gb(row(f, dv, n, 32, g, "vdnn_dyn").peak_managed_bytes) for n in DEEP),
+              note="managed memory: VGG-416's weights and their gradients alone are 4.6 GB"))
+    for what, pct, agg in (("min", 81, min), ("max", 92, max)):
+        add(Claim(f"deep.host_share_{what}", g, f"share of allocations in host memory, {what} "
+                  "over the very deep VGGs", pct, "%", 5, lambda f, agg=agg: agg(
+                      100 * r.offloaded_bytes / (r.offloaded_bytes + r.peak_memory_bytes)
+                      for r in (row(f, dv, n, 32, g, "vdnn_dyn") for n in DEEP))))
+    add(Claim("deep.dyn_worst_loss", g, "very deep VGGs: no noticeable loss under vDNN_dyn", 0,
+              "%", 5, lambda f: max(loss(row(f, dv, n, 32, g, "vdnn_dyn")) for n in DEEP),
+              note="'no noticeable' read as 0% ± 5 points"))
+    return out
+
+
+CLAIMS: list[Claim] = _claims()
+STUDIES = ("baseline_memory", "conventional_policies", "deep_vgg")

@@ -1,0 +1,106 @@
+"""Figures in the manner of the vDNN paper's, from study DataFrames (matplotlib, Agg).
+
+Each function returns a matplotlib Figure; nothing is written unless the caller saves it.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_m",
+                "vdnn_conv_p", "vdnn_dyn"]
+GB = 1e9
+
+
+def _label(net: str, batch: int) -> str:
+    return f"{net}\n({batch})"
+
+
+def _cases(df: pd.DataFrame) -> list[tuple[str, int]]:
+    seen: list[tuple[str, int]] = []
+    for n, b in zip(df.network, df.batch_size):
+        if (n, b) not in seen:
+            seen.append((n, int(b)))
+    return seen
+
+
+def _grouped(ax, df: pd.DataFrame, value, policies: list[str], ylabel: str) -> None:
+    cases = _cases(df)
+    width = 0.8 / len(policies)
+    x = np.arange(len(cases))
+    for k, p in enumerate(policies):
+        vals = []
+        for n, b in cases:
+            sel = df[(df.network == n) & (df.batch_size == b) & (df.policy == p)]
+            vals.append(value(sel.iloc[0]) if len(sel) else np.nan)
+        ax.bar(x + (k - (len(policies) - 1) / 2) * width, vals, width, label=p)
+    ax.set_xticks(x, [_label(n, b) for n, b in cases], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def memory_per_policy(df: pd.DataFrame, gpu: str) -> plt.Figure:
+    """Maximum and average managed memory per policy per network (the paper's Fig. 10)."""
+    d = df[df.gpu == gpu]
+    fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    _grouped(axes[0], d, lambda r: r.peak_managed_bytes / GB, POLICY_ORDER,
+             "maximum GB (no weights)")
+    _grouped(axes[1], d, lambda r: r.avg_managed_bytes / GB, POLICY_ORDER,
+             "average GB (no weights)")
+    axes[0].set_title(f"Memory per policy on {gpu} (weights and weight gradients excluded)")
+    axes[0].legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def offload_traffic(df: pd.DataFrame, gpu: str) -> plt.Figure:
+    d = df[df.gpu == gpu]
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    _grouped(ax, d, lambda r: r.offloaded_bytes / GB, ["vdnn_all_m", "vdnn_conv_m", "vdnn_dyn"],
+             "offloaded GB per iteration")
+    ax.set_title(f"Offload traffic on {gpu}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def normalized_performance(df: pd.DataFrame, gpu: str) -> plt.Figure:
+    d = df[df.gpu == gpu]
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    _grouped(ax, d, lambda r: 1 / r.slowdown, POLICY_ORDER,
+             "performance / oracle")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylim(0, 1.1)
+    ax.set_title(f"Normalized performance on {gpu} (oracle: fastest algorithms, "
+                 "enough memory)")
+    ax.legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def deep_vgg_growth(df: pd.DataFrame, gpu: str) -> plt.Figure:
+    d = df[df.gpu == gpu]
+    nets = list(dict.fromkeys(d.network))
+    base = [d[(d.network == n) & (d.policy == "baseline_p")].iloc[0] for n in nets]
+    dyn = [d[(d.network == n) & (d.policy == "vdnn_dyn")].iloc[0] for n in nets]
+    x = np.arange(len(nets))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(x - 0.2, [r.peak_memory_bytes / GB for r in base], 0.4, label="baseline (p)")
+    ax.bar(x + 0.2, [r.peak_memory_bytes / GB for r in dyn], 0.4, label="vDNN_dyn on the GPU")
+    ax.axhline(12.88, color="r", lw=0.8, ls="--", label="12 GiB card")
+    ax.set_xticks(x, nets)
+    ax.set_ylabel("GB")
+    ax2 = ax.twinx()
+    share = [100 * r.offloaded_bytes / (r.offloaded_bytes + r.peak_memory_bytes) for r in dyn]
+    ax2.plot(x, share, "ko-", label="host share (%)")
+    ax2.set_ylim(0, 100)
+    ax2.set_ylabel("% of allocations in host memory")
+    ax.set_title(f"Very deep VGGs at batch 32 on {gpu}")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig

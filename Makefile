@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)

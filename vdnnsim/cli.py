@@ -100,12 +100,35 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from .errors import ConfigError
+        raise ConfigError("this command needs PyTorch: pip install 'vdnnsim[torch]'") from None
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .api import build_trace, resolve_gpu
-    from .trace import save_trace
+    from .trace import save_trace, trace_from_dict
 
     gpu = resolve_gpu(args.gpu)
-    trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
+    if args.model:
+        if args.network:
+            from .errors import ConfigError
+            raise ConfigError("give a network or --model, not both")
+        _need_torch()
+        from .gpu.profile import synthesize_model
+        if not args.batch_size:
+            from .errors import ConfigError
+            raise ConfigError("--model needs --batch-size")
+        trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu, args.dtype),
+                                args.model)
+    elif args.network:
+        trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
+    else:
+        from .errors import ConfigError
+        raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
     if args.output == "-":
         from .trace import trace_to_dict
         from .yamlio import dump_yaml
@@ -117,6 +140,62 @@ def cmd_trace(args: argparse.Namespace) -> int:
                  else f"times as recorded ({trace.source.kind})")
         print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    _need_torch()
+    import torch
+
+    from .errors import ConfigError
+    from .gpu.profile import profile_model
+    from .trace import save_trace, trace_from_dict
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("vdnnsim profile needs a CUDA GPU (none is visible); without one, "
+                          "vdnnsim trace --model ... --gpu PRESET synthesizes a trace")
+    data = profile_model(args.model, args.batch_size, args.dtype, args.trials, args.device)
+    trace = trace_from_dict(data, args.model)
+    save_trace(trace, args.output)
+    print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
+          f"{len(trace.layers)} layers, profiled on {trace.source.gpu}")
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    _need_torch()
+    import torch
+
+    from .errors import ConfigError
+    from .gpu.measure import measure
+
+    if not torch.cuda.is_available():
+        raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
+    cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
+    rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
+                  args.dtype)
+    if args.json:
+        print(json.dumps(rec, indent=2))
+    elif rec["fits"]:
+        print(f"{args.model} batch {args.batch_size} {args.policy}: "
+              f"{rec['iteration_ms']:.1f} ms/iter, peak allocated "
+              f"{rec['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
+              f"{rec['peak_reserved_bytes'] / 2**30:.2f} GiB")
+    else:
+        print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory "
+              f"under the {args.memory_cap_gb} GiB cap")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .validate import format_validation, summarize, validate
+
+    df = validate(args.traces, args.measurements, args.gpu)
+    if args.json:
+        print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
+                          "summary": summarize(df)}, indent=2))
+    else:
+        print(format_validation(df))
     return 0
 
 
@@ -154,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("trace", help="synthesize a trace file from a network and a GPU preset")
-    t.add_argument("network", help="zoo name or network spec YAML")
+    t.add_argument("network", nargs="?", default=None, help="zoo name or network spec YAML")
+    t.add_argument("--model", default=None, help="torchvision:NAME or zoo:NAME, built on the "
+                   "meta device (needs torch) instead of a network")
     t.add_argument("--batch-size", "-b", type=int, default=None)
     t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
@@ -169,6 +250,35 @@ def build_parser() -> argparse.ArgumentParser:
                     "csv) and figures into")
     rp.add_argument("--json", action="store_true", help="print the table as JSON records")
     rp.set_defaults(fn=cmd_reproduce)
+
+    pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")
+    pf.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
+    pf.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
+    pf.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    pf.add_argument("--trials", type=int, default=5, help="timing trials per layer (median)")
+    pf.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    pf.add_argument("--output", "-o", required=True, help="trace YAML to write")
+    pf.set_defaults(fn=cmd_profile)
+
+    ms = sub.add_parser("measure", help="time and measure real training steps on the GPU")
+    ms.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
+    ms.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
+    ms.add_argument("--policy", default="baseline",
+                    choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu"])
+    ms.add_argument("--memory-cap-gb", type=float, default=None,
+                    help="cap the allocator at this many GiB (emulates a smaller card)")
+    ms.add_argument("--warmup", type=int, default=3)
+    ms.add_argument("--iters", type=int, default=5)
+    ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    ms.add_argument("--json", action="store_true")
+    ms.set_defaults(fn=cmd_measure)
+
+    va = sub.add_parser("validate", help="predicted vs measured peak memory and time")
+    va.add_argument("traces", help="folder of profiled traces (or one trace file)")
+    va.add_argument("measurements", help="JSON list of measurement records")
+    va.add_argument("--gpu", default="h200", help="GPU preset to simulate with")
+    va.add_argument("--json", action="store_true")
+    va.set_defaults(fn=cmd_validate)
 
     ls = sub.add_parser("list", help="list networks, GPU presets and policies")
     ls.add_argument("what", nargs="?", default="all",

@@ -17,6 +17,7 @@ if the layer's input needs a gradient) + backward-filter, each costed like the f
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .hardware import GPU
 from .network.shapes import DTYPE_BYTES, LayerInfo, NetworkInfo
@@ -48,44 +49,75 @@ def _t(gpu: GPU, flops: float, nbytes: float, eff: float, dtype: str,
     return gpu.launch_overhead_ns + int(math.ceil(seconds * 1e9))
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution over a whole batch: what the algorithm options depend on."""
+
+    batch: int
+    c: int
+    h: int
+    w: int
+    k_out: int
+    ho: int
+    wo: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    ph: int = 0
+    pw: int = 0
+    groups: int = 1
+    params: int = 0
+    flops: int = 0  # whole batch, forward
+    needs_input_grad: bool = True
+
+
 def conv_algos(info: LayerInfo, batch: int, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
-    e = DTYPE_BYTES[dtype]
     d = info.d
     c, h, w = info.in_shapes[0]
     k_out, ho, wo = info.out_shape
-    k, s, g = d.kernel or 1, d.stride, d.groups
-    x_b, y_b = batch * c * h * w * e, batch * k_out * ho * wo * e
-    w_b = info.params * e
-    flops = batch * info.flops
-    passes = 1 + (1 if info.needs_input_grad else 0)  # backward-data only when needed
+    k = d.kernel or 1
+    geo = ConvGeometry(batch, c, h, w, k_out, ho, wo, k, k, d.stride, d.stride, d.pad, d.pad,
+                       d.groups, info.params, batch * info.flops, info.needs_input_grad)
+    return conv_algos_for(geo, gpu, dtype)
+
+
+def conv_algos_for(geo: ConvGeometry, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
+    e = DTYPE_BYTES[dtype]
+    batch, c, g, k_out = geo.batch, geo.c, geo.groups, geo.k_out
+    x_b, y_b = batch * c * geo.h * geo.w * e, batch * k_out * geo.ho * geo.wo * e
+    w_b = geo.params * e
+    flops = geo.flops
+    passes = 1 + (1 if geo.needs_input_grad else 0)  # backward-data only when needed
+    unit_stride = geo.sh == 1 and geo.sw == 1
 
     def algo(name: str, eff: float, fwd_ws: int, extra_flops_ratio: float = 1.0,
              ws_traffic: int = 0) -> Algo:
         one = _t(gpu, flops * extra_flops_ratio, x_b + y_b + w_b, eff, dtype, 2 * ws_traffic)
         return Algo(name, one, passes * one, fwd_ws, fwd_ws)
 
+    kk = geo.kh * geo.kw
     out = [algo("implicit_gemm", EFF["implicit_gemm"], 0),
-           algo("implicit_precomp_gemm", EFF["implicit_precomp_gemm"],
-                4 * k * k * (c // g) * 2)]
-    cols = 0 if (k == 1 and s == 1) else batch * (c // g) * k * k * ho * wo * e
+           algo("implicit_precomp_gemm", EFF["implicit_precomp_gemm"], 4 * kk * (c // g) * 2)]
+    cols = 0 if (kk == 1 and unit_stride) else batch * (c // g) * kk * geo.ho * geo.wo * e
     out.append(algo("gemm", EFF["gemm"], cols, ws_traffic=cols))
-    if s == 1 and k > 1 and g == 1:
+    if unit_stride and kk > 1 and g == 1:
         t = FFT_TILE
-        step = t - k + 1
-        if step > 0:
-            tiles = math.ceil(ho / step) * math.ceil(wo / step)
+        step_h, step_w = t - geo.kh + 1, t - geo.kw + 1
+        if step_h > 0 and step_w > 0:
+            tiles = math.ceil(geo.ho / step_h) * math.ceil(geo.wo / step_w)
             spec = t * (t // 2 + 1)
             ws = (batch * c * tiles + c * k_out) * spec * COMPLEX_BYTES
             ratio = 8 * c * k_out * tiles * spec * batch / max(flops, 1)
             out.append(algo("fft_tiling", EFF["fft_tiling"], ws, ratio, ws))
-        hp = max(h, w) + 2 * d.pad
+        hp = max(geo.h + 2 * geo.ph, geo.w + 2 * geo.pw)
         if hp <= FFT_MAX_PADDED:
             n = _fft_size(hp)
             spec = n * (n // 2 + 1)
             ws = (batch * c + batch * k_out + c * k_out) * spec * COMPLEX_BYTES
             ratio = 8 * c * k_out * spec * batch / max(flops, 1)
             out.append(algo("fft", EFF["fft"], ws, ratio, ws))
-    if gpu.winograd and k == 3 and s == 1 and g == 1:
+    if gpu.winograd and geo.kh == 3 and geo.kw == 3 and unit_stride and g == 1:
         out.append(algo("winograd", EFF["winograd"], 0, 1 / 2.25))
     return tuple(out)
 
@@ -163,4 +195,4 @@ def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32")
         layers.append(Layer(info.name, t, tuple(x), tuple(outputs), tuple(saved), algos,
                             info.params * e, attrs))
     return Trace(net.name, batch_size, dtype, tensors, tuple(layers),
-                 Source("synthesized", gpu.name, COST_MODEL))
+                 Source("synthesized", "torch7", gpu.name, COST_MODEL))

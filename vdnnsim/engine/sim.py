@@ -20,6 +20,7 @@ from ..policies.plan import Liveness, Plan, liveness
 from ..trace.model import Trace
 from ..units import transfer_ns
 from .allocator import Pool
+from .caching import CachingPool
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,19 @@ class Op:
     size_bytes: int = 0
 
 
+# NOTE [pytorch semantics]
+# A trace whose source framework is 'pytorch' (profiled from, or built like, a PyTorch
+# model) replays PyTorch's memory behaviour instead of Torch7's:
+# - the pool is the caching allocator (NOTE [caching allocator]): allocated vs reserved;
+# - each layer's parameters are their own allocations, and their gradients are allocated
+#   by the layer's first backward pass (zero_grad(set_to_none=True) freed them before the
+#   iteration) and kept to its end;
+# - an in-place op's backward writes a new gradient tensor (autograd's ReluBackward is not
+#   in place), so gradients are per tensor; only a view (flatten, reshape) shares its
+#   base's gradient;
+# - the optimizer step (``trace.step_ns``) ends the iteration.
+
+
 class Simulation:
     """Replays ``plan`` on ``trace`` for ``gpu`` with a pool of ``capacity_bytes``
     (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
@@ -42,7 +56,8 @@ class Simulation:
         self.trace, self.gpu, self.plan = trace, gpu, plan
         self.lv = lv or liveness(trace)
         self.env = simpy.Environment()
-        self.pool = Pool(capacity_bytes)
+        self.pool = CachingPool(capacity_bytes) if trace.pytorch else Pool(capacity_bytes)
+        self._gkey, self._gsize, self._gneeds = self._grad_keys()
         link = gpu.link
         if link.duplex:
             self._engines = {"d2h": simpy.Resource(self.env, 1),
@@ -63,6 +78,24 @@ class Simulation:
         self._in_flight: dict[str, simpy.Event] = {}
         self._release_on_landing: set[str] = set()
         self._landed: set[str] = set()
+
+    def _grad_keys(self) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
+        """Which gradient buffer each tensor's gradient lives in (NOTE [pytorch semantics])."""
+        trace, lv = self.trace, self.lv
+        key: dict[str, str] = {}
+        if trace.pytorch:
+            kind_of = {t: trace.layers[i].kind for t, i in trace.producers().items()}
+            for t in trace.tensors:
+                g = t
+                while trace.tensors[g].alias_of is not None and kind_of.get(g) == "flatten":
+                    g = trace.tensors[g].alias_of
+                key[t] = g
+            needs = {g: trace.tensors[g].requires_grad for g in set(key.values())}
+        else:
+            key = dict(lv.root)
+            needs = {g: lv.needs_grad[g] for g in set(key.values())}
+        size = {g: trace.tensors[g].size_bytes for g in needs}
+        return key, size, needs
 
     # -- helpers -----------------------------------------------------------------------------
     def _op(self, *args) -> None:
@@ -152,10 +185,24 @@ class Simulation:
         self.env.run()
         return self
 
-    def _persistent(self) -> None:
+    def _persistent(self, grads: bool = True) -> None:
+        if self.trace.pytorch:
+            for layer in self.trace.layers:
+                self.pool.alloc(f"weights:{layer.id}", layer.weight_bytes, "weights", 0, "",
+                                "start")
+                if grads:
+                    self.pool.alloc(f"wgrad:{layer.id}", layer.weight_bytes, "weight_grads", 0,
+                                    "", "start")
+            return
         w = self.trace.weight_bytes
         self.pool.alloc("weights", w, "weights", 0, "", "start")
         self.pool.alloc("weight_grads", w, "weight_grads", 0, "", "start")
+
+    def _step(self):
+        if self.trace.step_ns:
+            start = self.env.now
+            yield self.env.timeout(self.trace.step_ns)
+            self._op("compute", "step", "", "optimizer step", start, self.env.now)
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
@@ -174,23 +221,26 @@ class Simulation:
         self.fwd_end_ns = self.env.now
         for layer, a in zip(reversed(trace.layers), reversed(plan.algos)):
             yield from self._compute("bwd", layer.id, layer.algos[a].bwd_ns)
+        yield from self._step()
         self.end_ns = self.env.now
 
     def _layer_wise(self):
         trace, plan, lv, pool, env = self.trace, self.plan, self.lv, self.pool, self.env
         layers = trace.layers
-        self._persistent()
+        self._persistent(grads=not trace.pytorch)
         for b, size in lv.size.items():
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
                 pool.alloc(b, size, "activations", 0, "", "start")
+        held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
         fwd_free: dict[int, list[str]] = {}
         for b, last in lv.fwd_last.items():
-            if not lv.kept(b) and b not in lv.outputs:
+            if not lv.kept(b) and b not in lv.outputs and b not in held:
                 at = max(last, lv.producer.get(b, -1))
                 fwd_free.setdefault(at, []).append(b)
         bwd_free: dict[int, list[str]] = {}
         for b, last in lv.bwd_last.items():
-            bwd_free.setdefault(last, []).append(b)
+            if b not in held:  # the training loop holds the input batch (pytorch)
+                bwd_free.setdefault(last, []).append(b)
 
         # forward
         for i, layer in enumerate(layers):
@@ -216,8 +266,9 @@ class Simulation:
         for b in lv.outputs:
             if not lv.kept(b):
                 pool.free(b, env.now)
-            if lv.needs_grad[b]:
-                pool.alloc(f"grad:{b}", lv.size[b], "gradients", env.now, "", "backward")
+            g = self._gkey[b]
+            if self._gneeds[g] and f"grad:{g}" not in pool:
+                pool.alloc(f"grad:{g}", self._gsize[g], "gradients", env.now, "", "backward")
 
         # backward
         for i in range(len(layers) - 1, -1, -1):
@@ -235,21 +286,25 @@ class Simulation:
                        if b in self._on_host] if j >= 0 else []
             yield from self._wait(need, layer.id, "fetch of own input")
             for t in layer.inputs:
-                b = lv.root[t]
-                if lv.needs_grad[b] and f"grad:{b}" not in pool:
-                    pool.alloc(f"grad:{b}", lv.size[b], "gradients", env.now, layer.id,
+                g = self._gkey[t]
+                if self._gneeds[g] and f"grad:{g}" not in pool:
+                    pool.alloc(f"grad:{g}", self._gsize[g], "gradients", env.now, layer.id,
                                "backward")
+            if trace.pytorch and f"wgrad:{layer.id}" not in pool:
+                pool.alloc(f"wgrad:{layer.id}", layer.weight_bytes, "weight_grads", env.now,
+                           layer.id, "backward")
             ws_key = f"workspace:{layer.id}"
             pool.alloc(ws_key, algo.bwd_workspace_bytes, "workspace", env.now, layer.id,
                        "backward")
             yield from self._compute("bwd", layer.id, algo.bwd_ns)
             pool.free(ws_key, env.now)
             for t in layer.outputs:
-                if lv.root[t] == t:
+                if self._gkey[t] == t:
                     pool.free(f"grad:{t}", env.now)
             for b in bwd_free.get(i, ()):
                 pool.free(b, env.now)
                 self._in_flight.pop(b, None)
             if fetches and plan.sync:
                 yield from self._wait(fetches, layer.id, "prefetch")
+        yield from self._step()
         self.end_ns = env.now

@@ -80,6 +80,15 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync)
 
 
+def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    opts = dict(options)
+    common_options("eager", opts)
+    check_options("eager", opts, set())
+    return vdnn_plan(trace, "none", algo_choice(trace, "p"), True, "eager")
+
+
+register("eager", eager, "layer-wise allocation, no offload, fastest algorithms: what "
+         "PyTorch's autograd does (the baseline of profiled PyTorch traces)")
 register("baseline_m", baseline, "network-wide allocation, memory-optimal algorithms",
          algo="m")
 register("baseline_p", baseline, "network-wide allocation, fastest algorithms (the oracle "

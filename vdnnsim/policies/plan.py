@@ -90,8 +90,10 @@ class Plan:
 def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str, ...], ...]:
     """vDNN's choice: a layer offloads each input buffer it is the last forward reader of,
     if backward needs that buffer (reference counts for forks and joins). A layer never
-    offloads a buffer it overwrites in place: the copy would race the write."""
+    offloads a buffer it overwrites in place: the copy would race the write. Under PyTorch
+    semantics the network input is never moved: the training loop holds the batch."""
     out = []
+    skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
     for i, layer in enumerate(trace.layers):
         if conv_only and not layer.is_conv:
             out.append(())
@@ -101,7 +103,7 @@ def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str
         for t in layer.inputs:
             b = lv.root[t]
             if (lv.fwd_last[b] == i and lv.kept(b) and b not in written and b not in picked
-                    and lv.size[b] > 0):
+                    and lv.size[b] > 0 and b not in skip):
                 picked.append(b)
         out.append(tuple(picked))
     return tuple(out)

@@ -26,7 +26,8 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> None:
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
-    src = {k: v for k, v in vars(trace.source).items() if v not in (None, {}, "")}
+    src = {k: v for k, v in vars(trace.source).items()
+           if v not in (None, {}, "") and not (k == "framework" and v == "torch7")}
     tensors = []
     for t in trace.tensors.values():
         d: dict[str, Any] = {"id": t.id, "size_bytes": t.size_bytes, "kind": t.kind}
@@ -57,7 +58,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         layers.append(d)
     return {"format": FORMAT, "version": VERSION, "name": trace.name,
             "batch_size": trace.batch_size, "dtype": trace.dtype, "source": src,
-            "tensors": tensors, "layers": layers}
+            "tensors": tensors, "layers": layers,
+            **({"step_ns": trace.step_ns} if trace.step_ns else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -127,7 +129,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
                             tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs)))
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
-                 Source(s.kind, s.gpu, s.cost_model, dict(s.software), s.note))
+                 Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
+                 spec.step_ns)
 
 
 def _check_order(spec: TraceSpec, writer: dict[str, int], source: str) -> None:

@@ -89,6 +89,7 @@ class Source:
     """Where a trace came from."""
 
     kind: Literal["synthesized", "profiled", "handwritten"] = "handwritten"
+    framework: Literal["torch7", "pytorch"] = "torch7"
     gpu: str | None = None
     cost_model: str | None = None
     software: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -103,6 +104,12 @@ class Trace:
     tensors: dict[str, Tensor]
     layers: tuple[Layer, ...]
     source: Source = Source()
+    step_ns: int = 0  # after the backward pass: the optimizer step
+
+    @property
+    def pytorch(self) -> bool:
+        """PyTorch semantics (NOTE [pytorch semantics] in engine/sim.py), else Torch7's."""
+        return self.source.framework == "pytorch"
 
     # -- derived views -------------------------------------------------------------------
     def root(self, tensor_id: str) -> str:

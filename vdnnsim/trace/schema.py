@@ -85,6 +85,9 @@ class LayerSpec(_Strict):
 class SourceSpec(_Strict):
     kind: Literal["synthesized", "profiled", "handwritten"] = Field(
         "handwritten", description="How the trace was made.")
+    framework: Literal["torch7", "pytorch"] = Field(
+        "torch7", description="Whose memory semantics the trace follows: torch7 (the paper's "
+        "Torch with CNMeM) or pytorch (autograd and the caching allocator).")
     gpu: str | None = Field(None, description="GPU preset or device name.")
     cost_model: str | None = Field(None, description="Cost model that synthesized it.")
     software: dict[str, str] = Field(default_factory=dict, description="Versions.")
@@ -101,3 +104,4 @@ class TraceSpec(_Strict):
     source: SourceSpec = Field(default_factory=SourceSpec, description="Provenance.")
     tensors: list[TensorSpec] = Field(description="Every tensor, network inputs first.")
     layers: list[LayerSpec] = Field(min_length=1, description="Layers in execution order.")
+    step_ns: Nanos = Field(0, description="Time after the backward pass (the optimizer step).")

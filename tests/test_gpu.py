@@ -1,0 +1,55 @@
+"""On a CUDA GPU only: the vDNN runtime loses nothing and saves memory. Skipped cleanly
+without a GPU (CI has none; the committed measurements are what CPU tests check)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+from vdnnsim.gpu.models import build_model  # noqa: E402
+from vdnnsim.gpu.runtime import VDNN  # noqa: E402
+
+
+def _grads(model, shape, policy, x, y):
+    m = copy.deepcopy(model).cuda()
+    net = VDNN(m, shape, policy) if policy != "baseline" else m
+    torch.manual_seed(1)  # the same dropout masks in every run
+    loss = F.cross_entropy(net(x), y)
+    loss.backward()
+    if isinstance(net, VDNN):
+        net.end_iteration()
+    torch.cuda.synchronize()
+    return [p.grad.detach().clone() for p in m.parameters()], net
+
+
+@pytest.mark.parametrize("spec", ["zoo:alexnet", "torchvision:resnet18"])
+@pytest.mark.parametrize("policy", ["vdnn_all", "vdnn_conv"])
+def test_gradients_are_bit_identical(spec, policy):
+    if spec.startswith("torchvision"):
+        pytest.importorskip("torchvision")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    model, shape, _ = build_model(spec)
+    x = torch.randn(8, *shape, device="cuda")
+    y = torch.randint(0, 1000, (8,), device="cuda")
+    base, _ = _grads(model, shape, "baseline", x, y)
+    got, net = _grads(model, shape, policy, x, y)
+    assert net.stats["offloaded_bytes"] > 0
+    assert net.stats["offloaded_bytes"] == net.stats["prefetched_bytes"] + \
+        net.stats["on_demand_bytes"]
+    assert all(torch.equal(a, b) for a, b in zip(base, got))
+
+
+def test_offload_lowers_peak_memory():
+    from vdnnsim.gpu.measure import measure
+    base = measure("zoo:vgg16", 32, "baseline", warmup=1, iters=2)
+    conv = measure("zoo:vgg16", 32, "vdnn_conv", warmup=1, iters=2)
+    assert conv["peak_allocated_bytes"] < 0.8 * base["peak_allocated_bytes"]

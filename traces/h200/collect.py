@@ -1,0 +1,96 @@
+"""How the H200 validation set was made: profile each model and batch size into a trace,
+then measure real training steps under each runtime policy, with and without a memory cap.
+
+Run on the device machine from the repository root (see traces/h200/README.md):
+
+    python3 traces/h200/collect.py profile  OUTDIR      # traces/h200/*.yaml
+    python3 traces/h200/collect.py measure  OUTDIR      # measurements.json
+    python3 traces/h200/collect.py smoke    OUTDIR      # a quick check of both
+
+Every case is independent: one that fails is logged and the rest go on, and results are
+written as they come, so a run cut short still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+SETS = {  # model: batch sizes
+    "torchvision:vgg16": [64, 128, 256],
+    "torchvision:resnet50": [64, 128, 256],
+    "torchvision:densenet121": [32, 64, 128],
+    "torchvision:mobilenet_v2": [64, 128, 256],
+}
+POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
+CAPS_GIB = {12: -1, 8: 1}  # cap: which batch size of each model (index) runs capped
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def do_profile(out: Path, sets: dict, trials: int = 3) -> None:
+    import yaml
+
+    from vdnnsim.gpu.profile import profile_model
+    out.mkdir(parents=True, exist_ok=True)
+    for model, batches in sets.items():
+        for b in batches:
+            name = model.split(":")[1]
+            t0 = time.time()
+            try:
+                data = profile_model(model, b, trials=trials)
+                (out / f"{name}_b{b}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+                log(f"profiled {model} b{b}: {len(data['layers'])} layers, "
+                    f"{time.time() - t0:.1f}s")
+            except Exception:
+                log(f"FAILED profile {model} b{b}:\n{traceback.format_exc()}")
+
+
+def do_measure(out: Path, sets: dict, caps: dict, iters: int = 5, extra: list | None = None
+               ) -> None:
+    from vdnnsim.gpu.measure import measure
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "measurements.json"
+    records = json.loads(path.read_text()) if path.exists() else []
+    cases = [(m, b, p, None) for m, bs in sets.items() for b in bs for p in POLICIES]
+    for cap, idx in caps.items():
+        cases += [(m, bs[idx], p, cap * 2**30) for m, bs in sets.items() for p in POLICIES]
+    cases += extra or []
+    for m, b, p, cap in cases:
+        t0 = time.time()
+        try:
+            rec = measure(m, b, p, cap, warmup=2, iters=iters)
+            records.append(rec)
+            path.write_text(json.dumps(records, indent=1))
+            log(f"measured {m} b{b} {p} cap={cap}: fits={rec['fits']} "
+                f"{rec.get('iteration_ms', 0):.1f} ms "
+                f"alloc={rec.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB "
+                f"({time.time() - t0:.1f}s)")
+        except Exception:
+            log(f"FAILED measure {m} b{b} {p}:\n{traceback.format_exc()}")
+
+
+def main() -> int:
+    what, out = sys.argv[1], Path(sys.argv[2])
+    if what == "profile":
+        do_profile(out, SETS)
+    elif what == "measure":
+        extra = [("torchvision:vgg16", b, "save_on_cpu", None) for b in (64, 128, 256)]
+        do_measure(out, SETS, CAPS_GIB, extra=extra)
+    elif what == "smoke":
+        small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
+        do_profile(out, small, trials=2)
+        do_measure(out, small, {1: 0}, iters=2)
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

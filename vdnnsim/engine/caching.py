@@ -1,0 +1,151 @@
+"""A model of PyTorch's CUDA caching allocator (allocated vs reserved).
+
+NOTE [caching allocator]
+The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed:
+- a request is rounded up to a multiple of 512 bytes (at least 512);
+- requests of at most 1 MiB come from the small pool, whose segments are 2 MiB; larger
+  ones from the large pool, whose segments are 20 MiB for requests under 10 MiB and the
+  request rounded up to 2 MiB otherwise;
+- a request takes the smallest free block of its pool that holds it, and splits it when the
+  rest is at least 512 bytes (small pool) or more than 1 MiB (large pool); an unsplit rest
+  stays inside the allocated block and counts as allocated;
+- a freed block merges with free neighbours of its segment; segments stay reserved (cached);
+- a new segment must fit under the cap (the device, or the per-process memory fraction);
+  if it does not, every fully free segment is released and the request retried once; then
+  it is out of memory.
+``allocated`` is the sum of allocated blocks, ``reserved`` the sum of segments: the two
+numbers torch.cuda.max_memory_allocated / max_memory_reserved report. As in NOTE [out of
+memory], a request that fails is recorded and then placed anyway, so the run still says
+what it would need.
+"""
+
+from __future__ import annotations
+
+from .allocator import OutOfMemory, _INF
+
+MIN_BLOCK = 512
+SMALL_SIZE = 1 << 20
+SMALL_BUFFER = 2 << 20
+MIN_LARGE_ALLOC = 10 << 20
+LARGE_BUFFER = 20 << 20
+ROUND_LARGE = 2 << 20
+
+
+def round_size(n: int) -> int:
+    return MIN_BLOCK if n < MIN_BLOCK else -(-n // MIN_BLOCK) * MIN_BLOCK
+
+
+def segment_size(n: int) -> int:
+    if n <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if n < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-n // ROUND_LARGE) * ROUND_LARGE
+
+
+class CachingPool:
+    """Same interface as :class:`~vdnnsim.engine.allocator.Pool`; the footprint is the
+    reserved memory."""
+
+    def __init__(self, capacity_bytes: int | None):
+        self.capacity = capacity_bytes if capacity_bytes is not None else _INF
+        self._segments: dict[int, tuple[str, int]] = {}  # id -> (pool, size)
+        self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
+        self._blocks: dict[str, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
+        self._next_seg = 0
+        self.reserved_bytes = 0
+        self.live_bytes = 0
+        self.peak_live_bytes = 0
+        self.peak_footprint_bytes = 0
+        self.by_category: dict[str, int] = {}
+        self.peak_breakdown: dict[str, int] = {}
+        self.oom: OutOfMemory | None = None
+        self.times: list[int] = [0]
+        self.levels: list[int] = [0]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._blocks
+
+    def _best(self, pool: str, size: int) -> tuple[int, int, int] | None:
+        best = None
+        for seg, blocks in self._free.items():
+            if self._segments[seg][0] != pool:
+                continue
+            for off, bsize in blocks.items():
+                if bsize >= size and (best is None or bsize < best[2]):
+                    best = (seg, off, bsize)
+        return best
+
+    def _release_cached(self) -> None:
+        for seg in [s for s, (pool, size) in self._segments.items()
+                    if self._free[s].get(0) == size]:
+            self.reserved_bytes -= self._segments.pop(seg)[1]
+            del self._free[seg]
+
+    def alloc(self, key: str, size_bytes: int, category: str, now: int,
+              layer: str = "", phase: str = "") -> None:
+        if key in self._blocks:
+            raise RuntimeError(f"double allocation of {key}")
+        if size_bytes <= 0:
+            return
+        size = round_size(size_bytes)
+        pool = "small" if size <= SMALL_SIZE else "large"
+        found = self._best(pool, size)
+        if found is None:
+            seg_size = segment_size(size)
+            if self.reserved_bytes + seg_size > self.capacity:
+                self._release_cached()
+                if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
+                    free = self.capacity - self.live_bytes
+                    self.oom = OutOfMemory(key, layer, phase, now, size, free,
+                                           max(0, self.capacity - self.reserved_bytes))
+            seg = self._next_seg
+            self._next_seg += 1
+            self._segments[seg] = (pool, seg_size)
+            self._free[seg] = {0: seg_size}
+            self.reserved_bytes += seg_size
+            self.peak_footprint_bytes = max(self.peak_footprint_bytes, self.reserved_bytes)
+            found = (seg, 0, seg_size)
+        seg, off, bsize = found
+        del self._free[seg][off]
+        rest = bsize - size
+        if (pool == "small" and rest >= MIN_BLOCK) or (pool == "large" and rest > SMALL_SIZE):
+            self._free[seg][off + size] = rest
+            taken = size
+        else:
+            taken = bsize
+        self._blocks[key] = (seg, off, taken, category)
+        self.by_category[category] = self.by_category.get(category, 0) + taken
+        self._record(now, taken)
+
+    def free(self, key: str, now: int) -> None:
+        block = self._blocks.pop(key, None)
+        if block is None:
+            return
+        seg, off, size, category = block
+        self.by_category[category] -= size
+        blocks = self._free[seg]
+        for o, s in list(blocks.items()):  # merge with free neighbours
+            if o + s == off:
+                off, size = o, s + size
+                del blocks[o]
+            elif off + size == o:
+                size += s
+                del blocks[o]
+        blocks[off] = size
+        self._record(now, -block[2])
+
+    def _record(self, now: int, delta: int) -> None:
+        self.live_bytes += delta
+        if self.live_bytes > self.peak_live_bytes:
+            self.peak_live_bytes = self.live_bytes
+            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
+        if self.times[-1] == now:
+            self.levels[-1] = self.live_bytes
+        else:
+            self.times.append(now)
+            self.levels.append(self.live_bytes)
+
+    def average_bytes(self, end_ns: int) -> float:
+        from .allocator import Pool
+        return Pool.average_bytes(self, end_ns)  # type: ignore[arg-type]

@@ -1,0 +1,90 @@
+"""The measurement harness: real training iterations on a CUDA GPU.
+
+NOTE [measurement]
+One SGD training step is zero_grad(set_to_none=True), forward, cross-entropy loss, backward
+and the optimizer step, on a random batch that stays on the GPU. After warm-up steps
+(cudnn.benchmark autotunes there) the allocator's peak statistics are reset and several
+steps are timed with CUDA events; the median step time and the peak allocated and reserved
+bytes over the timed steps are reported. With a cap, the caching allocator's per-process
+memory fraction emulates a smaller card, and a run that raises OutOfMemoryError does not
+fit. ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import statistics
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .models import build_model
+from .profile import DTYPES, software
+from .runtime import VDNN
+
+POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu")
+
+
+def measure(model_spec: str, batch_size: int, policy: str = "baseline",
+            memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
+            dtype: str = "fp32") -> dict[str, Any]:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    dev = torch.device("cuda")
+    gc.collect()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(dev).total_memory
+    torch.backends.cudnn.benchmark = True
+    record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
+                              "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
+                              "gpu": torch.cuda.get_device_name(dev), **software()}
+    model = runtime = opt = x = y = None
+    try:
+        if memory_cap_bytes:
+            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
+        model, shape, _ = build_model(model_spec)
+        model = model.to(dev, DTYPES[dtype]).train()
+        runtime = VDNN(model, shape, policy) if policy.startswith("vdnn") else model
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(batch_size, *shape, device=dev, dtype=DTYPES[dtype])
+        y = torch.randint(0, 1000, (batch_size,), device=dev)
+        ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
+            if policy == "save_on_cpu" else contextlib.nullcontext
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            with ctx():
+                out = runtime(x)
+                loss = F.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            if isinstance(runtime, VDNN):
+                runtime.end_iteration()
+
+        for _ in range(warmup):
+            step()
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        times = []
+        for _ in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            step()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
+                      peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+                      peak_reserved_bytes=torch.cuda.max_memory_reserved(dev))
+        if isinstance(runtime, VDNN):
+            record.update({k: v // max(1, warmup + iters) for k, v in runtime.stats.items()})
+    except torch.OutOfMemoryError as exc:
+        record.update(fits=False, error=str(exc).splitlines()[0][:200])
+    finally:
+        del model, runtime, opt, x, y
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+    return record

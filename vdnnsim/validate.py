@@ -1,0 +1,141 @@
+"""Predicted against measured: each measured PyTorch run simulated from its profiled trace.
+
+NOTE [validation]
+A measurement (``vdnnsim measure``) names a model, batch size, runtime policy and optional
+memory cap. Its prediction replays the trace profiled for that model and batch size on the
+GPU preset (default h200) under the matching simulator policy: baseline -> eager (PyTorch's
+own layer-wise memory), vdnn_all -> vdnn_all_p, vdnn_conv -> vdnn_conv_p (a profiled layer
+has one algorithm, so _p and _m agree), with the cap as the pool capacity. Errors are
+(predicted - measured) / measured for peak allocated bytes, peak reserved bytes and the
+median iteration time (the last two only where the run fits); fits/out-of-memory must agree.
+PyTorch's save_on_cpu is measured for comparison only and not predicted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .api import oracle_time_ns, resolve_gpu, run_trace
+from .errors import ConfigError
+from .trace import Trace, load_trace
+
+POLICY_MAP = {"baseline": "eager", "vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}
+TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
+
+
+def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such file")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise ConfigError(f"{p}: expected a JSON list of measurement records")
+    for i, r in enumerate(data):
+        for k in ("model", "batch_size", "policy", "fits"):
+            if k not in r:
+                raise ConfigError(f"{p}: [{i}]: missing key {k!r}")
+    return data
+
+
+def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
+    p = Path(path)
+    files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
+    if not files or not files[0].exists():
+        raise ConfigError(f"{p}: no trace files")
+    out = {}
+    for f in files:
+        t = load_trace(f)
+        out[(t.name, t.batch_size)] = t
+    return out
+
+
+def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
+             gpu: str = "h200") -> pd.DataFrame:
+    tr = load_traces(traces)
+    g = resolve_gpu(gpu)
+    rows = []
+    oracle: dict[tuple[str, int], int] = {}
+    for m in load_measurements(measurements):
+        name = str(m["model"]).split(":")[-1]
+        key = (name, int(m["batch_size"]))
+        policy = POLICY_MAP.get(m["policy"])
+        row: dict[str, Any] = {"model": name, "batch_size": key[1], "policy": m["policy"],
+                               "cap_gb": (m.get("memory_cap_bytes") or 0) / 2**30 or None,
+                               "measured_fits": bool(m["fits"])}
+        if policy is None or key not in tr:
+            continue
+        trace = tr[key]
+        if key not in oracle:
+            oracle[key] = oracle_time_ns(trace, g)
+        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"), oracle[key])
+        row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
+        if m["fits"]:
+            pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
+            pr, mr = r.peak_footprint_bytes, m["peak_reserved_bytes"]
+            pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]
+            row.update(measured_alloc_gb=ma / 2**30, predicted_alloc_gb=pa / 2**30,
+                       alloc_err=(pa - ma) / ma, measured_reserved_gb=mr / 2**30,
+                       predicted_reserved_gb=pr / 2**30, reserved_err=(pr - mr) / mr,
+                       measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
+        rows.append(row)
+    if not rows:
+        raise ConfigError("no measurement matched a trace (model name and batch size)")
+    return pd.DataFrame(rows)
+
+
+def summarize(df: pd.DataFrame) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for col, name in (("alloc_err", "peak_allocated"), ("reserved_err", "peak_reserved"),
+                      ("time_err", "iteration_time")):
+        errs = [abs(x) for x in df.get(col, pd.Series(dtype=float)).dropna()]
+        if errs:
+            out[name] = {"median_abs": statistics.median(errs), "max_abs": max(errs),
+                         "n": len(errs)}
+            if name in TARGETS:
+                med, mx = TARGETS[name]
+                out[name]["target_met"] = statistics.median(errs) <= med and max(errs) <= mx
+    capped = df[df.cap_gb.notna()]
+    out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
+                  "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
+    return out
+
+
+def format_validation(df: pd.DataFrame) -> str:
+    lines = ["model        batch  policy     cap GiB  fits (meas/pred)  alloc GiB meas/pred   err"
+             "   reserved GiB meas/pred   err     ms meas/pred        err"]
+    for r in df.itertuples():
+        cap = f"{r.cap_gb:.0f}" if isinstance(r.cap_gb, float) and r.cap_gb == r.cap_gb else "-"
+        fits = f"{'yes' if r.measured_fits else 'no'}/{'yes' if r.predicted_fits else 'no'}"
+        fits += "" if r.fit_right else " MISS"
+        if r.measured_fits:
+            lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits:16s}"
+                         f"  {r.measured_alloc_gb:7.2f} / {r.predicted_alloc_gb:7.2f}"
+                         f"  {r.alloc_err:+6.1%}   {r.measured_reserved_gb:7.2f} / "
+                         f"{r.predicted_reserved_gb:7.2f}  {r.reserved_err:+6.1%}"
+                         f"  {r.measured_ms:8.1f} / {r.predicted_ms:8.1f}  {r.time_err:+6.1%}")
+        else:
+            lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits}")
+    s = summarize(df)
+    for name in ("peak_allocated", "peak_reserved", "iteration_time"):
+        if name in s:
+            v = s[name]
+            target = ""
+            if name in TARGETS:
+                med, mx = TARGETS[name]
+                target = (f" (target {med:.0%} / {mx:.0%}: "
+                          f"{'met' if v['target_met'] else 'MISSED'})")
+            lines.append(f"{name}: median |error| {v['median_abs']:.1%}, max {v['max_abs']:.1%}"
+                         f" over {v['n']} runs{target}")
+    f = s["fit"]
+    lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
+                 f"({f['capped_right']} of {f['capped_n']} capped runs)")
+    return "\n".join(lines)

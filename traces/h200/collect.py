@@ -25,6 +25,8 @@ SETS = {  # model: batch sizes
     "torchvision:densenet121": [32, 64, 128],
     "torchvision:mobilenet_v2": [64, 128, 256],
 }
+# A process that profiled keeps the probe's tensors reachable for a while: measure in a
+# fresh process ('measure'), never after 'profile' in the same one.
 POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
 CAPS_GIB = {12: -1, 8: 1}  # cap: which batch size of each model (index) runs capped
 
@@ -75,13 +77,46 @@ def do_measure(out: Path, sets: dict, caps: dict, iters: int = 5, extra: list | 
             log(f"FAILED measure {m} b{b} {p}:\n{traceback.format_exc()}")
 
 
+def do_measure_isolated(out: Path, cases: list) -> None:
+    """Each case in a fresh process: an out-of-memory error in one leaves tensors reachable
+    from its traceback, which would crowd the next capped run."""
+    import subprocess
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "measurements_isolated.json"
+    records = json.loads(path.read_text()) if path.exists() else []
+    for m, b, p, cap in cases:
+        cmd = [sys.executable, "-m", "vdnnsim", "measure", "--model", m, "--batch", str(b),
+               "--policy", p, "--warmup", "2", "--iters", "5", "--json"]
+        if cap:
+            cmd += ["--memory-cap-gb", str(cap / 2**30)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            log(f"FAILED {m} b{b} {p} cap={cap}: {r.stderr[-300:]}")
+            continue
+        rec = json.loads(r.stdout)
+        records.append(rec)
+        path.write_text(json.dumps(records, indent=1))
+        log(f"measured {m} b{b} {p} cap={cap}: fits={rec['fits']} "
+            f"alloc={rec.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB")
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "profile":
         do_profile(out, SETS)
     elif what == "measure":
         extra = [("torchvision:vgg16", b, "save_on_cpu", None) for b in (64, 128, 256)]
-        do_measure(out, SETS, CAPS_GIB, extra=extra)
+        do_measure(out, SETS, CAPS_GIB, extra=extra)  # in a process that profiled nothing
+    elif what == "profile-all":  # smoke first, then the full profile set
+        small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
+        do_profile(out / "smoke", small, trials=2)
+        do_measure(out / "smoke", small, {}, iters=2)
+        do_profile(out / "traces", SETS)
+    elif what == "capped":
+        cases = [(m, bs[idx], p, cap * 2**30) for cap, idx in CAPS_GIB.items()
+                 for m, bs in SETS.items() for p in POLICIES]
+        cases += [("torchvision:vgg16", b, "save_on_cpu", None) for b in (64, 128, 256)]
+        do_measure_isolated(out, cases)
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

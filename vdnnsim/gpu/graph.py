@@ -142,6 +142,8 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
           name: str = "model", with_loss: bool = True) -> Probe:
     """Run ``model`` once on ``device`` node by node and record the layer graph."""
     dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:  # the allocator's statistics want an index
+        dev = torch.device("cuda", torch.cuda.current_device())
     model = model.to(device=dev, dtype=dtype).train()
     gm = trace_module(model)
     params = {_sid(p): p for p in gm.parameters()}

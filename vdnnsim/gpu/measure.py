@@ -32,7 +32,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             dtype: str = "fp32") -> dict[str, Any]:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", torch.cuda.current_device())
     gc.collect()
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(dev).total_memory
@@ -78,6 +78,27 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev))
+        # one more, untimed step, phase by phase: where the peak is
+        phases = {}
+        opt.zero_grad(set_to_none=True)
+        phases["start"] = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        with ctx():
+            out = runtime(x)
+            loss = F.cross_entropy(out, y)
+        phases["forward_peak"] = torch.cuda.max_memory_allocated(dev)
+        phases["after_forward"] = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        loss.backward()
+        del out, loss
+        phases["backward_peak"] = torch.cuda.max_memory_allocated(dev)
+        phases["after_backward"] = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        opt.step()
+        phases["step_peak"] = torch.cuda.max_memory_allocated(dev)
+        if isinstance(runtime, VDNN):
+            runtime.end_iteration()
+        record["phases"] = phases
         if isinstance(runtime, VDNN):
             record.update({k: v // max(1, warmup + iters) for k, v in runtime.stats.items()})
     except torch.OutOfMemoryError as exc:

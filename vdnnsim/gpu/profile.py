@@ -8,7 +8,10 @@ from a random output gradient, each repeated between two CUDA events after warm-
 out of place (the same kernel, but repeatable). The time between two events includes the
 host's launch work when the GPU outruns it, so small layers cost what they cost in eager
 PyTorch. The workspace of a layer is the allocator's peak during the pass beyond what
-stays allocated after it. On the meta device there is no time: the cost model times each
+stays allocated after it, taken after the warm-up runs: the first call of a conv runs
+cuDNN's autotuner, whose trial workspaces are far larger than the chosen algorithm's.
+(The traces in traces/h200/ were profiled before this was fixed: their workspaces include
+the autotuner's, see traces/h200/README.md.) On the meta device there is no time: the cost model times each
 layer for a GPU preset instead.
 """
 
@@ -77,9 +80,11 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
             layer["algos"] = algos[n.name]
         else:
             f, b, fw, bw = (times or {}).get(n.name, (0, 0, 0, 0))
-            layer.update(fwd_ns=f, bwd_ns=b)
-            if max(fw, bw):
-                layer["workspace_bytes"] = max(fw, bw)
+            if fw or bw:  # one measured algorithm with its own forward/backward workspace
+                layer["algos"] = [dict(name="profiled", fwd_ns=f, bwd_ns=b,
+                                       fwd_workspace_bytes=fw, bwd_workspace_bytes=bw)]
+            else:
+                layer.update(fwd_ns=f, bwd_ns=b)
         attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_") and v != {}}
         attrs["flops"] = n.flops
         layer["attrs"] = attrs
@@ -119,7 +124,9 @@ def _time_node(n: ProbeNode, trials: int, cuda: bool = True) -> tuple[int, int, 
     if mod is not None and getattr(mod, "inplace", False):
         restore, mod.inplace = True, False
     call = OUT_OF_PLACE.get(n.call, n.call)
-    kwargs = n.attrs.get("_kwargs", {})
+    kwargs = dict(n.attrs.get("_kwargs", {}))
+    if kwargs.get("inplace"):  # F.relu(x, inplace=True): timed out of place, as modules
+        kwargs["inplace"] = False
     try:
         leaves: list[torch.Tensor] = []
 
@@ -133,7 +140,13 @@ def _time_node(n: ProbeNode, trials: int, cuda: bool = True) -> tuple[int, int, 
 
         args = tree_map(fresh, n.args)
         fwd = bench_ms(lambda: call(*args, **kwargs), trials=trials, cuda=cuda)
+        fws = 0
+        if cuda:  # after warm-up: cudnn.benchmark's trials no longer inflate the peak
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         out = call(*args, **kwargs)
+        if cuda:
+            fws = max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
         params = [p for p in (mod.parameters() if mod is not None else ()) if p.requires_grad]
         targets = leaves + params
         bwd, bws = 0.0, 0
@@ -148,7 +161,7 @@ def _time_node(n: ProbeNode, trials: int, cuda: bool = True) -> tuple[int, int, 
                 held = grad()
                 bws = max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
                 del held
-        return int(fwd * 1e6), int(bwd * 1e6), n.fwd_workspace_bytes, bws
+        return int(fwd * 1e6), int(bwd * 1e6), fws, bws
     finally:
         if restore:
             mod.inplace = True
@@ -166,13 +179,13 @@ def step_time_ns(model: nn.Module, trials: int, cuda: bool = True) -> int:
 
 
 def software() -> dict[str, str]:
-    out = {"torch": torch.__version__}
+    out = {"torch": str(torch.__version__)}
     if torch.cuda.is_available():
         out["cuda"] = str(torch.version.cuda)
         out["cudnn"] = str(torch.backends.cudnn.version())
     try:
         import torchvision
-        out["torchvision"] = torchvision.__version__
+        out["torchvision"] = str(torchvision.__version__)
     except ImportError:
         pass
     return out

@@ -1,0 +1,61 @@
+"""The H200 validation table, recomputed from the committed traces and measurements
+(traces/h200/). Targets the model meets must stay met; the misses are pinned to their
+recorded values (tests/golden/validation.json) so that a change that moves them is seen.
+Regenerate after an intended change:
+    VDNNSIM_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_validation.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from vdnnsim.validate import summarize, validate
+
+ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
+GOLDEN = Path(__file__).parent / "golden" / "validation.json"
+
+
+@pytest.fixture(scope="module")
+def table():
+    return validate(ROOT, ROOT / "measurements.json")
+
+
+@pytest.fixture(scope="module")
+def summary(table):
+    s = summarize(table)
+    if os.environ.get("VDNNSIM_REGEN_GOLDEN"):
+        GOLDEN.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
+    return s
+
+
+def test_the_validation_set_covers_the_issue(table):
+    assert set(table.model) == {"vgg16", "resnet50", "densenet121", "mobilenet_v2"}
+    for model, g in table.groupby("model"):
+        assert g.batch_size.nunique() >= 3, model
+        assert set(g.policy) == {"baseline", "vdnn_conv", "vdnn_all"}, model
+    capped = table[table.cap_gb.notna()]
+    assert capped.measured_fits.any() and not capped.measured_fits.all()
+
+
+def test_fit_or_out_of_memory_is_predicted_right_in_every_capped_case(summary):
+    f = summary["fit"]
+    assert f["capped_n"] >= 10
+    assert f["capped_right"] == f["capped_n"]
+    assert f["right"] == f["n"]
+
+
+def test_iteration_time_median_error_is_within_target(summary):
+    assert summary["iteration_time"]["median_abs"] <= 0.10
+
+
+def test_numbers_stay_as_recorded(summary):
+    golden = json.loads(GOLDEN.read_text())
+    for metric in ("peak_allocated", "peak_reserved", "iteration_time"):
+        for k in ("median_abs", "max_abs"):
+            assert summary[metric][k] == pytest.approx(golden[metric][k], rel=1e-6), (metric, k)
+        if golden[metric].get("target_met"):
+            assert summary[metric]["target_met"], metric

@@ -6,6 +6,7 @@ from .errors import ConfigError, TraceError, UnknownNameError, VdnnError
 from .hardware import GPU, Link, gpu_preset, preset_names
 from .policies import policy_names
 from .results import RunResult
+from .study import sweep
 from .trace import Trace, load_trace, save_trace
 
 __version__ = "0.1.0"
@@ -13,4 +14,4 @@ __version__ = "0.1.0"
 __all__ = ["ConfigError", "GPU", "Link", "RunResult", "Trace", "TraceError",
            "UnknownNameError", "VdnnError", "build_trace", "gpu_preset", "load_trace",
            "oracle_time_ns", "policy_names", "preset_names", "run_trace", "save_trace",
-           "simulate"]
+           "simulate", "sweep"]

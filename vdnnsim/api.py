@@ -130,7 +130,8 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
-        _ops=tuple(sim.ops), _mem=(tuple(pool.times), tuple(pool.levels)))
+        _ops=tuple(sim.ops), _mem=(tuple(pool.times), tuple(pool.levels)),
+        _spans=tuple(pool.spans or ()))
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

@@ -46,6 +46,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_study(args)
     cfg, base = load_config(args.config)
     results = run_config(cfg, base)
+    if args.chrome_trace:
+        from .report.chrome import dumps
+        from .yamlio import write_text_atomic
+        write_text_atomic(args.chrome_trace, dumps(results))
+        print(f"wrote {args.chrome_trace}: {len(results)} runs (open it in ui.perfetto.dev)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps([_clean(r.summary()) for r in results], indent=2,
                          default=_json_default))
@@ -64,6 +70,53 @@ def _run_study(args: argparse.Namespace) -> int:
         print(df.to_json(orient="records", indent=2))
     else:
         print(format_rows(df, spec.name))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .report.table import format_rows
+    from .study import load_study, run_study, write_results
+
+    spec, base = load_study(args.study)
+    if args.output and not args.output.endswith((".csv", ".parquet")):
+        from .errors import ConfigError
+        raise ConfigError(f"{args.output}: write .csv or .parquet")
+    progress = not args.no_progress and sys.stderr.isatty()
+    df = run_study(spec, base, progress, args.workers, args.scheduler)
+    if args.output:
+        write_results(df, args.output)
+        bad = int(df["error"].notna().sum()) if "error" in df else 0
+        fits = int(df["fits"].fillna(False).astype(bool).sum()) if "fits" in df else 0
+        print(f"wrote {args.output}: {len(df)} runs, {fits} fit, {bad} failed")
+    else:
+        print(format_rows(df, spec.name))
+    return 0
+
+
+def cmd_maxbatch(args: argparse.Namespace) -> int:
+    from .study.maxbatch import max_batch
+    from .yamlio import parse_bytes
+
+    cap = None
+    if args.memory:
+        try:
+            cap = parse_bytes(args.memory)
+        except ValueError as exc:
+            from .errors import ConfigError
+            raise ConfigError(f"--memory: {exc}") from None
+    rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit)
+            for n in args.network for g in args.gpu for p in args.policy]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
+          f"{'peak GB':>8s} {'sims':>5s}")
+    for r in rows:
+        extra = (f"{r['slowdown']:8.2f}x {r['peak_memory_bytes'] / 1e9:8.2f}"
+                 if r["max_batch_size"] else f"{'-':>9s} {'-':>8s}")
+        mark = "+" if r.get("at_limit") else " "
+        print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"
+              f"{mark} {extra} {r['simulations']:5d}")
     return 0
 
 
@@ -230,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="simulate a run config or a study and print a table")
     r.add_argument("config", help="run config or study YAML")
     r.add_argument("--json", action="store_true", help="print a JSON list, one record a run")
+    r.add_argument("--chrome-trace", default=None, metavar="FILE",
+                   help="also write the runs' timelines as Chrome trace JSON (Perfetto)")
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("trace", help="synthesize a trace file from a network and a GPU preset")
@@ -241,6 +296,26 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     t.add_argument("--output", "-o", required=True, help="trace YAML to write ('-': stdout)")
     t.set_defaults(fn=cmd_trace)
+
+    sw = sub.add_parser("sweep", help="run a study (grid) into one table, CSV or Parquet")
+    sw.add_argument("study", help="study YAML (sweep/zip/runs) or run config")
+    sw.add_argument("--output", "-o", default=None, help="results .csv or .parquet")
+    sw.add_argument("--workers", type=int, default=None, help="local worker processes")
+    sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.set_defaults(fn=cmd_sweep)
+
+    mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")
+    mb.add_argument("--network", "-n", action="append", required=True,
+                    help="zoo name or network spec YAML (repeatable)")
+    mb.add_argument("--gpu", "-g", action="append", default=None, help="preset (repeatable)")
+    mb.add_argument("--policy", "-p", action="append", default=None,
+                    help="policy (repeatable; default vdnn_dyn)")
+    mb.add_argument("--memory", default=None, help="pool capacity, e.g. '12 GiB'")
+    mb.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    mb.add_argument("--limit", type=int, default=1 << 16, help="largest batch to try")
+    mb.add_argument("--json", action="store_true")
+    mb.set_defaults(fn=cmd_maxbatch)
 
     rp = sub.add_parser("reproduce", help="the vDNN paper's headline numbers beside "
                         "vdnnsim's")
@@ -292,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.command == "maxbatch":
+        args.gpu = args.gpu or ["k40"]
+        args.policy = args.policy or ["vdnn_dyn"]
     try:
         return args.fn(args)
     except VdnnError as exc:

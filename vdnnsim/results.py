@@ -48,6 +48,19 @@ class RunResult:
     algos: tuple[str, ...]
     _ops: tuple[Op, ...] = field(repr=False, compare=False)
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
+    _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
+                                                               compare=False)
+
+    @property
+    def tensors(self) -> pd.DataFrame:
+        """One row per allocation: key, category, bytes, alloc and free times (ns)."""
+        return pd.DataFrame(list(self._spans), columns=["key", "category", "size_bytes",
+                                                        "alloc_ns", "free_ns"])
+
+    def chrome_trace(self, pid: int = 1) -> list[dict[str, Any]]:
+        """This run's events in the Chrome trace format (report/chrome.py)."""
+        from .report.chrome import run_events
+        return run_events(self, pid)
 
     @property
     def peak_managed_bytes(self) -> int:

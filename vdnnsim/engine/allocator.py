@@ -51,6 +51,8 @@ class Pool:
         self.oom: OutOfMemory | None = None
         self.times: list[int] = [0]
         self.levels: list[int] = [0]
+        self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
+        self._open: dict[str, tuple[int, int, str]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._blocks
@@ -79,6 +81,8 @@ class Pool:
         self._blocks[key] = (start, size, category)
         self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
         self.by_category[category] = self.by_category.get(category, 0) + size
+        if self.spans is not None:
+            self._open[key] = (now, size, category)
         self._record(now, size)
 
     def free(self, key: str, now: int) -> None:
@@ -87,6 +91,9 @@ class Pool:
             return
         start, size, category = block
         self.by_category[category] -= size
+        if self.spans is not None and key in self._open:
+            t0, sz, cat = self._open.pop(key)
+            self.spans.append((key, cat, sz, t0, now))
         i = bisect.bisect_left(self._starts, start)
         self._starts.insert(i, start)
         self._sizes.insert(i, size)

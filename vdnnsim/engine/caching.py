@@ -62,6 +62,8 @@ class CachingPool:
         self.oom: OutOfMemory | None = None
         self.times: list[int] = [0]
         self.levels: list[int] = [0]
+        self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
+        self._open: dict[str, tuple[int, int, str]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._blocks
@@ -116,6 +118,8 @@ class CachingPool:
             taken = bsize
         self._blocks[key] = (seg, off, taken, category)
         self.by_category[category] = self.by_category.get(category, 0) + taken
+        if self.spans is not None:
+            self._open[key] = (now, taken, category)
         self._record(now, taken)
 
     def free(self, key: str, now: int) -> None:
@@ -124,6 +128,9 @@ class CachingPool:
             return
         seg, off, size, category = block
         self.by_category[category] -= size
+        if self.spans is not None and key in self._open:
+            t0, sz, cat = self._open.pop(key)
+            self.spans.append((key, cat, sz, t0, now))
         blocks = self._free[seg]
         for o, s in list(blocks.items()):  # merge with free neighbours
             if o + s == off:

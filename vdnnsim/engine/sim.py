@@ -66,6 +66,8 @@ class Simulation:
             shared = simpy.Resource(self.env, 1)
             self._engines = {"d2h": shared, "h2d": shared}
         self.record_ops = record_ops
+        if record_ops:
+            self.pool.spans = []
         self.ops: list[Op] = []
         self.stall_ns = 0
         self.offloaded_bytes = 0
@@ -183,6 +185,9 @@ class Simulation:
                 else self._layer_wise())
         self.env.process(proc)
         self.env.run()
+        if self.pool.spans is not None:  # what is still allocated lives to the end
+            for key, (t0, size, cat) in self.pool._open.items():
+                self.pool.spans.append((key, cat, size, t0, self.end_ns))
         return self
 
     def _persistent(self, grads: bool = True) -> None:

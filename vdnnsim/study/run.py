@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import VdnnError
 from .spec import GPU_KEYS, StudySpec, expand, memory_bytes_of
 
-INPUT_COLUMNS = ["network", "batch_size", "gpu", "dtype", "policy", "memory_bytes",
+INPUT_COLUMNS = ["network", "batch_size", "gpu", "policy", "dtype", "memory_bytes",
                  *GPU_KEYS, "policy_options"]
 
 
@@ -45,34 +45,29 @@ def _key(point: dict[str, Any], base_dir: Path) -> tuple:
             tuple(sorted(over.items())), point.get("dtype", "fp32"), str(base_dir))
 
 
-def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
-               progress: bool = False) -> pd.DataFrame:
-    """Simulate every point (in order) and return one row each."""
+def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[tuple[int, dict]]:
+    """Simulate points that share one trace; return (index, row) pairs. Module level, so
+    that worker processes and Dask workers can run it."""
     from ..api import build_trace, oracle_time_ns, resolve_gpu, run_trace
 
     base = Path(base_dir)
-    cache: dict[tuple, Any] = {}
-    rows = []
-    it = points
-    if progress:
-        from tqdm import tqdm
-        it = tqdm(points, desc="runs", unit="run")
-    for point in it:
+    cached: tuple | None = None
+    out = []
+    for idx, point in items:
         row: dict[str, Any] = {c: point.get(c) for c in INPUT_COLUMNS}
         try:
             name, over = _gpu_of(point)
             row["gpu"] = name
             if "network" not in point:
                 raise VdnnError("network: required key is missing")
-            key = _key(point, base)
-            if key not in cache:
+            if cached is None:
                 gpu = resolve_gpu(name, over or None)
                 net = point["network"]
                 path = base / str(net)
                 trace = build_trace(path if path.exists() else net, point.get("batch_size"),
                                     gpu, point.get("dtype", "fp32"))
-                cache[key] = (gpu, trace, oracle_time_ns(trace, gpu))
-            gpu, trace, oracle = cache[key]
+                cached = (gpu, trace, oracle_time_ns(trace, gpu))
+            gpu, trace, oracle = cached
             r = run_trace(trace, gpu, point.get("policy", "baseline_p"),
                           point.get("policy_options") or {},
                           memory_bytes_of(point.get("memory_bytes")), oracle)
@@ -80,13 +75,90 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
             row["error"] = None
         except VdnnError as exc:
             row["error"] = str(exc)
-        rows.append(row)
-    df = pd.DataFrame(rows)
+        out.append((idx, row))
+    return out
+
+
+def _groups(points: list[dict[str, Any]], base: Path) -> list[list[tuple[int, dict]]]:
+    groups: dict[tuple, list[tuple[int, dict]]] = {}
+    for i, p in enumerate(points):
+        try:
+            key = _key(p, base)
+        except VdnnError:
+            key = ("error", i)
+        groups.setdefault(key, []).append((i, p))
+    return list(groups.values())
+
+
+def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
+               progress: bool = False, workers: int | None = None,
+               scheduler: str | Any | None = None) -> pd.DataFrame:
+    """Simulate every point and return one row each, in the points' order.
+
+    ``workers``: that many local processes; ``scheduler``: a Dask distributed scheduler
+    address (or a ``distributed.Client``). The same function runs each group of points
+    that share a trace whichever runs it, so the rows are identical (NOTE [study rows]).
+    """
+    base = str(Path(base_dir))
+    groups = _groups(points, Path(base))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(points), desc="runs", unit="run")
+    results: list[tuple[int, dict]] = []
+
+    def take(rows: list[tuple[int, dict]]) -> None:
+        results.extend(rows)
+        if bar is not None:
+            bar.update(len(rows))
+
+    if scheduler is not None:
+        from distributed import Client, as_completed
+        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+        try:
+            futures = client.map(_run_group, groups, base_dir=base, pure=False)
+            for fut in as_completed(futures):
+                take(fut.result())
+        finally:
+            if client is not scheduler:
+                client.close()
+    elif workers and workers > 1 and len(groups) > 1:
+        from concurrent.futures import ProcessPoolExecutor, as_completed as done
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futs = [pool.submit(_run_group, g, base) for g in groups]
+            for f in done(futs):
+                take(f.result())
+    else:
+        for g in groups:
+            take(_run_group(g, base))
+    if bar is not None:
+        bar.close()
+    results.sort(key=lambda x: x[0])
+    df = pd.DataFrame([row for _, row in results])
     unused = [c for c in INPUT_COLUMNS if c in df and df[c].isna().all()
               and c not in ("network", "batch_size", "gpu", "policy")]
     return df.drop(columns=unused)
 
 
-def run_study(spec: StudySpec, base_dir: str | os.PathLike = ".",
-              progress: bool = False) -> pd.DataFrame:
-    return run_points(expand(spec), base_dir, progress)
+def run_study(spec: StudySpec, base_dir: str | os.PathLike = ".", progress: bool = False,
+              workers: int | None = None, scheduler: str | Any | None = None) -> pd.DataFrame:
+    return run_points(expand(spec), base_dir, progress, workers, scheduler)
+
+
+def write_results(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """CSV or Parquet by the file's suffix, written whole or not at all."""
+    from ..errors import ConfigError
+    from ..yamlio import write_atomic
+
+    p = Path(path)
+    out = df.copy()
+    if "policy_options" in out:  # nested mappings: one JSON string per row
+        import json
+        out["policy_options"] = [json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+                                 for v in out["policy_options"]]
+    if p.suffix == ".csv":
+        write_atomic(p, lambda f: out.to_csv(f, index=False))
+    elif p.suffix == ".parquet":
+        write_atomic(p, lambda f: out.to_parquet(f, index=False), binary=True)
+    else:
+        raise ConfigError(f"{p}: write .csv or .parquet")

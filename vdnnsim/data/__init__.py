@@ -1,0 +1,1 @@
+"""Data files: GPU presets (gpus.yaml)."""

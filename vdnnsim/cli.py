@@ -120,6 +120,49 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .errors import ConfigError
+    from .report import plots
+    from .yamlio import write_atomic
+
+    out = Path(args.output)
+    if out.suffix not in (".png", ".pdf", ".svg"):
+        raise ConfigError(f"{out}: write .png, .pdf or .svg")
+    if args.kind in ("memory", "timeline"):
+        from .api import run_config
+        from .config import load_config
+        cfg, base = load_config(args.input)
+        results = run_config(cfg, base)
+        fig = (plots.memory_over_time(results) if args.kind == "memory"
+               else plots.stream_timeline(results))
+    elif args.kind == "sweep":
+        import pandas as pd
+        p = Path(args.input)
+        if p.suffix in (".csv", ".parquet"):
+            if not p.is_file():
+                raise ConfigError(f"{p}: no such file")
+            df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+        else:
+            from .study import load_study, run_study
+            spec, base = load_study(p)
+            df = run_study(spec, base)
+        missing = {"network", "gpu", "policy", "batch_size", "peak_memory_bytes", "slowdown",
+                   "fits"} - set(df.columns)
+        if missing:
+            raise ConfigError(f"{p}: not sweep results (missing {', '.join(sorted(missing))})")
+        fig = plots.sweep_curves(df)
+    else:
+        from .validate import validate
+        if not args.measurements:
+            raise ConfigError("plot validation needs TRACES and --measurements FILE")
+        fig = plots.validation_scatter(validate(args.input, args.measurements))
+    write_atomic(out, lambda f: fig.savefig(f, format=out.suffix[1:], dpi=100), binary=True)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -304,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(fn=cmd_sweep)
+
+    pl = sub.add_parser("plot", help="draw a figure: memory, timeline, sweep or validation")
+    pl.add_argument("kind", choices=["memory", "timeline", "sweep", "validation"])
+    pl.add_argument("input", help="run config (memory, timeline); study or results .csv/"
+                    ".parquet (sweep); traces folder (validation)")
+    pl.add_argument("--measurements", default=None, help="measurements JSON (validation)")
+    pl.add_argument("--output", "-o", required=True, help=".png, .pdf or .svg")
+    pl.set_defaults(fn=cmd_plot)
 
     mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")
     mb.add_argument("--network", "-n", action="append", required=True,

@@ -5,12 +5,9 @@ Each function returns a matplotlib Figure; nothing is written unless the caller 
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # matplotlib picks a headless backend where there is no display
+import numpy as np
+import pandas as pd
 
 POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_m",
                 "vdnn_conv_p", "vdnn_dyn"]

@@ -3,11 +3,8 @@ is written unless the caller saves it (or ``vdnnsim plot ... -o FILE``)."""
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # matplotlib picks a headless backend where there is no display
+import pandas as pd
 
 GB = 1e9
 COLORS = {"compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green", "stall": "tab:red"}

@@ -1,0 +1,28 @@
+"""The notebooks run top to bottom (nbclient), and the repository keeps them stripped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_the_four_notebooks():
+    assert {p.stem for p in NOTEBOOKS} == {"batch_size_sweep", "policy_comparison",
+                                           "k40_vs_h200", "validation"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stripped_and_runs(path):
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") and c.get("execution_count") is None
+               for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    assert any(o.get("output_type") == "display_data" for c in nb.cells
+               if c.cell_type == "code" for o in c.get("outputs", []))

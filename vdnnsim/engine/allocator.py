@@ -37,12 +37,13 @@ def aligned(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-class Pool:
+class Accounting:
+    """What every pool model keeps: live bytes over time, the peak and its breakdown by
+    category, the first out-of-memory failure, and (when ``spans`` is a list) each
+    allocation's lifetime."""
+
     def __init__(self, capacity_bytes: int | None):
         self.capacity = capacity_bytes if capacity_bytes is not None else _INF
-        self._starts: list[int] = [0]  # free blocks, sorted by start address
-        self._sizes: list[int] = [_INF]  # the last free block runs to infinity
-        self._blocks: dict[str, tuple[int, int, str]] = {}  # key -> (start, size, category)
         self.live_bytes = 0
         self.peak_live_bytes = 0
         self.peak_footprint_bytes = 0
@@ -53,6 +54,50 @@ class Pool:
         self.levels: list[int] = [0]
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
         self._open: dict[str, tuple[int, int, str]] = {}
+
+    def _taken(self, key: str, size: int, category: str, now: int) -> None:
+        self.by_category[category] = self.by_category.get(category, 0) + size
+        if self.spans is not None:
+            self._open[key] = (now, size, category)
+        self._record(now, size)
+
+    def _given_back(self, key: str, size: int, category: str, now: int) -> None:
+        self.by_category[category] -= size
+        if self.spans is not None and key in self._open:
+            t0, sz, cat = self._open.pop(key)
+            self.spans.append((key, cat, sz, t0, now))
+        self._record(now, -size)
+
+    def _record(self, now: int, delta: int) -> None:
+        self.live_bytes += delta
+        if self.live_bytes > self.peak_live_bytes:
+            self.peak_live_bytes = self.live_bytes
+            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
+        if self.times[-1] == now:
+            self.levels[-1] = self.live_bytes
+        else:
+            self.times.append(now)
+            self.levels.append(self.live_bytes)
+
+    def average_bytes(self, end_ns: int) -> float:
+        """Time-weighted mean of live bytes over [0, end_ns]."""
+        if end_ns <= 0:
+            return float(self.levels[-1])
+        total = 0
+        for k, t in enumerate(self.times):
+            if t >= end_ns:
+                break
+            nxt = self.times[k + 1] if k + 1 < len(self.times) else end_ns
+            total += self.levels[k] * (min(nxt, end_ns) - t)
+        return total / end_ns
+
+
+class Pool(Accounting):
+    def __init__(self, capacity_bytes: int | None):
+        super().__init__(capacity_bytes)
+        self._starts: list[int] = [0]  # free blocks, sorted by start address
+        self._sizes: list[int] = [_INF]  # the last free block runs to infinity
+        self._blocks: dict[str, tuple[int, int, str]] = {}  # key -> (start, size, category)
 
     def __contains__(self, key: str) -> bool:
         return key in self._blocks
@@ -80,20 +125,13 @@ class Pool:
             self._starts[i], self._sizes[i] = start + size, bsize - size
         self._blocks[key] = (start, size, category)
         self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
-        self.by_category[category] = self.by_category.get(category, 0) + size
-        if self.spans is not None:
-            self._open[key] = (now, size, category)
-        self._record(now, size)
+        self._taken(key, size, category, now)
 
     def free(self, key: str, now: int) -> None:
         block = self._blocks.pop(key, None)
         if block is None:
             return
         start, size, category = block
-        self.by_category[category] -= size
-        if self.spans is not None and key in self._open:
-            t0, sz, cat = self._open.pop(key)
-            self.spans.append((key, cat, sz, t0, now))
         i = bisect.bisect_left(self._starts, start)
         self._starts.insert(i, start)
         self._sizes.insert(i, size)
@@ -103,7 +141,7 @@ class Pool:
         if i > 0 and self._starts[i - 1] + self._sizes[i - 1] == start:
             self._sizes[i - 1] += self._sizes.pop(i)
             del self._starts[i]
-        self._record(now, -size)
+        self._given_back(key, size, category, now)
 
     def _best_fit(self, size: int, limit: int) -> int | None:
         best, best_size = None, _INF + 1
@@ -111,26 +149,3 @@ class Pool:
             if s >= size and a + size <= limit and s < best_size:
                 best, best_size = i, s
         return best
-
-    def _record(self, now: int, delta: int) -> None:
-        self.live_bytes += delta
-        if self.live_bytes > self.peak_live_bytes:
-            self.peak_live_bytes = self.live_bytes
-            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
-        if self.times[-1] == now:
-            self.levels[-1] = self.live_bytes
-        else:
-            self.times.append(now)
-            self.levels.append(self.live_bytes)
-
-    def average_bytes(self, end_ns: int) -> float:
-        """Time-weighted mean of live bytes over [0, end_ns]."""
-        if end_ns <= 0:
-            return float(self.levels[-1])
-        total = 0
-        for k, t in enumerate(self.times):
-            if t >= end_ns:
-                break
-            nxt = self.times[k + 1] if k + 1 < len(self.times) else end_ns
-            total += self.levels[k] * (min(nxt, end_ns) - t)
-        return total / end_ns

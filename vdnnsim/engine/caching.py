@@ -21,7 +21,7 @@ what it would need.
 
 from __future__ import annotations
 
-from .allocator import OutOfMemory, _INF
+from .allocator import Accounting, OutOfMemory
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -43,27 +43,17 @@ def segment_size(n: int) -> int:
     return -(-n // ROUND_LARGE) * ROUND_LARGE
 
 
-class CachingPool:
+class CachingPool(Accounting):
     """Same interface as :class:`~vdnnsim.engine.allocator.Pool`; the footprint is the
     reserved memory."""
 
     def __init__(self, capacity_bytes: int | None):
-        self.capacity = capacity_bytes if capacity_bytes is not None else _INF
+        super().__init__(capacity_bytes)
         self._segments: dict[int, tuple[str, int]] = {}  # id -> (pool, size)
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
         self._blocks: dict[str, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
         self._next_seg = 0
         self.reserved_bytes = 0
-        self.live_bytes = 0
-        self.peak_live_bytes = 0
-        self.peak_footprint_bytes = 0
-        self.by_category: dict[str, int] = {}
-        self.peak_breakdown: dict[str, int] = {}
-        self.oom: OutOfMemory | None = None
-        self.times: list[int] = [0]
-        self.levels: list[int] = [0]
-        self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
-        self._open: dict[str, tuple[int, int, str]] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self._blocks
@@ -117,20 +107,13 @@ class CachingPool:
         else:
             taken = bsize
         self._blocks[key] = (seg, off, taken, category)
-        self.by_category[category] = self.by_category.get(category, 0) + taken
-        if self.spans is not None:
-            self._open[key] = (now, taken, category)
-        self._record(now, taken)
+        self._taken(key, taken, category, now)
 
     def free(self, key: str, now: int) -> None:
         block = self._blocks.pop(key, None)
         if block is None:
             return
         seg, off, size, category = block
-        self.by_category[category] -= size
-        if self.spans is not None and key in self._open:
-            t0, sz, cat = self._open.pop(key)
-            self.spans.append((key, cat, sz, t0, now))
         blocks = self._free[seg]
         for o, s in list(blocks.items()):  # merge with free neighbours
             if o + s == off:
@@ -140,19 +123,4 @@ class CachingPool:
                 size += s
                 del blocks[o]
         blocks[off] = size
-        self._record(now, -block[2])
-
-    def _record(self, now: int, delta: int) -> None:
-        self.live_bytes += delta
-        if self.live_bytes > self.peak_live_bytes:
-            self.peak_live_bytes = self.live_bytes
-            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
-        if self.times[-1] == now:
-            self.levels[-1] = self.live_bytes
-        else:
-            self.times.append(now)
-            self.levels.append(self.live_bytes)
-
-    def average_bytes(self, end_ns: int) -> float:
-        from .allocator import Pool
-        return Pool.average_bytes(self, end_ns)  # type: ignore[arg-type]
+        self._given_back(key, block[2], category, now)

@@ -8,8 +8,7 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 import torch.nn.functional as F  # noqa: E402
 

@@ -1,26 +1,32 @@
 # make demo: set up a virtual environment and run the built-in demo.
-# make test: set up (with test dependencies) and run the test suite.
+# make test: set up (with test dependencies and PyTorch's CPU build) and run the test suite.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+CORE   := $(VENV)/.installed-core
+DEV    := $(VENV)/.installed-dev
 
 .PHONY: demo test bench clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(CORE): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,torch]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install -q -e .
+	touch $(CORE)
 
-demo: $(STAMP)
+$(DEV): $(CORE)
+	$(BIN)/python -m pip install -q -e '.[dev,torch]'
+	touch $(DEV)
+
+demo: $(CORE)
 	$(BIN)/vdnnsim run configs/demo.yaml
 
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(CORE)
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_sweep.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

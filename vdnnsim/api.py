@@ -110,12 +110,15 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
 
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
-              memory_bytes: int | None = None, oracle_ns: int | None = None) -> RunResult:
+              memory_bytes: int | None = None, oracle_ns: int | None = None,
+              record: bool = True) -> RunResult:
+    """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
+    tensor lifetimes (the summary and the memory curve stay): what sweeps need."""
     capacity = memory_bytes if memory_bytes is not None else gpu.memory_bytes
     fn, fixed = get_policy(policy)
     plan = fn(trace, gpu, capacity, {**fixed, **(policy_options or {})})
     lv = liveness(trace)
-    sim = Simulation(trace, gpu, plan, capacity, lv).run()
+    sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
     if oracle_ns is None:
         oracle_ns = oracle_time_ns(trace, gpu)
     pool = sim.pool

@@ -70,7 +70,7 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
             gpu, trace, oracle = cached
             r = run_trace(trace, gpu, point.get("policy", "baseline_p"),
                           point.get("policy_options") or {},
-                          memory_bytes_of(point.get("memory_bytes")), oracle)
+                          memory_bytes_of(point.get("memory_bytes")), oracle, record=False)
             row.update(r.summary())
             row["error"] = None
         except VdnnError as exc:

@@ -15,14 +15,6 @@ from .engine.allocator import OutOfMemory
 from .engine.sim import Op
 from .units import ns_to_s
 
-SUMMARY_KEYS = ("network", "batch_size", "dtype", "gpu", "policy", "fits",
-                "capacity_bytes", "peak_memory_bytes", "peak_footprint_bytes",
-                "avg_memory_bytes", "weight_bytes", "peak_managed_bytes",
-                "avg_managed_bytes", "iteration_time_s", "oracle_time_s", "slowdown",
-                "offloaded_bytes", "prefetched_bytes", "peak_host_bytes", "stall_time_s",
-                "oom_layer", "oom_tensor", "oom_time_s", "oom_fragmented", "notes")
-
-
 @dataclass(frozen=True)
 class RunResult:
     network: str

@@ -26,6 +26,3 @@ def transfer_ns(size_bytes: int, bw_bytes_per_s: float, latency_ns: int = 0) -> 
         return 0
     return latency_ns + max(1, math.ceil(size_bytes * NS_PER_S / bw_bytes_per_s))
 
-
-def fmt_bytes(n: float) -> str:
-    return f"{n / GiB:.2f} GiB"

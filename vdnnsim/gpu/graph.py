@@ -14,7 +14,6 @@ tracked as tensors: they are the layer's ``weight_bytes``.
 
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,7 +40,6 @@ FUNCTION_KINDS: dict[Any, str] = {
 METHOD_KINDS = {"view": "flatten", "reshape": "flatten", "flatten": "flatten", "relu": "relu",
                 "relu_": "relu", "add": "add", "add_": "add", "mean": "avgpool",
                 "mul": "mul", "mul_": "mul", "contiguous": "flatten"}
-INPLACE_FUNCTIONS = {operator.iadd}
 
 
 @dataclass
@@ -267,6 +265,3 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
         output = "loss"
     return Probe(name, batch_size, dtype, _nbytes(x), tuple(x.shape), nodes, output)
 
-
-def numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)

@@ -50,8 +50,10 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
     """The trace file (as a dict) of a probe, with per-layer (fwd_ns, bwd_ns, fwd_ws, bwd_ws)
     or cost-model algorithm lists."""
     names = names or {}
-    rn = lambda t: names.get(t, names.get(t.split(":")[0], t.split(":")[0]) + t[len(t.split(":")[0]):]) \
-        if t != "data" else t  # noqa: E731
+
+    def rn(t: str) -> str:  # fx node name -> the model's layer name; extras keep ':savedK'
+        head, sep, tail = t.partition(":")
+        return names.get(head, head) + sep + tail
     tensors = [{"id": "data", "size_bytes": p.data_nbytes, "kind": "input",
                 "shape": list(p.data_shape)}]
     layers = []

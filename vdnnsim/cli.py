@@ -254,7 +254,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     trace = trace_from_dict(data, args.model)
     save_trace(trace, args.output)
     print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
-          f"{len(trace.layers)} layers, profiled on {trace.source.gpu}")
+          f"{len(trace.layers)} layers, profiled on {trace.source.gpu}, "
+          f"resident {trace.resident_bytes / 2**20:.1f} MiB")
     return 0
 
 
@@ -381,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
     pf.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     pf.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
-    pf.add_argument("--trials", type=int, default=5, help="timing trials per layer (median)")
+    pf.add_argument("--trials", type=int, default=5, help="timed training steps (each layer's time is the median)")
     pf.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     pf.add_argument("--output", "-o", required=True, help="trace YAML to write")
     pf.set_defaults(fn=cmd_profile)

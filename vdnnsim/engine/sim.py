@@ -45,6 +45,8 @@ class Op:
 #   in place), so gradients are per tensor; only a view (flatten, reshape) shares its
 #   base's gradient;
 # - the optimizer step (``trace.step_ns``) ends the iteration.
+# Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
+# workspaces) is allocated first, as category 'resident', and never freed.
 
 
 class Simulation:
@@ -191,6 +193,8 @@ class Simulation:
         return self
 
     def _persistent(self, grads: bool = True) -> None:
+        if self.trace.resident_bytes:
+            self.pool.alloc("resident", self.trace.resident_bytes, "resident", 0, "", "start")
         if self.trace.pytorch:
             for layer in self.trace.layers:
                 self.pool.alloc(f"weights:{layer.id}", layer.weight_bytes, "weights", 0, "",

@@ -155,13 +155,15 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
     cuda = dev.type == "cuda"
     current: list[list[torch.Tensor]] = []
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> None:
         if current:
             current[-1].append(t)
-        return t
+        # Not the tensor: a node that saves its own output would hold itself through it, a
+        # cycle that Python's collector cannot see, and the probe's memory would outlive it.
+        return None
 
-    def unpack(t: torch.Tensor) -> torch.Tensor:
-        return t
+    def unpack(t: None) -> torch.Tensor:
+        raise RuntimeError("a probe's autograd graph records what is saved; it has no backward")
 
     out_node = None
     for node in gm.graph.nodes:

@@ -59,7 +59,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "name": trace.name,
             "batch_size": trace.batch_size, "dtype": trace.dtype, "source": src,
             "tensors": tensors, "layers": layers,
-            **({"step_ns": trace.step_ns} if trace.step_ns else {})}
+            **({"step_ns": trace.step_ns} if trace.step_ns else {}),
+            **({"resident_bytes": trace.resident_bytes} if trace.resident_bytes else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -130,7 +131,7 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
-                 spec.step_ns)
+                 spec.step_ns, spec.resident_bytes)
 
 
 def _check_order(spec: TraceSpec, writer: dict[str, int], source: str) -> None:

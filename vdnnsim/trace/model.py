@@ -105,6 +105,7 @@ class Trace:
     layers: tuple[Layer, ...]
     source: Source = Source()
     step_ns: int = 0  # after the backward pass: the optimizer step
+    resident_bytes: int = 0  # held by the framework all run long (BLAS workspaces, buffers)
 
     @property
     def pytorch(self) -> bool:

@@ -105,3 +105,6 @@ class TraceSpec(_Strict):
     tensors: list[TensorSpec] = Field(description="Every tensor, network inputs first.")
     layers: list[LayerSpec] = Field(min_length=1, description="Layers in execution order.")
     step_ns: Nanos = Field(0, description="Time after the backward pass (the optimizer step).")
+    resident_bytes: Bytes = Field(0, description=(
+        "Device memory the framework holds from before the first layer to the end, beyond "
+        "the weights and the input: BLAS workspaces, batch-norm running statistics."))

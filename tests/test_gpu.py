@@ -52,6 +52,8 @@ def test_offload_lowers_peak_memory():
     base = measure("zoo:vgg16", 32, "baseline", warmup=1, iters=2)
     conv = measure("zoo:vgg16", 32, "vdnn_conv", warmup=1, iters=2)
     every = measure("zoo:vgg16", 32, "vdnn_all", warmup=1, iters=2)
-    # VGG's peak is in backward, where vdnn_all and vdnn_conv hold the same (H200 runs)
-    assert every["peak_allocated_bytes"] <= conv["peak_allocated_bytes"] \
-        < base["peak_allocated_bytes"]
+    assert every["offloaded_bytes"] > conv["offloaded_bytes"] > 0
+    assert conv["peak_allocated_bytes"] < base["peak_allocated_bytes"]
+    # VGG's peak is in backward, at conv1_2, where vdnn_all and vdnn_conv hold the same
+    # buffers; the allocator's rounding differs by about a megabyte between them (H200 runs)
+    assert every["peak_allocated_bytes"] <= conv["peak_allocated_bytes"] * 1.01

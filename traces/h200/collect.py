@@ -6,6 +6,9 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py profile  OUTDIR      # traces/h200/*.yaml
     python3 traces/h200/collect.py measure  OUTDIR      # measurements.json
     python3 traces/h200/collect.py smoke    OUTDIR      # a quick check of both
+    python3 traces/h200/collect.py capped OUTDIR        # capped runs, a process each
+    python3 traces/h200/collect.py capped-missing OUTDIR  # those measurements.json lacks
+    python3 traces/h200/collect.py save-on-cpu OUTDIR   # PyTorch's save_on_cpu, a process each
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -35,22 +38,23 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def do_profile(out: Path, sets: dict, trials: int = 3) -> None:
-    import yaml
-
-    from vdnnsim.gpu.profile import profile_model
+def do_profile(out: Path, sets: dict, trials: int = 5) -> None:
+    """Each model and batch size in a fresh process (`vdnnsim profile`): nothing one leaves
+    in the allocator or in cuDNN's caches reaches the next."""
+    import subprocess
     out.mkdir(parents=True, exist_ok=True)
     for model, batches in sets.items():
         for b in batches:
             name = model.split(":")[1]
             t0 = time.time()
-            try:
-                data = profile_model(model, b, trials=trials)
-                (out / f"{name}_b{b}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-                log(f"profiled {model} b{b}: {len(data['layers'])} layers, "
-                    f"{time.time() - t0:.1f}s")
-            except Exception:
-                log(f"FAILED profile {model} b{b}:\n{traceback.format_exc()}")
+            r = subprocess.run([sys.executable, "-m", "vdnnsim", "profile", "--model", model,
+                                "--batch", str(b), "--trials", str(trials),
+                                "-o", str(out / f"{name}_b{b}.yaml")],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                log(f"FAILED profile {model} b{b}: {r.stderr[-600:]}")
+                continue
+            log(f"{r.stdout.strip()} ({time.time() - t0:.1f}s)")
 
 
 def do_measure(out: Path, sets: dict, caps: dict, iters: int = 5, extra: list | None = None
@@ -112,11 +116,20 @@ def main() -> int:
         do_profile(out / "smoke", small, trials=2)
         do_measure(out / "smoke", small, {}, iters=2)
         do_profile(out / "traces", SETS)
-    elif what == "capped":
+    elif what in ("capped", "capped-missing"):
         cases = [(m, bs[idx], p, cap * 2**30) for cap, idx in CAPS_GIB.items()
                  for m, bs in SETS.items() for p in POLICIES]
-        cases += [("torchvision:vgg16", b, "save_on_cpu", None) for b in (64, 128, 256)]
+        if what == "capped-missing":  # those the committed measurements.json lacks
+            have = {(r["model"], r["batch_size"], r["policy"], r["memory_cap_bytes"])
+                    for r in json.loads((Path(__file__).parent / "measurements.json")
+                                        .read_text())}
+            cases = [c for c in cases if c not in have]
+        else:
+            cases += [("torchvision:vgg16", b, "save_on_cpu", None) for b in (64, 128, 256)]
         do_measure_isolated(out, cases)
+    elif what == "save-on-cpu":
+        do_measure_isolated(out, [("torchvision:vgg16", b, "save_on_cpu", None)
+                                  for b in (64, 128, 256)])
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

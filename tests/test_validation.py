@@ -48,8 +48,15 @@ def test_fit_or_out_of_memory_is_predicted_right_in_every_capped_case(summary):
     assert f["right"] == f["n"]
 
 
+def test_peak_allocated_memory_is_within_target(summary):
+    assert summary["peak_allocated"]["median_abs"] <= 0.03
+    assert summary["peak_allocated"]["max_abs"] <= 0.08
+    assert summary["peak_allocated"]["target_met"]
+
+
 def test_iteration_time_median_error_is_within_target(summary):
     assert summary["iteration_time"]["median_abs"] <= 0.10
+
 
 
 def test_numbers_stay_as_recorded(summary):

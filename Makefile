@@ -27,6 +27,7 @@ test: $(DEV)
 bench: $(CORE)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_sweep.py
+	$(BIN)/python bench/bench_validate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -70,7 +70,7 @@ CONFIG_CASES = [
     ("malformed_yaml", "network: [vgg16\n", ["cfg.yaml", "malformed YAML", "line 2"]),
     ("two_documents", "network: vgg16\n---\nbatch_size: 2\n", ["cfg.yaml", "malformed YAML"]),
     ("deeply_nested", "network: " + "[" * 5000 + "]" * 5000 + "\n",
-     ["cfg.yaml", "nested too deeply"]),
+     ["cfg.yaml", "malformed YAML", "nest"]),
     ("top_level_list", "- network: vgg16\n- batch_size: 2\n",
      ["cfg.yaml", "expected a mapping", "list"]),
     ("top_level_scalar", "vgg16\n", ["cfg.yaml", "expected a mapping", "str"]),

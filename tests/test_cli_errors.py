@@ -394,6 +394,16 @@ PARSER_CASES = [
     ("run_without_config", ["run"], ["vdnnsim run: error:", "config"]),
     ("run_unknown_flag", ["run", "cfg.yaml", "--fast"], ["vdnnsim: error:", "--fast"]),
     ("list_unknown_topic", ["list", "foo"], ["vdnnsim list: error:", "'foo'"]),
+    ("profile_zero_trials", ["profile", "--model", "zoo:alexnet", "-b", "2", "--trials", "0",
+                             "-o", "x.yaml"], ["--trials must be at least 1"]),
+    ("measure_zero_iters", ["measure", "--model", "zoo:alexnet", "-b", "2", "--iters", "0"],
+     ["--iters must be at least 1"]),
+    ("measure_negative_warmup", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                                 "--warmup", "-1"], ["--warmup must be at least 0"]),
+    ("measure_zero_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                          "--memory-cap-gb", "0"], ["--memory-cap-gb must be more than 0"]),
+    ("measure_nan_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                         "--memory-cap-gb", "nan"], ["--memory-cap-gb must be more than 0"]),
 ]
 
 

@@ -419,6 +419,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    for name, least in (("trials", 1), ("iters", 1), ("warmup", 0)):
+        if getattr(args, name, None) is not None and getattr(args, name) < least:
+            parser.error(f"--{name} must be at least {least}")
+    if getattr(args, "memory_cap_gb", None) is not None and not args.memory_cap_gb > 0:
+        parser.error("--memory-cap-gb must be more than 0")
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]

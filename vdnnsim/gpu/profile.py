@@ -320,6 +320,9 @@ def resident_bytes(model: nn.Module) -> int:
 def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials: int = 5,
                   device: str = "cuda") -> dict[str, Any]:
     """Profile on a CUDA GPU: the trace (as a dict) of one training iteration."""
+    if torch.device(device).type == "cuda" and torch.device(device).index is not None:
+        with torch.cuda.device(torch.device(device)):  # events and statistics: that GPU's
+            return profile_model(model_spec, batch_size, dtype, trials, "cuda")
     model, shape, name = build_model(model_spec)
     names = _rename(model)
     cuda = torch.device(device).type == "cuda"

@@ -13,23 +13,13 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
+from bench_engine import median_ms  # this folder is on sys.path when run as a script
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.validate import POLICY_MAP, load_traces, validate
 
 ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
-
-
-def median_ms(fn, repeat: int) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
 
 
 def main(argv=None) -> int:

@@ -104,6 +104,9 @@ CONFIG_CASES = [
      "policy_options: {foo: 1}\n", ["vdnn_dyn", "unknown option", "foo", "sync"]),
     ("sync_not_boolean", "network: vgg16\nbatch_size: 2\npolicy: vdnn_all_p\n"
      "policy_options: {sync: 'false'}\n", ["vdnn_all_p", "sync must be true or false"]),
+    ("reading_unknown", "network: vgg16\nbatch_size: 2\npolicy: vdnn_dyn\n"
+     "policy_options: {reading: paper}\n", ["vdnn_dyn", "reading must be one of",
+                                            "measured, text", "'paper'"]),
     ("policy_empty", "network: vgg16\nbatch_size: 2\npolicy: ''\n", ["cfg.yaml", "policy"]),
     ("policy_options_not_mapping", GOOD_CONFIG + "policy_options: 5\n",
      ["cfg.yaml", "policy_options"]),

@@ -232,3 +232,58 @@ def test_average_memory_is_time_weighted(policy):
                if times[k] < r.iteration_time_ns)
     assert r.avg_memory_bytes == pytest.approx(area / r.iteration_time_ns)
     assert 0 < r.avg_memory_bytes <= r.peak_memory_bytes
+
+
+def _pool_chain():
+    """data (2U) -> c1 (4U) -> r1 in place -> p1 max pool (U) -> c2 (U), 1 ms each."""
+    return chain_trace([
+        {"id": "c1", "size": 4 * U, "fwd": MS, "bwd": MS},
+        {"id": "r1", "kind": "relu", "inplace": True, "saves": "y", "fwd": MS, "bwd": MS},
+        {"id": "p1", "kind": "maxpool", "size": U, "saves": "xy", "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": MS},
+    ], input_bytes=2 * U)
+
+
+def test_offload_marks_decide_where_find_prefetch_layer_stops():
+    t = _pool_chain()
+    off = offload_sets(t, liveness(t), conv_only=False)
+    assert off == (("data",), (), ("c1",), ("p1",))  # r1 writes c1's buffer: copies nothing
+    # 'text': only copying layers are marked. Before p1's backward the scan passes r1 and
+    # takes c1 (data); before c2's it takes p1 (c1's buffer).
+    assert find_prefetch_schedule(t, off) == (-1, -1, 0, 2)
+    # 'measured' under vDNN_all: every layer is marked, so before p1's backward the scan
+    # stops at r1 (a no-op), and data comes back during r1's backward instead.
+    assert find_prefetch_schedule(t, off, (True,) * 4) == (-1, 0, -1, 2)
+
+
+@pytest.mark.parametrize("reading,peak_u", [("text", 12), ("measured", 10)])
+def test_offload_marks_set_the_peak_at_the_pool(reading, peak_u):
+    r = run_trace(_pool_chain(), GPU, "vdnn_all_m", {"reading": reading})
+    # p1's backward holds its input (c1's buffer, 4U), its output (U), both gradients
+    # (U + 4U): 10U. Under 'text' data's 2U prefetch is issued beside them: 12U. Under
+    # 'measured' it is issued at r1's backward, when p1's output and its gradient are
+    # gone: 4U + 4U + 2U = 10U. Every other step holds less.
+    assert r.peak_memory_bytes == peak_u * U
+    assert r.offloaded_bytes == r.prefetched_bytes == 2 * U + 4 * U + U
+
+
+def test_pytorch_traces_keep_the_marks_of_the_runtime_that_was_measured():
+    from dataclasses import replace
+
+    from vdnnsim.policies import get_policy
+    t = chain_trace([
+        {"id": "c0", "size": U, "fwd": MS, "bwd": MS},
+        {"id": "c1", "size": 4 * U, "fwd": MS, "bwd": MS},
+        {"id": "r1", "kind": "relu", "inplace": True, "saves": "y", "fwd": MS, "bwd": MS},
+        {"id": "p1", "kind": "maxpool", "size": U, "saves": "xy", "fwd": MS, "bwd": MS},
+        {"id": "c2", "size": U, "fwd": MS, "bwd": MS},
+    ])
+    pt = replace(t, source=replace(t.source, framework="pytorch"))
+    fn, fixed = get_policy("vdnn_all_m")
+    # vdnnsim's PyTorch runtime marks the layers that copy, as the text reads: before
+    # p1's backward the scan passes r1 and takes c1 (c0's output)
+    assert fn(pt, GPU, None, dict(fixed)).prefetch == (-1, -1, -1, 1, 3)
+    assert fn(pt, GPU, None, {**fixed, "reading": "text"}).prefetch == (-1, -1, -1, 1, 3)
+    # a Torch7 trace under 'measured' stops at r1 and fetches c1's input at r1's backward
+    # (and c0, which copies the network input there, is prefetched at c1's)
+    assert fn(t, GPU, None, dict(fixed)).prefetch == (-1, 0, 1, -1, 3)

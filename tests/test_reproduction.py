@@ -66,3 +66,36 @@ def test_headline_numbers_that_hold():
 def test_claim_tolerances(unit, paper, tol, value, ok):
     c = Claim("x", "k40", "x", paper, unit, tol, lambda f: 0.0)
     assert c.met(value) is ok
+
+
+def test_reduction_reference_readings(table):
+    """Both readings of NOTE [reproduction metrics]: against baseline_p (the default) the
+    memory-optimal policies also shed the fastest algorithms' workspace, so they cut more
+    than against baseline_m."""
+    from vdnnsim.paper.claims import reduction
+    _, frames = reproduce()
+    g = "titanx_maxwell"
+    for what in ("peak", "avg"):
+        p = reduction(frames, "vgg16", 128, g, "vdnn_all_m", what)
+        cls = reduction(frames, "vgg16", 128, g, "vdnn_all_m", what, reference="class")
+        assert p > cls > 0
+        # a _p policy's class baseline is baseline_p: both readings agree
+        assert reduction(frames, "vgg16", 128, g, "vdnn_all_p", what) == pytest.approx(
+            reduction(frames, "vgg16", 128, g, "vdnn_all_p", what, reference="class"))
+
+
+def test_reproduce_output_makes_its_folder(tmp_path):
+    import subprocess
+    import sys
+    out = tmp_path / "new" / "figures"
+    proc = subprocess.run([sys.executable, "-m", "vdnnsim", "reproduce", "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "reproduction.md").read_text().startswith("**v1 (K40)**")
+    assert len(list(out.glob("*.png"))) == 8
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "vdnnsim", "reproduce", "-o",
+                           str(blocker / "sub")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "cannot make this folder" in proc.stderr

@@ -170,16 +170,18 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .report import figures
     from .yamlio import write_atomic, write_text_atomic
 
-    table, frames = reproduce(args.studies)
+    table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
         print(table_markdown(table))
     if args.output:
         out = Path(args.output)
-        if not out.is_dir():
+        try:  # made only now that the table stands: a failed run leaves no folder behind
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
             from .errors import ConfigError
-            raise ConfigError(f"{out}: not a folder (create it first)")
+            raise ConfigError(f"{out}: cannot make this folder ({exc.strerror})") from None
         write_text_atomic(out / "reproduction.md", table_markdown(table) + "\n")
         write_atomic(out / "reproduction.csv", lambda f: table.to_csv(f, index=False))
         conv, deep = frames["conventional_policies"], frames["deep_vgg"]
@@ -376,6 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--output", "-o", default=None, help="folder to write the table (md, "
                     "csv) and figures into")
     rp.add_argument("--json", action="store_true", help="print the table as JSON records")
+    rp.add_argument("--reading", choices=["measured", "text"], default="measured",
+                    help="which layers findPrefetchLayer sees as offloaded (docs/policies.md, "
+                    "'Offload marks'; default: measured)")
+    rp.add_argument("--reference", choices=["baseline_p", "class"], default="baseline_p",
+                    help="baseline of the memory reductions: baseline_p (default) or the "
+                    "policy's own algorithm class (docs/reproduction.md)")
     rp.set_defaults(fn=cmd_reproduce)
 
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")

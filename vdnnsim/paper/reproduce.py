@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..study import load_study, run_study
-from .claims import CLAIMS, STUDIES, Frames
+from .claims import CLAIMS, STUDIES, Frames, build_claims
 
 
 def default_studies_dir() -> Path:
@@ -18,7 +18,9 @@ def default_studies_dir() -> Path:
     return here if here.exists() else Path("configs") / "paper"
 
 
-def run_paper_studies(studies_dir: str | os.PathLike | None = None) -> Frames:
+def run_paper_studies(studies_dir: str | os.PathLike | None = None,
+                      reading: str = "measured") -> Frames:
+    """The paper studies; ``reading`` goes to every policy (NOTE [offload marks])."""
     d = Path(studies_dir) if studies_dir else default_studies_dir()
     frames: Frames = {}
     for name in STUDIES:
@@ -26,6 +28,9 @@ def run_paper_studies(studies_dir: str | os.PathLike | None = None) -> Frames:
         if not path.exists():
             raise ConfigError(f"{path}: no such study (give --studies the configs/paper folder)")
         spec, base = load_study(path)
+        if reading != "measured":
+            opts = {**(spec.base.get("policy_options") or {}), "reading": reading}
+            spec = spec.model_copy(update={"base": {**spec.base, "policy_options": opts}})
         df = run_study(spec, base)
         bad = df[df.error.notna()]
         if len(bad):
@@ -35,11 +40,15 @@ def run_paper_studies(studies_dir: str | os.PathLike | None = None) -> Frames:
 
 
 def reproduce(studies_dir: str | os.PathLike | None = None,
-              frames: Frames | None = None) -> tuple[pd.DataFrame, Frames]:
-    """One row per claim: paper value, vdnnsim's, difference, tolerance, met."""
-    frames = frames if frames is not None else run_paper_studies(studies_dir)
+              frames: Frames | None = None, reading: str = "measured",
+              reference: str = "baseline_p") -> tuple[pd.DataFrame, Frames]:
+    """One row per claim: paper value, vdnnsim's, difference, tolerance, met. ``reading``
+    (NOTE [offload marks]) and ``reference`` (NOTE [reproduction metrics]) choose the
+    readings of the paper; the defaults are the ones its measurements support."""
+    frames = frames if frames is not None else run_paper_studies(studies_dir, reading)
+    claims = CLAIMS if reference == "baseline_p" else build_claims(reference)
     rows = []
-    for c in CLAIMS:
+    for c in claims:
         value = float(c.measure(frames))
         rows.append({"id": c.id, "version": c.version, "gpu": c.gpu, "claim": c.what,
                      "unit": c.unit, "paper": c.paper, "vdnnsim": value,

@@ -4,8 +4,10 @@ Names: ``baseline_m``/``baseline_p`` (network-wide allocation, memory- or
 performance-optimal algorithms), ``vdnn_all_m``/``vdnn_all_p``, ``vdnn_conv_m``/
 ``vdnn_conv_p`` and ``vdnn_dyn``. Options every policy takes (the baselines ignore them):
 ``sync`` (default true: the end-of-layer stream synchronisation of the paper; false models
-vDNN++'s removal of it) and ``prefetch`` (default true: findPrefetchLayer; false fetches
-each offloaded buffer on demand, a what-if that trades stalls for memory).
+vDNN++'s removal of it), ``prefetch`` (default true: findPrefetchLayer; false fetches
+each offloaded buffer on demand, a what-if that trades stalls for memory) and ``reading``
+('measured', the default, or 'text': which layers findPrefetchLayer sees as offloaded,
+NOTE [offload marks]).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
 from .dyn import vdnn_dyn
-from .plan import Plan, find_prefetch_schedule, liveness, offload_sets
+from .plan import READINGS, Plan, find_prefetch_schedule, liveness, offload_sets, policy_marks
 from .registry import register
 
 
@@ -33,7 +35,7 @@ def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None
                           f"known: {', '.join(sorted(allowed | set(COMMON_OPTIONS)))}")
 
 
-COMMON_OPTIONS = ("sync", "prefetch")
+COMMON_OPTIONS = ("sync", "prefetch", "reading")
 
 
 def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
@@ -44,9 +46,13 @@ def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
     return value
 
 
-def common_options(name: str, options: dict[str, Any]) -> tuple[bool, bool]:
-    """``sync`` and ``prefetch``, popped from ``options``."""
-    return bool_option(name, options, "sync"), bool_option(name, options, "prefetch")
+def common_options(name: str, options: dict[str, Any]) -> tuple[bool, bool, str]:
+    """``sync``, ``prefetch`` and ``reading``, popped from ``options``."""
+    reading = options.pop("reading", "measured")
+    if reading not in READINGS:
+        raise ConfigError(f"policy {name}: option reading must be one of "
+                          f"{', '.join(READINGS)}, got {reading!r}")
+    return bool_option(name, options, "sync"), bool_option(name, options, "prefetch"), reading
 
 
 def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -63,20 +69,22 @@ def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     opts = dict(options)
     which, algo = opts.pop("which"), opts.pop("algo")
     name = f"vdnn_{which}_{algo}"
-    sync, prefetch = common_options(name, opts)
+    sync, prefetch, reading = common_options(name, opts)
     check_options(name, opts, set())
-    return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name, prefetch)
+    return vdnn_plan(trace, which, algo_choice(trace, algo), sync, name, prefetch, reading)
 
 
 def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = True,
-              name: str | None = None, prefetch: bool = True) -> Plan:
+              name: str | None = None, prefetch: bool = True,
+              reading: str = "measured") -> Plan:
     """Layer-wise allocation offloading ``which`` ('all', 'conv' or 'none') layers' inputs.
     Without ``prefetch`` no findPrefetchLayer runs: each offloaded buffer is fetched on
-    demand by the first backward pass that needs it."""
+    demand by the first backward pass that needs it. ``reading``: NOTE [offload marks]."""
     lv = liveness(trace)
     n = len(trace.layers)
     offload = ((),) * n if which == "none" else offload_sets(trace, lv, which == "conv")
-    schedule = find_prefetch_schedule(trace, offload) if prefetch else (-1,) * n
+    schedule = (find_prefetch_schedule(trace, offload, policy_marks(trace, which, reading))
+                if prefetch else (-1,) * n)
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync)
 
 

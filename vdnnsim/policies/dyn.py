@@ -29,7 +29,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     from .builtin import algo_choice, check_options, common_options, vdnn_plan
 
     opts = dict(options)
-    sync, prefetch = common_options("vdnn_dyn", opts)
+    sync, prefetch, reading = common_options("vdnn_dyn", opts)
     check_options("vdnn_dyn", opts, set())
     lv = liveness(trace)
 
@@ -41,18 +41,18 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                     plan.sync, (note,))
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
-    step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch)
+    step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading)
     if profile(step1) is not None:
         return done(step1, "step 1: even vDNN_all with memory-optimal algorithms runs out "
                     "of memory")
     for which in ("none", "conv", "all"):
-        plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch)
+        plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch, reading=reading)
         if profile(plan) is None:
             return done(plan, f"step 2: fastest algorithms, offload {which}")
     for which in ("conv", "all"):
         algos = list(fastest)
         while True:
-            plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch)
+            plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch, reading=reading)
             oom = profile(plan)
             if oom is None:
                 changed = sum(a != f for a, f in zip(algos, fastest))

@@ -109,19 +109,55 @@ def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str
     return tuple(out)
 
 
-def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
+def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
+                           marked: tuple[bool, ...] | None = None) -> tuple[int, ...]:
     """The paper's findPrefetchLayer, called before each layer's backward pass: scan down
-    from the layer below, take the first offloaded layer not yet prefetched, give up at the
-    next CONV layer."""
+    from the layer below, take the first layer marked as offloaded and not yet prefetched,
+    give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark
+    (NOTE [offload marks]); ``None`` marks exactly the layers that copy something."""
     n = len(trace.layers)
+    if marked is None:
+        marked = tuple(bool(o) for o in offload)
     prefetched = [False] * n
     schedule = [-1] * n
     for cur in range(n - 1, -1, -1):
         for idx in range(cur - 1, -1, -1):
-            if offload[idx] and not prefetched[idx]:
+            if marked[idx] and not prefetched[idx]:
                 prefetched[idx] = True
-                schedule[cur] = idx
+                if offload[idx]:
+                    schedule[cur] = idx
                 break
             if trace.layers[idx].is_conv:
                 break
     return tuple(schedule)
+
+
+# NOTE [offload marks]
+# findPrefetchLayer (the paper's Algorithm, shared/reference/vdnn_paper.md) tests a
+# per-layer flag, ``layers[id]->offloaded``; what sets it is not in the text. Two readings:
+# - 'text': a layer is marked when it copies a buffer to the host. An in-place ReLU never
+#   copies (the next layer that reads the shared buffer does), so the scan passes over it:
+#   pool1's backward in VGG-16 prefetches conv1_2's input, and the pool's input, output,
+#   both gradients and that prefetch are live together (11.5 GB of feature maps at batch
+#   256: no room in 12 GB beside the 1.1 GB of weights).
+# - 'measured' (default for Torch7 traces): the policy marks every layer it names:
+#   vDNN_all every layer, in-place ACTV layers included; vDNN_conv every CONV layer. A
+#   marked layer that copies nothing (its X is copied by its last reader) is "prefetched"
+#   as a no-op, so under vDNN_all the scan stops at the layer right below and conv1_2's
+#   input comes back during relu1_2's backward, after pool1's output and output gradient
+#   are gone. This is the reading under which the paper's measured numbers hold: VGG-16
+#   (128) under vDNN_all(m) peaks at three 1.64 GB feature maps (4.93 GB; the paper: "at
+#   most 4.8 GB"), and VGG-16 (256) trains in 12 GB (docs/policies.md, "Offload marks").
+# PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime.py), which marks the
+# layers that copy: its measured reading is the text's.
+READINGS = ("measured", "text")
+
+
+def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | None:
+    """The offloaded marks of NOTE [offload marks] for a vDNN policy offloading ``which``
+    ('all', 'conv' or 'none') layers; ``None`` for the marks of the layers that copy."""
+    if reading == "text" or trace.pytorch or which == "none":
+        return None
+    if which == "all":
+        return (True,) * len(trace.layers)
+    return tuple(layer.is_conv for layer in trace.layers)

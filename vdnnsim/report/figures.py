@@ -1,6 +1,8 @@
 """Figures in the manner of the vDNN paper's, from study DataFrames (matplotlib, Agg).
 
 Each function returns a matplotlib Figure; nothing is written unless the caller saves it.
+Bars of runs that do not fit the card are hatched and faded: they show what the run
+would need, which the paper's figures leave out.
 """
 
 from __future__ import annotations
@@ -12,6 +14,23 @@ import pandas as pd
 POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_m",
                 "vdnn_conv_p", "vdnn_dyn"]
 GB = 1e9
+
+# NOTE [paper points]
+# The bars the paper's text gives a value for, drawn as black diamonds over vdnnsim's bars:
+# (figure, gpu, network, batch, policy, value in the figure's unit, the claim it states).
+# The per-bar values of the paper's Figs. 11, 12 and 14 themselves are not in
+# shared/reference/ and could not be read here; they belong in this list, with the
+# precision a reading of the figures can defend, once someone has the figures.
+PAPER_POINTS: list[tuple[str, str, str, int, str, float, str]] = [
+    ("memory_peak", "titanx_maxwell", "vgg16", 128, "vdnn_all_m", 4.8,
+     "memory.vgg16_128_all_m_peak (at most)"),
+    ("offload", "titanx_maxwell", "vgg16", 256, "vdnn_all_m", 16.0, "offload.vgg16_256_all"),
+    ("performance", "titanx_maxwell", "vgg16", 128, "vdnn_all_m", 1 - 0.61,
+     "speed.vgg16_128_all_m_loss"),
+    ("performance", "titanx_maxwell", "vgg16", 256, "vdnn_dyn", 1 - 0.18,
+     "speed.vgg16_256_dyn_loss"),
+    ("performance", "k40", "vgg16", 256, "vdnn_dyn", 1 - 0.22, "speed.vgg16_256_dyn_loss"),
+]
 
 
 def _label(net: str, batch: int) -> str:
@@ -26,16 +45,27 @@ def _cases(df: pd.DataFrame) -> list[tuple[str, int]]:
     return seen
 
 
-def _grouped(ax, df: pd.DataFrame, value, policies: list[str], ylabel: str) -> None:
+def _grouped(ax, df: pd.DataFrame, value, policies: list[str], ylabel: str,
+             figure: str = "", gpu: str = "") -> None:
     cases = _cases(df)
     width = 0.8 / len(policies)
     x = np.arange(len(cases))
     for k, p in enumerate(policies):
-        vals = []
+        vals, fits = [], []
         for n, b in cases:
             sel = df[(df.network == n) & (df.batch_size == b) & (df.policy == p)]
             vals.append(value(sel.iloc[0]) if len(sel) else np.nan)
-        ax.bar(x + (k - (len(policies) - 1) / 2) * width, vals, width, label=p)
+            fits.append(bool(sel.iloc[0].fits) if len(sel) and "fits" in sel else True)
+        bars = ax.bar(x + (k - (len(policies) - 1) / 2) * width, vals, width, label=p)
+        for bar, ok in zip(bars, fits):
+            if not ok:  # what the run would need, had the card been large enough
+                bar.set_hatch("///")
+                bar.set_alpha(0.45)
+    points = [(x[cases.index((n, b))] + (policies.index(p) - (len(policies) - 1) / 2) * width,
+               v) for f, g, n, b, p, v, _ in PAPER_POINTS
+              if f == figure and g == gpu and (n, b) in cases and p in policies]
+    if points:
+        ax.plot(*zip(*points), "kD", ms=6, label="paper (text)")
     ax.set_xticks(x, [_label(n, b) for n, b in cases], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
@@ -46,7 +76,7 @@ def memory_per_policy(df: pd.DataFrame, gpu: str) -> plt.Figure:
     d = df[df.gpu == gpu]
     fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     _grouped(axes[0], d, lambda r: r.peak_managed_bytes / GB, POLICY_ORDER,
-             "maximum GB (no weights)")
+             "maximum GB (no weights)", "memory_peak", gpu)
     _grouped(axes[1], d, lambda r: r.avg_managed_bytes / GB, POLICY_ORDER,
              "average GB (no weights)")
     axes[0].set_title(f"Memory per policy on {gpu} (weights and weight gradients excluded)")
@@ -59,7 +89,7 @@ def offload_traffic(df: pd.DataFrame, gpu: str) -> plt.Figure:
     d = df[df.gpu == gpu]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     _grouped(ax, d, lambda r: r.offloaded_bytes / GB, ["vdnn_all_m", "vdnn_conv_m", "vdnn_dyn"],
-             "offloaded GB per iteration")
+             "offloaded GB per iteration", "offload", gpu)
     ax.set_title(f"Offload traffic on {gpu}")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -70,7 +100,7 @@ def normalized_performance(df: pd.DataFrame, gpu: str) -> plt.Figure:
     d = df[df.gpu == gpu]
     fig, ax = plt.subplots(figsize=(11, 3.8))
     _grouped(ax, d, lambda r: 1 / r.slowdown, POLICY_ORDER,
-             "performance / oracle")
+             "performance / oracle", "performance", gpu)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylim(0, 1.1)
     ax.set_title(f"Normalized performance on {gpu} (oracle: fastest algorithms, "

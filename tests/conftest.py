@@ -24,6 +24,7 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
     """A chain: each layer reads the previous output. A layer dict gives id, kind, size
     (output bytes), fwd/bwd (ns) or algos, optional saves ('x', 'y', 'xy', '') and inplace."""
     tensors = [{"id": "data", "size_bytes": input_bytes, "kind": "input"}]
+    size = {"data": input_bytes}
     out_layers = []
     prev = "data"
     for d in layers:
@@ -31,7 +32,8 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
         t = {"id": lid, "size_bytes": d.get("size", input_bytes)}
         if d.get("inplace"):
             t["alias_of"] = prev
-            t["size_bytes"] = next(x["size_bytes"] for x in tensors if x["id"] == prev)
+            t["size_bytes"] = size[prev]
+        size[lid] = t["size_bytes"]
         tensors.append(t)
         saves = d.get("saves", "x")
         saved = ([prev] if "x" in saves else []) + ([lid] if "y" in saves else [])

@@ -17,7 +17,7 @@ from .network.spec import is_network_file
 from .policies import get_policy, liveness
 from .results import RunResult
 from .trace import Trace, trace_from_dict
-from .yamlio import read_yaml
+from .yamlio import paused_gc, read_yaml
 from .config import RunConfig
 
 
@@ -63,7 +63,8 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
     if not b:
         raise ConfigError(f"network {spec.name}: no batch_size given and the spec has none")
     try:
-        info = infer(spec)
+        with paused_gc():
+            info = infer(spec)
     except TraceError as exc:
         raise TraceError(f"{spec_file}{exc}") from None
     where = f"{spec_file}network {spec.name} at batch size {b}"
@@ -71,7 +72,8 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
             + 2 * info.params) * DTYPE_BYTES[dtype]
     if need > MAX_BYTES:  # NOTE [simulated scale]; before the cost model makes floats
         raise ConfigError(f"{where}: {_too_big(need)}")
-    return _check_size(synthesize(info, b, gpu, dtype), where)
+    with paused_gc():  # NOTE [paused gc]
+        return _check_size(synthesize(info, b, gpu, dtype), where)
 
 
 def _too_big(n: int) -> str:
@@ -116,9 +118,10 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     tensor lifetimes (the summary and the memory curve stay): what sweeps need."""
     capacity = memory_bytes if memory_bytes is not None else gpu.memory_bytes
     fn, fixed = get_policy(policy)
-    plan = fn(trace, gpu, capacity, {**fixed, **(policy_options or {})})
-    lv = liveness(trace)
-    sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+    with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
+        plan = fn(trace, gpu, capacity, {**fixed, **(policy_options or {})})
+        lv = liveness(trace)
+        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
     if oracle_ns is None:
         oracle_ns = oracle_time_ns(trace, gpu)
     pool = sim.pool
@@ -139,14 +142,18 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
     """The paper's oracular baseline: no offload, the fastest algorithm everywhere and
-    enough memory; each layer timed alone and the times summed."""
-    fn, fixed = get_policy("baseline_p")
-    plan = fn(trace, gpu, None, dict(fixed))
-    return Simulation(trace, gpu, plan, None, record_ops=False).run().end_ns
+    enough memory; each layer timed alone and the times summed (what baseline_p with
+    unlimited memory simulates, to the nanosecond: tests/test_invariants.py checks it)."""
+    total = trace.step_ns
+    for layer in trace.layers:
+        total += layer.algos[layer.fastest_algo()].time_ns
+    return total
 
 
-def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> list[RunResult]:
-    """Every policy of a run config, on one shared trace and oracle."""
+def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
+               record: bool = True) -> list[RunResult]:
+    """Every policy of a run config, on one shared trace and oracle. ``record=False``:
+    no op timeline or tensor lifetimes (see :func:`run_trace`)."""
     name, overrides = cfg.gpu_name_and_overrides()
     g = resolve_gpu(name, overrides)
     network: str | Path = cfg.network
@@ -159,5 +166,5 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> list[RunR
     for p in cfg.policy_list:
         get_policy(p)  # fail on a bad name before any work
     oracle = oracle_time_ns(trace, g)
-    return [run_trace(trace, g, p, cfg.policy_options, capacity, oracle)
+    return [run_trace(trace, g, p, cfg.policy_options, capacity, oracle, record)
             for p in cfg.policy_list]

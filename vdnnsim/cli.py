@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if _is_study(args.config):
         return _run_study(args)
     cfg, base = load_config(args.config)
-    results = run_config(cfg, base)
+    results = run_config(cfg, base, record=bool(args.chrome_trace))
     if args.chrome_trace:
         from .report.chrome import dumps
         from .yamlio import write_text_atomic

@@ -17,20 +17,42 @@ from dataclasses import dataclass
 ALIGN_BYTES = 512  # CNMeM rounds every allocation up to 512 bytes
 _INF = 1 << 100  # 'unlimited': far past any byte count a trace can hold
 
+# NOTE [pool keys]
+# A buffer of the trace is allocated under its tensor id (a str); everything the engine
+# allocates on its own account (weights, gradients, workspaces, ...) under a tuple
+# (kind, name), e.g. ('grad', 'conv1') or ('weights', ''). A str never equals a tuple, so
+# no name in a trace can collide with the engine's: a tensor may be called 'weights' or
+# 'workspace:conv1'. Reports show a tuple as 'kind:name' (or 'kind' when name is empty).
+Key = str | tuple[str, str]
+
+
+def key_name(key: Key) -> str:
+    if isinstance(key, str):
+        return key
+    kind, name = key
+    return f"{kind}:{name}" if name else kind
+
 
 @dataclass(frozen=True)
 class OutOfMemory:
-    tensor: str
+    tensor: str  # key_name of what could not be placed
     layer: str
     phase: str
     time_ns: int
     requested_bytes: int
     free_bytes: int
     largest_free_bytes: int
+    kind: str = "buffer"  # 'buffer' (a tensor of the trace) or the engine's key kind
 
     @property
     def fragmented(self) -> bool:
         return self.free_bytes >= self.requested_bytes
+
+
+def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,
+               largest: int) -> OutOfMemory:
+    return OutOfMemory(key_name(key), layer, phase, now, requested, free, largest,
+                       "buffer" if isinstance(key, str) else key[0])
 
 
 def aligned(n: int) -> int:
@@ -53,19 +75,19 @@ class Accounting:
         self.times: list[int] = [0]
         self.levels: list[int] = [0]
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
-        self._open: dict[str, tuple[int, int, str]] = {}
+        self._open: dict[Key, tuple[int, int, str]] = {}
 
-    def _taken(self, key: str, size: int, category: str, now: int) -> None:
+    def _taken(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] = self.by_category.get(category, 0) + size
         if self.spans is not None:
             self._open[key] = (now, size, category)
         self._record(now, size)
 
-    def _given_back(self, key: str, size: int, category: str, now: int) -> None:
+    def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
         if self.spans is not None and key in self._open:
             t0, sz, cat = self._open.pop(key)
-            self.spans.append((key, cat, sz, t0, now))
+            self.spans.append((key_name(key), cat, sz, t0, now))
         self._record(now, -size)
 
     def _record(self, now: int, delta: int) -> None:
@@ -97,12 +119,12 @@ class Pool(Accounting):
         super().__init__(capacity_bytes)
         self._starts: list[int] = [0]  # free blocks, sorted by start address
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
-        self._blocks: dict[str, tuple[int, int, str]] = {}  # key -> (start, size, category)
+        self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
-    def alloc(self, key: str, size_bytes: int, category: str, now: int,
+    def alloc(self, key: Key, size_bytes: int, category: str, now: int,
               layer: str = "", phase: str = "") -> None:
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
@@ -115,7 +137,7 @@ class Pool(Accounting):
                 free = self.capacity - self.live_bytes
                 largest = max((min(s, self.capacity - a) for a, s in
                                zip(self._starts, self._sizes) if a < self.capacity), default=0)
-                self.oom = OutOfMemory(key, layer, phase, now, size, free, largest)
+                self.oom = oom_record(key, layer, phase, now, size, free, largest)
             i = self._best_fit(size, _INF)
             assert i is not None
         start, bsize = self._starts[i], self._sizes[i]
@@ -127,7 +149,7 @@ class Pool(Accounting):
         self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
         self._taken(key, size, category, now)
 
-    def free(self, key: str, now: int) -> None:
+    def free(self, key: Key, now: int) -> None:
         block = self._blocks.pop(key, None)
         if block is None:
             return

@@ -21,7 +21,7 @@ what it would need.
 
 from __future__ import annotations
 
-from .allocator import Accounting, OutOfMemory
+from .allocator import Accounting, Key, oom_record
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -51,11 +51,11 @@ class CachingPool(Accounting):
         super().__init__(capacity_bytes)
         self._segments: dict[int, tuple[str, int]] = {}  # id -> (pool, size)
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
-        self._blocks: dict[str, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
+        self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
         self._next_seg = 0
         self.reserved_bytes = 0
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
     def _best(self, pool: str, size: int) -> tuple[int, int, int] | None:
@@ -74,7 +74,7 @@ class CachingPool(Accounting):
             self.reserved_bytes -= self._segments.pop(seg)[1]
             del self._free[seg]
 
-    def alloc(self, key: str, size_bytes: int, category: str, now: int,
+    def alloc(self, key: Key, size_bytes: int, category: str, now: int,
               layer: str = "", phase: str = "") -> None:
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
@@ -89,8 +89,8 @@ class CachingPool(Accounting):
                 self._release_cached()
                 if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
                     free = self.capacity - self.live_bytes
-                    self.oom = OutOfMemory(key, layer, phase, now, size, free,
-                                           max(0, self.capacity - self.reserved_bytes))
+                    self.oom = oom_record(key, layer, phase, now, size, free,
+                                          max(0, self.capacity - self.reserved_bytes))
             seg = self._next_seg
             self._next_seg += 1
             self._segments[seg] = (pool, seg_size)
@@ -109,7 +109,7 @@ class CachingPool(Accounting):
         self._blocks[key] = (seg, off, taken, category)
         self._taken(key, taken, category, now)
 
-    def free(self, key: str, now: int) -> None:
+    def free(self, key: Key, now: int) -> None:
         block = self._blocks.pop(key, None)
         if block is None:
             return

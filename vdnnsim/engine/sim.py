@@ -19,7 +19,7 @@ from ..hardware import GPU
 from ..policies.plan import Liveness, Plan, liveness
 from ..trace.model import Trace
 from ..units import transfer_ns
-from .allocator import Pool
+from .allocator import Pool, key_name
 from .caching import CachingPool
 
 
@@ -117,7 +117,7 @@ class Simulation:
         if not pending:
             return
         start = self.env.now
-        yield self.env.all_of(pending)
+        yield pending[0] if len(pending) == 1 else self.env.all_of(pending)
         if self.env.now > start:
             self.stall_ns += self.env.now - start
             self._op("compute", "stall", layer, f"wait {why}", start, self.env.now)
@@ -189,23 +189,23 @@ class Simulation:
         self.env.run()
         if self.pool.spans is not None:  # what is still allocated lives to the end
             for key, (t0, size, cat) in self.pool._open.items():
-                self.pool.spans.append((key, cat, size, t0, self.end_ns))
+                self.pool.spans.append((key_name(key), cat, size, t0, self.end_ns))
         return self
 
     def _persistent(self, grads: bool = True) -> None:
         if self.trace.resident_bytes:
-            self.pool.alloc("resident", self.trace.resident_bytes, "resident", 0, "", "start")
+            self.pool.alloc(("resident", ""), self.trace.resident_bytes, "resident", 0, "", "start")
         if self.trace.pytorch:
             for layer in self.trace.layers:
-                self.pool.alloc(f"weights:{layer.id}", layer.weight_bytes, "weights", 0, "",
+                self.pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "",
                                 "start")
                 if grads:
-                    self.pool.alloc(f"wgrad:{layer.id}", layer.weight_bytes, "weight_grads", 0,
+                    self.pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", 0,
                                     "", "start")
             return
         w = self.trace.weight_bytes
-        self.pool.alloc("weights", w, "weights", 0, "", "start")
-        self.pool.alloc("weight_grads", w, "weight_grads", 0, "", "start")
+        self.pool.alloc(("weights", ""), w, "weights", 0, "", "start")
+        self.pool.alloc(("weight_grads", ""), w, "weight_grads", 0, "", "start")
 
     def _step(self):
         if self.trace.step_ns:
@@ -220,11 +220,11 @@ class Simulation:
             pool.alloc(b, size, "activations", 0, "", "start")
         grads = [lv.size[b] for b in lv.size if lv.needs_grad[b]]
         big = max(grads, default=0)
-        pool.alloc("grad_buffer_0", big, "gradients", 0, "", "start")
-        pool.alloc("grad_buffer_1", big, "gradients", 0, "", "start")
+        pool.alloc(("grad_buffer_0", ""), big, "gradients", 0, "", "start")
+        pool.alloc(("grad_buffer_1", ""), big, "gradients", 0, "", "start")
         ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
                  default=0)
-        pool.alloc("workspace", ws, "workspace", 0, "", "start")
+        pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")
         for layer, a in zip(trace.layers, plan.algos):
             yield from self._compute("fwd", layer.id, layer.algos[a].fwd_ns)
         self.fwd_end_ns = self.env.now
@@ -257,7 +257,7 @@ class Simulation:
             for t in layer.outputs:
                 if lv.root[t] == t:
                     pool.alloc(t, lv.size[t], "activations", env.now, layer.id, "forward")
-            ws_key = f"workspace:{layer.id}"
+            ws_key = ("workspace", layer.id)
             pool.alloc(ws_key, algo.fwd_workspace_bytes, "workspace", env.now, layer.id,
                        "forward")
             copies = [self._offload(b, layer.id) for b in plan.offload[i]]
@@ -276,8 +276,8 @@ class Simulation:
             if not lv.kept(b):
                 pool.free(b, env.now)
             g = self._gkey[b]
-            if self._gneeds[g] and f"grad:{g}" not in pool:
-                pool.alloc(f"grad:{g}", self._gsize[g], "gradients", env.now, "", "backward")
+            if self._gneeds[g] and ("grad", g) not in pool:
+                pool.alloc(("grad", g), self._gsize[g], "gradients", env.now, "", "backward")
 
         # backward
         for i in range(len(layers) - 1, -1, -1):
@@ -296,20 +296,20 @@ class Simulation:
             yield from self._wait(need, layer.id, "fetch of own input")
             for t in layer.inputs:
                 g = self._gkey[t]
-                if self._gneeds[g] and f"grad:{g}" not in pool:
-                    pool.alloc(f"grad:{g}", self._gsize[g], "gradients", env.now, layer.id,
+                if self._gneeds[g] and ("grad", g) not in pool:
+                    pool.alloc(("grad", g), self._gsize[g], "gradients", env.now, layer.id,
                                "backward")
-            if trace.pytorch and f"wgrad:{layer.id}" not in pool:
-                pool.alloc(f"wgrad:{layer.id}", layer.weight_bytes, "weight_grads", env.now,
+            if trace.pytorch and ("wgrad", layer.id) not in pool:
+                pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", env.now,
                            layer.id, "backward")
-            ws_key = f"workspace:{layer.id}"
+            ws_key = ("workspace", layer.id)
             pool.alloc(ws_key, algo.bwd_workspace_bytes, "workspace", env.now, layer.id,
                        "backward")
             yield from self._compute("bwd", layer.id, algo.bwd_ns)
             pool.free(ws_key, env.now)
             for t in layer.outputs:
                 if self._gkey[t] == t:
-                    pool.free(f"grad:{t}", env.now)
+                    pool.free(("grad", t), env.now)
             for b in bwd_free.get(i, ()):
                 pool.free(b, env.now)
                 self._in_flight.pop(b, None)

@@ -58,7 +58,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                 changed = sum(a != f for a, f in zip(algos, fastest))
                 return done(plan, f"step 3: greedy, offload {which}, {changed} layer(s) "
                             "moved to slower algorithms")
-            if not oom.tensor.startswith("workspace:"):
+            if oom.kind != "workspace":
                 break  # only the overflowing layer's own workspace is live when it runs
             i = trace.layer_index(oom.layer)
             choice = _downgrade(trace, i, algos[i], oom.requested_bytes - oom.largest_free_bytes)

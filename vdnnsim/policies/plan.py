@@ -115,20 +115,41 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
     from the layer below, take the first layer marked as offloaded and not yet prefetched,
     give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark
     (NOTE [offload marks]); ``None`` marks exactly the layers that copy something."""
-    n = len(trace.layers)
+    layers = trace.layers
+    n = len(layers)
     if marked is None:
         marked = tuple(bool(o) for o in offload)
+    # The scan stops at the first layer below that is marked and not yet prefetched (take
+    # it) or a conv (give up). Layers that are neither are skipped by pointers to the next
+    # candidate below, compressed as they are followed (a disjoint-set forest), so the
+    # whole schedule costs near-linear time instead of a scan per layer. Slot k stands for
+    # layer k - 1; slot 0 for "none left".
+    up = list(range(n + 1))
+    for i in range(n):
+        if not (marked[i] or layers[i].is_conv):
+            up[i + 1] = i
+
+    def below(k: int) -> int:
+        top = k
+        while up[k] != k:
+            k = up[k]
+        while up[top] != k:
+            up[top], top = k, up[top]
+        return k
+
     prefetched = [False] * n
     schedule = [-1] * n
     for cur in range(n - 1, -1, -1):
-        for idx in range(cur - 1, -1, -1):
-            if marked[idx] and not prefetched[idx]:
-                prefetched[idx] = True
-                if offload[idx]:
-                    schedule[cur] = idx
-                break
-            if trace.layers[idx].is_conv:
-                break
+        k = below(cur)
+        if k == 0:
+            continue
+        idx = k - 1
+        if marked[idx] and not prefetched[idx]:
+            prefetched[idx] = True
+            if offload[idx]:
+                schedule[cur] = idx
+            if not layers[idx].is_conv:
+                up[k] = idx  # no longer a candidate: skip it from now on
     return tuple(schedule)
 
 

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceError
-from ..yamlio import dump_yaml, parse_model, read_yaml, write_text_atomic
+from ..yamlio import dump_yaml, parse_model, paused_gc, read_yaml, write_text_atomic
 from .model import Algo, Layer, Source, Tensor, Trace
 from .schema import FORMAT, VERSION, TraceSpec
 
 
 def trace_from_dict(data: Any, source: str = "<trace>") -> Trace:
-    spec: TraceSpec = parse_model(TraceSpec, data, source, TraceError)
-    return _build(spec, source)
+    with paused_gc():  # NOTE [paused gc]
+        spec: TraceSpec = parse_model(TraceSpec, data, source, TraceError)
+        return _build(spec, source)
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
@@ -22,7 +23,9 @@ def load_trace(path: str | os.PathLike) -> Trace:
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> None:
-    write_text_atomic(Path(path), dump_yaml(trace_to_dict(trace)))
+    with paused_gc():  # NOTE [paused gc]
+        text = dump_yaml(trace_to_dict(trace))
+    write_text_atomic(Path(path), text)
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
@@ -74,44 +77,42 @@ def _build(spec: TraceSpec, source: str) -> Trace:
         rg = t.requires_grad if t.requires_grad is not None else t.kind == "activation"
         tensors[t.id] = Tensor(t.id, t.size_bytes, t.kind, rg, t.alias_of,
                                tuple(t.shape) if t.shape else None)
+    index = {t.id: i for i, t in enumerate(spec.tensors)}
     for i, t in enumerate(spec.tensors):
-        if t.alias_of is None:
-            continue
-        if t.alias_of not in tensors:
+        if t.alias_of is not None and t.alias_of not in tensors:
             raise fail(f"tensors[{i}].alias_of", f"unknown tensor {t.alias_of!r}")
-        seen, cur = {t.id}, tensors[t.alias_of]
-        while cur.alias_of is not None:
-            if cur.id in seen:
-                raise fail(f"tensors[{i}].alias_of", f"alias cycle through {cur.id!r}")
-            seen.add(cur.id)
-            cur = tensors[cur.alias_of]
-        if cur.size_bytes != t.size_bytes:
+    root = _alias_roots(tensors, index, fail)
+    for i, t in enumerate(spec.tensors):
+        r = tensors[root[t.id]]
+        if t.alias_of is not None and r.size_bytes != t.size_bytes:
             raise fail(f"tensors[{i}].size_bytes",
                        f"alias {t.id!r} has {t.size_bytes} bytes but its buffer "
-                       f"{cur.id!r} has {cur.size_bytes}")
+                       f"{r.id!r} has {r.size_bytes}")
 
     layer_ids: set[str] = set()
     writer: dict[str, int] = {}
     for i, ls in enumerate(spec.layers):
-        where = f"layers[{i}] ({ls.id})"
         if ls.id in layer_ids:
             raise fail(f"layers[{i}].id", f"duplicate layer id {ls.id!r}")
         layer_ids.add(ls.id)
-        for key in ("inputs", "outputs", "saved"):
-            for j, tid in enumerate(getattr(ls, key)):
+        for key, tids in (("inputs", ls.inputs), ("outputs", ls.outputs), ("saved", ls.saved)):
+            for j, tid in enumerate(tids):
                 if tid not in tensors:
-                    raise fail(f"{where}.{key}[{j}]", f"unknown tensor {tid!r}")
+                    raise fail(f"layers[{i}] ({ls.id}).{key}[{j}]", f"unknown tensor {tid!r}")
         for j, tid in enumerate(ls.outputs):
             if tid in writer:
-                raise fail(f"{where}.outputs[{j}]", f"tensor {tid!r} is already written by "
+                raise fail(f"layers[{i}] ({ls.id}).outputs[{j}]",
+                           f"tensor {tid!r} is already written by "
                            f"layers[{writer[tid]}] ({spec.layers[writer[tid]].id})")
             if tensors[tid].kind == "input":
-                raise fail(f"{where}.outputs[{j}]", f"{tid!r} is a network input")
+                raise fail(f"layers[{i}] ({ls.id}).outputs[{j}]", f"{tid!r} is a network input")
             writer[tid] = i
-        for j, tid in enumerate(ls.saved):
-            if tid not in ls.inputs and tid not in ls.outputs:
-                raise fail(f"{where}.saved[{j}]",
-                           f"{tid!r} is neither an input nor an output of this layer")
+        if ls.saved:
+            ends = set(ls.inputs).union(ls.outputs)  # a set: a join may have many inputs
+            for j, tid in enumerate(ls.saved):
+                if tid not in ends:
+                    raise fail(f"layers[{i}] ({ls.id}).saved[{j}]",
+                               f"{tid!r} is neither an input nor an output of this layer")
     for tid, t in tensors.items():
         if t.kind != "input" and tid not in writer:
             raise fail("tensors", f"tensor {tid!r} is written by no layer")
@@ -132,6 +133,27 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
                  spec.step_ns, spec.resident_bytes)
+
+
+def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:
+    """Each tensor's buffer, every alias chain walked once (linear in the tensors); a
+    chain that comes back to itself is an error naming the first tensor that closes it."""
+    root: dict[str, str] = {}
+    for tid in tensors:
+        path: list[str] = []
+        on_path: set[str] = set()
+        cur = tid
+        while cur not in root and tensors[cur].alias_of is not None:
+            if cur in on_path:
+                raise fail(f"tensors[{index[cur]}].alias_of", f"alias cycle through {cur!r}")
+            on_path.add(cur)
+            path.append(cur)
+            cur = tensors[cur].alias_of  # type: ignore[assignment]
+        r = root.get(cur, cur)
+        root[cur] = r
+        for t in path:
+            root[t] = r
+    return root
 
 
 def _check_order(spec: TraceSpec, writer: dict[str, int], source: str) -> None:
@@ -157,22 +179,25 @@ def _check_order(spec: TraceSpec, writer: dict[str, int], source: str) -> None:
 
 
 def _find_cycle(edges: dict[int, set[int]]) -> list[int] | None:
+    """A cycle of the graph, found by an iterative depth-first search (a recursive one runs
+    out of stack on long chains)."""
     color = dict.fromkeys(edges, 0)
-    stack: list[int] = []
-
-    def visit(u: int) -> list[int] | None:
-        color[u] = 1
-        stack.append(u)
-        for v in sorted(edges[u]):
-            if color[v] == 1:
-                return stack[stack.index(v):]
-            if color[v] == 0 and (c := visit(v)):
-                return c
-        stack.pop()
-        color[u] = 2
-        return None
-
-    for u in edges:
-        if color[u] == 0 and (c := visit(u)):
-            return c
+    for start in edges:
+        if color[start]:
+            continue
+        stack: list[int] = [start]
+        todo: list[list[int]] = [sorted(edges[start], reverse=True)]
+        color[start] = 1
+        while stack:
+            if todo[-1]:
+                v = todo[-1].pop()
+                if color[v] == 1:
+                    return stack[stack.index(v):]
+                if color[v] == 0:
+                    color[v] = 1
+                    stack.append(v)
+                    todo.append(sorted(edges[v], reverse=True))
+            else:
+                color[stack.pop()] = 2
+                todo.pop()
     return None

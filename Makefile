@@ -1,5 +1,6 @@
 # make demo: set up a virtual environment and run the built-in demo.
-# make test: set up (with test dependencies and PyTorch's CPU build) and run the test suite.
+# make test: set up with vdnnsim[dev,torch] (test dependencies, torch and torchvision) and run
+#            the test suite.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin

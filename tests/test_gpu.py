@@ -31,8 +31,6 @@ def _grads(model, shape, policy, x, y):
 @pytest.mark.parametrize("spec", ["zoo:alexnet", "torchvision:resnet18"])
 @pytest.mark.parametrize("policy", ["vdnn_all", "vdnn_conv"])
 def test_gradients_are_bit_identical(spec, policy):
-    if spec.startswith("torchvision"):
-        pytest.importorskip("torchvision")
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)

@@ -1,24 +1,36 @@
 """The PyTorch side on the CPU: the probe reads what autograd saves, the runtime loses
-nothing, a CPU-timed profile is a trace the simulator replays. Skipped without torch."""
+nothing, a CPU-timed profile is a trace the simulator replays, `vdnnsim trace --model`
+turns real torchvision models into traces. Skipped without torch; torchvision comes with
+torch in the same extra (vdnnsim[torch]), so where torch is installed and torchvision is
+missing or does not import, its tests fail instead of skipping."""
 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.gpu.graph import probe  # noqa: E402
 from vdnnsim.gpu.models import build_model  # noqa: E402
 from vdnnsim.gpu.profile import profile_model, synthesize_model  # noqa: E402
 from vdnnsim.gpu.runtime import VDNN  # noqa: E402
-from vdnnsim.trace import trace_from_dict  # noqa: E402
+from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
+
+
+def _vdnnsim(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it: a fresh process."""
+    return subprocess.run([sys.executable, "-m", "vdnnsim", *args], capture_output=True,
+                          text=True, timeout=300)
 
 
 def test_probe_sees_what_autograd_saves_on_the_meta_device():
@@ -78,15 +90,75 @@ def test_cpu_profile_is_a_trace_the_simulator_replays():
     assert eager.peak_footprint_bytes >= eager.peak_memory_bytes  # reserved >= allocated
 
 
-def test_trace_model_cli_on_the_meta_device(tmp_path):
-    out = tmp_path / "a.yaml"
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", "zoo:alexnet",
-                        "-b", "8", "--gpu", "h200", "-o", str(out)],
-                       capture_output=True, text=True)
+def _reference(spec: str) -> nn.Module:
+    """The model the trace should describe, built on the meta device; torchvision's come
+    straight from torchvision, not through vdnnsim."""
+    kind, _, name = spec.partition(":")
+    with torch.device("meta"):
+        if kind == "zoo":
+            return build_model(spec)[0]
+        import torchvision.models  # part of vdnnsim[torch]: an ImportError here is a failure
+
+        kwargs = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
+        return getattr(torchvision.models, name)(weights=None, **kwargs)
+
+
+# One model of each shape of graph the probe has to read.
+TRACED = [
+    "zoo:alexnet",               # the paper's chain, Torch7's layers
+    "torchvision:resnet50",      # bottlenecks: residual adds, downsample branches, reused ReLUs
+    "torchvision:vgg11",         # a plain chain with large fc layers and dropout
+    "torchvision:densenet121",   # concatenations: every layer of a block reads one buffer
+    "torchvision:mobilenet_v2",  # grouped (depthwise) convs, ReLU6, adds without a ReLU
+    "torchvision:googlenet",     # four-branch inception blocks, built without aux heads
+]
+
+
+@pytest.mark.parametrize("spec", TRACED)
+def test_trace_model_cli_on_the_meta_device(spec, tmp_path):
+    batch = 4
+    out = tmp_path / "t.yaml"
+    r = _vdnnsim("trace", "--model", spec, "-b", str(batch), "--gpu", "h200", "-o", str(out))
     assert r.returncode == 0, r.stderr
+    t = load_trace(out)
+    assert (t.batch_size, t.dtype, t.source.kind, t.pytorch) == (batch, "fp32", "synthesized",
+                                                                 True)
+    ref = _reference(spec)
+    modules = Counter(type(m) for m in ref.modules())
+    kinds = Counter(layer.kind for layer in t.layers)
+    # each conv, batch norm and linear module runs once in these models: one layer each
+    assert kinds["conv"] == modules[nn.Conv2d] > 0
+    assert kinds["bn"] == modules[nn.BatchNorm2d]
+    assert kinds["fc"] == modules[nn.Linear] > 0
+    assert len(t.layers) > kinds["conv"] + kinds["bn"] + kinds["fc"]  # activations, pools
+    assert t.layers[-1].kind == "loss"
+    assert t.weight_bytes == 4 * sum(p.numel() for p in ref.parameters())  # fp32
+    side = build_model(spec)[1][1] if spec.startswith("zoo:") else 224
+    inputs = [x for x in t.tensors.values() if x.kind == "input"]
+    assert [x.size_bytes for x in inputs] == [batch * 3 * side * side * 4]
+
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"network: {out}\nbatch_size: 8\ngpu: h200\n"
+    cfg.write_text(f"network: {out}\nbatch_size: {batch}\ngpu: h200\n"
                    "policies: [eager, vdnn_conv_p]\n")
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "run", str(cfg), "--json"],
-                       capture_output=True, text=True)
+    r = _vdnnsim("run", str(cfg), "--json")
     assert r.returncode == 0, r.stderr
+    runs = {rec["policy"]: rec for rec in json.loads(r.stdout)}
+    eager, conv = runs["eager"], runs["vdnn_conv_p"]
+    for rec in (eager, conv):
+        assert rec["fits"], rec
+        assert rec["weight_bytes"] >= 2 * t.weight_bytes  # weights and their gradients
+        assert rec["peak_memory_bytes"] > rec["weight_bytes"]  # and activations beside
+        assert rec["iteration_time_s"] > 0
+    assert eager["offloaded_bytes"] == 0
+    assert conv["offloaded_bytes"] > 0  # every one of these models has convs
+    assert conv["peak_memory_bytes"] <= eager["peak_memory_bytes"]
+    assert conv["iteration_time_s"] >= eager["iteration_time_s"]
+
+
+def test_trace_model_cli_names_torchvisions_models(tmp_path):
+    out = tmp_path / "t.yaml"
+    r = _vdnnsim("trace", "--model", "torchvision:resnet5", "-b", "2", "-o", str(out))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("vdnnsim: error: unknown torchvision model 'resnet5'; known: ")
+    assert "resnet50" in r.stderr.split("known: ")[1].split(", ")
+    assert "Traceback" not in r.stderr and not out.exists()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.sim import Simulation
@@ -15,6 +16,7 @@ from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
 from .policies import get_policy, liveness
+from .policies.builtin import COMMON_OPTIONS
 from .results import RunResult
 from .trace import Trace, trace_from_dict
 from .yamlio import paused_gc, read_yaml
@@ -26,10 +28,30 @@ from .config import RunConfig
 # of 10**11 images, a size of 1e19 in a trace) would lose precision or overflow. No GPU
 # comes near, so build_trace refuses any trace that needs more than MAX_BYTES in all with
 # a user error.
-MAX_BYTES = 2**50
+MAX_BYTES = limits.MAX_BYTES
+
+
+def _user_value(check, value: Any, what: str) -> Any:
+    """A library argument checked like the same key of a config (NOTE [bounds])."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+
+
+def _capacity(memory_bytes: Any) -> int | None:
+    if memory_bytes is None:
+        return None
+    from .hardware import _capacity as check
+    return _user_value(check, memory_bytes, "memory_bytes")
 
 
 def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None) -> GPU:
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(f"gpu overrides must be a mapping, got {type(overrides).__name__}")
+    if not isinstance(gpu, (str, GPU)):
+        raise ConfigError(f"gpu must be a preset name or a vdnnsim.GPU, got "
+                          f"{type(gpu).__name__}")
     if isinstance(gpu, GPU):
         if overrides:
             from .hardware import apply_overrides, parse_overrides
@@ -42,6 +64,13 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
                 gpu: GPU, dtype: str = "fp32") -> Trace:
     """A zoo name, a network spec (object or YAML path) or a trace (object or YAML path)."""
     spec_file = ""
+    if batch_size is not None:
+        batch_size = _user_value(limits.batch_size, batch_size, "batch_size")
+    if not isinstance(network, (str, os.PathLike, NetworkSpec, Trace)):
+        raise ConfigError(f"network must be a zoo name, a path, a NetworkSpec or a Trace, "
+                          f"got {type(network).__name__}")
+    if isinstance(network, str) and not network:
+        raise ConfigError("network: an empty name")
     if isinstance(network, Trace):
         return _check_trace(network, batch_size, "the trace")
     if isinstance(network, NetworkSpec):
@@ -50,7 +79,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         spec = zoo_network(network)
     else:
         path = Path(network)
-        if not path.suffix and not path.exists():
+        if not path.suffix and not os.path.exists(path):
             zoo_network(str(network))  # raises the unknown-network error with the list
         data = read_yaml(path)
         if is_network_file(data):
@@ -108,7 +137,7 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
     """
     g = resolve_gpu(gpu, gpu_overrides)
     trace = build_trace(network, batch_size, g, dtype)
-    return run_trace(trace, g, policy, policy_options or {}, memory_bytes)
+    return run_trace(trace, g, policy, policy_options, memory_bytes)
 
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
@@ -116,10 +145,23 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
               record: bool = True) -> RunResult:
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
     tensor lifetimes (the summary and the memory curve stay): what sweeps need."""
+    memory_bytes = _capacity(memory_bytes)
     capacity = memory_bytes if memory_bytes is not None else gpu.memory_bytes
+    if not isinstance(policy, str):
+        raise ConfigError(f"policy must be a name, got {type(policy).__name__}")
     fn, fixed = get_policy(policy)
+    options = policy_options if policy_options is not None else {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"policy {policy}: policy_options must be a mapping, got "
+                          f"{type(options).__name__}")
+    if any(not isinstance(k, str) for k in options):
+        raise ConfigError(f"policy {policy}: policy_options keys must be names")
+    fixed_keys = sorted(set(options) & set(fixed))
+    if fixed_keys:  # the registry's own settings of this name (which algorithms, which layers)
+        raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
+                          f"{', '.join(sorted(COMMON_OPTIONS))}")
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
-        plan = fn(trace, gpu, capacity, {**fixed, **(policy_options or {})})
+        plan = fn(trace, gpu, capacity, {**options, **fixed})
         lv = liveness(trace)
         sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
     if oracle_ns is None:
@@ -159,7 +201,7 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
     network: str | Path = cfg.network
     if cfg.network not in ZOO and not Path(cfg.network).is_absolute():
         candidate = Path(base_dir) / cfg.network
-        if candidate.exists():
+        if os.path.exists(candidate):
             network = candidate
     trace = build_trace(network, cfg.batch_size, g, cfg.dtype)
     capacity = cfg.memory_bytes  # parsed to bytes by RunConfig

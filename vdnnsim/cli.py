@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, Sequence
 
 from .errors import VdnnError
 
 EXIT_USAGE = 2
+EXIT_BUG = 3  # NOTE [invariants]: the simulator broke its own rules
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,13 +96,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
+    from .hardware import _capacity
     from .study.maxbatch import max_batch
-    from .yamlio import parse_bytes
 
     cap = None
     if args.memory:
         try:
-            cap = parse_bytes(args.memory)
+            cap = _capacity(args.memory)
         except ValueError as exc:
             from .errors import ConfigError
             raise ConfigError(f"--memory: {exc}") from None
@@ -141,9 +143,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         import pandas as pd
         p = Path(args.input)
         if p.suffix in (".csv", ".parquet"):
-            if not p.is_file():
-                raise ConfigError(f"{p}: no such file")
-            df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+            from .yamlio import shown
+            if not os.path.isfile(p):
+                raise ConfigError(f"{shown(p)}: no such file")
+            try:
+                df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+            except Exception as exc:  # pandas' and pyarrow's parse errors have no common base
+                raise ConfigError(f"{shown(p)}: cannot read a results table: "
+                                  f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
         else:
             from .study import load_study, run_study
             spec, base = load_study(p)
@@ -427,19 +434,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    for name, least in (("trials", 1), ("iters", 1), ("warmup", 0)):
-        if getattr(args, name, None) is not None and getattr(args, name) < least:
-            parser.error(f"--{name} must be at least {least}")
-    if getattr(args, "memory_cap_gb", None) is not None and not args.memory_cap_gb > 0:
-        parser.error("--memory-cap-gb must be more than 0")
+    # NOTE [bounds]: counts a person could mistype, with the reason for each ceiling
+    for name, least, most, why in (
+            ("trials", 1, 10_000, "each is a timed training step"),
+            ("iters", 1, 10_000, "each is a timed training step"),
+            ("warmup", 0, 10_000, "each is a training step"),
+            ("workers", 1, 1024, "one process per core is the most that helps"),
+            ("limit", 1, 2**40, "the search doubles the batch up to this")):
+        value = getattr(args, name, None)
+        if value is not None and not least <= value <= most:
+            parser.error(f"--{name} must be from {least} to {most:,} ({why})")
+    cap = getattr(args, "memory_cap_gb", None)
+    if cap is not None and not (math.isfinite(cap) and 0 < cap <= 2**50 / 1e9):
+        parser.error("--memory-cap-gb must be more than 0 and finite")
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]
+    from .engine.invariants import InvariantViolation
+
     try:
         return args.fn(args)
     except VdnnError as exc:
         print(f"vdnnsim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except InvariantViolation as exc:  # NOTE [invariants]: a bug report, not a wrong number
+        print(f"vdnnsim: internal error: {exc}", file=sys.stderr)
+        return EXIT_BUG
     except BrokenPipeError:
         return 0
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import ConfigError
-from .hardware import Bytes, GPUOverrides
+from .hardware import Capacity, GPUOverrides
 from .yamlio import parse_model, read_yaml
 
 
@@ -52,7 +52,7 @@ class RunConfig(BaseModel):
         None, min_length=1, description="Policy names.")
     policy_options: dict[str, Any] = Field(default_factory=dict,
                                            description="Options passed to every policy.")
-    memory_bytes: Bytes | None = Field(None, description="Pool capacity override, e.g. "
+    memory_bytes: Capacity | None = Field(None, description="Pool capacity override, e.g. "
                                        "'12 GiB' (default: the GPU's memory).")
 
     @model_validator(mode="after")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
-from typing import Annotated
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 
+from . import limits
 from .errors import ConfigError, UnknownNameError
 from .yamlio import parse_bytes, validation_message
 
@@ -70,19 +70,34 @@ class _GPUSpec(BaseModel):
     source: str = Field(description="Where the numbers come from.")
 
 
+Bandwidth = Annotated[float, BeforeValidator(limits.bandwidth)]
+
+
+def _capacity(value: Any) -> int:
+    n = parse_bytes(value)
+    if n < 1:
+        raise ValueError("a memory capacity must be at least 1 byte")
+    return n
+
+
+Capacity = Annotated[int, BeforeValidator(_capacity)]
+
+
 class GPUOverrides(BaseModel):
-    """What a run config may change on a preset."""
+    """What a run config may change on a preset (bounds: NOTE [bounds])."""
 
     model_config = ConfigDict(extra="forbid")
-    memory_bytes: Bytes | None = Field(None, description="Capacity, e.g. '12 GiB'.")
-    link_bw_bytes_per_s: float | None = Field(
-        None, gt=0, description="Set both directions of the host link.")
-    h2d_bw_bytes_per_s: float | None = Field(None, gt=0, description="Host-to-device only.")
-    d2h_bw_bytes_per_s: float | None = Field(None, gt=0, description="Device-to-host only.")
-    link_latency_ns: int | None = Field(None, ge=0, description="Per-copy latency.")
-    duplex: bool | None = Field(None, description="Both copy directions at once.")
-    peak_flops_scale: float | None = Field(None, gt=0, description="Scale compute peak.")
-    mem_bw_bytes_per_s: float | None = Field(None, gt=0, description="DRAM bandwidth.")
+    memory_bytes: Capacity | None = Field(None, description="Capacity, e.g. '12 GiB'.")
+    link_bw_bytes_per_s: Bandwidth | None = Field(
+        None, description="Set both directions of the host link.")
+    h2d_bw_bytes_per_s: Bandwidth | None = Field(None, description="Host-to-device only.")
+    d2h_bw_bytes_per_s: Bandwidth | None = Field(None, description="Device-to-host only.")
+    link_latency_ns: Annotated[int, BeforeValidator(limits.latency_ns)] | None = Field(
+        None, description="Per-copy latency.")
+    duplex: StrictBool | None = Field(None, description="Both copy directions at once.")
+    peak_flops_scale: Annotated[float, BeforeValidator(limits.flops_scale)] | None = Field(
+        None, description="Scale compute peak.")
+    mem_bw_bytes_per_s: Bandwidth | None = Field(None, description="DRAM bandwidth.")
 
 
 @lru_cache(maxsize=1)

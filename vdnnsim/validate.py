@@ -24,6 +24,7 @@ import pandas as pd
 from .api import oracle_time_ns, resolve_gpu, run_trace
 from .errors import ConfigError
 from .trace import Trace, load_trace
+from .yamlio import shown
 
 POLICY_MAP = {"baseline": "eager", "vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}
 TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
@@ -31,12 +32,14 @@ TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
 
 def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such file")
+    if not os.path.isfile(p):
+        raise ConfigError(f"{shown(p)}: no such file")
     try:
         data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: not JSON: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{shown(p)}: not JSON: {str(exc)[:200]}") from None
+    except OSError as exc:
+        raise ConfigError(f"{shown(p)}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise ConfigError(f"{p}: expected a JSON list of measurement records")
     for i, r in enumerate(data):
@@ -48,9 +51,9 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
     p = Path(path)
-    files = sorted(p.glob("*.yaml")) if p.is_dir() else [p]
-    if not files or not files[0].exists():
-        raise ConfigError(f"{p}: no trace files")
+    files = sorted(p.glob("*.yaml")) if os.path.isdir(p) else [p]
+    if not files or not os.path.exists(files[0]):
+        raise ConfigError(f"{shown(p)}: no trace files")
     out = {}
     for f in files:
         t = load_trace(f)

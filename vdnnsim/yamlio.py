@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import re
 import secrets
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
@@ -40,16 +42,30 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def shown(path: str | os.PathLike) -> str:
+    """A path for a one-line message: a name of hundreds of characters is cut."""
+    s = str(path)
+    return s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+
+
 def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> Any:
     p = Path(path)
-    if not p.exists():
-        raise error(f"{p}: no such file")
-    if p.is_dir():
-        raise error(f"{p}: is a directory, not a YAML file")
+    try:
+        is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+    except FileNotFoundError:
+        raise error(f"{shown(p)}: no such file") from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
+        raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
+    if is_dir:
+        raise error(f"{shown(p)}: is a directory, not a YAML file")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{p}: cannot read: {exc}") from None
+        raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
     if text.lstrip().startswith("{"):  # NOTE [large files]: JSON is YAML, and 30x faster
         try:
             with paused_gc():
@@ -73,15 +89,18 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
     """Write a whole file or nothing: ``write`` fills a temporary file in the same folder,
     which is then renamed over ``path``."""
     p = Path(path)
-    if p.parent and not p.parent.exists():
-        raise ConfigError(f"{p}: folder {p.parent} does not exist")
-    if p.is_dir():
-        raise ConfigError(f"{p}: is a directory, not a file name")
-    tmp = str(p.parent / f".{p.name}.{secrets.token_hex(6)}.tmp")
+    if "\0" in str(p):
+        raise ConfigError(f"{shown(p)}: cannot write: a file name cannot hold a NUL byte")
+    if str(p.parent) and not os.path.isdir(p.parent):
+        raise ConfigError(f"{shown(p)}: folder {shown(p.parent)} does not exist")
+    if os.path.isdir(p):
+        raise ConfigError(f"{shown(p)}: is a directory, not a file name")
+    # the temporary name stays short, so that any name the file system takes works
+    tmp = str(p.parent / f".{p.name[:80]}.{secrets.token_hex(6)}.tmp")
     try:  # not mkstemp: its files are 0600, these get the umask's mode like any other
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
+        raise ConfigError(f"{shown(p)}: cannot write: {_reason(exc)}") from None
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
@@ -90,7 +109,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise ConfigError(f"{p}: cannot write: {exc.strerror or exc}") from None
+            raise ConfigError(f"{shown(p)}: cannot write: {_reason(exc)}") from None
         raise
 
 
@@ -192,7 +211,8 @@ def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) 
     elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
         msg = str(err["ctx"]["error"])  # without pydantic's "Value error, "
     extra = f" (and {len(real) - 1} more)" if len(real) > 1 else ""
-    return f"{source}: {loc_path(loc)}: {msg}{extra}"
+    where = f"{loc_path(loc)}: " if loc else ""  # a whole-document check names its keys
+    return f"{source}: {where}{msg}{extra}"
 
 
 def parse_model(model: type[BaseModel], data: Any, source: str,
@@ -211,21 +231,35 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+_TOO_BIG = "more than the 1 PiB (2**50 bytes) the simulator models"
+
+
 def parse_bytes(value: Any) -> int:
-    """An integer byte count, or a string such as '12 GiB' or '1.5e9'. Raises ValueError."""
+    """An integer byte count, or a string such as '12 GiB' or '1.5e9', from 0 to
+    MAX_BYTES (NOTE [bounds]). Raises ValueError."""
+    from .limits import MAX_BYTES
+
     if isinstance(value, bool):
         raise ValueError("expected a byte count, got a boolean")
     if isinstance(value, int):
         n = value
     elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"a byte count must be finite, got {value}")
         if value != int(value):
             raise ValueError(f"byte count {value} is not a whole number")
+        if value > MAX_BYTES:
+            raise ValueError(f"byte count {value:g} is {_TOO_BIG}")
         n = int(value)
     elif isinstance(value, str):
         m = _SIZE_RE.match(value)
         if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{value!r} is not a byte count (use e.g. 4096, '12 GiB', '1.5 GB')")
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise ValueError(f"{shown!r} is not a byte count (use e.g. 4096, '12 GiB', "
+                             "'1.5 GB')")
         x = float(m.group(1)) * _UNITS[m.group(2).lower()]
+        if not math.isfinite(x) or x > MAX_BYTES:
+            raise ValueError(f"byte count {value!r} is {_TOO_BIG}")
         if not m.group(2) and x != int(x):
             raise ValueError(f"byte count {value!r} is not a whole number")
         n = int(round(x))
@@ -233,4 +267,6 @@ def parse_bytes(value: Any) -> int:
         raise ValueError(f"expected a byte count, got {type(value).__name__}")
     if n < 0:
         raise ValueError(f"byte count must not be negative, got {n}")
+    if n > MAX_BYTES:
+        raise ValueError(f"byte count {n if n < 10**30 else 'of over 30 digits'} is {_TOO_BIG}")
     return n

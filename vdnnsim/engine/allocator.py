@@ -14,6 +14,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from .invariants import InvariantViolation
+
 ALIGN_BYTES = 512  # CNMeM rounds every allocation up to 512 bytes
 _INF = 1 << 100  # 'unlimited': far past any byte count a trace can hold
 
@@ -92,6 +94,8 @@ class Accounting:
 
     def _record(self, now: int, delta: int) -> None:
         self.live_bytes += delta
+        if self.live_bytes < 0:  # NOTE [invariants]
+            raise InvariantViolation(f"the pool's live bytes fell to {self.live_bytes}")
         if self.live_bytes > self.peak_live_bytes:
             self.peak_live_bytes = self.live_bytes
             self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
@@ -141,6 +145,9 @@ class Pool(Accounting):
             i = self._best_fit(size, _INF)
             assert i is not None
         start, bsize = self._starts[i], self._sizes[i]
+        if start + size > self.capacity and self.oom is None:  # NOTE [invariants]
+            raise InvariantViolation(f"placed {size} bytes past the capacity with no "
+                                     "out-of-memory recorded", layer, key_name(key))
         if bsize == size:
             del self._starts[i], self._sizes[i]
         else:

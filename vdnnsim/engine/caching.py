@@ -21,7 +21,8 @@ what it would need.
 
 from __future__ import annotations
 
-from .allocator import Accounting, Key, oom_record
+from .allocator import Accounting, Key, key_name, oom_record
+from .invariants import InvariantViolation
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -91,6 +92,9 @@ class CachingPool(Accounting):
                     free = self.capacity - self.live_bytes
                     self.oom = oom_record(key, layer, phase, now, size, free,
                                           max(0, self.capacity - self.reserved_bytes))
+            if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
+                raise InvariantViolation(f"reserved a segment past the capacity with no "
+                                         "out-of-memory recorded", layer, key_name(key))
             seg = self._next_seg
             self._next_seg += 1
             self._segments[seg] = (pool, seg_size)

@@ -20,6 +20,7 @@ from ..policies.plan import Liveness, Plan, liveness
 from ..trace.model import Trace
 from ..units import transfer_ns
 from .allocator import Pool, key_name
+from .invariants import InvariantViolation, StreamClock
 from .caching import CachingPool
 
 
@@ -64,9 +65,13 @@ class Simulation:
         if link.duplex:
             self._engines = {"d2h": simpy.Resource(self.env, 1),
                              "h2d": simpy.Resource(self.env, 1)}
+            self._clocks = {"compute": StreamClock("compute"), "d2h": StreamClock("d2h"),
+                            "h2d": StreamClock("h2d")}
         else:
             shared = simpy.Resource(self.env, 1)
             self._engines = {"d2h": shared, "h2d": shared}
+            copy = StreamClock("copy")
+            self._clocks = {"compute": StreamClock("compute"), "d2h": copy, "h2d": copy}
         self.record_ops = record_ops
         if record_ops:
             self.pool.spans = []
@@ -110,6 +115,7 @@ class Simulation:
         if dur_ns > 0:
             start = self.env.now
             yield self.env.timeout(dur_ns)
+            self._clocks["compute"].op(start, self.env.now, layer, kind)
             self._op("compute", kind, layer, f"{layer}:{kind}", start, self.env.now)
 
     def _wait(self, events: list[simpy.Event], layer: str, why: str):
@@ -132,6 +138,7 @@ class Simulation:
                 bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
             start = self.env.now
             yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
+            self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
             kind = "offload" if direction == "d2h" else "prefetch"
             self._op(direction, kind, layer, buf, start, self.env.now, size)
         if direction == "d2h":
@@ -187,10 +194,49 @@ class Simulation:
                 else self._layer_wise())
         self.env.process(proc)
         self.env.run()
+        self._check_end()
         if self.pool.spans is not None:  # what is still allocated lives to the end
             for key, (t0, size, cat) in self.pool._open.items():
                 self.pool.spans.append((key_name(key), cat, size, t0, self.end_ns))
         return self
+
+    # -- NOTE [invariants] -------------------------------------------------------------------
+    def _check_on_gpu(self, tensors: tuple[str, ...], layer: str, phase: str) -> None:
+        lv, pool = self.lv, self.pool
+        for t in tensors:
+            b = lv.root[t]
+            if not lv.size[b]:
+                continue  # an empty buffer takes no memory: never allocated
+            fetch = self._in_flight.get(b)
+            if b not in pool or b in self._on_host or (fetch is not None and not fetch.processed):
+                where = ("on the host" if b in self._on_host else "still being fetched"
+                         if b in pool else "not allocated")
+                raise InvariantViolation(f"{phase} pass reads a buffer that is {where}",
+                                         layer, b)
+
+    _LIVE_ALL_RUN = frozenset({"weights", "weight_grads", "wgrad", "resident"})
+
+    def _check_end(self) -> None:
+        if self.host_bytes != 0:
+            raise InvariantViolation(f"{self.host_bytes} bytes of host copies never released")
+        if self.prefetched_bytes > self.offloaded_bytes:
+            raise InvariantViolation(f"{self.prefetched_bytes} bytes prefetched but only "
+                                     f"{self.offloaded_bytes} offloaded")
+        if self.plan.sync and self.prefetched_bytes != self.offloaded_bytes:
+            raise InvariantViolation(f"{self.offloaded_bytes} bytes offloaded but "
+                                     f"{self.prefetched_bytes} came back")
+        if self.plan.memory != "layer_wise":
+            return
+        held = self._held_inputs()
+        for key in self.pool._blocks:
+            if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN or key in held:
+                continue
+            raise InvariantViolation("still allocated after the iteration", "",
+                                     key_name(key))
+
+    def _held_inputs(self) -> set[str]:
+        lv = self.lv
+        return {b for b in lv.size if b not in lv.producer} if self.trace.pytorch else set()
 
     def _persistent(self, grads: bool = True) -> None:
         if self.trace.resident_bytes:
@@ -240,7 +286,7 @@ class Simulation:
         for b, size in lv.size.items():
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
                 pool.alloc(b, size, "activations", 0, "", "start")
-        held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
+        held = self._held_inputs()
         fwd_free: dict[int, list[str]] = {}
         for b, last in lv.fwd_last.items():
             if not lv.kept(b) and b not in lv.outputs and b not in held:
@@ -260,6 +306,7 @@ class Simulation:
             ws_key = ("workspace", layer.id)
             pool.alloc(ws_key, algo.fwd_workspace_bytes, "workspace", env.now, layer.id,
                        "forward")
+            self._check_on_gpu(layer.inputs, layer.id, "forward")
             copies = [self._offload(b, layer.id) for b in plan.offload[i]]
             yield from self._compute("fwd", layer.id, algo.fwd_ns)
             pool.free(ws_key, env.now)
@@ -305,6 +352,7 @@ class Simulation:
             ws_key = ("workspace", layer.id)
             pool.alloc(ws_key, algo.bwd_workspace_bytes, "workspace", env.now, layer.id,
                        "backward")
+            self._check_on_gpu(layer.saved, layer.id, "backward")
             yield from self._compute("bwd", layer.id, algo.bwd_ns)
             pool.free(ws_key, env.now)
             for t in layer.outputs:

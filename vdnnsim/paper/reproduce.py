@@ -25,7 +25,7 @@ def run_paper_studies(studies_dir: str | os.PathLike | None = None,
     frames: Frames = {}
     for name in STUDIES:
         path = d / f"{name}.yaml"
-        if not path.exists():
+        if not os.path.isfile(path):
             raise ConfigError(f"{path}: no such study (give --studies the configs/paper folder)")
         spec, base = load_study(path)
         if reading != "measured":

@@ -64,7 +64,7 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
                 gpu = resolve_gpu(name, over or None)
                 net = point["network"]
                 path = base / str(net)
-                trace = build_trace(path if path.exists() else net, point.get("batch_size"),
+                trace = build_trace(path if os.path.exists(path) else net, point.get("batch_size"),
                                     gpu, point.get("dtype", "fp32"))
                 cached = (gpu, trace, oracle_time_ns(trace, gpu))
             gpu, trace, oracle = cached

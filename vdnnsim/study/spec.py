@@ -21,14 +21,20 @@ with overrides, a dtype, one policy with options, and a pool capacity.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
+                      ValidationError, model_validator)
 
+from .. import limits
+from ..config import GPUConfig as _GPUPoint
 from ..errors import ConfigError
-from ..yamlio import parse_bytes, parse_model, read_yaml
+from ..hardware import Bandwidth, Capacity
+from ..limits import MAX_NAME_CHARS, MAX_STUDY_RUNS
+from ..yamlio import parse_bytes, parse_model, read_yaml, validation_message
 
 # The keys a study may set per run; GPU override keys are folded into ``gpu``.
 POINT_KEYS = ("network", "batch_size", "gpu", "dtype", "policy", "policy_options",
@@ -71,7 +77,63 @@ class StudySpec(BaseModel):
         both = set(self.sweep) & set(self.zip)
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: in both sweep and zip")
+        n = run_count(self)
+        if n > MAX_STUDY_RUNS:
+            raise ValueError(f"the study has {n if n < 10**15 else 'more than 10**15'} runs, "
+                             f"more than the {MAX_STUDY_RUNS:,} one study may hold (about an "
+                             "hour of simulation); split it")
+        self.base = _checked(self.base, "base")
+        self.sweep = {k: [_value(k, x, f"sweep.{k}[{i}]") for i, x in enumerate(v)]
+                      for k, v in self.sweep.items()}
+        self.zip = {k: [_value(k, x, f"zip.{k}[{i}]") for i, x in enumerate(v)]
+                    for k, v in self.zip.items()}
+        self.runs = [_checked(r, f"runs[{i}]") for i, r in enumerate(self.runs)]
         return self
+
+
+def run_count(spec: "StudySpec") -> int:
+    """How many runs ``expand`` would make, without making them."""
+    grid = math.prod(len(v) for v in spec.sweep.values())
+    zipped = len(next(iter(spec.zip.values()))) if spec.zip else 1
+    if spec.runs:
+        return len(spec.runs) if not (spec.sweep or spec.zip) else grid * zipped + len(spec.runs)
+    return grid * zipped
+
+
+class _Point(BaseModel):
+    """The type of each key a study may set (the same as a run config's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    network: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    batch_size: Annotated[int, BeforeValidator(limits.batch_size)] | None = None
+    gpu: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | _GPUPoint | None \
+        = None
+    dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    policy: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    policy_options: dict[str, Any] | None = None
+    memory_bytes: Capacity | None = None
+    link_bw_bytes_per_s: Bandwidth | None = None
+    h2d_bw_bytes_per_s: Bandwidth | None = None
+    d2h_bw_bytes_per_s: Bandwidth | None = None
+    link_latency_ns: Annotated[int, BeforeValidator(limits.latency_ns)] | None = None
+    duplex: StrictBool | None = None
+    peak_flops_scale: Annotated[float, BeforeValidator(limits.flops_scale)] | None = None
+    mem_bw_bytes_per_s: Bandwidth | None = None
+
+
+def _value(key: str, value: Any, where: str) -> Any:
+    """One study value, checked and normalised (a byte string becomes its count)."""
+    try:
+        point = _Point.model_validate({key: value})
+    except ValidationError as exc:
+        msg = validation_message("", exc, {key: value})[2:]  # 'gpu.preset: ...'
+        raise ValueError(f"{where}{msg[len(key):]}") from None
+    out = getattr(point, key)
+    return out.model_dump(exclude_none=True) if isinstance(out, BaseModel) else out
+
+
+def _checked(values: dict[str, Any], where: str) -> dict[str, Any]:
+    return {k: _value(k, v, f"{where}.{k}") for k, v in values.items()}
 
 
 def expand(spec: StudySpec) -> list[dict[str, Any]]:

@@ -191,10 +191,19 @@ def test_no_sync_releases_on_copy_completion():
 
 
 def test_half_duplex_link_serialises_directions():
-    t = three_convs()
-    full = run_trace(t, GPU, "vdnn_all_m")
-    half = run_trace(t, hand_gpu(bw=U * 1000.0, duplex=False), "vdnn_all_m")
-    assert half.iteration_time_ns >= full.iteration_time_ns
+    """Without the end-of-layer sync, c2's 4 ms offload of c1's output is still on the
+    link when backward prefetches data (1 ms) at 2 ms. Duplex: the prefetch runs beside it,
+    lands at 3 ms, and c1's backward starts on time. Half duplex: it waits for the offload
+    to finish at 5 ms and lands at 6 ms: c1's backward waits 3 ms."""
+    t = chain_trace([{"id": "c1", "size": 4 * U, "fwd": MS, "bwd": MS},
+                     {"id": "c2", "size": U, "fwd": MS, "bwd": MS}], input_bytes=U)
+    opts = {"sync": False}
+    full = run_trace(t, GPU, "vdnn_all_m", opts)
+    half = run_trace(t, hand_gpu(bw=U * 1000.0, duplex=False), "vdnn_all_m", opts)
+    assert (full.iteration_time_ns, full.stall_time_ns) == (4 * MS, 0)
+    assert (half.iteration_time_ns, half.stall_time_ns) == (7 * MS, 3 * MS)
+    h2d = half.timeline[half.timeline.stream == "h2d"]
+    assert list(zip(h2d.start_ns, h2d.end_ns)) == [(5 * MS, 6 * MS)]
 
 
 def test_pool_fragmentation_is_reported():

@@ -2,15 +2,13 @@
 
 A claim recorded as within tolerance must stay within it; every number must stay at its
 recorded value (tests/golden/reproduction.json) unless a change means to move it. Regenerate
-after an intended change with
-    VDNNSIM_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_reproduction.py
-and update docs/reproduction.md (vdnnsim reproduce -o docs/reproduction).
+after an intended change with `python -m tests.golden.regen reproduction` and update
+docs/reproduction.md (vdnnsim reproduce -o docs/reproduction).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,12 +21,7 @@ GOLDEN = Path(__file__).parent / "golden" / "reproduction.json"
 
 @pytest.fixture(scope="module")
 def table():
-    t, _ = reproduce()
-    if os.environ.get("VDNNSIM_REGEN_GOLDEN"):
-        data = {f"{r.id}@{r.gpu}": {"vdnnsim": r.vdnnsim, "met": bool(r.met)}
-                for r in t.itertuples()}
-        GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    return t
+    return reproduce()[0]
 
 
 def test_every_claim_is_measured_once(table):

@@ -13,6 +13,9 @@ The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed:
 - a new segment must fit under the cap (the device, or the per-process memory fraction);
   if it does not, every fully free segment is released and the request retried once; then
   it is out of memory.
+An out-of-memory records the segment the allocator asked the device for (requested) and
+the room left under the cap for one (largest free), so a 1 MiB tensor that needs a new
+2 MiB segment under a 1 MiB cap is reported as the 2 MiB it could not get.
 ``allocated`` is the sum of allocated blocks, ``reserved`` the sum of segments: the two
 numbers torch.cuda.max_memory_allocated / max_memory_reserved report. As in NOTE [out of
 memory], a request that fails is recorded and then placed anyway, so the run still says
@@ -90,7 +93,7 @@ class CachingPool(Accounting):
                 self._release_cached()
                 if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
                     free = self.capacity - self.live_bytes
-                    self.oom = oom_record(key, layer, phase, now, size, free,
+                    self.oom = oom_record(key, layer, phase, now, seg_size, free,
                                           max(0, self.capacity - self.reserved_bytes))
             if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
                 raise InvariantViolation(f"reserved a segment past the capacity with no "

@@ -1,0 +1,48 @@
+"""Recorded numbers the golden tests compare against, and how they are made.
+
+The tests only read these files. After a change that means to move the numbers, run
+    .venv/bin/python -m tests.golden.regen [configs|reproduction|validation]
+from the repository root, and say in the commit why they moved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+CONFIG_KEYS = ("policy", "fits", "peak_memory_bytes", "avg_memory_bytes", "iteration_time_s",
+               "slowdown", "offloaded_bytes", "stall_time_s", "oom_layer", "oom_tensor")
+
+
+def shipped_configs() -> list[Path]:
+    return sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def config_records(path: Path) -> list[dict]:
+    from vdnnsim.api import run_config
+    from vdnnsim.config import load_config
+
+    cfg, base = load_config(path)
+    return [{k: r.summary()[k] for k in CONFIG_KEYS} for r in run_config(cfg, base)]
+
+
+def reproduction_records(table) -> dict:
+    return {f"{r.id}@{r.gpu}": {"vdnnsim": r.vdnnsim, "met": bool(r.met)}
+            for r in table.itertuples()}
+
+
+def validation_summary() -> dict:
+    from vdnnsim.validate import summarize, validate
+
+    h200 = ROOT / "traces" / "h200"
+    return summarize(validate(h200, h200 / "measurements.json"))
+
+
+def read(name: str) -> dict:
+    return json.loads((HERE / f"{name}.json").read_text())
+
+
+def write(name: str, data: dict) -> None:
+    (HERE / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

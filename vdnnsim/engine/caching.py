@@ -24,6 +24,8 @@ what it would need.
 
 from __future__ import annotations
 
+import bisect
+
 from .allocator import Accounting, Key, key_name, oom_record
 from .invariants import InvariantViolation
 
@@ -49,12 +51,20 @@ def segment_size(n: int) -> int:
 
 class CachingPool(Accounting):
     """Same interface as :class:`~vdnnsim.engine.allocator.Pool`; the footprint is the
-    reserved memory."""
+    reserved memory.
+
+    Free blocks are kept per pool in a list sorted by (size, segment, offset), so the best
+    fit is a bisection, as PyTorch's own size-ordered block sets are (ties: the earlier
+    segment, then the lower offset, i.e. the lower address); neighbours are found through
+    per-segment maps of block starts and ends. Every operation is logarithmic in the number
+    of free blocks but for the list's insertions (a memmove)."""
 
     def __init__(self, capacity_bytes: int | None):
         super().__init__(capacity_bytes)
         self._segments: dict[int, tuple[str, int]] = {}  # id -> (pool, size)
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
+        self._ends: dict[int, dict[int, int]] = {}  # segment -> {end: offset} of free blocks
+        self._index: dict[str, list[tuple[int, int, int]]] = {"small": [], "large": []}
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
         self._next_seg = 0
         self.reserved_bytes = 0
@@ -62,21 +72,32 @@ class CachingPool(Accounting):
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
+    def _add_free(self, seg: int, off: int, size: int) -> None:
+        self._free[seg][off] = size
+        self._ends[seg][off + size] = off
+        bisect.insort(self._index[self._segments[seg][0]], (size, seg, off))
+
+    def _take_free(self, seg: int, off: int) -> int:
+        size = self._free[seg].pop(off)
+        del self._ends[seg][off + size]
+        idx = self._index[self._segments[seg][0]]
+        del idx[bisect.bisect_left(idx, (size, seg, off))]
+        return size
+
     def _best(self, pool: str, size: int) -> tuple[int, int, int] | None:
-        best = None
-        for seg, blocks in self._free.items():
-            if self._segments[seg][0] != pool:
-                continue
-            for off, bsize in blocks.items():
-                if bsize >= size and (best is None or bsize < best[2]):
-                    best = (seg, off, bsize)
-        return best
+        idx = self._index[pool]
+        i = bisect.bisect_left(idx, (size, -1, -1))
+        if i == len(idx):
+            return None
+        bsize, seg, off = idx[i]
+        return seg, off, bsize
 
     def _release_cached(self) -> None:
         for seg in [s for s, (pool, size) in self._segments.items()
                     if self._free[s].get(0) == size]:
+            self._take_free(seg, 0)
             self.reserved_bytes -= self._segments.pop(seg)[1]
-            del self._free[seg]
+            del self._free[seg], self._ends[seg]
 
     def alloc(self, key: Key, size_bytes: int, category: str, now: int,
               layer: str = "", phase: str = "") -> None:
@@ -101,15 +122,16 @@ class CachingPool(Accounting):
             seg = self._next_seg
             self._next_seg += 1
             self._segments[seg] = (pool, seg_size)
-            self._free[seg] = {0: seg_size}
+            self._free[seg], self._ends[seg] = {}, {}
+            self._add_free(seg, 0, seg_size)
             self.reserved_bytes += seg_size
             self.peak_footprint_bytes = max(self.peak_footprint_bytes, self.reserved_bytes)
             found = (seg, 0, seg_size)
         seg, off, bsize = found
-        del self._free[seg][off]
+        self._take_free(seg, off)
         rest = bsize - size
         if (pool == "small" and rest >= MIN_BLOCK) or (pool == "large" and rest > SMALL_SIZE):
-            self._free[seg][off + size] = rest
+            self._add_free(seg, off + size, rest)
             taken = size
         else:
             taken = bsize
@@ -121,13 +143,11 @@ class CachingPool(Accounting):
         if block is None:
             return
         seg, off, size, category = block
-        blocks = self._free[seg]
-        for o, s in list(blocks.items()):  # merge with free neighbours
-            if o + s == off:
-                off, size = o, s + size
-                del blocks[o]
-            elif off + size == o:
-                size += s
-                del blocks[o]
-        blocks[off] = size
+        left = self._ends[seg].get(off)  # merge with free neighbours
+        if left is not None:
+            size += self._take_free(seg, left)
+            off = left
+        if off + size in self._free[seg]:
+            size += self._take_free(seg, off + size)
+        self._add_free(seg, off, size)
         self._given_back(key, block[2], category, now)

@@ -114,3 +114,61 @@ def test_fast_find_prefetch_layer_equals_the_papers_scan(rows):
         convs, offload, marked)
     copies = tuple(bool(o) for o in offload)
     assert find_prefetch_schedule(t, offload) == _reference_schedule(convs, offload, copies)
+
+
+class _ReferencePool:
+    """CNMeM's best fit as its source writes it: scan the free list in address order,
+    keep the smallest block that holds the request (the first on ties)."""
+
+    INF = 1 << 100
+
+    def __init__(self, capacity):
+        self.capacity, self.free, self.used = capacity, [(0, self.INF)], {}
+
+    def alloc(self, key, size):
+        size = -(-size // 512) * 512
+        if not size:
+            return None
+        for limit in (self.capacity, self.INF):
+            best = None
+            for i, (a, s) in enumerate(self.free):
+                if s >= size and a + size <= limit and (best is None or s < self.free[best][1]):
+                    best = i
+            if best is not None:
+                break
+        a, s = self.free[best]
+        self.free[best:best + 1] = [(a + size, s - size)] if s > size else []
+        self.used[key] = (a, size)
+        return a
+
+    def release(self, key):
+        if key not in self.used:
+            return
+        a, size = self.used.pop(key)
+        self.free.append((a, size))
+        self.free.sort()
+        merged = [self.free[0]]
+        for b, s in self.free[1:]:
+            if merged[-1][0] + merged[-1][1] == b:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((b, s))
+        self.free = merged
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 15), st.integers(0, 8 * 4096)),
+                max_size=80), st.integers(1, 64 * 4096))
+def test_the_indexed_pool_places_blocks_where_cnmems_scan_does(ops, capacity):
+    from vdnnsim.engine.allocator import Pool
+    pool, ref = Pool(capacity), _ReferencePool(capacity)
+    for now, (is_alloc, k, size) in enumerate(ops):
+        key = f"b{k}"
+        if is_alloc and key not in ref.used:
+            where = ref.alloc(key, size)
+            pool.alloc(key, size, "activations", now)
+            assert (pool._blocks[key][0] if key in pool else None) == where
+        elif not is_alloc:
+            ref.release(key)
+            pool.free(key, now)
+        assert pool.live_bytes == sum(s for _, s in ref.used.values())

@@ -119,10 +119,15 @@ class Accounting:
 
 
 class Pool(Accounting):
+    """CNMeM's root manager: the free blocks sorted by address (to merge neighbours) and,
+    for best fit, by (size, address): the smallest block that holds the request, the lowest
+    address on ties, found by bisection (CNMeM scans its list; same choice, less time)."""
+
     def __init__(self, capacity_bytes: int | None):
         super().__init__(capacity_bytes)
         self._starts: list[int] = [0]  # free blocks, sorted by start address
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
+        self._by_size: list[tuple[int, int]] = [(_INF, 0)]  # (size, start) of each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
 
     def __contains__(self, key: Key) -> bool:
@@ -135,23 +140,26 @@ class Pool(Accounting):
         size = aligned(size_bytes)
         if size == 0:
             return
-        i = self._best_fit(size, self.capacity)
-        if i is None:
+        found = self._best_fit(size, self.capacity)
+        if found is None:
             if self.oom is None:
                 free = self.capacity - self.live_bytes
                 largest = max((min(s, self.capacity - a) for a, s in
                                zip(self._starts, self._sizes) if a < self.capacity), default=0)
                 self.oom = oom_record(key, layer, phase, now, size, free, largest)
-            i = self._best_fit(size, _INF)
-            assert i is not None
-        start, bsize = self._starts[i], self._sizes[i]
+            found = self._best_fit(size, _INF)
+            assert found is not None
+        bsize, start = found
         if start + size > self.capacity and self.oom is None:  # NOTE [invariants]
             raise InvariantViolation(f"placed {size} bytes past the capacity with no "
                                      "out-of-memory recorded", layer, key_name(key))
+        i = bisect.bisect_left(self._starts, start)
+        self._unindex(bsize, start)
         if bsize == size:
             del self._starts[i], self._sizes[i]
         else:
             self._starts[i], self._sizes[i] = start + size, bsize - size
+            bisect.insort(self._by_size, (bsize - size, start + size))
         self._blocks[key] = (start, size, category)
         self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
         self._taken(key, size, category, now)
@@ -164,17 +172,29 @@ class Pool(Accounting):
         i = bisect.bisect_left(self._starts, start)
         self._starts.insert(i, start)
         self._sizes.insert(i, size)
+        merged_start, merged_size = start, size
         if i + 1 < len(self._starts) and start + size == self._starts[i + 1]:
+            self._unindex(self._sizes[i + 1], self._starts[i + 1])
             self._sizes[i] += self._sizes.pop(i + 1)
             del self._starts[i + 1]
+            merged_size = self._sizes[i]
         if i > 0 and self._starts[i - 1] + self._sizes[i - 1] == start:
+            self._unindex(self._sizes[i - 1], self._starts[i - 1])
             self._sizes[i - 1] += self._sizes.pop(i)
             del self._starts[i]
+            merged_start, merged_size = self._starts[i - 1], self._sizes[i - 1]
+        bisect.insort(self._by_size, (merged_size, merged_start))
         self._given_back(key, size, category, now)
 
-    def _best_fit(self, size: int, limit: int) -> int | None:
-        best, best_size = None, _INF + 1
-        for i, (a, s) in enumerate(zip(self._starts, self._sizes)):
-            if s >= size and a + size <= limit and s < best_size:
-                best, best_size = i, s
-        return best
+    def _unindex(self, size: int, start: int) -> None:
+        j = bisect.bisect_left(self._by_size, (size, start))
+        del self._by_size[j]
+
+    def _best_fit(self, size: int, limit: int) -> tuple[int, int] | None:
+        """(size, start) of the smallest free block that holds ``size`` below ``limit``."""
+        by = self._by_size
+        for j in range(bisect.bisect_left(by, (size, -1)), len(by)):
+            bsize, a = by[j]
+            if a + size <= limit:
+                return bsize, a
+        return None

@@ -94,11 +94,16 @@ class Simulation:
         key: dict[str, str] = {}
         if trace.pytorch:
             kind_of = {t: trace.layers[i].kind for t, i in trace.producers().items()}
-            for t in trace.tensors:
-                g = t
-                while trace.tensors[g].alias_of is not None and kind_of.get(g) == "flatten":
-                    g = trace.tensors[g].alias_of
+            for t in trace.tensors:  # each chain of views walked once (memo in key)
+                chain, g = [], t
+                while (g not in key and trace.tensors[g].alias_of is not None
+                       and kind_of.get(g) == "flatten"):
+                    chain.append(g)
+                    g = trace.tensors[g].alias_of  # type: ignore[assignment]
+                g = key.get(g, g)
                 key[t] = g
+                for c in chain:
+                    key[c] = g
             needs = {g: trace.tensors[g].requires_grad for g in set(key.values())}
         else:
             key = dict(lv.root)

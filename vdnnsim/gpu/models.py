@@ -86,8 +86,13 @@ def build_model(model: str) -> tuple[nn.Module, tuple[int, int, int], str]:
         try:
             import torchvision.models as tvm
         except ImportError:
-            raise ConfigError("torchvision is not installed: torchvision: models need it") \
-                from None
+            raise ConfigError("torchvision is not installed: torchvision: models need it "
+                              "(pip install 'vdnnsim[torch]')") from None
+        except RuntimeError as exc:  # a torchvision built for another torch: 'operator
+            # torchvision::nms does not exist'
+            raise ConfigError(f"torchvision does not load beside this torch "
+                              f"({str(exc).splitlines()[0][:120]}); install the pair that "
+                              "'vdnnsim[torch]' pins") from None
         fn = getattr(tvm, name, None)
         if fn is None or not callable(fn) or name.startswith("_") or name[0].isupper():
             known = [n for n in tvm.list_models(module=tvm)] if hasattr(tvm, "list_models") \

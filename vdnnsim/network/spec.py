@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import TraceError
 from ..yamlio import parse_model, read_yaml
@@ -53,7 +53,8 @@ class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Network name.")
-    input: tuple[int, int, int] = Field(description="Input channels, height, width.")
+    input: tuple[PositiveInt, PositiveInt, PositiveInt] = Field(
+        description="Input channels, height, width (each at least 1).")
     batch_size: int | None = Field(None, ge=1, description="Default batch size.")
     layers: list[LayerDef] = Field(min_length=1, description="Layers in execution order.")
     source: str | None = Field(None, description="Where the definition comes from.")

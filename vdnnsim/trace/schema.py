@@ -29,6 +29,27 @@ def _exact_int(value: Any) -> Any:
     return value
 
 
+MAX_ATTR_VALUES = 1000
+
+
+def _small_attrs(value: Any) -> Any:
+    """attrs are carried into every trace written from this one: a YAML alias bomb there
+    would be written out whole. Counting stops at the bound, so a bomb costs nothing."""
+    if not isinstance(value, dict):
+        return value  # pydantic names the type error
+    count, stack = 0, list(value.values())
+    while stack:
+        count += 1
+        if count > MAX_ATTR_VALUES:
+            raise ValueError(f"more than {MAX_ATTR_VALUES:,} values; attrs are short notes")
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -67,8 +88,9 @@ class LayerSpec(_Strict):
     bwd_ns: Nanos | None = Field(None, description="Backward time (layers without algos).")
     workspace_bytes: Bytes = Field(0, description="Temporary bytes (layers without algos).")
     algos: list[AlgoSpec] | None = Field(None, description="Algorithm options (conv).")
-    attrs: dict[str, Any] = Field(default_factory=dict,
-                                  description="Free-form facts for people (shapes, flops).")
+    attrs: Annotated[dict[str, Any], BeforeValidator(_small_attrs)] = Field(
+        default_factory=dict, description="Free-form facts for people (shapes, flops), at "
+        "most 1,000 values.")
 
     @model_validator(mode="after")
     def _times_or_algos(self) -> "LayerSpec":

@@ -1,6 +1,7 @@
 """Engine speed: one simulated iteration of VGG-16 (256) and VGG-416 (32) on the K40
-preset, per policy. Reports the median of several repetitions (after one warm-up) and the
-VGG-416 / VGG-16 ratio measured in the same run.
+preset, per policy. Reports the median of several repetitions (after one warm-up), the
+VGG-416 / VGG-16 ratio measured in the same run, and what the engine's invariant checks
+(NOTE [invariants]) cost: the same replay with and without them, as a ratio.
 
     .venv/bin/python bench/bench_engine.py [--repeat 15] [--json out.json]
 """
@@ -14,6 +15,8 @@ import sys
 import time
 
 from vdnnsim.api import build_trace, oracle_time_ns, resolve_gpu, run_trace
+from vdnnsim.engine.sim import Simulation
+from vdnnsim.policies import get_policy, liveness
 
 POLICIES = ["baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_p", "vdnn_dyn"]
 CASES = [("vgg16", 256), ("vgg416", 32)]
@@ -52,6 +55,17 @@ def main(argv=None) -> int:
     by = {(r["network"], r["policy"]): r["median_ms"] for r in rows}
     print("VGG-416 / VGG-16 time ratio per policy: " + ", ".join(
         f"{p} {by[('vgg416', p)] / by[('vgg16', p)]:.1f}x" for p in POLICIES))
+    trace = build_trace("vgg416", 32, gpu)
+    lv = liveness(trace)
+    costs = []
+    for p in ("vdnn_all_p", "vdnn_conv_p"):
+        fn, fixed = get_policy(p)
+        plan = fn(trace, gpu, gpu.memory_bytes, dict(fixed))
+        on, off = (median_ms(lambda c=c: Simulation(trace, gpu, plan, gpu.memory_bytes, lv,
+                                                   record_ops=False, checks=c).run(),
+                             args.repeat) for c in (True, False))
+        costs.append(f"{p} {on:.1f} ms with, {off:.1f} ms without ({on / off - 1:+.1%})")
+    print("invariant checks on VGG-416 (32): " + "; ".join(costs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

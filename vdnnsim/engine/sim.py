@@ -55,8 +55,11 @@ class Simulation:
     (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
 
     def __init__(self, trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
-                 lv: Liveness | None = None, record_ops: bool = True):
+                 lv: Liveness | None = None, record_ops: bool = True, checks: bool = True):
+        """``checks=False`` skips the data, stream and end checks of NOTE [invariants]; it
+        exists only so that bench/bench_engine.py can measure what they cost."""
         self.trace, self.gpu, self.plan = trace, gpu, plan
+        self.checks = checks
         self.lv = lv or liveness(trace)
         self.env = simpy.Environment()
         self.pool = CachingPool(capacity_bytes) if trace.pytorch else Pool(capacity_bytes)
@@ -120,7 +123,8 @@ class Simulation:
         if dur_ns > 0:
             start = self.env.now
             yield self.env.timeout(dur_ns)
-            self._clocks["compute"].op(start, self.env.now, layer, kind)
+            if self.checks:
+                self._clocks["compute"].op(start, self.env.now, layer, kind)
             self._op("compute", kind, layer, f"{layer}:{kind}", start, self.env.now)
 
     def _wait(self, events: list[simpy.Event], layer: str, why: str):
@@ -143,7 +147,8 @@ class Simulation:
                 bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
             start = self.env.now
             yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
-            self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
+            if self.checks:
+                self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
             kind = "offload" if direction == "d2h" else "prefetch"
             self._op(direction, kind, layer, buf, start, self.env.now, size)
         if direction == "d2h":
@@ -207,6 +212,8 @@ class Simulation:
 
     # -- NOTE [invariants] -------------------------------------------------------------------
     def _check_on_gpu(self, tensors: tuple[str, ...], layer: str, phase: str) -> None:
+        if not self.checks:
+            return
         lv, pool = self.lv, self.pool
         for t in tensors:
             b = lv.root[t]
@@ -222,6 +229,8 @@ class Simulation:
     _LIVE_ALL_RUN = frozenset({"weights", "weight_grads", "wgrad", "resident"})
 
     def _check_end(self) -> None:
+        if not self.checks:
+            return
         if self.host_bytes != 0:
             raise InvariantViolation(f"{self.host_bytes} bytes of host copies never released")
         if self.prefetched_bytes > self.offloaded_bytes:

@@ -435,9 +435,12 @@ def mutate_doc(r: Rng, doc: Any, case: Case, where: str, n: int = 1) -> Any:
     return doc
 
 
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def dump(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=None,
-                          width=120)
+    return yaml.dump(doc, Dumper=_DUMPER, sort_keys=False, allow_unicode=True,
+                     default_flow_style=None, width=120)
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:

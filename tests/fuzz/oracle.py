@@ -316,6 +316,8 @@ def option_problems(opts: Any) -> list[str]:
 def gpu_problems(over: dict[str, Any]) -> list[str]:
     out = []
     for k, v in over.items():
+        if v is None:  # a null is a key not given
+            continue
         if k == "memory_bytes":
             if byte_count(v) is None:
                 out.append(f"gpu.memory_bytes {v!r:.30} (not a byte count)")
@@ -703,12 +705,17 @@ def _coarse(msg: str) -> str:
     return " ".join(msg.split()[:5])
 
 
+_PARSER: list[Any] = []
+
+
 def parse_argv(argv: list[str]) -> Any:
     """What vdnnsim's own parser makes of the arguments (None: it refuses them)."""
-    from vdnnsim.cli import build_parser
+    if not _PARSER:
+        from vdnnsim.cli import build_parser
+        _PARSER.append(build_parser())
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            return build_parser().parse_args(argv)
+            return _PARSER[0].parse_args(argv)
     except SystemExit:
         return None
 
@@ -851,7 +858,7 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
                     f.append(Finding("wrong", f"wrong: {_template(problem)}",
                                      f"{r.get('policy')}: {problem}"))
             if case.index % DIFFERENTIAL_EVERY == 0:
-                f += differential(cfg_path, records)
+                f += differential(folder, args.config, records)
         elif cmd == "sweep":
             data = _load(os.path.join(folder, args.study))
             points = (study_points(data) if is_study(data) else
@@ -932,19 +939,18 @@ COMPARED = ("network", "batch_size", "dtype", "gpu", "policy", "fits", "capacity
             "stall_time_s", "oom_tensor", "notes")
 
 
-def differential(cfg_path: str, records: list[dict[str, Any]]) -> list[Finding]:
+def differential(folder: str, config: str, records: list[dict[str, Any]]) -> list[Finding]:
     """docs/studies.md: a plain run config is a study too. ``vdnnsim.sweep`` of the same
-    file must give the records ``vdnnsim run --json`` printed."""
+    file, from the same folder, must give the records ``vdnnsim run --json`` printed."""
     import vdnnsim
     cwd = os.getcwd()
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
-        os.chdir(os.path.dirname(cfg_path) or ".")
+        os.chdir(folder)
         signal.setitimer(signal.ITIMER_REAL, TIMEOUT_S)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rows = json.loads(vdnnsim.sweep(os.path.basename(cfg_path)).to_json(
-                orient="records"))
+            rows = json.loads(vdnnsim.sweep(config).to_json(orient="records"))
     except CaseTimeout:
         return [Finding("hang", "hang: sweep of a run config (differential)")]
     except vdnnsim.VdnnError as exc:

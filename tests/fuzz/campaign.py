@@ -27,7 +27,7 @@ from .oracle import TIMEOUT_S, Finding, check, clear, execute, file_bytes
 
 DETERMINISM_EVERY = 40  # every this many cases that exit 0 run twice and must agree
 GRACE_S = 20.0  # past the timeout, the watchdog kills the worker (checks take time too)
-MEMORY_LIMIT = 6 * 2**30  # address space per worker: an alias bomb fails instead of swapping
+MEMORY_LIMIT = 4 * 2**30  # address space per worker: an alias bomb fails instead of swapping
 
 
 @dataclass
@@ -172,7 +172,8 @@ def run_campaign(seed: int, cases: int | list[int], workers: int = 2,
     preload()
     indices = list(range(cases)) if isinstance(cases, int) else list(cases)
     root = tempfile.mkdtemp(prefix="vdnnsim-fuzz-")
-    ctx = mp.get_context("fork")
+    # fork: workers inherit the imports; spawn where there is no fork (they import anew)
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     pending = deque(indices)
     pool = [_Worker(ctx, seed, root, timeout) for _ in range(max(1, workers))]
     results: dict[int, Result] = {}
@@ -358,7 +359,8 @@ def describe(case: Case, limit: int = 1500) -> str:
             mode = " (mode 000)" if f.kind == "unreadable" else ""
             lines.append(f"--- {rel}{mode}\n{text.rstrip()}")
     lines.append(f"$ {case.command()}" if case.argv is not None else f">>> {case.command()}")
-    return "\n".join(lines)
+    return "\n".join(x if len(x) <= 240 else x[:200] + f"... ({len(x)} characters)"
+                     for x in "\n".join(lines).splitlines())
 
 
 def write_repro(case: Case, failure: Failure, out_dir: str) -> str:

@@ -1130,6 +1130,9 @@ def gen_study(r: Rng, case: Case) -> None:
     case.label = "study"
     if r.chance(0.55):
         case.argv = ["run", name] + (["--json"] if r.chance(0.85) else [])
+        if r.chance(0.05):
+            case.argv += ["--chrome-trace", "t.json"]
+            case.outputs.append("t.json")
         return
     argv = ["sweep", name]
     if r.chance(0.7):

@@ -278,7 +278,7 @@ def positive_int(v: Any) -> int | None:
         return v if v >= 1 else None
     if isinstance(v, float) and math.isfinite(v) and v == int(v) and v >= 1:
         return int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*[0-9]+\s*", v) and int(v) >= 1:
+    if isinstance(v, str) and re.fullmatch(r"\s*[0-9]+(_[0-9]+)*\s*", v) and int(v) >= 1:
         return int(v)
     return None
 
@@ -485,7 +485,9 @@ def check_record(rec: dict[str, Any], exp: dict[str, Any], lenient: bool = False
         p.append(f"{pol} wrote notes {notes!r:.60}")
     b = rec.get("batch_size")
     bv = _num(b)
-    if bv is None or not math.isfinite(bv) or bv < 1 or bv != int(bv) or isinstance(b, bool) \
+    if bv is not None and not math.isfinite(bv):
+        p.append(f"batch_size is not finite ({b!r:.40})")
+    elif bv is None or bv < 1 or bv != int(bv) or isinstance(b, bool) \
             or (not lenient and not isinstance(b, int)):
         p.append(f"batch_size is {b!r:.40}, not a positive int")
     elif exp.get("batch") is not None and bv != exp["batch"]:
@@ -986,7 +988,9 @@ def check_maxbatch(r: dict[str, Any], args: Any) -> list[str]:
     m = r.get("max_batch_size")
     if not isinstance(m, int) or isinstance(m, bool) or m < 0:
         return [f"max_batch_size {m!r}"]
-    if m > args.limit:
+    if args.limit < 1:
+        p.append(f"--limit {args.limit} accepted (no batch size is at most that)")
+    elif m > args.limit:
         p.append(f"max_batch_size {m} above --limit {args.limit}")
     if m:
         sd, peak, cap = r.get("slowdown"), r.get("peak_memory_bytes"), r.get("capacity_bytes")

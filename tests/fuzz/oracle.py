@@ -396,6 +396,14 @@ def _num(v: Any) -> float | None:
         return None
 
 
+def _same(got: Any, want: Any) -> bool:
+    """Equal as numbers: exactly for integers (a float has 53 bits), else to 1e-12."""
+    if isinstance(got, int) and isinstance(want, int):
+        return got == want
+    g, w = _num(got), _num(want)
+    return g is not None and w is not None and abs(g - w) <= 1e-12 * max(1.0, abs(w))
+
+
 def check_record(rec: dict[str, Any], exp: dict[str, Any], lenient: bool = False) -> list[str]:
     """Problems with one result record (docs/metrics.md). ``exp`` holds what was asked
     (keys may be missing: not checked). ``lenient``: study rows, where pandas may turn
@@ -490,24 +498,31 @@ def check_record(rec: dict[str, Any], exp: dict[str, Any], lenient: bool = False
     elif bv is None or bv < 1 or bv != int(bv) or isinstance(b, bool) \
             or (not lenient and not isinstance(b, int)):
         p.append(f"batch_size is {b!r:.40}, not a positive int")
-    elif exp.get("batch") is not None and bv != exp["batch"]:
+    elif exp.get("batch") is not None and not _same(b, exp["batch"]):
         p.append(f"batch_size {b!r} but {exp['batch']!r} was asked for")
-    if exp.get("capacity") is not None and cap is not None and cap != exp["capacity"]:
-        p.append(f"capacity_bytes {cap:.0f} but {exp['capacity']} was asked for")
+    if exp.get("capacity") is not None and cap is not None \
+            and not _same(rec.get("capacity_bytes"), exp["capacity"]):
+        p.append(f"capacity_bytes {rec.get('capacity_bytes')!r:.60} but {exp['capacity']!r:.60} "
+                 "was asked for")
     for k in ("gpu", "dtype", "network"):
         if exp.get(k) is not None and rec.get(k) != exp[k]:
             p.append(f"{k} is {rec.get(k)!r:.40}, expected {exp[k]!r:.40}")
     if exp.get("torch7"):
         for k in ("peak_memory_bytes", "weight_bytes"):
-            if v[k] is not None and v[k] % 512:
-                p.append(f"{k} {v[k]:.0f} is not a multiple of 512")
+            x = rec.get(k)
+            if isinstance(x, int) and not isinstance(x, bool) and x % 512:
+                p.append(f"{k} {x} is not a multiple of 512")
         if None not in (avg, w, it) and it > 0 and avg + 1 < w:
             p.append(f"avg_memory_bytes {avg:.0f} < weight_bytes {w:.0f}")
     for k in ("peak_managed_bytes", "avg_managed_bytes"):
-        base = peak if k.startswith("peak") else avg
-        x = _num(rec.get(k))
-        if x is not None and None not in (base, w) and abs(x - (base - w)) > 1:
-            p.append(f"{k} {x:.0f} != {base:.0f} - {w:.0f}")
+        base_k = "peak_memory_bytes" if k.startswith("peak") else "avg_memory_bytes"
+        x, base, wb = rec.get(k), rec.get(base_k), rec.get("weight_bytes")
+        if all(isinstance(y, int) and not isinstance(y, bool) for y in (x, base, wb)):
+            if abs(x - (base - wb)) > 1:
+                p.append(f"{k} {x} != {base} - {wb}")
+        elif None not in (_num(x), _num(base), _num(wb)) and abs(
+                _num(x) - (_num(base) - _num(wb))) > 1 + 1e-9 * abs(_num(base)):
+            p.append(f"{k} {x!r:.30} != {base!r:.30} - {wb!r:.30}")
     if fits is False:
         ot = _num(rec.get("oom_time_s"))
         if ot is None or not math.isfinite(ot) or ot < 0 or (it is not None and ot > it + 1e-9):
@@ -544,11 +559,11 @@ def _load(path: str) -> Any:
 _NOPE = object()
 
 
-def config_expectations(cfg: Any, folder: str) -> dict[str, Any] | None:
+def config_expectations(cfg: Any, folder: str, cwd: str) -> dict[str, Any] | None:
     """Per policy: the expectation dict of a run config's records; None: not checkable."""
     if not isinstance(cfg, dict):
         return None
-    net = resolve_network(cfg.get("network"), folder, ".")
+    net = resolve_network(cfg.get("network"), folder, cwd)
     exp: dict[str, Any] = {"invalid": []}
     if net:
         exp["torch7"] = net["torch7"]
@@ -626,8 +641,8 @@ def study_points(study: Any) -> list[dict[str, Any]] | None:
         return None
 
 
-def point_expectations(point: dict[str, Any], folder: str) -> dict[str, Any]:
-    net = resolve_network(point.get("network"), folder, ".")
+def point_expectations(point: dict[str, Any], folder: str, cwd: str) -> dict[str, Any]:
+    net = resolve_network(point.get("network"), folder, cwd)
     exp: dict[str, Any] = {"invalid": []}
     if net:
         exp["torch7"] = net["torch7"]
@@ -669,7 +684,9 @@ def point_expectations(point: dict[str, Any], folder: str) -> dict[str, Any]:
 
 
 def check_rows(rows: list[dict[str, Any]], points: list[dict[str, Any]] | None, folder: str,
-               where: str) -> list[Finding]:
+               where: str, cwd: str) -> list[Finding]:
+    """``folder``: the study's (relative networks are looked up there first); ``cwd``:
+    the folder the command ran in (then there)."""
     out: list[Finding] = []
     if points is not None and len(rows) != len(points):
         out.append(Finding("wrong", f"{where}: row count", f"{len(rows)} rows for "
@@ -679,7 +696,7 @@ def check_rows(rows: list[dict[str, Any]], points: list[dict[str, Any]] | None, 
         err = row.get("error")
         if err not in (None, "") and not (isinstance(err, float) and math.isnan(err)):
             continue
-        exp = point_expectations(points[i], folder) if points is not None else {}
+        exp = point_expectations(points[i], folder, cwd) if points is not None else {}
         for problem in check_record(row, exp, lenient=True):
             out.append(Finding("wrong", f"wrong: {_template(problem)}",
                                f"{where} row {i}: {problem}"))
@@ -846,9 +863,10 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
             if data is _NOPE:
                 return f
             if is_study(data):
-                f += check_rows(records, study_points(data), cfg_dir, "run STUDY --json")
+                f += check_rows(records, study_points(data), cfg_dir, "run STUDY --json",
+                                folder)
                 return f
-            exp = config_expectations(data, cfg_dir)
+            exp = config_expectations(data, cfg_dir, folder)
             pols = config_policies(data) if isinstance(data, dict) else None
             if pols is not None and [r.get("policy") for r in records] != pols:
                 f.append(Finding("wrong", "wrong: policies in the records differ from the "
@@ -880,7 +898,7 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
                                     str(exc)[:200])]
                 rows = json.loads(df.to_json(orient="records"))
                 f += check_rows(rows, points, os.path.dirname(os.path.join(folder, args.study)),
-                                f"sweep -o {os.path.splitext(p)[1]}")
+                                f"sweep -o {os.path.splitext(p)[1]}", folder)
         elif cmd == "trace":
             from vdnnsim.errors import VdnnError
             from vdnnsim.trace import trace_from_dict
@@ -1035,7 +1053,7 @@ def check_api(case: Case, o: Outcome, folder: str) -> list[Finding]:
                 study = _load(os.path.join(folder, study))
             points = study_points(study) if is_study(study) else None
             rows = json.loads(res.to_json(orient="records"))
-            f += check_rows(rows, points, folder, "vdnnsim.sweep")
+            f += check_rows(rows, points, folder, "vdnnsim.sweep", folder)
         elif fn in ("build_trace", "load_trace"):
             b = res.batch_size
             if isinstance(b, bool) or not isinstance(b, int) or b < 1:

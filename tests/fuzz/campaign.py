@@ -163,6 +163,17 @@ class _Worker:
         self.conn.close()
 
 
+def _context() -> Any:
+    """Workers come from a fork server that has imported everything (tests.fuzz._preload):
+    cheap to start, and not forked from a process whose threads (a test suite's torch or
+    dask) could hold a lock. Spawn where there is no fork server."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload([f"{__package__}._preload"])
+        return ctx
+    return mp.get_context("spawn")
+
+
 def run_campaign(seed: int, cases: int | list[int], workers: int = 2,
                  timeout: float = TIMEOUT_S, max_failures: int | None = None,
                  progress: Callable[[int, int, int], None] | None = None,
@@ -172,8 +183,7 @@ def run_campaign(seed: int, cases: int | list[int], workers: int = 2,
     preload()
     indices = list(range(cases)) if isinstance(cases, int) else list(cases)
     root = tempfile.mkdtemp(prefix="vdnnsim-fuzz-")
-    # fork: workers inherit the imports; spawn where there is no fork (they import anew)
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ctx = _context()
     pending = deque(indices)
     pool = [_Worker(ctx, seed, root, timeout) for _ in range(max(1, workers))]
     results: dict[int, Result] = {}

@@ -1145,6 +1145,3 @@ def api_expectations(fn: str, args: list[Any], kwargs: dict[str, Any],
     exp["invalid"] += option_problems(opts)
     exp["options"] = opts if isinstance(opts, dict) else {}
     return exp
-
-
-POLICY_SET = set(POLICIES)

@@ -513,7 +513,7 @@ def hostile_path(r: Rng, case: Case, suffix: str = ".yaml", make_dir: bool = Tru
     kind = r.pick(("long", "long_dir", "very_long", "dir", "missing", "missing_dir",
                    "undecodable", "empty", "unreadable", "symlink_loop", "dangling",
                    "devnull", "nul", "dot", "trailing_slash", "space"))
-    case.hostile(f"path: {kind}", in_file=False)
+    case.hostile(f"path: {'undecodable' if kind == 'nul' and argv else kind}", in_file=False)
     if kind == "long":
         return long_name(r, suffix)
     if kind == "long_dir":
@@ -557,8 +557,8 @@ def hostile_path(r: Rng, case: Case, suffix: str = ".yaml", make_dir: bool = Tru
 
 def hostile_out_path(r: Rng, case: Case, suffix: str) -> str:
     """An output path that cannot be written as asked."""
-    kind = r.pick(("long", "very_long", "missing_dir", "dir", "dot", "nul", "wrong_suffix",
-                   "trailing_slash", "existing_dir_in_path", "empty"))
+    kind = r.pick(("long", "very_long", "missing_dir", "dir", "dot", "undecodable",
+                   "wrong_suffix", "trailing_slash", "existing_dir_in_path", "empty"))
     case.hostile(f"output path: {kind}", in_file=False)
     if kind == "long":
         return long_name(r, suffix)
@@ -571,7 +571,7 @@ def hostile_out_path(r: Rng, case: Case, suffix: str) -> str:
         return "outdir"
     if kind == "dot":
         return "."
-    if kind == "nul":  # a command line cannot hold NUL: an undecodable byte instead
+    if kind == "undecodable":  # a byte that is not UTF-8 (a command line cannot hold NUL)
         return "o\udcff" + suffix
     if kind == "wrong_suffix":
         return "out.txt"

@@ -1,13 +1,14 @@
 # make demo: set up a virtual environment and run the built-in demo.
 # make test: set up with vdnnsim[dev,torch] (test dependencies, torch and torchvision) and run
 #            the test suite.
+# make fuzz: a 10,000-case fuzzing campaign (bench/fuzz.py); failing inputs go to fuzz-failures/.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORE   := $(VENV)/.installed-core
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench fuzz clean
 
 $(CORE): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,9 @@ bench: $(CORE)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_sweep.py
 	$(BIN)/python bench/bench_validate.py
+
+fuzz: $(DEV)
+	$(BIN)/python bench/fuzz.py --seed 1 --cases 10000 --out fuzz-failures
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -11,7 +11,7 @@ from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.sim import Simulation
-from .errors import ConfigError, TraceError
+from .errors import ConfigError, TraceError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
@@ -90,7 +90,8 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         raise ConfigError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32")
     b = batch_size or spec.batch_size
     if not b:
-        raise ConfigError(f"network {spec.name}: no batch_size given and the spec has none")
+        raise ConfigError(f"{spec_file}network {spec.name}: no batch_size given and the "
+                          "spec has none")
     try:
         with paused_gc():
             info = infer(spec)
@@ -193,20 +194,25 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
 
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
-               record: bool = True) -> list[RunResult]:
+               record: bool = True, source: str | None = None) -> list[RunResult]:
     """Every policy of a run config, on one shared trace and oracle. ``record=False``:
-    no op timeline or tensor lifetimes (see :func:`run_trace`)."""
+    no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
+    file, named with the key in any error its values cause (NOTE [user errors])."""
     name, overrides = cfg.gpu_name_and_overrides()
-    g = resolve_gpu(name, overrides)
+    with in_file(source, "gpu"):
+        g = resolve_gpu(name, overrides)
     network: str | Path = cfg.network
     if cfg.network not in ZOO and not Path(cfg.network).is_absolute():
         candidate = Path(base_dir) / cfg.network
         if os.path.exists(candidate):
             network = candidate
-    trace = build_trace(network, cfg.batch_size, g, cfg.dtype)
+    with in_file(source, "network"):
+        trace = build_trace(network, cfg.batch_size, g, cfg.dtype)
     capacity = cfg.memory_bytes  # parsed to bytes by RunConfig
-    for p in cfg.policy_list:
-        get_policy(p)  # fail on a bad name before any work
+    with in_file(source, "policies" if cfg.policies else "policy"):
+        for p in cfg.policy_list:
+            get_policy(p)  # fail on a bad name before any work
     oracle = oracle_time_ns(trace, g)
-    return [run_trace(trace, g, p, cfg.policy_options, capacity, oracle, record)
-            for p in cfg.policy_list]
+    with in_file(source, "policy_options"):
+        return [run_trace(trace, g, p, cfg.policy_options, capacity, oracle, record)
+                for p in cfg.policy_list]

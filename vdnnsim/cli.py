@@ -24,6 +24,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _shown(path: Any) -> str:
+    from .yamlio import shown
+    return shown(path)
+
+
 def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
@@ -45,14 +50,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_table
 
     if _is_study(args.config):
+        if args.chrome_trace:
+            from .errors import ConfigError
+            raise ConfigError(f"--chrome-trace takes a run config, and {args.config} is a "
+                              "study, whose runs keep no timelines: run one of its configs")
         return _run_study(args)
     cfg, base = load_config(args.config)
-    results = run_config(cfg, base, record=bool(args.chrome_trace))
+    results = run_config(cfg, base, record=bool(args.chrome_trace), source=args.config)
     if args.chrome_trace:
         from .report.chrome import dumps
         from .yamlio import write_text_atomic
         write_text_atomic(args.chrome_trace, dumps(results))
-        print(f"wrote {args.chrome_trace}: {len(results)} runs (open it in ui.perfetto.dev)",
+        print(f"wrote {_shown(args.chrome_trace)}: {len(results)} runs (open it in ui.perfetto.dev)",
               file=sys.stderr)
     if args.json:
         print(json.dumps([_clean(r.summary()) for r in results], indent=2,
@@ -89,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         write_results(df, args.output)
         bad = int(df["error"].notna().sum()) if "error" in df else 0
         fits = int(df["fits"].fillna(False).astype(bool).sum()) if "fits" in df else 0
-        print(f"wrote {args.output}: {len(df)} runs, {fits} fit, {bad} failed")
+        print(f"wrote {_shown(args.output)}: {len(df)} runs, {fits} fit, {bad} failed")
     else:
         print(format_rows(df, spec.name))
     return 0
@@ -127,7 +136,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     from .errors import ConfigError
     from .report import plots
-    from .yamlio import write_atomic
+    from .yamlio import shown, write_atomic
 
     out = Path(args.output)
     if out.suffix not in (".png", ".pdf", ".svg"):
@@ -136,14 +145,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         from .api import run_config
         from .config import load_config
         cfg, base = load_config(args.input)
-        results = run_config(cfg, base)
+        results = run_config(cfg, base, source=args.input)
         fig = (plots.memory_over_time(results) if args.kind == "memory"
                else plots.stream_timeline(results))
     elif args.kind == "sweep":
         import pandas as pd
         p = Path(args.input)
         if p.suffix in (".csv", ".parquet"):
-            from .yamlio import shown
             if not os.path.isfile(p):
                 raise ConfigError(f"{shown(p)}: no such file")
             try:
@@ -155,19 +163,58 @@ def cmd_plot(args: argparse.Namespace) -> int:
             from .study import load_study, run_study
             spec, base = load_study(p)
             df = run_study(spec, base)
-        missing = {"network", "gpu", "policy", "batch_size", "peak_memory_bytes", "slowdown",
-                   "fits"} - set(df.columns)
-        if missing:
-            raise ConfigError(f"{p}: not sweep results (missing {', '.join(sorted(missing))})")
-        fig = plots.sweep_curves(df)
+        fig = plots.sweep_curves(_results_table(df, p))
     else:
         from .validate import validate
         if not args.measurements:
             raise ConfigError("plot validation needs TRACES and --measurements FILE")
-        fig = plots.validation_scatter(validate(args.input, args.measurements))
+        table = validate(args.input, args.measurements)
+        if "measured_alloc_gb" not in table or not table.measured_fits.any():
+            raise ConfigError(f"{shown(args.measurements)}: no measured run fits its card: "
+                              "nothing to plot")
+        fig = plots.validation_scatter(table)
     write_atomic(out, lambda f: fig.savefig(f, format=out.suffix[1:], dpi=100), binary=True)
-    print(f"wrote {out}")
+    print(f"wrote {_shown(out)}")
     return 0
+
+
+def _results_table(df, source) -> Any:
+    """A sweep's results (from `vdnnsim sweep -o`), with the columns a plot reads checked:
+    a hand-edited or foreign table ends in one line naming the column, not a traceback."""
+    import pandas as pd
+
+    from .errors import ConfigError
+    from .yamlio import shown
+
+    need = ["network", "gpu", "policy", "batch_size", "peak_memory_bytes", "slowdown", "fits",
+            "capacity_bytes"]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{shown(source)}: not sweep results (missing "
+                          f"{', '.join(missing)})")
+    if "error" in df:
+        df = df[df["error"].isna()]
+    if not len(df):
+        raise ConfigError(f"{shown(source)}: no successful runs to plot")
+    df = df.copy()
+    for col in ("batch_size", "peak_memory_bytes", "slowdown", "capacity_bytes"):
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = ~(values.notna() & (values.abs() < 1e300) & (values >= 0))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{shown(source)}: row {i + 1}: {col}: expected a number, got "
+                              f"{str(df[col].iloc[i])[:40]!r}")
+        df[col] = values
+    fits = df["fits"].map(lambda v: {True: True, False: False, "True": True, "False": False,
+                                     "true": True, "false": False}.get(v))
+    if fits.isna().any():
+        i = int(fits.isna().to_numpy().nonzero()[0][0])
+        raise ConfigError(f"{shown(source)}: row {i + 1}: fits: expected true or false, got "
+                          f"{str(df['fits'].iloc[i])[:40]!r}")
+    df["fits"] = fits.astype(bool)
+    for col in ("network", "gpu", "policy"):
+        df[col] = df[col].astype(str)
+    return df
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -201,7 +248,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                              lambda f, fig=fig: fig.savefig(f, format="png", dpi=90),
                              binary=True)
                 figures.plt.close(fig)
-        print(f"wrote {out}/reproduction.md, reproduction.csv and 8 figures", file=sys.stderr)
+        print(f"wrote {_shown(out)}/reproduction.md, reproduction.csv and 8 figures", file=sys.stderr)
     return 0
 
 
@@ -243,7 +290,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         timed = (f"timed for {gpu.name} by the cost model"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
                  else f"times as recorded ({trace.source.kind})")
-        print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
+        print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0
 
@@ -262,7 +309,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     data = profile_model(args.model, args.batch_size, args.dtype, args.trials, args.device)
     trace = trace_from_dict(data, args.model)
     save_trace(trace, args.output)
-    print(f"wrote {args.output}: {trace.name}, batch {trace.batch_size}, "
+    print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
           f"{len(trace.layers)} layers, profiled on {trace.source.gpu}, "
           f"resident {trace.resident_bytes / 2**20:.1f} MiB")
     return 0
@@ -430,6 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a name from another locale is escaped, not a crash
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:

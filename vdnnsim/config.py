@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from .errors import ConfigError
 from .hardware import Capacity, GPUOverrides
+from .limits import OptionValue
 from .yamlio import parse_model, read_yaml
 
 
@@ -50,8 +51,9 @@ class RunConfig(BaseModel):
     policy: str | None = Field(None, min_length=1, description="One policy name.")
     policies: list[Annotated[str, Field(min_length=1)]] | None = Field(
         None, min_length=1, description="Policy names.")
-    policy_options: dict[str, Any] = Field(default_factory=dict,
-                                           description="Options passed to every policy.")
+    policy_options: dict[str, OptionValue] = Field(
+        default_factory=dict, description="Options passed to every policy (switches and "
+        "names: true/false, a word or a number).")
     memory_bytes: Capacity | None = Field(None, description="Pool capacity override, e.g. "
                                        "'12 GiB' (default: the GPU's memory).")
 

@@ -8,6 +8,9 @@ line is enough to fix the input.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 
 class VdnnError(Exception):
     """Base class of every error a user can cause."""
@@ -27,3 +30,19 @@ class UnknownNameError(ConfigError):
     def __init__(self, what: str, name: str, known: list[str]):
         self.what, self.name, self.known = what, name, sorted(known)
         super().__init__(f"unknown {what} {name!r}; known: {', '.join(self.known)}")
+
+
+@contextmanager
+def in_file(source: str | None, key: str) -> Iterator[None]:
+    """Errors raised inside name the file and key whose value caused them: 'c.yaml:
+    network: unknown network ...'. The error keeps its type and attributes."""
+    try:
+        yield
+    except VdnnError as exc:
+        if not source:
+            raise
+        from .yamlio import shown
+        named = exc.__class__.__new__(exc.__class__)  # not __init__: its signature varies
+        named.__dict__.update(exc.__dict__)
+        named.args = (f"{shown(source)}: {key}: {exc}",)
+        raise named from None

@@ -120,6 +120,10 @@ def preset_names() -> list[str]:
 
 
 def gpu_preset(name: str, overrides: GPUOverrides | dict[str, Any] | None = None) -> GPU:
+    if not isinstance(name, str):
+        raise ConfigError(f"a GPU preset is named by a string, got {type(name).__name__}")
+    if overrides is not None and not isinstance(overrides, (dict, GPUOverrides)):
+        raise ConfigError(f"gpu overrides must be a mapping, got {type(overrides).__name__}")
     try:
         gpu = _presets()[name]
     except KeyError:

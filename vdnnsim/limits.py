@@ -11,7 +11,22 @@ outside anything real, so they only ever stop mistakes; each message says why.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 40, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+
+
+def short_repr(value: Any) -> str:
+    """A value for a one-line message: bounded in depth and length, so that a huge or
+    self-referencing input (a YAML alias bomb) costs nothing to show."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # a repr that raises: name the type
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 MAX_BYTES = 2**50  # 1 PiB: a thousand times the largest GPU memory; NOTE [simulated scale]
 MIN_BW_BYTES_PER_S = 1e6  # 1 MB/s: slower than a page-faulting link (80 MB/s, vDNN paper)
@@ -61,7 +76,8 @@ def latency_ns(value: Any) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ValueError(f"a latency in ns must be a whole number, got {value!r}")
+            raise ValueError(f"a latency in ns must be a whole number, got "
+                             f"{short_repr(value)}")
     in_range(value, 0, MAX_LATENCY_NS, "a latency in ns", "a second per copy is a unit "
              "mistake")
     return value
@@ -76,8 +92,12 @@ def batch_size(value: Any) -> int:
     """A whole, positive batch size (not a bool, not a float such as 1e-320). No upper
     bound here: the network's bytes are checked against MAX_BYTES, which names the cause."""
     if isinstance(value, bool) or not isinstance(value, int):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise ValueError(f"batch size must be a whole number, got {shown}")
+        raise ValueError(f"batch size must be a whole number, got {short_repr(value)}")
     if value < 1:
-        raise ValueError(f"batch size must be at least 1, got {value if value > -10**30 else 'a large negative number'}")
+        raise ValueError(f"batch size must be at least 1, got "
+                         f"{value if value > -10**30 else 'a large negative number'}")
     return value
+
+
+# A policy option's value: options are switches and names (NOTE [bounds]).
+OptionValue = bool | int | float | str | None

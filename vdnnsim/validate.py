@@ -17,14 +17,19 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
 
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
+                      ValidationError, model_validator)
+
+from . import limits
 from .api import oracle_time_ns, resolve_gpu, run_trace
 from .errors import ConfigError
+from .hardware import Capacity
 from .trace import Trace, load_trace
-from .yamlio import shown
+from .yamlio import shown, validation_message
 
 POLICY_MAP = {"baseline": "eager", "vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}
 TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
@@ -41,12 +46,43 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
     except OSError as exc:
         raise ConfigError(f"{shown(p)}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise ConfigError(f"{p}: expected a JSON list of measurement records")
+        raise ConfigError(f"{shown(p)}: expected a JSON list of measurement records")
+    out = []
     for i, r in enumerate(data):
-        for k in ("model", "batch_size", "policy", "fits"):
-            if k not in r:
-                raise ConfigError(f"{p}: [{i}]: missing key {k!r}")
-    return data
+        try:
+            rec = Measurement.model_validate(r)
+        except ValidationError as exc:
+            raise ConfigError(validation_message(f"{shown(p)}: [{i}]", exc, r)) from None
+        out.append(rec.model_dump())
+    return out
+
+
+def _positive_finite(value: Any) -> float:
+    return limits.in_range(value, 1e-300, 1e300, "a measured value", "a measurement is "
+                           "a positive, finite number")
+
+
+class Measurement(BaseModel):
+    """One record of `vdnnsim measure --json` (the keys validate reads; others pass)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: Annotated[str, Field(min_length=1)] = Field(description="torchvision:NAME or zoo:NAME.")
+    batch_size: Annotated[int, BeforeValidator(limits.batch_size)] = Field(
+        description="Batch size of the run.")
+    policy: str = Field(description="baseline, vdnn_conv, vdnn_all or save_on_cpu.")
+    fits: StrictBool = Field(description="Whether the run trained without running out.")
+    memory_cap_bytes: Capacity | None = Field(None, description="The run's memory cap.")
+    peak_allocated_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
+    peak_reserved_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
+    iteration_ms: Annotated[float, BeforeValidator(_positive_finite)] | None = None
+
+    @model_validator(mode="after")
+    def _measured_if_it_fit(self) -> "Measurement":
+        if self.fits:
+            for k in ("peak_allocated_bytes", "peak_reserved_bytes", "iteration_ms"):
+                if getattr(self, k) is None:
+                    raise ValueError(f"a run that fits needs {k}")
+        return self
 
 
 def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
@@ -68,8 +104,8 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
     rows = []
     oracle: dict[tuple[str, int], int] = {}
     for m in load_measurements(measurements):
-        name = str(m["model"]).split(":")[-1]
-        key = (name, int(m["batch_size"]))
+        name = m["model"].split(":")[-1]
+        key = (name, m["batch_size"])
         policy = POLICY_MAP.get(m["policy"])
         row: dict[str, Any] = {"model": name, "batch_size": key[1], "policy": m["policy"],
                                "cap_gb": (m.get("memory_cap_bytes") or 0) / 2**30 or None,
@@ -91,7 +127,8 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
         rows.append(row)
     if not rows:
-        raise ConfigError("no measurement matched a trace (model name and batch size)")
+        raise ConfigError(f"{shown(measurements)}: no measurement matched a trace in "
+                          f"{shown(traces)} (model name and batch size)")
     return pd.DataFrame(rows)
 
 

@@ -43,9 +43,11 @@ def paused_gc() -> Iterator[None]:
 
 
 def shown(path: str | os.PathLike) -> str:
-    """A path for a one-line message: a name of hundreds of characters is cut."""
+    """A path for a one-line message: a name of hundreds of characters is cut, and bytes
+    that are not UTF-8 (a file name from another locale) are escaped, not a crash."""
     s = str(path)
-    return s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
+    s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _reason(exc: BaseException) -> str:
@@ -53,6 +55,8 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> Any:
+    if not isinstance(path, (str, os.PathLike)):
+        raise error(f"expected a file path, got {type(path).__name__}")
     p = Path(path)
     try:
         is_dir = stat.S_ISDIR(os.stat(p).st_mode)
@@ -260,8 +264,8 @@ def parse_bytes(value: Any) -> int:
         x = float(m.group(1)) * _UNITS[m.group(2).lower()]
         if not math.isfinite(x) or x > MAX_BYTES:
             raise ValueError(f"byte count {value!r} is {_TOO_BIG}")
-        if not m.group(2) and x != int(x):
-            raise ValueError(f"byte count {value!r} is not a whole number")
+        if m.group(2).lower() in ("", "b") and x != int(x):  # '1.5 GiB' rounds; '1.5 B' not
+            raise ValueError(f"byte count {value!r} is not a whole number of bytes")
         n = int(round(x))
     else:
         raise ValueError(f"expected a byte count, got {type(value).__name__}")

@@ -67,10 +67,17 @@ def infer(spec: NetworkSpec) -> NetworkInfo:
     grad: dict[str, bool] = {"data": False}
     infos: list[LayerInfo] = []
     prev = "data"
+    # the extra tensors the cost model adds (NOTE [zoo fidelity]): a dropout's mask, a batch
+    # norm's statistics; a layer may not take one of their names
+    extras = {f"{d.name}:{x}": d.name for d in spec.layers
+              for x in {"dropout": ("mask",), "bn": ("stats",)}.get(d.type, ())}
     for i, d in enumerate(spec.layers):
         where = f"{spec.name}: layers[{i}] ({d.name})"
         if d.name in shapes:
             raise TraceError(f"{where}: duplicate layer name {d.name!r}")
+        if d.name in extras:
+            raise TraceError(f"{where}: {d.name!r} is the name of layer {extras[d.name]!r}'s "
+                             "extra tensor; rename the layer")
         inputs = tuple(d.inputs) if d.inputs else (prev,)
         for name in inputs:
             if name not in shapes:

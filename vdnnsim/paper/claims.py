@@ -35,6 +35,8 @@ from typing import Callable
 
 import pandas as pd
 
+from ..errors import ConfigError
+
 GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
 SIX = [("alexnet", 128), ("overfeat", 128), ("googlenet", 128), ("vgg16", 64),
        ("vgg16", 128), ("vgg16", 256)]
@@ -81,7 +83,8 @@ def row(f: Frames, study: str, net: str, batch: int, gpu: str, policy: str) -> p
     sel = df[(df.network == net) & (df.batch_size == batch) & (df.gpu == gpu)
              & (df.policy == policy)]
     if len(sel) != 1:
-        raise KeyError(f"{study}: no single run for {net} ({batch}) {gpu} {policy}")
+        raise ConfigError(f"{study}.yaml: {len(sel)} runs for {net} ({batch}) on {gpu} under "
+                          f"{policy}, not one: the paper's claims need the shipped studies")
     return sel.iloc[0]
 
 

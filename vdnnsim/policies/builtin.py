@@ -20,6 +20,7 @@ from ..trace.model import Trace
 from .dyn import vdnn_dyn
 from .plan import READINGS, Plan, find_prefetch_schedule, liveness, offload_sets, policy_marks
 from .registry import register
+from ..limits import short_repr
 
 
 def algo_choice(trace: Trace, mode: str) -> tuple[int, ...]:
@@ -42,7 +43,8 @@ def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
     """Pop and check a boolean option (a YAML boolean, default true)."""
     value = options.pop(key, True)
     if not isinstance(value, bool):
-        raise ConfigError(f"policy {name}: option {key} must be true or false, got {value!r}")
+        raise ConfigError(f"policy {name}: option {key} must be true or false, got "
+                          f"{short_repr(value)}")
     return value
 
 
@@ -51,7 +53,7 @@ def common_options(name: str, options: dict[str, Any]) -> tuple[bool, bool, str]
     reading = options.pop("reading", "measured")
     if reading not in READINGS:
         raise ConfigError(f"policy {name}: option reading must be one of "
-                          f"{', '.join(READINGS)}, got {reading!r}")
+                          f"{', '.join(READINGS)}, got {short_repr(reading)}")
     return bool_option(name, options, "sync"), bool_option(name, options, "prefetch"), reading
 
 

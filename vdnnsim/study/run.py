@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..errors import VdnnError
+from ..errors import ConfigError, VdnnError
 from .spec import GPU_KEYS, StudySpec, expand, memory_bytes_of
+from ..limits import short_repr
 
 INPUT_COLUMNS = ["network", "batch_size", "gpu", "policy", "dtype", "memory_bytes",
                  *GPU_KEYS, "policy_options"]
@@ -99,6 +100,14 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
     address (or a ``distributed.Client``). The same function runs each group of points
     that share a trace whichever runs it, so the rows are identical (NOTE [study rows]).
     """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= 1024):
+        raise ConfigError(f"workers must be a whole number from 1 to 1024, got "
+                          f"{short_repr(workers)}")
+    if scheduler is not None and not isinstance(scheduler, str) \
+            and type(scheduler).__name__ != "Client":
+        raise ConfigError(f"scheduler must be an address or a distributed.Client, got "
+                          f"{type(scheduler).__name__}")
     base = str(Path(base_dir))
     groups = _groups(points, Path(base))
     bar = None
@@ -114,7 +123,14 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
 
     if scheduler is not None:
         from distributed import Client, as_completed
-        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+        if isinstance(scheduler, Client):
+            client = scheduler
+        else:
+            try:  # a bad address, or no scheduler there: one line, not dask's traceback
+                client = Client(scheduler, timeout="5s")
+            except (ValueError, OSError, TimeoutError) as exc:
+                raise ConfigError(f"--scheduler {scheduler!r}: no Dask scheduler there "
+                                  f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
         try:
             futures = client.map(_run_group, groups, base_dir=base, pure=False)
             for fut in as_completed(futures):

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..yamlio import parse_bytes
+from ..limits import short_repr
 
 FORMAT = "vdnnsim-trace"
 VERSION = 1
@@ -25,7 +26,7 @@ Nanos = Annotated[int, Field(ge=0, le=10**18)]
 
 def _exact_int(value: Any) -> Any:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"expected the integer 1, got {value!r}")
+        raise ValueError(f"expected the integer 1, got {short_repr(value)}")
     return value
 
 
@@ -121,7 +122,8 @@ class TraceSpec(_Strict):
     version: Annotated[Literal[1], BeforeValidator(_exact_int)] = Field(
         description="Schema version; this reader knows 1.")
     name: str = Field(description="Network name.")
-    batch_size: int = Field(ge=1, description="Batch size the sizes and times are for.")
+    batch_size: int = Field(ge=1, le=2**50, description="Batch size the sizes and times are "
+                            "for (at most 2**50: a batch that large cannot fit 1 PiB).")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
     source: SourceSpec = Field(default_factory=SourceSpec, description="Provenance.")
     tensors: list[TensorSpec] = Field(description="Every tensor, network inputs first.")

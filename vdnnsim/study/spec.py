@@ -105,7 +105,8 @@ class _Point(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     network: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
-    batch_size: Annotated[int, BeforeValidator(limits.batch_size)] | None = None
+    batch_size: Annotated[int, BeforeValidator(limits.batch_size),
+                          Field(le=2**50)] | None = None  # a table column is 64-bit
     gpu: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | _GPUPoint | None \
         = None
     dtype: Literal["fp32", "fp16", "bf16"] | None = None

@@ -118,6 +118,12 @@ def _build(spec: TraceSpec, source: str) -> Trace:
             raise fail("tensors", f"tensor {tid!r} is written by no layer")
 
     _check_order(spec, writer, source)
+    for i, t in enumerate(spec.tensors):  # a view shares a buffer that already exists
+        r = root[t.id]
+        if t.alias_of is not None and t.id in writer and writer.get(r, -1) > writer[t.id]:
+            j = writer[r]
+            raise fail(f"tensors[{i}].alias_of", f"{t.id!r} shares the buffer of {r!r}, which "
+                       f"is written later, by layers[{j}] ({spec.layers[j].id})")
 
     layers = []
     for ls in spec.layers:

@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from vdnnsim.api import build_trace, oracle_time_ns, resolve_gpu, run_trace
+from vdnnsim.api import build_trace, resolve_gpu, run_trace
 from vdnnsim.engine.sim import Simulation
 from vdnnsim.policies import get_policy, liveness
 
@@ -42,9 +42,8 @@ def main(argv=None) -> int:
     for net, batch in CASES:
         trace = build_trace(net, batch, gpu)
         build = median_ms(lambda: build_trace(net, batch, gpu), args.repeat)
-        oracle = oracle_time_ns(trace, gpu)
         for p in POLICIES:
-            ms = median_ms(lambda: run_trace(trace, gpu, p, oracle_ns=oracle), args.repeat)
+            ms = median_ms(lambda: run_trace(trace, gpu, p), args.repeat)
             rows.append({"network": net, "batch_size": batch, "layers": len(trace.layers),
                          "policy": p, "median_ms": round(ms, 3),
                          "trace_build_ms": round(build, 3)})

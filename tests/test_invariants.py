@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vdnnsim import run_trace
-from vdnnsim.api import build_trace, oracle_time_ns, resolve_gpu
+from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.network import ZOO
 from vdnnsim.trace import trace_from_dict
 
@@ -23,8 +23,7 @@ BATCH = {"vgg116": 8, "vgg216": 8, "vgg316": 4, "vgg416": 4}
 def zoo_runs(request):
     name = request.param
     trace = build_trace(name, BATCH.get(name), K40)
-    oracle = oracle_time_ns(trace, K40)
-    return name, trace, {p: run_trace(trace, K40, p, oracle_ns=oracle) for p in POLICIES}
+    return name, trace, {p: run_trace(trace, K40, p) for p in POLICIES}
 
 
 def test_offloaded_bytes_equal_prefetched_bytes(zoo_runs):

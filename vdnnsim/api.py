@@ -112,7 +112,14 @@ def _too_big(n: int) -> str:
 
 
 def _check_size(trace: Trace, where: str) -> Trace:
-    """NOTE [simulated scale] applies."""
+    """NOTE [simulated scale] applies, to bytes and to times: a synthesized layer slower
+    than the trace format's 10**18 ns (a GPU scaled down a millionfold) is refused here,
+    where a written trace would be refused on reading."""
+    worst = max((max(a.fwd_ns, a.bwd_ns) for layer in trace.layers for a in layer.algos),
+                default=0)
+    if worst > 10**18:
+        raise TraceError(f"{where}: the cost model times a layer at {worst:.3g} ns, more than "
+                         "the 10**18 ns (31 years) a trace can hold")
     need = (sum(t.size_bytes for t in trace.buffers.values()) + 2 * trace.weight_bytes
             + sum(max(a.workspace_bytes for a in layer.algos) for layer in trace.layers))
     if need > MAX_BYTES:
@@ -142,10 +149,13 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
 
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
-              memory_bytes: int | None = None, oracle_ns: int | None = None,
-              record: bool = True) -> RunResult:
+              memory_bytes: int | None = None, *, record: bool = True) -> RunResult:
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
     tensor lifetimes (the summary and the memory curve stay): what sweeps need."""
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"run_trace needs a vdnnsim.Trace, got {type(trace).__name__}")
+    if not isinstance(gpu, GPU):
+        raise ConfigError(f"run_trace needs a vdnnsim.GPU, got {type(gpu).__name__}")
     memory_bytes = _capacity(memory_bytes)
     capacity = memory_bytes if memory_bytes is not None else gpu.memory_bytes
     if not isinstance(policy, str):
@@ -165,8 +175,7 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         lv = liveness(trace)
         sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
-    if oracle_ns is None:
-        oracle_ns = oracle_time_ns(trace, gpu)
+    oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
     pool = sim.pool
     return RunResult(
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
@@ -212,7 +221,6 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
     with in_file(source, "policies" if cfg.policies else "policy"):
         for p in cfg.policy_list:
             get_policy(p)  # fail on a bad name before any work
-    oracle = oracle_time_ns(trace, g)
     with in_file(source, "policy_options"):
-        return [run_trace(trace, g, p, cfg.policy_options, capacity, oracle, record)
+        return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record)
                 for p in cfg.policy_list]

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from typing import Any, Sequence
 
 from .errors import VdnnError
@@ -503,14 +504,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]
     from .engine.invariants import InvariantViolation
+    from .yamlio import one_line
 
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from")  # matplotlib fonts
     try:
         return args.fn(args)
     except VdnnError as exc:
-        print(f"vdnnsim: error: {exc}", file=sys.stderr)
+        print(f"vdnnsim: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except InvariantViolation as exc:  # NOTE [invariants]: a bug report, not a wrong number
-        print(f"vdnnsim: internal error: {exc}", file=sys.stderr)
+        print(f"vdnnsim: internal error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BUG
     except BrokenPipeError:
         return 0

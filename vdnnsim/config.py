@@ -20,13 +20,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from .errors import ConfigError
 from .hardware import Capacity, GPUOverrides
 from .limits import OptionValue
+from .limits import batch_size as batch_size_value
 from .yamlio import parse_model, read_yaml
-
-
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):  # pydantic would take `true` for 1
-        raise ValueError("expected a whole number, got a boolean")
-    return value
 
 
 class GPUConfig(GPUOverrides):
@@ -43,17 +38,18 @@ class RunConfig(BaseModel):
     network: str = Field(min_length=1, description="Zoo network name, or a path to a "
                          "network spec or a trace file (relative paths: from the config's "
                          "folder).")
-    batch_size: Annotated[int, BeforeValidator(_not_bool)] | None = Field(
-        None, ge=1, description="Batch size (default: the network's; a trace fixes its own).")
+    batch_size: Annotated[int, BeforeValidator(batch_size_value)] | None = Field(
+        None, description="Batch size (default: the network's; a trace fixes its own).")
     gpu: str | GPUConfig = Field("k40", description="Preset name, or a mapping with "
                                  "'preset' and overrides.")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
     policy: str | None = Field(None, min_length=1, description="One policy name.")
     policies: list[Annotated[str, Field(min_length=1)]] | None = Field(
         None, min_length=1, description="Policy names.")
-    policy_options: dict[str, OptionValue] = Field(
+    policy_options: Annotated[dict[str, OptionValue],
+                              BeforeValidator(lambda v: {} if v is None else v)] = Field(
         default_factory=dict, description="Options passed to every policy (switches and "
-        "names: true/false, a word or a number).")
+        "names: true/false, a word or a number); null is none.")
     memory_bytes: Capacity | None = Field(None, description="Pool capacity override, e.g. "
                                        "'12 GiB' (default: the GPU's memory).")
 

@@ -91,7 +91,9 @@ def flops_scale(value: Any) -> float:
 def batch_size(value: Any) -> int:
     """A whole, positive batch size (not a bool, not a float such as 1e-320). No upper
     bound here: the network's bytes are checked against MAX_BYTES, which names the cause."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):
+        raise ValueError(f"batch size must be a whole number, got a boolean ({value})")
+    if not isinstance(value, int):
         raise ValueError(f"batch size must be a whole number, got {short_repr(value)}")
     if value < 1:
         raise ValueError(f"batch size must be at least 1, got "
@@ -101,3 +103,10 @@ def batch_size(value: Any) -> int:
 
 # A policy option's value: options are switches and names (NOTE [bounds]).
 OptionValue = bool | int | float | str | None
+
+
+def not_bool(value: Any) -> Any:
+    """YAML's ``true`` is not the number 1 (pydantic's int would take it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a whole number, got a boolean")
+    return value

@@ -25,7 +25,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       ValidationError, model_validator)
 
 from . import limits
-from .api import oracle_time_ns, resolve_gpu, run_trace
+from .api import resolve_gpu, run_trace
 from .errors import ConfigError
 from .hardware import Capacity
 from .trace import Trace, load_trace
@@ -102,7 +102,6 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
     tr = load_traces(traces)
     g = resolve_gpu(gpu)
     rows = []
-    oracle: dict[tuple[str, int], int] = {}
     for m in load_measurements(measurements):
         name = m["model"].split(":")[-1]
         key = (name, m["batch_size"])
@@ -113,9 +112,7 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
         if policy is None or key not in tr:
             continue
         trace = tr[key]
-        if key not in oracle:
-            oracle[key] = oracle_time_ns(trace, g)
-        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"), oracle[key])
+        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"))
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]

@@ -47,7 +47,15 @@ def shown(path: str | os.PathLike) -> str:
     that are not UTF-8 (a file name from another locale) are escaped, not a crash."""
     s = str(path)
     s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
-    return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return one_line(s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline in a file or layer name) escaped: a message stays on
+    one line (NOTE [user errors])."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _reason(exc: BaseException) -> str:
@@ -59,13 +67,15 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         raise error(f"expected a file path, got {type(path).__name__}")
     p = Path(path)
     try:
-        is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+        mode = os.stat(p).st_mode
     except FileNotFoundError:
         raise error(f"{shown(p)}: no such file") from None
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte, no permission
         raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
-    if is_dir:
+    if stat.S_ISDIR(mode):
         raise error(f"{shown(p)}: is a directory, not a YAML file")
+    if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+        raise error(f"{shown(p)}: not a regular file")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -80,7 +90,9 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         with paused_gc():
             return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
     except RecursionError:
-        raise error(f"{p}: malformed YAML: nested too deeply") from None
+        raise error(f"{shown(p)}: malformed YAML: nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # an integer of over 4,300 digits
+        raise error(f"{shown(p)}: malformed YAML: {str(exc).splitlines()[0][:120]}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -118,6 +130,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    try:  # before any file exists: a name with a lone surrogate (from JSON) is not UTF-8
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{shown(path)}: cannot write: the text holds "
+                          f"{text[exc.start:exc.end]!r}, which is not Unicode text") from None
     write_atomic(path, lambda f: f.write(text))
 
 

@@ -244,7 +244,8 @@ class Simulation:
         held = self._held_inputs()
         leaves = {b for b in self.lv.size if b not in self.lv.producer}
         for key in self.pool._blocks:
-            if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN or key in held:
+            if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN or key in held \
+                    or key in leaves:  # the training loop's batch (an unread input stays)
                 continue
             if isinstance(key, tuple) and key[0] == "grad" and key[1] in leaves:
                 continue  # a network input's gradient is its result, kept like dW

@@ -7,15 +7,20 @@ is the network input. Shapes, byte sizes and FLOPs come from :mod:`vdnnsim.netwo
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from .. import limits
 
 from ..errors import TraceError
 from ..yamlio import parse_model, read_yaml
 
 LayerType = Literal["conv", "fc", "relu", "threshold", "maxpool", "avgpool", "lrn",
                     "concat", "add", "bn", "dropout", "softmax", "flatten"]
+
+Whole = Annotated[int, BeforeValidator(limits.not_bool)]
+Positive = Annotated[int, BeforeValidator(limits.not_bool), Field(ge=1)]
 
 _NEEDS_OUT = {"conv", "fc"}
 _NEEDS_KERNEL = {"conv", "maxpool", "avgpool"}
@@ -28,16 +33,16 @@ class LayerDef(BaseModel):
     type: LayerType = Field(description="Layer type.")
     inputs: list[str] | None = Field(None, description="Layers (or 'data') read; default: "
                                      "the previous layer.")
-    out: int | None = Field(None, ge=1, description="Output channels (conv) or features (fc).")
-    kernel: int | None = Field(None, ge=1, description="Square kernel size (conv, pools).")
-    stride: int = Field(1, ge=1, description="Stride (conv, pools).")
-    pad: int = Field(0, ge=0, description="Zero padding on each side (conv, pools).")
-    groups: int = Field(1, ge=1, description="Channel groups (conv).")
+    out: Whole | None = Field(None, ge=1, description="Output channels (conv) or features (fc).")
+    kernel: Whole | None = Field(None, ge=1, description="Square kernel size (conv, pools).")
+    stride: Whole = Field(1, ge=1, description="Stride (conv, pools).")
+    pad: Whole = Field(0, ge=0, description="Zero padding on each side (conv, pools).")
+    groups: Whole = Field(1, ge=1, description="Channel groups (conv).")
     bias: bool = Field(True, description="Whether conv/fc has a bias.")
     inplace: bool | None = Field(None, description="Overwrite the input (relu default: "
                                  "true; dropout default: false).")
     ceil_mode: bool = Field(False, description="Pool output rounding (Torch default: floor).")
-    size: int = Field(5, ge=1, description="LRN window.")
+    size: Whole = Field(5, ge=1, description="LRN window.")
     p: float = Field(0.5, ge=0, lt=1, description="Dropout probability.")
 
     @model_validator(mode="after")
@@ -53,9 +58,10 @@ class NetworkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Network name.")
-    input: tuple[PositiveInt, PositiveInt, PositiveInt] = Field(
+    input: tuple[Positive, Positive, Positive] = Field(
         description="Input channels, height, width (each at least 1).")
-    batch_size: int | None = Field(None, ge=1, description="Default batch size.")
+    batch_size: Annotated[int, BeforeValidator(limits.batch_size)] | None = Field(
+        None, description="Default batch size.")
     layers: list[LayerDef] = Field(min_length=1, description="Layers in execution order.")
     source: str | None = Field(None, description="Where the definition comes from.")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api import build_trace, oracle_time_ns, resolve_gpu, run_trace
+from ..api import build_trace, resolve_gpu, run_trace
 from ..errors import ConfigError
 
 
@@ -28,8 +28,7 @@ def max_batch(network: str, gpu: str = "k40", policy: str = "vdnn_dyn", *,
             trace = build_trace(network, b, g, dtype)
             if trace.batch_size != b:
                 raise ConfigError(f"{network}: a trace has a fixed batch size")
-            tried[b] = run_trace(trace, g, policy, policy_options, memory_bytes,
-                                 oracle_time_ns(trace, g))
+            tried[b] = run_trace(trace, g, policy, policy_options, memory_bytes)
         return tried[b]
 
     record: dict[str, Any] = {"network": network, "gpu": g.name, "policy": policy,

@@ -1,7 +1,7 @@
 """Running a study: every point of a StudySpec, one tidy DataFrame row per run.
 
 NOTE [study rows]
-Points that share a network, batch size, GPU and dtype share one trace and one oracle, so a
+Points that share a network, batch size, GPU and dtype share one trace, so a
 policy sweep costs one trace synthesis. A run that fails (an unknown name in one row, a
 trace that does not add up) is reported in its row's ``error`` column and never sinks the
 study; a run that does not fit is a result (``fits`` false), not a failure.
@@ -49,7 +49,7 @@ def _key(point: dict[str, Any], base_dir: Path) -> tuple:
 def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[tuple[int, dict]]:
     """Simulate points that share one trace; return (index, row) pairs. Module level, so
     that worker processes and Dask workers can run it."""
-    from ..api import build_trace, oracle_time_ns, resolve_gpu, run_trace
+    from ..api import build_trace, resolve_gpu, run_trace
 
     base = Path(base_dir)
     cached: tuple | None = None
@@ -67,11 +67,11 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
                 path = base / str(net)
                 trace = build_trace(path if os.path.exists(path) else net, point.get("batch_size"),
                                     gpu, point.get("dtype", "fp32"))
-                cached = (gpu, trace, oracle_time_ns(trace, gpu))
-            gpu, trace, oracle = cached
+                cached = (gpu, trace)
+            gpu, trace = cached
             r = run_trace(trace, gpu, point.get("policy", "baseline_p"),
                           point.get("policy_options") or {},
-                          memory_bytes_of(point.get("memory_bytes")), oracle, record=False)
+                          memory_bytes_of(point.get("memory_bytes")), record=False)
             row.update(r.summary())
             row["error"] = None
         except VdnnError as exc:

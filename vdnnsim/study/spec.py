@@ -111,7 +111,8 @@ class _Point(BaseModel):
         = None
     dtype: Literal["fp32", "fp16", "bf16"] | None = None
     policy: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
-    policy_options: dict[str, limits.OptionValue] | None = None
+    policy_options: Annotated[dict[str, limits.OptionValue],
+                              BeforeValidator(lambda v: {} if v is None else v)] | None = None
     memory_bytes: Capacity | None = None
     link_bw_bytes_per_s: Bandwidth | None = None
     h2d_bw_bytes_per_s: Bandwidth | None = None

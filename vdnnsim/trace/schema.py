@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..yamlio import parse_bytes
-from ..limits import short_repr
+from ..limits import not_bool, short_repr
 
 FORMAT = "vdnnsim-trace"
 VERSION = 1
@@ -21,7 +21,7 @@ VERSION = 1
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 # Times turn into floats in the reports; 10**18 ns (31 years) is far past any real layer
 # and keeps them finite.
-Nanos = Annotated[int, Field(ge=0, le=10**18)]
+Nanos = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=10**18)]
 
 
 def _exact_int(value: Any) -> Any:
@@ -122,7 +122,7 @@ class TraceSpec(_Strict):
     version: Annotated[Literal[1], BeforeValidator(_exact_int)] = Field(
         description="Schema version; this reader knows 1.")
     name: str = Field(description="Network name.")
-    batch_size: int = Field(ge=1, le=2**50, description="Batch size the sizes and times are "
+    batch_size: Annotated[int, BeforeValidator(not_bool)] = Field(ge=1, le=2**50, description="Batch size the sizes and times are "
                             "for (at most 2**50: a batch that large cannot fit 1 PiB).")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
     source: SourceSpec = Field(default_factory=SourceSpec, description="Provenance.")

@@ -52,3 +52,17 @@ def test_library_errors_are_typed():
         vdnnsim.simulate("vgg16", 8, "k41")
     with pytest.raises(ConfigError):
         vdnnsim.simulate("vgg16", 8, "k40", "baseline_p", dtype="fp8")
+
+
+def test_lower_level_calls_check_their_argument_types():
+    g = vdnnsim.gpu_preset("k40")
+    trace = vdnnsim.build_trace("alexnet", 2, g)
+    with pytest.raises(ConfigError, match="needs a vdnnsim.GPU"):
+        vdnnsim.build_trace("alexnet", 2, "k40")
+    with pytest.raises(ConfigError, match="needs a vdnnsim.Trace"):
+        vdnnsim.run_trace("alexnet", g, "baseline_p")
+    with pytest.raises(ConfigError, match="needs a vdnnsim.GPU"):
+        vdnnsim.run_trace(trace, None, "baseline_p")
+    with pytest.raises(TypeError):  # the oracle is always computed, never taken on trust
+        vdnnsim.run_trace(trace, g, "baseline_p", None, None, 1)
+    assert vdnnsim.run_trace(trace, g, "baseline_p").slowdown == 1.0

@@ -174,6 +174,18 @@ def test_run_undecodable_file(tmp_path: Path) -> None:
     assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), "cfg.yaml", "cannot read")
 
 
+def test_run_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "cfg.yaml")  # no writer: opening it would block for ever
+    assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), "cfg.yaml", "not a regular file")
+
+
+@pytest.mark.parametrize("text", ['{"network": "a\\udcffb", "batch_size": 2}',
+                                  'network: vgg16\nbatch_size: 2\nname: "x\\udcff"\n'])
+def test_run_lone_surrogate_escape(tmp_path: Path, text: str) -> None:
+    (tmp_path / "cfg.yaml").write_text(text)
+    assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), "cfg.yaml")
+
+
 # -- network specs referenced from a config --------------------------------------------------
 
 NET_HEAD = "name: tiny\ninput: [3, 8, 8]\nlayers:\n"

@@ -23,3 +23,18 @@ def test_offload_raises_the_limit_and_nothing_fits_a_tiny_card():
     vdnn = max_batch("alexnet", "k40", "vdnn_all_m", memory_bytes=2 * 10**9)
     assert vdnn["max_batch_size"] > base["max_batch_size"] > 0
     assert max_batch("vgg16", "k40", "vdnn_all_m", memory_bytes=10**8)["max_batch_size"] == 0
+
+
+def test_sizes_beyond_the_simulated_scale_count_as_not_fitting():
+    # a 1 PiB cap: every VGG-16 batch the simulator can model fits, so the search runs into
+    # the 1 PiB bound on the network's bytes, which must stop it without an error
+    r = max_batch("vgg16", "h200", "baseline_p", memory_bytes=2**50, limit=2**40)
+    b, beyond = r["max_batch_size"], r["beyond_scale_at"]
+    assert 0 < b < beyond <= 2**40
+    assert vdnnsim.simulate("vgg16", b, "h200", "baseline_p", memory_bytes=2**50).fits
+    try:
+        vdnnsim.simulate("vgg16", beyond, "h200", "baseline_p", memory_bytes=2**50)
+    except vdnnsim.VdnnError as exc:
+        assert "1 PiB" in str(exc)
+    else:
+        raise AssertionError(f"batch {beyond} was simulated, yet reported beyond the scale")

@@ -11,7 +11,7 @@ from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.sim import Simulation
-from .errors import ConfigError, TraceError, in_file
+from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
@@ -64,6 +64,9 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
                 gpu: GPU, dtype: str = "fp32") -> Trace:
     """A zoo name, a network spec (object or YAML path) or a trace (object or YAML path)."""
     spec_file = ""
+    if not isinstance(gpu, GPU):
+        raise ConfigError(f"build_trace needs a vdnnsim.GPU (vdnnsim.gpu_preset(name)), got "
+                          f"{type(gpu).__name__}")
     if batch_size is not None:
         batch_size = _user_value(limits.batch_size, batch_size, "batch_size")
     if not isinstance(network, (str, os.PathLike, NetworkSpec, Trace)):
@@ -87,7 +90,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         else:
             return _check_trace(trace_from_dict(data, str(path)), batch_size, str(path))
     if dtype not in ("fp32", "fp16", "bf16"):
-        raise ConfigError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp32")
+        raise ConfigError(f"unknown dtype {limits.short_repr(dtype)}; known: bf16, fp16, fp32")
     b = batch_size or spec.batch_size
     if not b:
         raise ConfigError(f"{spec_file}network {spec.name}: no batch_size given and the "
@@ -101,9 +104,9 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
     need = (b * (math.prod(info.input_shape) + sum(layer.out_elems for layer in info.layers))
             + 2 * info.params) * DTYPE_BYTES[dtype]
     if need > MAX_BYTES:  # NOTE [simulated scale]; before the cost model makes floats
-        raise ConfigError(f"{where}: {_too_big(need)}")
+        raise ScaleError(f"{where}: {_too_big(need)}")
     with paused_gc():  # NOTE [paused gc]
-        return _check_size(synthesize(info, b, gpu, dtype), where)
+        return _check_size(synthesize(info, b, gpu, dtype), where, ScaleError)
 
 
 def _too_big(n: int) -> str:
@@ -111,19 +114,19 @@ def _too_big(n: int) -> str:
     return f"needs {gib} in all, more than the 1 PiB (2**50 bytes) the simulator models"
 
 
-def _check_size(trace: Trace, where: str) -> Trace:
+def _check_size(trace: Trace, where: str, error: type[VdnnError] = TraceError) -> Trace:
     """NOTE [simulated scale] applies, to bytes and to times: a synthesized layer slower
     than the trace format's 10**18 ns (a GPU scaled down a millionfold) is refused here,
     where a written trace would be refused on reading."""
     worst = max((max(a.fwd_ns, a.bwd_ns) for layer in trace.layers for a in layer.algos),
                 default=0)
     if worst > 10**18:
-        raise TraceError(f"{where}: the cost model times a layer at {worst:.3g} ns, more than "
+        raise error(f"{where}: the cost model times a layer at {worst:.3g} ns, more than "
                          "the 10**18 ns (31 years) a trace can hold")
     need = (sum(t.size_bytes for t in trace.buffers.values()) + 2 * trace.weight_bytes
             + sum(max(a.workspace_bytes for a in layer.algos) for layer in trace.layers))
     if need > MAX_BYTES:
-        raise TraceError(f"{where}: {_too_big(need)}")
+        raise error(f"{where}: {_too_big(need)}")
     return trace
 
 

@@ -24,6 +24,11 @@ class TraceError(VdnnError):
     """A trace or network spec does not add up (cycle, duplicate id, impossible size...)."""
 
 
+class ScaleError(ConfigError):
+    """A synthesized network beyond what the simulator models: over 1 PiB in all, or a
+    layer slower than the 10**18 ns a trace holds (NOTE [simulated scale])."""
+
+
 class UnknownNameError(ConfigError):
     """A preset, network or policy name that no registry knows."""
 

@@ -80,6 +80,34 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
+    data = _parse(text, p, error)
+    if ("\\u" in text or "\\U" in text) and not _all_text(data):
+        # an escape (JSON's "\udcff", YAML's "\uDCFF") can spell half a surrogate pair,
+        # which no file name, message or output can hold
+        raise error(f"{shown(p)}: a string escapes a lone surrogate (like \\udcff), which "
+                    "is not Unicode text")
+    return data
+
+
+def _all_text(data: Any) -> bool:
+    """Every string (keys too) of a loaded document is encodable Unicode; iterative."""
+    todo = [data]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return True
+
+
+def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
     if text.lstrip().startswith("{"):  # NOTE [large files]: JSON is YAML, and 30x faster
         try:
             with paused_gc():

@@ -26,6 +26,16 @@ def test_runs_alone_and_after_a_grid():
     assert [p["network"] for p in expand(s2)] == ["a", "b"]
 
 
+def test_null_means_not_set_as_in_a_run_config():
+    s = StudySpec(base={"network": "alexnet", "batch_size": 4, "policy": "vdnn_dyn"},
+                  sweep={"policy": [None, "eager"]}, runs=[{"batch_size": None}])
+    assert [p["policy"] for p in expand(s)] == ["vdnn_dyn", "eager", "vdnn_dyn"]
+    assert expand(s)[2]["batch_size"] == 4
+    df = run_study(StudySpec(base={"network": "alexnet", "batch_size": 4},
+                             sweep={"policy": [None]}))
+    assert df["error"].isna().all() and list(df["policy"]) == ["baseline_p"]
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"sweep": {"colour": [1]}}, "unknown key"),
     ({"zip": {"network": ["a", "b"], "batch_size": [1]}}, "differ in length"),

@@ -107,6 +107,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
     from .hardware import _capacity
+    from .report.table import format_slowdown
     from .study.maxbatch import max_batch
 
     cap = None
@@ -119,12 +120,12 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit)
             for n in args.network for g in args.gpu for p in args.policy]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([_clean(r) for r in rows], indent=2))
         return 0
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
           f"{'peak GB':>8s} {'sims':>5s}")
     for r in rows:
-        extra = (f"{r['slowdown']:8.2f}x {r['peak_memory_bytes'] / 1e9:8.2f}"
+        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f}"
                  if r["max_batch_size"] else f"{'-':>9s} {'-':>8s}")
         mark = "+" if r.get("at_limit") else " "
         print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"

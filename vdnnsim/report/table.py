@@ -32,7 +32,7 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
             o = r.oom
             where = f"{o.layer} {o.phase}: {o.tensor}" if o.layer else f"{o.phase}: {o.tensor}"
         rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes), _gb(r.avg_memory_bytes),
-                     f"{r.iteration_time_s:.3f}", f"{r.slowdown:.2f}x",
+                     f"{r.iteration_time_s:.3f}", format_slowdown(r.slowdown),
                      _gb(r.offloaded_bytes), f"{r.stall_time_ns / 1e9:.3f}", where])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     right = {2, 3, 4, 5, 6, 7}
@@ -70,7 +70,7 @@ def format_rows(df, title: str | None = None) -> str:
         rows.append([str(r.network), str(r.batch_size), str(r.gpu), str(r.policy),
                      "yes" if r.fits else "no", _gb(r.peak_memory_bytes),
                      _gb(r.avg_memory_bytes), f"{r.iteration_time_s:.3f}",
-                     f"{r.slowdown:.2f}x", _gb(r.offloaded_bytes), ""])
+                     format_slowdown(r.slowdown), _gb(r.offloaded_bytes), ""])
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
               for i, c in enumerate(cols)]
     right = {5, 6, 7, 8, 9}
@@ -81,3 +81,8 @@ def format_rows(df, title: str | None = None) -> str:
 
     head = [title] if title else []
     return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def format_slowdown(slowdown: float) -> str:
+    """A slowdown as '1.17x'; '-' where the oracle time is 0 and it is undefined (NaN)."""
+    return "-" if slowdown != slowdown else f"{slowdown:.2f}x"

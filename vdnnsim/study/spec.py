@@ -139,17 +139,25 @@ def _checked(values: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def expand(spec: StudySpec) -> list[dict[str, Any]]:
-    """Every run of a study as a flat dict of ALL_KEYS values (missing keys omitted)."""
-    grid = [dict(zip(spec.sweep, combo)) for combo in itertools.product(*spec.sweep.values())]
+    """Every run of a study as a flat dict of ALL_KEYS values (missing keys omitted). A
+    null value means 'not set here', as in a run config: the base's value, else the
+    default, shows through."""
+    grid = [_set(dict(zip(spec.sweep, combo)))
+            for combo in itertools.product(*spec.sweep.values())]
     n = len(next(iter(spec.zip.values()))) if spec.zip else 1
-    zipped = [{k: v[i] for k, v in spec.zip.items()} for i in range(n)]
-    points = [{**spec.base, **z, **g} for z in zipped for g in grid]
+    zipped = [_set({k: v[i] for k, v in spec.zip.items()}) for i in range(n)]
+    base = _set(spec.base)
+    points = [{**base, **z, **g} for z in zipped for g in grid]
     if spec.runs:
-        explicit = [{**spec.base, **r} for r in spec.runs]
+        explicit = [{**base, **_set(r)} for r in spec.runs]
         points = explicit if not (spec.sweep or spec.zip) else points + explicit
     if not points or not any(points):
-        points = [dict(spec.base)]
+        points = [dict(base)]
     return points
+
+
+def _set(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def load_study(path: str | os.PathLike) -> tuple[StudySpec, Path]:

@@ -66,3 +66,11 @@ def test_lower_level_calls_check_their_argument_types():
     with pytest.raises(TypeError):  # the oracle is always computed, never taken on trust
         vdnnsim.run_trace(trace, g, "baseline_p", None, None, 1)
     assert vdnnsim.run_trace(trace, g, "baseline_p").slowdown == 1.0
+
+
+def test_a_null_config_key_takes_its_default():
+    from vdnnsim.config import config_from_dict
+    cfg = config_from_dict({"network": "alexnet", "batch_size": 2, "dtype": None, "gpu": None,
+                            "policy": None, "policy_options": None, "memory_bytes": None})
+    assert (cfg.dtype, cfg.policy_options, cfg.memory_bytes) == ("fp32", {}, None)
+    assert cfg.gpu_name_and_overrides()[0] == "k40" and len(cfg.policy_list) == 6

@@ -75,9 +75,11 @@ class RunConfig(BaseModel):
 
 def load_config(path: str | os.PathLike) -> tuple[RunConfig, Path]:
     p = Path(path)
-    cfg = parse_model(RunConfig, read_yaml(p, ConfigError), str(p), ConfigError)
-    return cfg, p.parent
+    return config_from_dict(read_yaml(p, ConfigError), str(p)), p.parent
 
 
 def config_from_dict(data: Any, source: str = "<config>") -> RunConfig:
+    """A key set to null is as if it were absent (its default), as in a study."""
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if v is not None}
     return parse_model(RunConfig, data, source, ConfigError)

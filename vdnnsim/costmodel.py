@@ -72,14 +72,22 @@ class ConvGeometry:
     needs_input_grad: bool = True
 
 
-def conv_algos(info: LayerInfo, batch: int, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
+def conv_algos(info: LayerInfo, batch: int, gpu: GPU, dtype: str,
+               seen: dict[ConvGeometry, tuple[Algo, ...]] | None = None) -> tuple[Algo, ...]:
+    """``seen``: the algorithms of geometries already timed (a network repeats its shapes:
+    ResNet's blocks, a deep chain), so each distinct convolution is costed once."""
     d = info.d
     c, h, w = info.in_shapes[0]
     k_out, ho, wo = info.out_shape
     k = d.kernel or 1
     geo = ConvGeometry(batch, c, h, w, k_out, ho, wo, k, k, d.stride, d.stride, d.pad, d.pad,
                        d.groups, info.params, batch * info.flops, info.needs_input_grad)
-    return conv_algos_for(geo, gpu, dtype)
+    if seen is None:
+        return conv_algos_for(geo, gpu, dtype)
+    algos = seen.get(geo)
+    if algos is None:
+        algos = seen[geo] = conv_algos_for(geo, gpu, dtype)
+    return algos
 
 
 def conv_algos_for(geo: ConvGeometry, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
@@ -159,6 +167,7 @@ def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32")
         "data": Tensor("data", batch_size * math.prod(net.input_shape) * e, "input", False,
                        None, (batch_size, *net.input_shape))}
     layers: list[Layer] = []
+    seen: dict[ConvGeometry, tuple[Algo, ...]] = {}
     for info in net.layers:
         out_id = info.name
         x = info.inputs
@@ -186,7 +195,7 @@ def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32")
             saved = [mask]
         else:  # concat, add, flatten: backward needs no forward tensor
             saved = []
-        algos = (conv_algos(info, batch_size, gpu, dtype) if t == "conv"
+        algos = (conv_algos(info, batch_size, gpu, dtype, seen) if t == "conv"
                  else (_simple_algo(info, batch_size, gpu, dtype),))
         attrs = {"out_shape": list(info.out_shape), "flops": batch_size * info.flops,
                  "params": info.params}

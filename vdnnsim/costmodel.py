@@ -168,6 +168,7 @@ def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32")
                        None, (batch_size, *net.input_shape))}
     layers: list[Layer] = []
     seen: dict[ConvGeometry, tuple[Algo, ...]] = {}
+    simple: dict[tuple, tuple[Algo, ...]] = {}
     for info in net.layers:
         out_id = info.name
         x = info.inputs
@@ -195,8 +196,14 @@ def synthesize(net: NetworkInfo, batch_size: int, gpu: GPU, dtype: str = "fp32")
             saved = [mask]
         else:  # concat, add, flatten: backward needs no forward tensor
             saved = []
-        algos = (conv_algos(info, batch_size, gpu, dtype, seen) if t == "conv"
-                 else (_simple_algo(info, batch_size, gpu, dtype),))
+        if t == "conv":
+            algos = conv_algos(info, batch_size, gpu, dtype, seen)
+        else:  # same inputs, same times: a deep chain costs each kind of layer once
+            key = (t, info.alias, info.in_elems, info.out_elems, info.flops, info.params,
+                   info.needs_input_grad)
+            algos = simple.get(key)
+            if algos is None:
+                algos = simple[key] = (_simple_algo(info, batch_size, gpu, dtype),)
         attrs = {"out_shape": list(info.out_shape), "flops": batch_size * info.flops,
                  "params": info.params}
         if info.inplace:

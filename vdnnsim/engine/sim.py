@@ -4,13 +4,14 @@ NOTE [streams]
 One process is the compute stream: it runs each layer's forward, then each layer's
 backward, in order, and does the host-side work between kernels (pool allocations, issuing
 copies), as vDNN's runtime does. Copies run on copy engines: a D2H and an H2D engine when
-the link is duplex, one shared engine otherwise; each engine is FIFO (a simpy Resource of
-capacity one). A copy's completion is a simpy event; the compute stream waiting for it is
+the link is duplex, one shared engine otherwise; each engine is FIFO with one copy at a
+time (`_Engine`: what a simpy Resource of capacity one does, without its bookkeeping). A copy's completion is a simpy event; the compute stream waiting for it is
 cudaStreamSynchronize / cudaStreamWaitEvent, and the time it waits is a stall.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import simpy
@@ -66,12 +67,11 @@ class Simulation:
         self._gkey, self._gsize, self._gneeds = self._grad_keys()
         link = gpu.link
         if link.duplex:
-            self._engines = {"d2h": simpy.Resource(self.env, 1),
-                             "h2d": simpy.Resource(self.env, 1)}
+            self._engines = {"d2h": _Engine(self.env), "h2d": _Engine(self.env)}
             self._clocks = {"compute": StreamClock("compute"), "d2h": StreamClock("d2h"),
                             "h2d": StreamClock("h2d")}
         else:
-            shared = simpy.Resource(self.env, 1)
+            shared = _Engine(self.env)
             self._engines = {"d2h": shared, "h2d": shared}
             copy = StreamClock("copy")
             self._clocks = {"compute": StreamClock("compute"), "d2h": copy, "h2d": copy}
@@ -139,18 +139,19 @@ class Simulation:
 
     def _copy(self, direction: str, buf: str, layer: str, done: simpy.Event):
         link, size = self.gpu.link, self.lv.size[buf]
-        with self._engines[direction].request() as req:
-            yield req
-            bw = link.d2h_bw_bytes_per_s if direction == "d2h" else link.h2d_bw_bytes_per_s
-            other = self._engines["h2d" if direction == "d2h" else "d2h"]
-            if link.duplex and link.duplex_total_bw_bytes_per_s and other.count:
-                bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
-            start = self.env.now
-            yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
-            if self.checks:
-                self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
-            kind = "offload" if direction == "d2h" else "prefetch"
-            self._op(direction, kind, layer, buf, start, self.env.now, size)
+        engine = self._engines[direction]
+        yield engine.acquire()
+        bw = link.d2h_bw_bytes_per_s if direction == "d2h" else link.h2d_bw_bytes_per_s
+        other = self._engines["h2d" if direction == "d2h" else "d2h"]
+        if link.duplex and link.duplex_total_bw_bytes_per_s and other.busy:
+            bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
+        start = self.env.now
+        yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
+        if self.checks:
+            self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
+        kind = "offload" if direction == "d2h" else "prefetch"
+        self._op(direction, kind, layer, buf, start, self.env.now, size)
+        engine.release()
         if direction == "d2h":
             self._landed.add(buf)
             if buf in self._release_on_landing:  # no end-of-layer sync: release now
@@ -383,3 +384,30 @@ class Simulation:
                 yield from self._wait(fetches, layer.id, "prefetch")
         yield from self._step()
         self.end_ns = env.now
+
+
+class _Engine:
+    """A copy engine: one copy at a time, the rest wait in FIFO order. The same grants, in
+    the same event order, as ``simpy.Resource(env, 1)``: a free engine is taken at the
+    request (``busy`` at once, the copy resumes on the next event), and a release hands
+    the engine straight to the first waiter."""
+
+    __slots__ = ("env", "busy", "_waiting")
+
+    def __init__(self, env: simpy.Environment):
+        self.env, self.busy, self._waiting = env, False, deque()
+
+    def acquire(self) -> simpy.Event:
+        granted = self.env.event()
+        if self.busy:
+            self._waiting.append(granted)
+        else:
+            self.busy = True
+            granted.succeed()
+        return granted
+
+    def release(self) -> None:
+        if self._waiting:
+            self._waiting.popleft().succeed()
+        else:
+            self.busy = False

@@ -42,6 +42,16 @@ class Liveness:
 
 
 def liveness(trace: Trace) -> Liveness:
+    """The trace's buffers and their lifetimes; computed once per trace (a trace and its
+    Liveness are immutable: the policy and the engine of a run, and every run of a
+    sweep, share it)."""
+    cached = trace.__dict__.get("_liveness")
+    if cached is None:
+        cached = trace.__dict__["_liveness"] = _liveness(trace)
+    return cached
+
+
+def _liveness(trace: Trace) -> Liveness:
     root = {t: trace.root(t) for t in trace.tensors}
     buffers = trace.buffers
     size = {b: t.size_bytes for b, t in buffers.items()}

@@ -72,6 +72,12 @@ class Layer:
 
     def fastest_algo(self) -> int:
         """Index of the performance-optimal algorithm (ties: smaller workspace)."""
+        return self._fastest
+
+    @cached_property
+    def _fastest(self) -> int:  # a layer is immutable: every policy and the oracle ask
+        if len(self.algos) == 1:
+            return 0
         return min(range(len(self.algos)),
                    key=lambda i: (self.algos[i].time_ns, self.algos[i].workspace_bytes, i))
 

@@ -21,7 +21,8 @@ VERSION = 1
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 # Times turn into floats in the reports; 10**18 ns (31 years) is far past any real layer
 # and keeps them finite.
-Nanos = Annotated[int, BeforeValidator(not_bool), Field(ge=0, le=10**18)]
+# the bounds before the validator: pydantic then checks them in its core, not in Python
+Nanos = Annotated[int, Field(ge=0, le=10**18), BeforeValidator(not_bool)]
 
 
 def _exact_int(value: Any) -> Any:

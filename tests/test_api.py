@@ -74,3 +74,14 @@ def test_a_null_config_key_takes_its_default():
                             "policy": None, "policy_options": None, "memory_bytes": None})
     assert (cfg.dtype, cfg.policy_options, cfg.memory_bytes) == ("fp32", {}, None)
     assert cfg.gpu_name_and_overrides()[0] == "k40" and len(cfg.policy_list) == 6
+
+
+@pytest.mark.parametrize("net, batch, cap", [("vgg16", 256, None), ("alexnet", 128, None),
+                                             ("vgg16", 128, 6 * 2**30)])
+def test_dyn_reusing_its_profiling_pass_reports_what_a_fresh_run_reports(net, batch, cap):
+    g = vdnnsim.gpu_preset("k40")
+    trace = vdnnsim.build_trace(net, batch, g)
+    reused = vdnnsim.run_trace(trace, g, "vdnn_dyn", memory_bytes=cap, record=False)
+    fresh = vdnnsim.run_trace(trace, g, "vdnn_dyn", memory_bytes=cap, record=True)
+    assert reused.summary() == fresh.summary()
+    assert reused.memory.equals(fresh.memory)

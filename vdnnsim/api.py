@@ -177,7 +177,8 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         lv = liveness(trace)
-        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+        sim = plan.profiled if plan.profiled is not None and not record else \
+            Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
     oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
     pool = sim.pool
     return RunResult(

@@ -129,7 +129,7 @@ def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
             pass  # YAML flow style that is not JSON: the YAML parser decides
     try:
         with paused_gc():
-            return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader)
+            return _load_yaml(text)
     except RecursionError:
         raise error(f"{shown(p)}: malformed YAML: nested too deeply") from None
     except (ValueError, OverflowError) as exc:  # an integer of over 4,300 digits
@@ -139,6 +139,98 @@ def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise error(f"{p}: malformed YAML{where}: {problem}") from None
+
+
+# NOTE [yaml construction]
+# PyYAML builds Python objects from the parsed nodes one recursive call per node, a third
+# of the time of loading a large spec (a 100,000-layer chain: 3.1 s, 2.1 s without it).
+# _load_yaml builds plain documents (maps, lists and the safe loader's str, int, float,
+# bool and null scalars) in one loop over the same nodes, with the same values, the same
+# sharing of anchored nodes and the last of duplicate keys; anything else (merge keys,
+# timestamps, sets, binary, complex keys, nesting deeper than 200) goes to PyYAML's own
+# constructor, so its values and its errors stay PyYAML's.
+_TAG = "tag:yaml.org,2002:"
+_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ = (
+    _TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq"))
+_MAX_FAST_DEPTH = 200
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _load_yaml(text: str) -> Any:
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            return _construct_plain(loader, node)
+        except _NotPlain:
+            return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _construct_plain(loader: Any, root: Any) -> Any:
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    to_int, to_float, bools = (loader.construct_yaml_int, loader.construct_yaml_float,
+                               loader.bool_values)
+
+    def scalar(n: Any) -> Any:
+        t = n.tag
+        if t == _STR:
+            return n.value
+        if t == _INT:
+            return to_int(n)
+        if t == _FLOAT:
+            return to_float(n)
+        if t == _NULL:
+            return None
+        if t == _BOOL:
+            return bools[n.value.lower()]
+        raise _NotPlain
+
+    made: dict[int, Any] = {}  # id(node) -> its object: an anchored node is built once
+
+    def container(n: Any) -> tuple[Any, bool]:
+        c = made.get(id(n))
+        if c is not None:
+            return c, False
+        if type(n) is MappingNode and n.tag == _MAP:
+            c = {}
+        elif type(n) is SequenceNode and n.tag == _SEQ:
+            c = []
+        else:
+            raise _NotPlain
+        made[id(n)] = c
+        return c, True
+
+    if type(root) is ScalarNode:
+        return scalar(root)
+    top, _ = container(root)
+    todo = [(root, top, 0)]
+    while todo:
+        node, c, depth = todo.pop()
+        if depth > _MAX_FAST_DEPTH:
+            raise _NotPlain
+        pairs = node.value if type(c) is dict else ((None, v) for v in node.value)
+        for k, v in pairs:
+            if type(v) is ScalarNode:
+                value = scalar(v)
+            else:
+                value, new = container(v)
+                if new:
+                    todo.append((v, value, depth + 1))
+            if k is None:
+                c.append(value)
+            elif type(k) is ScalarNode:
+                c[scalar(k)] = value
+            else:
+                raise _NotPlain
+    return top
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],

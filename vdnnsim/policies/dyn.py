@@ -20,6 +20,10 @@ pass is skipped (one simulation fewer for every network that fits without offloa
 one input where the order shows is a pool where that plan fits and vDNN_all(m) does not
 (fragmentation could do it): the paper's order would report out of memory, this one
 returns the plan that fits.
+
+The chosen plan carries its profiling pass (``Plan.profiled``): a run that records no op
+timeline (sweeps, `vdnnsim run` without --chrome-trace) reports that simulation rather
+than repeating it; it is the same deterministic simulation of the same plan.
 """
 
 from __future__ import annotations
@@ -40,19 +44,24 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     check_options("vdnn_dyn", opts, set())
     lv = liveness(trace)
 
-    def profile(plan: Plan):
-        return Simulation(trace, gpu, plan, capacity, lv, record_ops=False).run().pool.oom
+    passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
+
+    def profile(plan: Plan, slot: str = "latest"):
+        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=False).run()
+        passes[slot] = (plan, sim)
+        return sim.pool.oom
 
     def done(plan: Plan, note: str) -> Plan:
+        sim = next((s for p, s in passes.values() if p is plan), None)
         return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
-                    plan.sync, (note,))
+                    plan.sync, (note,), profiled=sim)
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading)
     if profile(plan) is None:
         return done(plan, "step 2: fastest algorithms, offload none")
     step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading)
-    if profile(step1) is not None:
+    if profile(step1, "step1") is not None:
         return done(step1, "step 1: even vDNN_all with memory-optimal algorithms runs out "
                     "of memory")
     for which in ("conv", "all"):

@@ -22,7 +22,7 @@ gradient, and one workspace the size of the largest the chosen algorithms need.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..trace.model import Trace
 
@@ -91,6 +91,9 @@ class Plan:
     prefetch: tuple[int, ...]
     sync: bool = True
     notes: tuple[str, ...] = field(default=())
+    # a simulation of exactly this plan that a policy already ran (vdnn_dyn's profiling
+    # pass), with record_ops=False: run_trace reuses it when it records no ops either
+    profiled: Any = field(default=None, compare=False, repr=False)
 
     @property
     def offloads_anything(self) -> bool:

@@ -1220,6 +1220,8 @@ def mutate_config(rng: random.Random, cfg: dict, exp: dict) -> tuple[str, str]:
                 exp["batch_size"] = val if val is not None else nf.get("default_batch")
                 if exp["batch_size"] is None:
                     v = INVALID  # no batch anywhere
+            else:  # a raw YAML value (a tag such as !!int '7'): its number is not known here
+                exp.pop("batch_size", None)
             return f"batch_size={val!r}", v
         if key == "memory_bytes":
             v, n = doc_bytes(val, least=1)

@@ -202,6 +202,8 @@ def _results_table(df, source) -> Any:
     for col in ("batch_size", "peak_memory_bytes", "slowdown", "capacity_bytes"):
         values = pd.to_numeric(df[col], errors="coerce")
         bad = ~(values.notna() & (values.abs() < 1e300) & (values >= 0))
+        if col == "slowdown":  # undefined where the oracle time is 0 (docs/metrics.md)
+            bad &= ~(df[col].isna() | df[col].astype(str).str.lower().isin(["nan", ""]))
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
             raise ConfigError(f"{shown(source)}: row {i + 1}: {col}: expected a number, got "

@@ -632,12 +632,16 @@ def study_points(study: Any) -> list[dict[str, Any]] | None:
         n = math.prod(len(v) for v in sweep.values()) if sweep else 1
         if n > 10**5:
             return None
-        grid = [dict(zip(sweep, c)) for c in itertools.product(*sweep.values())]
+        def given(d: dict) -> dict:  # docs/studies.md: null means "not set here"
+            return {k: v for k, v in d.items() if v is not None}
+
+        grid = [given(dict(zip(sweep, c))) for c in itertools.product(*sweep.values())]
         m = len(next(iter(zipped.values()))) if zipped else 1
-        zips = [{k: v[i] for k, v in zipped.items()} for i in range(m)]
+        zips = [given({k: v[i] for k, v in zipped.items()}) for i in range(m)]
+        base = given(base)
         points = [{**base, **z, **g} for z in zips for g in grid]
         if runs:
-            explicit = [{**base, **r} for r in runs]
+            explicit = [{**base, **given(r)} for r in runs]
             points = explicit if not (sweep or zipped) else points + explicit
         if not points or not any(points):
             points = [dict(base)]
@@ -893,7 +897,8 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
                       if isinstance(data, dict) else None)
             if points is not None and not is_study(data) and isinstance(data, dict):
                 base = {k: data[k] for k in ("network", "batch_size", "gpu", "dtype",
-                                             "policy_options", "memory_bytes") if k in data}
+                                             "policy_options", "memory_bytes")
+                        if data.get(k) is not None}  # docs/configs.md: null is not set
                 points = [{**base, **p} for p in points]
             if args.output and os.path.isfile(os.path.join(folder, args.output)):
                 import pandas as pd

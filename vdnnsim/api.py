@@ -208,7 +208,7 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                record: bool = True, source: str | None = None) -> list[RunResult]:
-    """Every policy of a run config, on one shared trace and oracle. ``record=False``:
+    """Every policy of a run config, on one shared trace. ``record=False``:
     no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
     file, named with the key in any error its values cause (NOTE [user errors])."""
     name, overrides = cfg.gpu_name_and_overrides()

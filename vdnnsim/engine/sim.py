@@ -5,7 +5,8 @@ One process is the compute stream: it runs each layer's forward, then each layer
 backward, in order, and does the host-side work between kernels (pool allocations, issuing
 copies), as vDNN's runtime does. Copies run on copy engines: a D2H and an H2D engine when
 the link is duplex, one shared engine otherwise; each engine is FIFO with one copy at a
-time (`_Engine`: what a simpy Resource of capacity one does, without its bookkeeping). A copy's completion is a simpy event; the compute stream waiting for it is
+time (`_Engine`: what a simpy Resource of capacity one does, without its bookkeeping). A
+copy's completion is a simpy event; the compute stream waiting for it is
 cudaStreamSynchronize / cudaStreamWaitEvent, and the time it waits is a stall.
 """
 
@@ -242,10 +243,9 @@ class Simulation:
                                      f"{self.prefetched_bytes} came back")
         if self.plan.memory != "layer_wise":
             return
-        held = self._held_inputs()
         leaves = {b for b in self.lv.size if b not in self.lv.producer}
         for key in self.pool._blocks:
-            if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN or key in held \
+            if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN \
                     or key in leaves:  # the training loop's batch (an unread input stays)
                 continue
             if isinstance(key, tuple) and key[0] == "grad" and key[1] in leaves:

@@ -54,12 +54,9 @@ def finite_number(value: Any, what: str) -> float:
 
 
 def in_range(value: Any, low: float, high: float, what: str, why: str) -> float:
-    if isinstance(value, int) and not isinstance(value, bool):  # no float for 10**400
-        ok = low <= value <= high
-    else:
+    if isinstance(value, bool) or not isinstance(value, int):  # no float for 10**400
         value = finite_number(value, what)
-        ok = low <= value <= high
-    if not ok:
+    if not low <= value <= high:
         shown = f"{value:g}" if isinstance(value, float) or abs(value) < 10**15 \
             else f"{float(value):g}" if abs(value) < 10**300 else "a number of over 300 digits"
         raise ValueError(f"{what} must be between {low:g} and {high:g} ({why}), got {shown}")

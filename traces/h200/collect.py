@@ -9,6 +9,9 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py capped OUTDIR        # capped runs, a process each
     python3 traces/h200/collect.py capped-missing OUTDIR  # those measurements.json lacks
     python3 traces/h200/collect.py save-on-cpu OUTDIR   # PyTorch's save_on_cpu, a process each
+    python3 traces/h200/collect.py heldout-profile OUTDIR  # traces/h200_heldout/*.yaml
+    python3 traces/h200/collect.py heldout-measure OUTDIR  # traces/h200_heldout/measurements.json
+    python3 traces/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -30,6 +33,19 @@ SETS = {  # model: batch sizes
 }
 # A process that profiled keeps the probe's tensors reachable for a while: measure in a
 # fresh process ('measure'), never after 'profile' in the same one.
+# Issue 11's held-out set: models and batch sizes nothing in the simulator was tuned on
+# (traces/h200_heldout/README.md).
+HELDOUT = {
+    "torchvision:efficientnet_b0": [32, 64, 128],
+    "torchvision:convnext_tiny": [32, 64, 128],
+    "torchvision:shufflenet_v2_x1_0": [64, 128, 256],
+    "torchvision:regnet_y_800mf": [32, 64, 128],
+    "torchvision:wide_resnet50_2": [32, 64, 128],
+}
+# The runtime's host costs are calibrated on these (traces/h200_calib/README.md), kept
+# apart from both the validation set and the held-out set.
+HOSTCAL = {"torchvision:resnet18": [16], "torchvision:resnet34": [16],
+           "torchvision:squeezenet1_0": [16], "torchvision:mnasnet1_0": [16]}
 POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
 CAPS_GIB = {12: -1, 8: 1}  # cap: which batch size of each model (index) runs capped
 
@@ -104,6 +120,74 @@ def do_measure_isolated(out: Path, cases: list) -> None:
             f"alloc={rec.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB")
 
 
+def do_hostcal(out: Path, sets: dict, steps: int = 7) -> None:
+    """The host's time to issue each pass of a step, eager and under the vDNN runtime, with
+    what the runtime did (layers, offloads, fetches, saved-tensor packs): the data the
+    runtime's host costs are fitted on (NOTE [host costs] in vdnnsim/hardware.py)."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from vdnnsim.gpu.models import build_model
+    from vdnnsim.gpu.runtime import VDNN
+    out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for spec, batches in sets.items():
+        for batch in batches:
+            for policy in POLICIES:
+                model, shape, _ = build_model(spec)
+                model = model.cuda().train()
+                vd = VDNN(model, shape, policy)
+                net = vd if policy != "baseline" else model
+                opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+                x = torch.randn(batch, *shape, device="cuda")
+                y = torch.randint(0, 1000, (batch,), device="cuda")
+                h: dict[str, list[float]] = {"fwd": [], "bwd": [], "step": [], "gpu": []}
+
+                def step(timed: bool) -> None:
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                        enable_timing=True)
+                    s.record()
+                    t0 = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(net(x), y)
+                    t1 = time.perf_counter()
+                    loss.backward()
+                    t2 = time.perf_counter()
+                    opt.step()
+                    if net is vd:
+                        vd.end_iteration()
+                    t3 = time.perf_counter()
+                    e.record()
+                    e.synchronize()
+                    if timed:
+                        h["fwd"].append((t1 - t0) * 1e3)
+                        h["bwd"].append((t2 - t1) * 1e3)
+                        h["step"].append((t3 - t2) * 1e3)
+                        h["gpu"].append(s.elapsed_time(e))
+
+                for _ in range(3):
+                    step(False)
+                before = dict(vd.stats)
+                for _ in range(steps):
+                    step(True)
+                per = {k: (vd.stats[k] - before[k]) // steps for k in vd.stats}
+                row = {"model": spec, "batch_size": batch, "policy": policy,
+                       "layers": len(vd.index), **{f"host_{k}_ms": statistics.median(v)
+                                                   for k, v in h.items() if k != "gpu"},
+                       "step_ms": statistics.median(h["gpu"]), "runtime": per,
+                       "host_ms_all": h}
+                rows.append(row)
+                log(f"hostcal {spec} b{batch} {policy}: host fwd {row['host_fwd_ms']:.2f} "
+                    f"bwd {row['host_bwd_ms']:.2f} step {row['host_step_ms']:.2f} ms, GPU "
+                    f"{row['step_ms']:.2f} ms, {per}")
+                (out / "hostcal.json").write_text(json.dumps(rows, indent=1))
+                del model, vd, net, opt, x, y
+                torch.cuda.empty_cache()
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "profile":
@@ -130,6 +214,22 @@ def main() -> int:
     elif what == "save-on-cpu":
         do_measure_isolated(out, [("torchvision:vgg16", b, "save_on_cpu", None)
                                   for b in (64, 128, 256)])
+    elif what == "heldout-profile":
+        do_profile(out, HELDOUT)
+    elif what == "heldout-measure":
+        do_measure(out, HELDOUT, {})  # uncapped, one process
+        seen = {(r["model"], r["batch_size"], r["policy"]): r
+                for r in json.loads((out / "measurements.json").read_text())}
+        cases = []
+        for m, bs in HELDOUT.items():
+            r = seen.get((m, bs[1], "vdnn_conv"))
+            if r and r.get("fits"):  # just below and just above the measured reserved peak
+                for f in (0.97, 1.03):
+                    cases.append((m, bs[1], "vdnn_conv", int(r["peak_reserved_bytes"] * f)))
+            cases += [(m, bs[-1], p, 12 * 2**30) for p in POLICIES]
+        do_measure_isolated(out, cases)
+    elif what == "hostcal":
+        do_hostcal(out, HOSTCAL)
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

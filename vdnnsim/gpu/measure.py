@@ -7,7 +7,10 @@ and the optimizer step, on a random batch that stays on the GPU. After warm-up s
 steps are timed with CUDA events; the median step time and the peak allocated and reserved
 bytes over the timed steps are reported. With a cap, the caching allocator's per-process
 memory fraction emulates a smaller card, and a run that raises OutOfMemoryError does not
-fit. ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
+fit. Beside the GPU's time, the host's time to issue a step (from its start until its
+Python code returns; nothing inside synchronises unless the allocator must) and the
+allocator's counts of device allocations, frees and retries over the timed steps are
+recorded. ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import time
 from typing import Any
 
 import torch
@@ -67,17 +71,27 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             step()
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
-        times = []
+        before = torch.cuda.memory_stats(dev)
+        times, host = [], []
         for _ in range(iters):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
             s.record()
             step()
             e.record()
+            host.append((time.perf_counter() - t0) * 1e3)
             e.synchronize()
             times.append(s.elapsed_time(e))
+        after = torch.cuda.memory_stats(dev)
+        # the allocator's own counts over the timed steps: how often it asked the driver for
+        # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
+        counts = {k: after.get(k, 0) - before.get(k, 0)
+                  for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
         record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
+                      host_issue_ms=statistics.median(host),
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
-                      peak_reserved_bytes=torch.cuda.max_memory_reserved(dev))
+                      peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+                      allocator=counts)
         # one more, untimed step, phase by phase: where the peak is
         phases = {}
         opt.zero_grad(set_to_none=True)

@@ -27,6 +27,16 @@ peak during a pass beyond what stays allocated after it, on a call after a warm-
 than the chosen algorithm's). On the meta device there is no time: the cost model times
 each layer for a GPU preset instead. On a CPU device (tests) the wall clock stands in for
 the events.
+NOTE [host timing]
+Beside each mark the host's clock (perf_counter_ns) is read: a layer's host time is the
+span from its mark to the next on the host, the Python, dispatch and kernel launches that
+issue it (in the backward pass, on autograd's thread, from node pre-hook to pre-hook). The
+host's cost of one mark is estimated per pass as for the GPU (instrumented minus plain
+host time of the pass, over the marks) and taken off. ``host_step_ns`` is the host's time
+for zero_grad and the optimizer step. Within a step nothing synchronises, so these are the
+host's own costs; where the GPU is far behind, a launch queue that fills up (about a
+thousand kernels) would make the host wait and its times too long, which costs nothing in
+a replay, where the GPU sets that pace anyway.
 """
 
 from __future__ import annotations
@@ -61,7 +71,8 @@ def _rename(model: nn.Module) -> dict[str, str]:
 def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None,
              algos: dict[str, list[dict[str, Any]]] | None = None, names: dict[str, str] | None
              = None, source: dict[str, Any] | None = None, step_ns: int = 0,
-             dtype: str = "fp32") -> dict[str, Any]:
+             dtype: str = "fp32", hosts: dict[str, tuple[int, int]] | None = None,
+             host_step_ns: int = 0) -> dict[str, Any]:
     """The trace file (as a dict) of a probe, with per-layer (fwd_ns, bwd_ns, fwd_ws, bwd_ws)
     or cost-model algorithm lists."""
     names = names or {}
@@ -102,13 +113,17 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
                                        fwd_workspace_bytes=fw, bwd_workspace_bytes=bw)]
             else:
                 layer.update(fwd_ns=f, bwd_ns=b)
+        hf, hb = (hosts or {}).get(n.name, (0, 0))
+        if hf or hb:  # NOTE [host timing]
+            layer.update(host_fwd_ns=hf, host_bwd_ns=hb)
         attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_") and v != {}}
         attrs["flops"] = n.flops
         layer["attrs"] = attrs
         layers.append(layer)
     return {"format": FORMAT, "version": VERSION, "name": p.name, "batch_size": p.batch_size,
             "dtype": dtype, "source": {"framework": "pytorch", **(source or {})},
-            "tensors": tensors, "layers": layers, **({"step_ns": step_ns} if step_ns else {})}
+            "tensors": tensors, "layers": layers, **({"step_ns": step_ns} if step_ns else {}),
+            **({"host_step_ns": host_step_ns} if host_step_ns else {})}
 
 
 # -- timing on CUDA -------------------------------------------------------------------------
@@ -144,17 +159,19 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
     bwd_marks: list[tuple[int, Any]] = []
     hooked: dict[int, Any] = {}  # id -> node; holding it keeps the ids unique
 
+    host = time.perf_counter_ns  # NOTE [host timing]: the host's clock beside each mark
+
     def start() -> None:
         if on[0]:
-            fwd_marks.append(clock.mark())
+            fwd_marks.append((clock.mark(), host()))
 
     def after(k: int, out: Any) -> Any:
         if on[0]:
-            fwd_marks.append(clock.mark())
+            fwd_marks.append((clock.mark(), host()))
             fn = getattr(out, "grad_fn", None)
             if fn is not None and id(fn) not in hooked:  # a no-op view shares its input's
                 hooked[id(fn)] = fn
-                fn.register_prehook(lambda g, k=k: bwd_marks.append((k, clock.mark())))
+                fn.register_prehook(lambda g, k=k: bwd_marks.append((k, clock.mark(), host())))
         return out
 
     graph = gm.graph
@@ -180,28 +197,35 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         fwd_marks.clear()
         bwd_marks.clear()
         hooked.clear()
+        h0 = host()
         opt.zero_grad(set_to_none=True)
         s = clock.mark()
+        hs = host()
         logits = gm(x)
         loss = F.cross_entropy(logits, target)
-        f_end = clock.mark()
+        f_end, hf = clock.mark(), host()
         if timed and loss.grad_fn is not None:
-            loss.grad_fn.register_prehook(lambda g: bwd_marks.append((loss_k, clock.mark())))
+            loss.grad_fn.register_prehook(
+                lambda g: bwd_marks.append((loss_k, clock.mark(), host())))
         loss.backward()
         del logits, loss
-        b_end = clock.mark()
+        b_end, hb = clock.mark(), host()
         opt.step()
-        e = clock.mark()
-        return {"start": s, "fwd": list(fwd_marks) + [f_end], "bwd": list(bwd_marks),
-                "f_end": f_end, "b_end": b_end, "end": e}
+        e, he = clock.mark(), host()
+        return {"start": s, "fwd": list(fwd_marks) + [(f_end, hf)], "bwd": list(bwd_marks),
+                "f_end": f_end, "b_end": b_end, "end": e, "hb": hb,
+                "host": {"zero": hs - h0, "f": hf - hs, "b": hb - hf, "step": he - hb}}
 
     for _ in range(warmup):
         step(True)
     samples_f: list[list[float]] = [[] for _ in range(n + 1)]
     samples_b: list[list[float]] = [[] for _ in range(n + 1)]
+    host_f: list[list[float]] = [[] for _ in range(n + 1)]  # ms, as the GPU's samples
+    host_b: list[list[float]] = [[] for _ in range(n + 1)]
     opt_ms: list[float] = []
-    phases: dict[str, list[float]] = {k: [] for k in ("inst_f", "inst_b", "plain_f", "plain_b",
-                                                       "inst", "plain")}
+    phases: dict[str, list[float]] = {k: [] for k in (
+        "inst_f", "inst_b", "plain_f", "plain_b", "inst", "plain", "h_inst_f", "h_inst_b",
+        "h_plain_f", "h_plain_b", "h_step", "h_zero")}
     n_bwd = []
     for _ in range(trials):  # instrumented and plain steps alternate: drift hits both
         r = step(True)
@@ -210,35 +234,53 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         marks = r["fwd"]  # start, after layer 0, ..., after layer n-1, after the loss
         if len(marks) == n + 2:
             for k in range(n + 1):
-                samples_f[k].append(clock.ms(marks[k], marks[k + 1]))
-        seq = r["bwd"] + [(None, r["b_end"])]
-        for (k, a), (_, b) in zip(seq, seq[1:]):
+                samples_f[k].append(clock.ms(marks[k][0], marks[k + 1][0]))
+                host_f[k].append((marks[k + 1][1] - marks[k][1]) / 1e6)
+        seq = r["bwd"] + [(None, r["b_end"], r["hb"])]
+        for (k, a, ha), (_, b, hb) in zip(seq, seq[1:]):
             samples_b[k].append(clock.ms(a, b))
+            host_b[k].append((hb - ha) / 1e6)
         n_bwd.append(len(r["bwd"]))
         opt_ms.append(clock.ms(r["b_end"], r["end"]))
         phases["inst_f"].append(clock.ms(r["start"], r["f_end"]))
         phases["inst_b"].append(clock.ms(r["f_end"], r["b_end"]))
         phases["inst"].append(clock.ms(r["start"], r["end"]))
+        phases["h_inst_f"].append(r["host"]["f"] / 1e6)
+        phases["h_inst_b"].append(r["host"]["b"] / 1e6)
         r = step(False)
         if cuda:
             r["end"].synchronize()
         phases["plain_f"].append(clock.ms(r["start"], r["f_end"]))
         phases["plain_b"].append(clock.ms(r["f_end"], r["b_end"]))
         phases["plain"].append(clock.ms(r["start"], r["end"]))
+        phases["h_plain_f"].append(r["host"]["f"] / 1e6)
+        phases["h_plain_b"].append(r["host"]["b"] / 1e6)
+        phases["h_step"].append(r["host"]["step"] / 1e6)
+        phases["h_zero"].append(r["host"]["zero"] / 1e6)
     hooked.clear()
     m = {k: statistics.median(v) for k, v in phases.items()}
     # NOTE [layer timing]: what the marks themselves cost, per mark, on the GPU's timeline
     over_f = max(0.0, m["inst_f"] - m["plain_f"]) / (n + 1)
     over_b = max(0.0, m["inst_b"] - m["plain_b"]) / max(1, statistics.median(n_bwd))
+    # NOTE [host timing]: and on the host's clock
+    h_over_f = max(0.0, m["h_inst_f"] - m["h_plain_f"]) / (n + 1)
+    h_over_b = max(0.0, m["h_inst_b"] - m["h_plain_b"]) / max(1, statistics.median(n_bwd))
 
     def med(v: list[float], over: float = 0.0) -> int:
         return int(max(0.0, statistics.median(v) - over) * 1e6) if v else 0
     times = {name: (med(samples_f[k], over_f), med(samples_b[k], over_b))
              for k, name in enumerate(names)}
     times["loss"] = (med(samples_f[n], over_f), med(samples_b[n], over_b))
+    hosts = {name: (med(host_f[k], h_over_f), med(host_b[k], h_over_b))
+             for k, name in enumerate(names)}
+    hosts["loss"] = (med(host_f[n], h_over_f), med(host_b[n], h_over_b))
     meta = {"step_ns": med(opt_ms), "instrumented_ns": int(m["inst"] * 1e6),
             "plain_ns": int(m["plain"] * 1e6), "mark_fwd_ns": int(over_f * 1e6),
-            "mark_bwd_ns": int(over_b * 1e6)}
+            "mark_bwd_ns": int(over_b * 1e6), "hosts": hosts,
+            "host_step_ns": int((m["h_step"] + m["h_zero"]) * 1e6),
+            "host_fwd_pass_ns": int(m["h_plain_f"] * 1e6),
+            "host_bwd_pass_ns": int(m["h_plain_b"] * 1e6),
+            "host_mark_ns": int(h_over_f * 1e6)}
     return times, meta
 
 
@@ -340,9 +382,13 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
                    f"{meta['plain_ns'] / 1e6:.2f} ms without; per layer, "
                    f"{meta['mark_fwd_ns'] / 1e3:.1f} us (forward) and "
                    f"{meta['mark_bwd_ns'] / 1e3:.1f} us (backward) of timestamp cost "
-                   f"taken off"}
+                   f"taken off; the host issued the forward pass in "
+                   f"{meta['host_fwd_pass_ns'] / 1e6:.2f} ms and the backward in "
+                   f"{meta['host_bwd_pass_ns'] / 1e6:.2f} ms, "
+                   f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off (NOTE [host timing])"}
     step = meta["step_ns"]
-    data = assemble(p, times=times, names=names, source=src, step_ns=step, dtype=dtype)
+    data = assemble(p, times=times, names=names, source=src, step_ns=step, dtype=dtype,
+                    hosts=meta["hosts"], host_step_ns=meta["host_step_ns"])
     if resident:
         data["resident_bytes"] = resident
     return data

@@ -85,7 +85,8 @@ class VDNN(nn.Module):
         self.candidates = {b for o in self.offload for b in o}
         # NOTE [vdnn runtime]: the caller holds the input batch, so moving it frees nothing
         self.candidates.discard("data")
-        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "on_demand_bytes": 0}
+        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "on_demand_bytes": 0,
+                      "offloads": 0, "fetches": 0, "packs": 0}
         self._reset()
 
     # -- per iteration state -----------------------------------------------------------------
@@ -121,6 +122,7 @@ class VDNN(nn.Module):
         else:
             return t
         h.packs += 1
+        self.stats["packs"] += 1
         return _Packed(h, t)
 
     def _unpack(self, p: Any) -> torch.Tensor:
@@ -142,6 +144,7 @@ class VDNN(nn.Module):
         src = h.gpu
         nbytes = src.numel()
         self.stats["offloaded_bytes"] += nbytes
+        self.stats["offloads"] += 1
         if self._side is None:
             h.host = src.clone()
             h.gpu, h.offloaded = None, True
@@ -158,6 +161,7 @@ class VDNN(nn.Module):
     def _fetch(self, h: _Handle, on_demand: bool = False) -> None:
         nbytes = h.host.numel()
         self.stats["on_demand_bytes" if on_demand else "prefetched_bytes"] += nbytes
+        self.stats["fetches"] += 1
         if self._side is None:
             h.gpu = h.host.clone()
             return

@@ -56,6 +56,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             d["algos"] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
                                fwd_workspace_bytes=a.fwd_workspace_bytes,
                                bwd_workspace_bytes=a.bwd_workspace_bytes) for a in layer.algos]
+        if layer.host_fwd_ns or layer.host_bwd_ns:
+            d.update(host_fwd_ns=layer.host_fwd_ns, host_bwd_ns=layer.host_bwd_ns)
         if layer.attrs:
             d["attrs"] = dict(layer.attrs)
         layers.append(d)
@@ -63,7 +65,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             "batch_size": trace.batch_size, "dtype": trace.dtype, "source": src,
             "tensors": tensors, "layers": layers,
             **({"step_ns": trace.step_ns} if trace.step_ns else {}),
-            **({"resident_bytes": trace.resident_bytes} if trace.resident_bytes else {})}
+            **({"resident_bytes": trace.resident_bytes} if trace.resident_bytes else {}),
+            **({"host_step_ns": trace.host_step_ns} if trace.host_step_ns else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -134,11 +137,12 @@ def _build(spec: TraceSpec, source: str) -> Trace:
             algos = (Algo("default", ls.fwd_ns or 0, ls.bwd_ns or 0,
                           ls.workspace_bytes, ls.workspace_bytes),)
         layers.append(Layer(ls.id, ls.kind, tuple(ls.inputs), tuple(ls.outputs),
-                            tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs)))
+                            tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs),
+                            ls.host_fwd_ns, ls.host_bwd_ns))
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
-                 spec.step_ns, spec.resident_bytes)
+                 spec.step_ns, spec.resident_bytes, spec.host_step_ns)
 
 
 def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:

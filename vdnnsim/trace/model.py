@@ -65,6 +65,8 @@ class Layer:
     algos: tuple[Algo, ...]
     weight_bytes: int = 0
     attrs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    host_fwd_ns: int = 0  # the host's time to issue the forward pass (NOTE [host timing])
+    host_bwd_ns: int = 0  # and the backward pass
 
     @property
     def is_conv(self) -> bool:
@@ -113,6 +115,7 @@ class Trace:
     source: Source = Source()
     step_ns: int = 0  # after the backward pass: the optimizer step
     resident_bytes: int = 0  # held by the framework all run long (BLAS workspaces, buffers)
+    host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
 
     @property
     def pytorch(self) -> bool:

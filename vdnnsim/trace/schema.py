@@ -89,6 +89,9 @@ class LayerSpec(_Strict):
     fwd_ns: Nanos | None = Field(None, description="Forward time (layers without algos).")
     bwd_ns: Nanos | None = Field(None, description="Backward time (layers without algos).")
     workspace_bytes: Bytes = Field(0, description="Temporary bytes (layers without algos).")
+    host_fwd_ns: Nanos = Field(0, description="The host's time to issue the forward pass "
+                               "(Python, dispatch, kernel launches); 0: not known.")
+    host_bwd_ns: Nanos = Field(0, description="The host's time to issue the backward pass.")
     algos: list[AlgoSpec] | None = Field(None, description="Algorithm options (conv).")
     attrs: Annotated[dict[str, Any], BeforeValidator(_small_attrs)] = Field(
         default_factory=dict, description="Free-form facts for people (shapes, flops), at "
@@ -130,6 +133,8 @@ class TraceSpec(_Strict):
     tensors: list[TensorSpec] = Field(description="Every tensor, network inputs first.")
     layers: list[LayerSpec] = Field(min_length=1, description="Layers in execution order.")
     step_ns: Nanos = Field(0, description="Time after the backward pass (the optimizer step).")
+    host_step_ns: Nanos = Field(0, description="The host's time for zero_grad and the "
+                                "optimizer step.")
     resident_bytes: Bytes = Field(0, description=(
         "Device memory the framework holds from before the first layer to the end, beyond "
         "the weights and the input: BLAS workspaces, batch-norm running statistics."))

@@ -20,9 +20,10 @@ def hand_gpu(memory_bytes: int = 10**12, bw: float = 1e9, latency_ns: int = 0,
 
 
 def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
-                name: str = "hand") -> Trace:
+                name: str = "hand", framework: str = "torch7") -> Trace:
     """A chain: each layer reads the previous output. A layer dict gives id, kind, size
-    (output bytes), fwd/bwd (ns) or algos, optional saves ('x', 'y', 'xy', '') and inplace."""
+    (output bytes), fwd/bwd (ns) or algos, optional saves ('x', 'y', 'xy', ''), inplace,
+    and host_fwd/host_bwd (ns)."""
     tensors = [{"id": "data", "size_bytes": input_bytes, "kind": "input"}]
     size = {"data": input_bytes}
     out_layers = []
@@ -46,10 +47,13 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
             layer["bwd_ns"] = d.get("bwd", 0)
             if d.get("ws"):
                 layer["workspace_bytes"] = d["ws"]
+        if d.get("host_fwd") or d.get("host_bwd"):
+            layer.update(host_fwd_ns=d.get("host_fwd", 0), host_bwd_ns=d.get("host_bwd", 0))
         out_layers.append(layer)
         prev = lid
     return trace_from_dict({"format": "vdnnsim-trace", "version": 1, "name": name,
-                            "batch_size": 1, "tensors": tensors, "layers": out_layers})
+                            "batch_size": 1, "source": {"framework": framework},
+                            "tensors": tensors, "layers": out_layers})
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ def test_simulate_returns_summary_and_dataframes():
         ("alexnet", 32, "titanx_maxwell", "vdnn_all_p")
     tl, mem = r.timeline, r.memory
     assert isinstance(tl, pd.DataFrame) and isinstance(mem, pd.DataFrame)
-    assert set(tl.stream) == {"compute", "d2h", "h2d"}
+    # NOTE [host]: the host's track shows where it waited for the paper's synchronisation
+    assert set(tl.stream) == {"compute", "d2h", "h2d", "host"}
+    assert set(tl[tl.stream == "host"].kind) == {"wait"}
     assert (tl.dur_ns >= 0).all()
     # ops on one stream never overlap
     for _, g in tl.groupby("stream"):

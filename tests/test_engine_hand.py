@@ -296,3 +296,46 @@ def test_pytorch_traces_keep_the_marks_of_the_runtime_that_was_measured():
     # a Torch7 trace under 'measured' stops at r1 and fetches c1's input at r1's backward
     # (and c0, which copies the network input there, is prefetched at c1's)
     assert fn(t, GPU, None, dict(fixed)).prefetch == (-1, 0, 1, -1, 3)
+
+
+# -- the host in the loop (NOTE [host], NOTE [deferred free]) -----------------------------------
+def test_a_slow_host_sets_the_pace():
+    """PyTorch semantics, eager. The host takes 3 ms to issue each forward pass, nothing for
+    the backward. c1 runs 3-4 ms; c2 is issued at 6 and runs 6-7; both backward passes are
+    issued at 6 and run 7-8 and 8-9. The compute stream waits 3 + 2 ms for the host."""
+    t = chain_trace([{"id": "c1", "fwd": MS, "bwd": MS, "host_fwd": 3 * MS},
+                     {"id": "c2", "fwd": MS, "bwd": MS, "host_fwd": 3 * MS}],
+                    framework="pytorch")
+    r = run_trace(t, GPU, "eager")
+    assert r.iteration_time_ns == 9 * MS
+    assert r.host_bound_time_ns == 5 * MS and r.stall_time_ns == 0
+    host = r.timeline[r.timeline.stream == "host"]
+    assert list(zip(host.name, host.start_ns, host.end_ns)) == [("c1:fwd", 0, 3 * MS),
+                                                                ("c2:fwd", 3 * MS, 6 * MS)]
+
+
+def _deferred(host_fwd: int):
+    big = 16 << 20  # large-pool blocks whose segments are exactly their size
+    return chain_trace([{"id": f"c{i}", "size": big, "fwd": MS, "bwd": MS,
+                         "host_fwd": host_fwd} for i in range(1, 5)],
+                       input_bytes=big, framework="pytorch")
+
+
+def test_a_block_a_copy_used_is_reused_only_once_the_host_sees_the_copy_done():
+    """vdnn_all: each layer offloads its input, which is then freed with record_stream.
+    A host far ahead of the copies (no host cost) cannot reuse those blocks and grows new
+    segments; a host slower than the copies (100 ms per layer) finds them done and reuses
+    them. Allocated memory is the same; reserved is not."""
+    gpu = hand_gpu()
+    fast = run_trace(_deferred(0), gpu, "vdnn_all_p")
+    slow = run_trace(_deferred(100 * MS), gpu, "vdnn_all_p")
+    assert fast.peak_memory_bytes == slow.peak_memory_bytes
+    assert fast.peak_footprint_bytes > slow.peak_footprint_bytes
+    # under a cap at the slow host's reserved peak the fast host still fits: the allocator
+    # synchronises on the copies' events, frees the blocks and retries (the GPU then waits)
+    capped = run_trace(_deferred(0), gpu, "vdnn_all_p", memory_bytes=slow.peak_footprint_bytes)
+    assert capped.fits and capped.peak_footprint_bytes <= slow.peak_footprint_bytes
+    waits = capped.timeline[(capped.timeline.stream == "host")
+                            & (capped.timeline.kind == "wait")]
+    assert "allocator: synchronize_and_free_events" in set(waits.name)
+    assert capped.iteration_time_ns >= fast.iteration_time_ns

@@ -1,5 +1,5 @@
-"""The H200 validation table, recomputed from the committed traces and measurements
-(traces/h200/). Targets the model meets must stay met; the misses are pinned to their
+"""The H200 validation tables, recomputed from the committed traces and measurements
+(traces/h200/, and the held-out set of issue 11 in traces/h200_heldout/). Targets the model meets must stay met; the misses are pinned to their
 recorded values (tests/golden/validation.json) so that a change that moves them is seen.
 Regenerate after an intended change: python -m tests.golden.regen validation
 """
@@ -61,3 +61,36 @@ def test_numbers_stay_as_recorded(summary):
             assert summary[metric][k] == pytest.approx(golden[metric][k], rel=1e-6), (metric, k)
         if golden[metric].get("target_met"):
             assert summary[metric]["target_met"], metric
+
+
+HELD = ROOT.parent / "h200_heldout"
+
+
+@pytest.fixture(scope="module")
+def held_summary():
+    return summarize(validate(HELD, HELD / "measurements.json"))
+
+
+def test_the_heldout_set_has_its_models_and_caps():
+    t = validate(HELD, HELD / "measurements.json")
+    assert set(t.model) == {"efficientnet_b0", "convnext_tiny", "shufflenet_v2_x1_0",
+                            "regnet_y_800mf", "wide_resnet50_2"}
+    capped = t[t.cap_gb.notna()]
+    assert len(capped) == 25 and not capped.measured_fits.all()
+
+
+@pytest.mark.parametrize("which", ["h200", "heldout"])
+def test_fits_and_reserved_memory_with_the_host_in_the_loop(which, summary, held_summary):
+    """Issue 11: every capped run's fit right (the held-out set has vdnn_conv capped just
+    above and just below its measured reserved peak), and peak reserved memory within 5% at
+    the median (NOTE [deferred free]). The maximum (target 20%) is missed: see
+    docs/validation.md."""
+    s = summary if which == "h200" else held_summary
+    assert s["fit"]["right"] == s["fit"]["n"]
+    assert s["fit"]["capped_right"] == s["fit"]["capped_n"]
+    assert s["peak_reserved"]["median_abs"] <= 0.05
+    golden = json.loads(GOLDEN.read_text())
+    g = golden if which == "h200" else golden["heldout"]
+    for metric in ("peak_allocated", "peak_reserved", "iteration_time"):
+        for k in ("median_abs", "max_abs"):
+            assert s[metric][k] == pytest.approx(g[metric][k], rel=1e-6), (metric, k)

@@ -190,6 +190,7 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         forward_time_ns=sim.fwd_end_ns, oracle_time_ns=oracle_ns,
         offloaded_bytes=sim.offloaded_bytes, prefetched_bytes=sim.prefetched_bytes,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
+        host_bound_time_ns=sim.host_bound_ns,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
         _ops=tuple(sim.ops), _mem=(tuple(pool.times), tuple(pool.levels)),

@@ -33,6 +33,27 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Host:
+    """NOTE [host costs]
+    What the host (the CPU that runs the framework) spends, where a trace does not say.
+    ``layer_fwd_ns``/``layer_bwd_ns``: issuing one layer's forward/backward in eager PyTorch
+    (Python, dispatch, launches), for traces synthesized on the meta device; a profiled
+    trace carries its own (NOTE [host timing]). ``runtime_*``: what vdnnsim's vDNN runtime
+    (vdnnsim/gpu/runtime.py) adds: per layer in each pass (the node-by-node interpreter,
+    saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
+    events, the copy's launch, record_stream) and per fetched buffer. Presets without a
+    calibration have zeros: the host then never sets the pace. The h200 preset's numbers
+    are fitted on models kept apart from every validation set (traces/h200_calib/)."""
+
+    layer_fwd_ns: int = 0
+    layer_bwd_ns: int = 0
+    runtime_layer_fwd_ns: int = 0
+    runtime_layer_bwd_ns: int = 0
+    runtime_offload_ns: int = 0
+    runtime_fetch_ns: int = 0
+
+
+@dataclass(frozen=True)
 class GPU:
     name: str
     display_name: str
@@ -43,6 +64,7 @@ class GPU:
     winograd: bool
     link: Link
     source: str = ""
+    host: Host = Host()
 
     def flops(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -58,6 +80,21 @@ class _LinkSpec(BaseModel):
         None, gt=0, description="Cap on the sum of both directions when both run.")
 
 
+class _HostSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    layer_fwd_ns: int = Field(0, ge=0, le=10**12, description="Eager PyTorch: the host's "
+                              "time to issue one layer's forward pass (synthesized traces).")
+    layer_bwd_ns: int = Field(0, ge=0, le=10**12, description="And its backward pass.")
+    runtime_layer_fwd_ns: int = Field(0, ge=0, le=10**12, description="What the vDNN "
+                                      "runtime adds per layer in the forward pass.")
+    runtime_layer_bwd_ns: int = Field(0, ge=0, le=10**12, description="And per layer in "
+                                      "the backward pass.")
+    runtime_offload_ns: int = Field(0, ge=0, le=10**12, description="What the vDNN runtime "
+                                    "spends per offloaded buffer.")
+    runtime_fetch_ns: int = Field(0, ge=0, le=10**12, description="And per fetched buffer.")
+    source: str = Field("", description="Where the numbers come from.")
+
+
 class _GPUSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     display_name: str = Field(description="Marketing name.")
@@ -67,6 +104,8 @@ class _GPUSpec(BaseModel):
     launch_overhead_ns: int = Field(ge=0, description="Fixed cost per layer call.")
     winograd: bool = Field(description="cuDNN of the era offers Winograd.")
     link: _LinkSpec = Field(description="Host link.")
+    host: _HostSpec = Field(default_factory=_HostSpec, description="Host costs (NOTE "
+                            "[host costs]); zeros where not calibrated.")
     source: str = Field(description="Where the numbers come from.")
 
 
@@ -111,7 +150,8 @@ def _presets() -> dict[str, GPU]:
             raise RuntimeError(validation_message(f"gpus.yaml: {name}", exc)) from None
         out[name] = GPU(name, s.display_name, s.memory_bytes, dict(s.peak_flops),
                         s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
-                        Link(**s.link.model_dump()), s.source)
+                        Link(**s.link.model_dump()), s.source,
+                        Host(**s.host.model_dump(exclude={"source"})))
     return out
 
 

@@ -6,7 +6,7 @@ DataFrames built on first access. Nothing here writes a file unless asked.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -34,6 +34,7 @@ class RunResult:
     prefetched_bytes: int
     peak_host_bytes: int
     stall_time_ns: int
+    host_bound_time_ns: int  # the compute stream idle, waiting for the host (NOTE [host])
     peak_breakdown: dict[str, int]
     oom: OutOfMemory | None
     notes: tuple[str, ...]
@@ -42,6 +43,21 @@ class RunResult:
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The timeline as records, in the order they ended (``timeline`` is the table)."""
+        return self._ops
+
+    @property
+    def memory_steps(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(times ns, allocated bytes) of the memory curve (``memory`` is the table)."""
+        return self._mem
+
+    @property
+    def lifetimes(self) -> tuple[tuple[str, str, int, int, int], ...]:
+        """(key, category, bytes, alloc ns, free ns) per allocation (``tensors``: table)."""
+        return self._spans
 
     @property
     def tensors(self) -> pd.DataFrame:
@@ -96,6 +112,7 @@ class RunResult:
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
             "stall_time_s": ns_to_s(self.stall_time_ns),
+            "host_bound_time_s": ns_to_s(self.host_bound_time_ns),
             "oom_layer": (oom.layer or None) if oom else None,
             "oom_tensor": oom.tensor if oom else None,
             "oom_time_s": ns_to_s(oom.time_ns) if oom else None,
@@ -106,11 +123,11 @@ class RunResult:
     @property
     def timeline(self) -> pd.DataFrame:
         """One row per op: stream, kind, layer, name, start/end/duration (ns), bytes."""
-        df = pd.DataFrame([asdict(o) for o in self._ops],
+        df = pd.DataFrame([o._asdict() for o in self._ops],
                           columns=["stream", "kind", "layer", "name", "start_ns", "end_ns",
                                    "size_bytes"])
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
-        return df
+        return df.sort_values("start_ns", kind="stable", ignore_index=True)
 
     @property
     def memory(self) -> pd.DataFrame:

@@ -37,7 +37,9 @@ def validation_summary() -> dict:
     from vdnnsim.validate import summarize, validate
 
     h200 = ROOT / "traces" / "h200"
-    return summarize(validate(h200, h200 / "measurements.json"))
+    held = ROOT / "traces" / "h200_heldout"
+    return {**summarize(validate(h200, h200 / "measurements.json")),
+            "heldout": summarize(validate(held, held / "measurements.json"))}
 
 
 def read(name: str) -> dict:

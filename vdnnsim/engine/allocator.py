@@ -133,13 +133,20 @@ class Pool(Accounting):
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
+    def retire(self, key: Key, now: int) -> None:
+        """NOTE [deferred free]: CNMeM has no stream semantics; the block stays allocated
+        until :meth:`release` (its copy has landed)."""
+
+    def release(self, key: Key, now: int) -> None:
+        self.free(key, now)
+
     def alloc(self, key: Key, size_bytes: int, category: str, now: int,
-              layer: str = "", phase: str = "") -> None:
+              layer: str = "", phase: str = "", can_sync: bool = False) -> bool:
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
         size = aligned(size_bytes)
         if size == 0:
-            return
+            return True
         found = self._best_fit(size, self.capacity)
         if found is None:
             if self.oom is None:
@@ -163,6 +170,7 @@ class Pool(Accounting):
         self._blocks[key] = (start, size, category)
         self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
         self._taken(key, size, category, now)
+        return True
 
     def free(self, key: Key, now: int) -> None:
         block = self._blocks.pop(key, None)

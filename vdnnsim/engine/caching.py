@@ -11,8 +11,19 @@ The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed:
   stays inside the allocated block and counts as allocated;
 - a freed block merges with free neighbours of its segment; segments stay reserved (cached);
 - a new segment must fit under the cap (the device, or the per-process memory fraction);
-  if it does not, every fully free segment is released and the request retried once; then
-  it is out of memory.
+  if it does not, every fully free segment is released and the request retried; if that
+  fails and blocks wait on events (below), the host synchronises on those events, they
+  are freed, the cache is released again and the request retried once more
+  (release_cached_blocks: synchronize_and_free_events, then empty the cache); then it is
+  out of memory.
+
+NOTE [deferred free]
+A block that another stream used (``record_stream``: the vDNN runtime's copies) is, when
+freed, no longer allocated (torch.cuda.memory_allocated drops at once) but not reusable:
+the allocator records an event on that stream and returns the block to its pool only when
+a later allocation on the host (process_events, at every malloc) finds the event
+complete. The engine keeps those events (NOTE [host]); ``retire`` takes such a block out
+of the allocated set and ``release`` gives it back to the free lists.
 An out-of-memory records the segment the allocator asked the device for (requested) and
 the room left under the cap for one (largest free), so a 1 MiB tensor that needs a new
 2 MiB segment under a 1 MiB cap is reported as the 2 MiB it could not get.
@@ -66,6 +77,7 @@ class CachingPool(Accounting):
         self._ends: dict[int, dict[int, int]] = {}  # segment -> {end: offset} of free blocks
         self._index: dict[str, list[tuple[int, int, int]]] = {"small": [], "large": []}
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
+        self._retired: dict[Key, tuple[int, int, int, str]] = {}  # NOTE [deferred free]
         self._next_seg = 0
         self.reserved_bytes = 0
 
@@ -100,11 +112,14 @@ class CachingPool(Accounting):
             del self._free[seg], self._ends[seg]
 
     def alloc(self, key: Key, size_bytes: int, category: str, now: int,
-              layer: str = "", phase: str = "") -> None:
+              layer: str = "", phase: str = "", can_sync: bool = False) -> bool:
+        """Place the block; ``False`` (and nothing changed but the released cache) when it
+        needs a segment past the capacity and ``can_sync``: the caller synchronises on
+        the deferred frees and asks again (NOTE [caching allocator])."""
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
         if size_bytes <= 0:
-            return
+            return True
         size = round_size(size_bytes)
         pool = "small" if size <= SMALL_SIZE else "large"
         found = self._best(pool, size)
@@ -112,6 +127,8 @@ class CachingPool(Accounting):
             seg_size = segment_size(size)
             if self.reserved_bytes + seg_size > self.capacity:
                 self._release_cached()
+                if self.reserved_bytes + seg_size > self.capacity and can_sync:
+                    return False
                 if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
                     free = self.capacity - self.live_bytes
                     self.oom = oom_record(key, layer, phase, now, seg_size, free,
@@ -137,12 +154,30 @@ class CachingPool(Accounting):
             taken = bsize
         self._blocks[key] = (seg, off, taken, category)
         self._taken(key, taken, category, now)
+        return True
+
+    def retire(self, key: Key, now: int) -> None:
+        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        block = self._blocks.pop(key, None)
+        if block is None:
+            return
+        self._retired[key] = block
+        self._given_back(key, block[2], block[3], now)
+
+    def release(self, key: Key, now: int) -> None:
+        block = self._retired.pop(key, None)
+        if block is not None:
+            self._merge_free(block)
 
     def free(self, key: Key, now: int) -> None:
         block = self._blocks.pop(key, None)
         if block is None:
             return
-        seg, off, size, category = block
+        self._merge_free(block)
+        self._given_back(key, block[2], block[3], now)
+
+    def _merge_free(self, block: tuple[int, int, int, str]) -> None:
+        seg, off, size, _ = block
         left = self._ends[seg].get(off)  # merge with free neighbours
         if left is not None:
             size += self._take_free(seg, left)
@@ -150,4 +185,3 @@ class CachingPool(Accounting):
         if off + size in self._free[seg]:
             size += self._take_free(seg, off + size)
         self._add_free(seg, off, size)
-        self._given_back(key, block[2], category, now)

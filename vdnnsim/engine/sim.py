@@ -1,35 +1,60 @@
 """The discrete-event model of one training iteration (simpy).
 
+NOTE [host]
+One process is the host: it walks the iteration in program order (each layer's forward,
+then each layer's backward, then the optimizer step), pays each op's host cost (the
+trace's per-layer host times, NOTE [host timing]; the vDNN runtime's own, NOTE [host
+costs]), makes every memory decision (allocate, free, ``record_stream``) at its own time,
+and puts each GPU op on its stream. The host's clock runs ahead of simpy's: it advances
+simpy's clock only when it must see the GPU (a synchronisation, or an allocation that
+asks whether a deferred free's event has completed, NOTE [deferred free]), so a host that
+never waits costs no events. Under a memory cap the caching allocator synchronises the
+host on its pending events before giving up (NOTE [caching allocator]); the GPU then
+idles while the host catches up, as it does on the real machine.
+
 NOTE [streams]
-One process is the compute stream: it runs each layer's forward, then each layer's
-backward, in order, and does the host-side work between kernels (pool allocations, issuing
-copies), as vDNN's runtime does. Copies run on copy engines: a D2H and an H2D engine when
-the link is duplex, one shared engine otherwise; each engine is FIFO with one copy at a
-time (`_Engine`: what a simpy Resource of capacity one does, without its bookkeeping). A
-copy's completion is a simpy event; the compute stream waiting for it is
-cudaStreamSynchronize / cudaStreamWaitEvent, and the time it waits is a stall.
+Each stream is a process that runs the ops it is given in order: an op starts once it is
+issued, its predecessor on the stream has ended, and every op it waits for
+(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy beyond the first
+two is a stall. An op whose start is known when it is issued (its stream's last op and
+everything it waits for have known ends, and its length does not depend on what else is
+running) is scheduled then, so the stream only plays it: one simpy event per op. Copies
+run on copy engines: a D2H and an H2D engine when the link is duplex, one shared engine
+otherwise; under PyTorch semantics every copy runs on the runtime's one side stream.
+``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
+'host' (what the host spent issuing each layer, and where it waited).
+
+NOTE [memory time]
+The allocator sees the host's order, and its peaks are the ones PyTorch reports. The
+memory curve, the tensor lifetimes and an out-of-memory's time are shown on the GPU's
+clock: each change is stamped with the GPU op it belongs to (an allocation with the start
+of the op that first uses the block, a free with the end of the op that last used it, a
+deferred free with the end of the copy it waited for), and the stamps become times when
+the run has ended.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import NamedTuple
 
 import simpy
 
 from ..hardware import GPU
-from ..policies.plan import Liveness, Plan, liveness
 from ..trace.model import Trace
 from ..units import transfer_ns
-from .allocator import Pool, key_name
+from .allocator import key_name
 from .invariants import InvariantViolation, StreamClock
-from .caching import CachingPool
+from .plan import Liveness, Plan, liveness
+from .semantics import semantics_for
 
 
-@dataclass(frozen=True)
-class Op:
-    stream: str  # compute | d2h | h2d
-    kind: str  # fwd | bwd | offload | prefetch | stall
+class Op(NamedTuple):
+    """One slice of the timeline (a tuple: a run records thousands)."""
+
+    stream: str  # compute | d2h | h2d | copy | host
+    kind: str  # fwd | bwd | step | offload | prefetch | fetch | stall | issue | wait
     layer: str
     name: str
     start_ns: int
@@ -37,19 +62,66 @@ class Op:
     size_bytes: int = 0
 
 
-# NOTE [pytorch semantics]
-# A trace whose source framework is 'pytorch' (profiled from, or built like, a PyTorch
-# model) replays PyTorch's memory behaviour instead of Torch7's:
-# - the pool is the caching allocator (NOTE [caching allocator]): allocated vs reserved;
-# - each layer's parameters are their own allocations, and their gradients are allocated
-#   by the layer's first backward pass (zero_grad(set_to_none=True) freed them before the
-#   iteration) and kept to its end;
-# - an in-place op's backward writes a new gradient tensor (autograd's ReluBackward is not
-#   in place), so gradients are per tensor; only a view (flatten, reshape) shares its
-#   base's gradient;
-# - the optimizer step (``trace.step_ns``) ends the iteration.
-# Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
-# workspaces) is allocated first, as category 'resident', and never freed.
+class _Op:
+    """A GPU op in flight. ``end`` is None until its start is known."""
+
+    __slots__ = ("stream", "kind", "layer", "name", "dur", "size", "issue", "waits", "start",
+                 "end", "stall", "idle", "done", "copy", "stall_why")
+
+    def __init__(self, stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0,
+                 size: int = 0, waits: tuple["_Op", ...] = (), copy: str = ""):
+        self.stream, self.kind, self.layer, self.name = stream, kind, layer, name
+        self.dur, self.size, self.waits, self.copy = dur, size, waits, copy
+        self.issue = 0
+        self.start: int | None = None
+        self.end: int | None = None
+        self.stall = 0
+        self.idle = 0  # its stream sat idle for the host to issue it
+        self.stall_why = "wait for a copy"
+        self.done: simpy.Event | None = None
+
+
+class _At:
+    """A stamp's anchor at a known time (NOTE [memory time])."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, t: int):
+        self.start = self.end = t
+
+
+_Zero = _At(0)  # the anchor of what exists before the first op
+
+
+class _Later:
+    """A stamp's anchor at the later end of two ops (a buffer released when its copy has
+    landed and the layer reading it is done)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: "_Op", b: "_Op"):
+        self.a, self.b = a, b
+
+    @property
+    def end(self) -> int:
+        return max(self.a.end, self.b.end)  # type: ignore[type-var]
+
+    start = end
+
+
+class _Stream:
+    __slots__ = ("name", "q", "wake", "last", "tail", "clock", "cur", "shares_bw", "prev_end")
+
+    def __init__(self, name: str, shares_bw: bool = False):
+        self.name = name
+        self.q: deque[_Op] = deque()
+        self.wake: simpy.Event | None = None
+        self.last: _Op | None = None  # the op issued last
+        self.tail: int | None = 0  # when everything issued so far ends, if known
+        self.clock = StreamClock(name)
+        self.cur: _Op | None = None
+        self.prev_end = 0  # when the op it ran last ended
+        self.shares_bw = shares_bw  # a copy's bandwidth depends on the other engine
 
 
 class Simulation:
@@ -63,19 +135,19 @@ class Simulation:
         self.trace, self.gpu, self.plan = trace, gpu, plan
         self.checks = checks
         self.lv = lv or liveness(trace)
+        self.sem = sem = semantics_for(trace)
         self.env = simpy.Environment()
-        self.pool = CachingPool(capacity_bytes) if trace.pytorch else Pool(capacity_bytes)
-        self._gkey, self._gsize, self._gneeds = self._grad_keys()
+        self.pool = sem.pool(capacity_bytes)
+        self._gkey, self._gsize, self._gneeds = sem.grad_keys(trace, self.lv)
         link = gpu.link
-        if link.duplex:
-            self._engines = {"d2h": _Engine(self.env), "h2d": _Engine(self.env)}
-            self._clocks = {"compute": StreamClock("compute"), "d2h": StreamClock("d2h"),
-                            "h2d": StreamClock("h2d")}
+        self.compute = _Stream("compute")
+        if sem.one_side_stream or not link.duplex:
+            side = _Stream("copy")
+            self._copy = {"d2h": side, "h2d": side}
         else:
-            shared = _Engine(self.env)
-            self._engines = {"d2h": shared, "h2d": shared}
-            copy = StreamClock("copy")
-            self._clocks = {"compute": StreamClock("compute"), "d2h": copy, "h2d": copy}
+            shares = bool(link.duplex_total_bw_bytes_per_s)
+            self._copy = {"d2h": _Stream("d2h", shares), "h2d": _Stream("h2d", shares)}
+        self._streams = [self.compute] + list(dict.fromkeys(self._copy.values()))
         self.record_ops = record_ops
         if record_ops:
             self.pool.spans = []
@@ -87,133 +159,337 @@ class Simulation:
         self.peak_host_bytes = 0
         self.end_ns = 0
         self.fwd_end_ns = 0
+        self.host_ns = 0  # the host's clock (NOTE [host])
+        self.host_wait_ns = 0  # the host blocked on the GPU
+        self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
+        self._credit = 0
+        self._stamps: list[tuple[object, int]] = [(_Zero, 0)]
+        self._pending: deque[tuple[_Op, object]] = deque()  # NOTE [deferred free]
+        self._retired: set = set()
         self._on_host: set[str] = set()
-        self._in_flight: dict[str, simpy.Event] = {}
-        self._release_on_landing: set[str] = set()
-        self._landed: set[str] = set()
+        self._in_flight: dict[str, _Op] = {}
+        self._sent: dict[str, _Op] = {}  # buffer -> its offload
+        self._recorded: set[str] = set()  # blocks a side-stream copy used (record_stream)
+        self._next_waits: tuple[_Op, ...] = ()
+        self._fwd_ops: tuple = ()
+        self._fwd_host = 0
+        self._host_costs()
 
-    def _grad_keys(self) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
-        """Which gradient buffer each tensor's gradient lives in (NOTE [pytorch semantics])."""
-        trace, lv = self.trace, self.lv
-        key: dict[str, str] = {}
-        if trace.pytorch:
-            kind_of = {t: trace.layers[i].kind for t, i in trace.producers().items()}
-            for t in trace.tensors:  # each chain of views walked once (memo in key)
-                chain, g = [], t
-                while (g not in key and trace.tensors[g].alias_of is not None
-                       and kind_of.get(g) == "flatten"):
-                    chain.append(g)
-                    g = trace.tensors[g].alias_of  # type: ignore[assignment]
-                g = key.get(g, g)
-                key[t] = g
-                for c in chain:
-                    key[c] = g
-            needs = {g: trace.tensors[g].requires_grad for g in set(key.values())}
-        else:
-            key = dict(lv.root)
-            needs = {g: lv.needs_grad[g] for g in set(key.values())}
-        size = {g: trace.tensors[g].size_bytes for g in needs}
-        return key, size, needs
+    def _host_costs(self) -> None:
+        """Per layer, what the host spends issuing each pass (NOTE [host costs])."""
+        h = self.gpu.host
+        runtime = self.plan.runtime and self.sem.host_ahead
+        rf, rb = (h.runtime_layer_fwd_ns, h.runtime_layer_bwd_ns) if runtime else (0, 0)
+        self._hf = [layer.host_fwd_ns + rf for layer in self.trace.layers]
+        self._hb = [layer.host_bwd_ns + rb for layer in self.trace.layers]
+        self._h_offload = h.runtime_offload_ns if runtime else 0
+        self._h_fetch = h.runtime_fetch_ns if runtime else 0
 
-    # -- helpers -----------------------------------------------------------------------------
-    def _op(self, *args) -> None:
-        if self.record_ops:
-            self.ops.append(Op(*args))
-
-    def _compute(self, kind: str, layer: str, dur_ns: int):
-        if dur_ns > 0:
-            start = self.env.now
-            yield self.env.timeout(dur_ns)
-            if self.checks:
-                self._clocks["compute"].op(start, self.env.now, layer, kind)
-            self._op("compute", kind, layer, f"{layer}:{kind}", start, self.env.now)
-
-    def _wait(self, events: list[simpy.Event], layer: str, why: str):
-        pending = [e for e in events if not e.processed]
-        if not pending:
-            return
-        start = self.env.now
-        yield pending[0] if len(pending) == 1 else self.env.all_of(pending)
-        if self.env.now > start:
-            self.stall_ns += self.env.now - start
-            self._op("compute", "stall", layer, f"wait {why}", start, self.env.now)
-
-    def _copy(self, direction: str, buf: str, layer: str, done: simpy.Event):
-        link, size = self.gpu.link, self.lv.size[buf]
-        engine = self._engines[direction]
-        yield engine.acquire()
-        bw = link.d2h_bw_bytes_per_s if direction == "d2h" else link.h2d_bw_bytes_per_s
-        other = self._engines["h2d" if direction == "d2h" else "d2h"]
-        if link.duplex and link.duplex_total_bw_bytes_per_s and other.busy:
-            bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
-        start = self.env.now
-        yield self.env.timeout(transfer_ns(size, bw, link.latency_ns))
-        if self.checks:
-            self._clocks[direction].op(start, self.env.now, layer, f"the copy of {buf}")
-        kind = "offload" if direction == "d2h" else "prefetch"
-        self._op(direction, kind, layer, buf, start, self.env.now, size)
-        engine.release()
-        if direction == "d2h":
-            self._landed.add(buf)
-            if buf in self._release_on_landing:  # no end-of-layer sync: release now
-                self._release_on_landing.discard(buf)
-                self.pool.free(buf, self.env.now)
-        else:
-            self._free_host(buf)
-        done.succeed()
-
-    def _free_host(self, buf: str) -> None:
-        self.host_bytes -= self.lv.size[buf]
-
-    def _offload(self, buf: str, layer: str) -> simpy.Event:
-        done = self.env.event()
-        self.offloaded_bytes += self.lv.size[buf]
-        self.host_bytes += self.lv.size[buf]
-        self.peak_host_bytes = max(self.peak_host_bytes, self.host_bytes)
-        self._on_host.add(buf)
-        self._landed.discard(buf)
-        self.env.process(self._copy("d2h", buf, layer, done))
-        return done
-
-    def _release_offloaded(self, bufs: tuple[str, ...]) -> None:
-        """After an offloading layer's forward pass without sync: release what has landed,
-        and the rest when its copy lands (never while the layer still reads it)."""
-        for b in bufs:
-            if b in self._landed:
-                self.pool.free(b, self.env.now)
+    # -- streams (NOTE [streams]) -----------------------------------------------------------
+    def _push(self, s: _Stream, op: _Op) -> _Op:
+        op.issue = self.host_ns
+        tail = s.tail
+        if tail is not None and not s.shares_bw:
+            base = op.issue if op.issue > tail else tail
+            t = base
+            for w in op.waits:
+                if w.end is None:
+                    t = -1
+                    break
+                if w.end > t:
+                    t = w.end
+            if t >= 0:
+                dur = op.dur if not op.copy else self._copy_ns(op, False)
+                op.start, op.end, op.stall = t, t + dur, t - base
+                op.idle = op.issue - tail if op.issue > tail else 0
+                if self._credit and s is self.compute:
+                    self._settle(op)
+                s.tail = op.end
             else:
-                self._release_on_landing.add(b)
+                s.tail = None
+        else:
+            s.tail = None
+        s.q.append(op)
+        s.last = op
+        if s.wake is not None:
+            s.wake.succeed()
+            s.wake = None
+        return op
 
-    def _prefetch(self, buf: str, layer: str) -> simpy.Event:
-        if buf in self.pool:  # its offload has not landed yet: keep the GPU copy
-            self._release_on_landing.discard(buf)
-            self._on_host.discard(buf)
-            self._free_host(buf)
-            done = self.env.event()
-            done.succeed()
-            return done
-        self.pool.alloc(buf, self.lv.size[buf], "activations", self.env.now, layer, "prefetch")
-        done = self.env.event()
-        self.prefetched_bytes += self.lv.size[buf]
+    def _copy_ns(self, op: _Op, shared: bool) -> int:
+        link = self.gpu.link
+        bw = link.d2h_bw_bytes_per_s if op.copy == "d2h" else link.h2d_bw_bytes_per_s
+        if shared and link.duplex_total_bw_bytes_per_s:
+            bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
+        return transfer_ns(op.size, bw, link.latency_ns)
+
+    def _serve(self, s: _Stream):
+        env = self.env
+        q = s.q
+        while True:
+            if not q:
+                s.wake = env.event()
+                yield s.wake
+                continue
+            op = q.popleft()
+            if op.end is None:  # not scheduled when issued: run it now
+                base = env.now if env.now > op.issue else op.issue
+                for w in op.waits:
+                    if w.end is None:
+                        if w.done is None:
+                            w.done = env.event()
+                        yield w.done
+                start = base
+                for w in op.waits:
+                    if w.end > start:  # type: ignore[operator]
+                        start = w.end
+                if op.copy and s.shares_bw:
+                    if start > env.now:
+                        yield env.timeout(start - env.now)
+                    other = self._copy["h2d" if op.copy == "d2h" else "d2h"]
+                    dur = self._copy_ns(op, other.cur is not None)
+                else:
+                    dur = op.dur if not op.copy else self._copy_ns(op, False)
+                op.start, op.end, op.stall = start, start + dur, start - base
+                op.idle = op.issue - s.prev_end if op.issue > s.prev_end else 0
+                if self._credit and s is self.compute:
+                    self._settle(op)
+                if s.last is op:
+                    s.tail = op.end
+            s.cur = op
+            if op.end > env.now:
+                yield env.timeout(op.end - env.now)
+            s.cur = None
+            self._finish(s, op)
+
+    def _finish(self, s: _Stream, op: _Op) -> None:
+        start, end = op.start, op.end
+        if self.checks:
+            s.clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
+        if op.copy and s is self.compute:  # an on-demand fetch: the stream copies, not computes
+            self.stall_ns += end - start
+        s.prev_end = end
+        if s is self.compute:
+            self.host_bound_ns += op.idle
+        if op.stall and s is self.compute:
+            self.stall_ns += op.stall
+            if self.record_ops:
+                self.ops.append(Op(s.name, "stall", op.layer, op.stall_why,
+                                   start - op.stall, start))
+        if self.record_ops and (end > start or op.copy):  # a copy shows as its direction
+            name = op.copy if op.copy and s is not self.compute else s.name
+            self.ops.append(Op(name, op.kind, op.layer, op.name, start, end, op.size))
+        if op.kind == "prefetch" or op.kind == "fetch":
+            self.host_bytes -= op.size  # the host copy is released once it is back
+        if end > self.end_ns and s is self.compute:  # the iteration is the compute stream's
+            self.end_ns = end
+        if op.done is not None:
+            op.done.succeed()
+
+    # -- the host (NOTE [host]) -------------------------------------------------------------
+    def _stamp(self, op: object, edge: int) -> int:
+        st = self._stamps
+        if st[-1][0] is op and st[-1][1] == edge:
+            return len(st) - 1
+        st.append((op, edge))
+        return len(st) - 1
+
+    def _spend(self, ns: int, layer: str, what: str) -> None:
+        if ns:
+            if self.record_ops:
+                self.ops.append(Op("host", "issue", layer, what, self.host_ns,
+                                   self.host_ns + ns))
+            self.host_ns += ns
+
+    def _see(self, op: _Op):
+        """Advance simpy to the host's clock if that is needed to know whether ``op`` has
+        ended by then."""
+        if op.end is None and self.env.now < self.host_ns:
+            yield self.env.timeout(self.host_ns - self.env.now)
+
+    def _wait_ops(self, ops, layer: str, why: str = ""):
+        """The host blocks until every op in ``ops`` has ended (cudaEventSynchronize);
+        ``why`` names the wait on the host's track (none: Torch7's per-layer wait)."""
+        t0 = self.host_ns
+        for op in ops:
+            if op.end is None:
+                yield from self._see(op)
+                if op.end is None:
+                    if op.done is None:
+                        op.done = self.env.event()
+                    yield op.done
+            if op.end > self.host_ns:  # type: ignore[operator]
+                self.host_ns = op.end  # type: ignore[assignment]
+        if self.host_ns > t0 and why:
+            self.host_wait_ns += self.host_ns - t0
+            if self.record_ops:
+                self.ops.append(Op("host", "wait", layer, why, t0, self.host_ns))
+
+    def _sync(self, ops, layer: str, why: str):
+        """Torch7's end-of-layer synchronisation: the host waits for the copies; the time
+        the compute stream then sits idle is a stall, not the host's (``_credit``)."""
+        t0 = self.host_ns
+        yield from self._wait_ops(ops, layer, why)
+        if self.host_ns > t0:
+            self._credit += self.host_ns - t0
+            if self.record_ops:
+                self.ops.append(Op("compute", "stall", layer, f"wait {why}", t0, self.host_ns))
+
+    def _settle(self, op: _Op) -> None:
+        """A compute op's idle time that a synchronisation caused is a stall."""
+        c = min(op.idle, self._credit)
+        op.idle -= c
+        self.stall_ns += c  # its op is on the timeline already
+        self._credit = 0
+
+    def _process_events(self):
+        """PyTorch's process_events at a malloc: release the deferred frees whose events
+        the host sees complete, in order (NOTE [deferred free])."""
+        pending, pool = self._pending, self.pool
+        while pending:
+            op, key = pending[0]
+            if op.end is None:
+                yield from self._see(op)
+            if op.end is None or op.end > self.host_ns:
+                return
+            pending.popleft()
+            if key in self._retired:
+                self._retired.discard(key)
+                pool.release(key, self._stamp(op, 1))
+
+    def _alloc(self, key, size: int, category: str, stamp: int, layer: str, phase: str):
+        pool = self.pool
+        if self._pending:
+            yield from self._process_events()
+        if not pool.alloc(key, size, category, stamp, layer, phase,
+                          can_sync=bool(self._pending)):
+            # release_cached_blocks: synchronise on every pending event, free, retry
+            yield from self._wait_ops([op for op, _ in self._pending], layer,
+                                      "allocator: synchronize_and_free_events")
+            yield from self._process_events()
+            pool.alloc(key, size, category, stamp, layer, phase)
+
+    def _take(self, key, size: int, category: str, stamp: int, layer: str, phase: str) -> bool:
+        """Allocate at once when no deferred free is pending (then no event can change the
+        answer); ``False``: the caller runs :meth:`_alloc`, which may wait."""
+        if self._pending:
+            return False
+        self.pool.alloc(key, size, category, stamp, layer, phase)
+        return True
+
+    def _retire(self, key, stamp: int, after: _Op | None) -> None:
+        """Free ``key`` once ``after`` (a copy that used it) has ended (NOTE [deferred
+        free]); at once if nothing is in flight."""
+        if after is None or (after.end is not None and after.end <= self.host_ns
+                             and not self._pending):
+            self.pool.free(key, stamp)
+            return
+        self.pool.retire(key, stamp)
+        self._retired.add(key)
+        self._pending.append((after, key))
+
+    def _offload(self, buf: str, layer: str, before: _Op | None) -> _Op:
+        size = self.lv.size[buf]
+        self.offloaded_bytes += size
+        self.host_bytes += size
+        if self.host_bytes > self.peak_host_bytes:
+            self.peak_host_bytes = self.host_bytes
+        self._on_host.add(buf)
+        if self.sem.host_ahead:
+            self._recorded.add(buf)
+        op = _Op(self._copy["d2h"], "offload", layer, buf, size=size,
+                 waits=(before,) if before is not None else (), copy="d2h")
+        self._sent[buf] = op
+        return self._push(op.stream, op)
+
+    def _prefetch(self, buf: str, layer: str, on_demand: bool = False):
+        """Bring ``buf`` back (a generator: the allocation may wait); the copy's op is
+        left in ``self._in_flight[buf]``."""
+        pool, size = self.pool, self.lv.size[buf]
         self._on_host.discard(buf)
-        self._in_flight[buf] = done
-        self.env.process(self._copy("h2d", buf, layer, done))
-        return done
+        sent = self._sent.pop(buf)
+        if buf in self._retired and not self.sem.caching_allocator:
+            # its offload has not been released: keep the GPU copy (Torch7, no sync)
+            self._retired.discard(buf)
+            self.host_bytes -= size
+            return
+        if buf in pool:  # still allocated (its free is yet to come): nothing to move
+            self.host_bytes -= size
+            return
+        kind = "fetch" if on_demand else "prefetch"
+        side = not (on_demand and self.sem.one_side_stream)  # PyTorch: on compute
+        stream = self._copy["h2d"] if side else self.compute
+        waits: tuple[_Op, ...] = (sent,)  # the host copy must have landed
+        if side and self.sem.host_ahead and self.compute.last is not None:
+            waits += (self.compute.last,)  # side.wait_stream(compute)
+        op = _Op(stream, kind, layer, buf, size=size, waits=waits, copy="h2d")
+        anchor = op if self.sem.host_ahead else _At(self.host_ns)
+        yield from self._alloc(buf, size, "activations", self._stamp(anchor, 0), layer, kind)
+        self.prefetched_bytes += size
+        if side and self.sem.one_side_stream:
+            self._recorded.add(buf)
+        else:
+            self._recorded.discard(buf)
+        self._in_flight[buf] = self._push(stream, op)
+
+    def _free_after(self, key, stamp: int) -> None:
+        """Free a block at the host's time; a block a side-stream copy used waits for
+        what that stream has been given so far (record_stream)."""
+        if key in self._recorded and self.sem.host_ahead:
+            self._recorded.discard(key)
+            self._retire(key, stamp, self._copy["d2h"].last)
+        else:
+            self.pool.free(key, stamp)
 
     # -- the iteration -------------------------------------------------------------------------
     def run(self) -> "Simulation":
-        proc = (self._network_wide() if self.plan.memory == "network_wide"
-                else self._layer_wise())
-        self.env.process(proc)
-        self.env.run()
+        env = self.env
+        for s in self._streams:
+            env.process(self._serve(s))
+        host = self._network_wide() if self.plan.memory == "network_wide" else self._layer_wise()
+        proc = env.process(host)
+        env.run()
+        if proc.is_alive:
+            raise InvariantViolation("the host waits for an op that never runs")
+        if any(s.q for s in self._streams) or any(s.cur for s in self._streams):
+            raise InvariantViolation("the GPU still had work queued when the host was done")
         self._check_end()
-        if self.pool.spans is not None:  # what is still allocated lives to the end
-            for key, (t0, size, cat) in self.pool._open.items():
-                self.pool.spans.append((key_name(key), cat, size, t0, self.end_ns))
+        self._to_gpu_time()
+        self.fwd_end_ns = max([self._fwd_host] + [op.end for op in self._fwd_ops
+                                                  if op is not None])  # type: ignore[misc]
         return self
 
+    def _to_gpu_time(self) -> None:
+        """NOTE [memory time]: stamps become GPU times."""
+        T = [op.start if edge == 0 else op.end for op, edge in self._stamps]  # type: ignore
+        pool = self.pool
+        prev, events = 0, []
+        for s, level in zip(pool.times, pool.levels):
+            events.append((T[s], level - prev))
+            prev = level
+        events.sort(key=lambda e: e[0])
+        times, levels, live = [], [], 0
+        for t, d in events:
+            live += d
+            if times and times[-1] == t:
+                levels[-1] = live
+            else:
+                times.append(t)
+                levels.append(live)
+        if not times or times[0] != 0:
+            times.insert(0, 0)
+            levels.insert(0, 0)
+        pool.times, pool.levels = times, levels
+        if pool.oom is not None:
+            pool.oom = replace(pool.oom, time_ns=T[pool.oom.time_ns])
+        if pool.spans is not None:
+            pool.spans = [(k, c, size, T[t0], T[t1]) for k, c, size, t0, t1 in pool.spans]
+            for key, (t0, size, cat) in pool._open.items():  # what lives to the end
+                pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
+
     # -- NOTE [invariants] -------------------------------------------------------------------
-    def _check_on_gpu(self, tensors: tuple[str, ...], layer: str, phase: str) -> None:
+    def _check_on_gpu(self, tensors: tuple[str, ...], layer: str, phase: str,
+                      waits: tuple[_Op, ...] = ()) -> None:
         if not self.checks:
             return
         lv, pool = self.lv, self.pool
@@ -222,7 +498,9 @@ class Simulation:
             if not lv.size[b]:
                 continue  # an empty buffer takes no memory: never allocated
             fetch = self._in_flight.get(b)
-            if b not in pool or b in self._on_host or (fetch is not None and not fetch.processed):
+            late = (fetch is not None and fetch not in waits
+                    and (fetch.end is None or fetch.end > self.host_ns))
+            if b not in pool or b in self._on_host or late:
                 where = ("on the host" if b in self._on_host else "still being fetched"
                          if b in pool else "not allocated")
                 raise InvariantViolation(f"{phase} pass reads a buffer that is {where}",
@@ -253,30 +531,33 @@ class Simulation:
             raise InvariantViolation("still allocated after the iteration", "",
                                      key_name(key))
 
-    def _held_inputs(self) -> set[str]:
-        lv = self.lv
-        return {b for b in lv.size if b not in lv.producer} if self.trace.pytorch else set()
-
     def _persistent(self, grads: bool = True) -> None:
+        pool = self.pool
         if self.trace.resident_bytes:
-            self.pool.alloc(("resident", ""), self.trace.resident_bytes, "resident", 0, "", "start")
-        if self.trace.pytorch:
+            pool.alloc(("resident", ""), self.trace.resident_bytes, "resident", 0, "", "start")
+        if self.sem.per_layer_weights:
             for layer in self.trace.layers:
-                self.pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "",
-                                "start")
+                pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "", "start")
                 if grads:
-                    self.pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", 0,
-                                    "", "start")
+                    pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", 0, "",
+                               "start")
             return
         w = self.trace.weight_bytes
-        self.pool.alloc(("weights", ""), w, "weights", 0, "", "start")
-        self.pool.alloc(("weight_grads", ""), w, "weight_grads", 0, "", "start")
+        pool.alloc(("weights", ""), w, "weights", 0, "", "start")
+        pool.alloc(("weight_grads", ""), w, "weight_grads", 0, "", "start")
 
     def _step(self):
-        if self.trace.step_ns:
-            start = self.env.now
-            yield self.env.timeout(self.trace.step_ns)
-            self._op("compute", "step", "", "optimizer step", start, self.env.now)
+        trace = self.trace
+        self._spend(trace.host_step_ns, "", "optimizer step")
+        waits = self._next_waits
+        if self.sem.one_side_stream and self._copy["d2h"].last is not None:
+            waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
+        self._next_waits = ()
+        if trace.step_ns or waits:
+            self._push(self.compute, _Op(self.compute, "step", "", "optimizer step",
+                                         trace.step_ns, waits=waits))
+        return
+        yield  # a generator, as every host step
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
@@ -290,22 +571,27 @@ class Simulation:
         ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
                  default=0)
         pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")
-        for layer, a in zip(trace.layers, plan.algos):
-            yield from self._compute("fwd", layer.id, layer.algos[a].fwd_ns)
-        self.fwd_end_ns = self.env.now
-        for layer, a in zip(reversed(trace.layers), reversed(plan.algos)):
-            yield from self._compute("bwd", layer.id, layer.algos[a].bwd_ns)
+        cs = self.compute
+        for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
+            self._spend(self._hf[i], layer.id, f"{layer.id}:fwd")
+            self._push(cs, _Op(cs, "fwd", layer.id, f"{layer.id}:fwd", layer.algos[a].fwd_ns))
+        self._fwd_ops = (cs.last,)
+        for i in range(len(trace.layers) - 1, -1, -1):
+            layer = trace.layers[i]
+            self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
+            self._push(cs, _Op(cs, "bwd", layer.id, f"{layer.id}:bwd",
+                               layer.algos[plan.algos[i]].bwd_ns))
         yield from self._step()
-        self.end_ns = self.env.now
 
     def _layer_wise(self):
-        trace, plan, lv, pool, env = self.trace, self.plan, self.lv, self.pool, self.env
-        layers = trace.layers
-        self._persistent(grads=not trace.pytorch)
+        trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
+        layers, cs = trace.layers, self.compute
+        ahead = sem.host_ahead
+        self._persistent(grads=not sem.per_layer_weights)
         for b, size in lv.size.items():
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
                 pool.alloc(b, size, "activations", 0, "", "start")
-        held = self._held_inputs()
+        held = {b for b in lv.size if b not in lv.producer} if sem.holds_inputs else set()
         fwd_free: dict[int, list[str]] = {}
         for b, last in lv.fwd_last.items():
             if not lv.kept(b) and b not in lv.outputs and b not in held:
@@ -315,99 +601,144 @@ class Simulation:
         for b, last in lv.bwd_last.items():
             if b not in held:  # the training loop holds the input batch (pytorch)
                 bwd_free.setdefault(last, []).append(b)
+        yield from self._iteration(fwd_free, bwd_free)
+
+    def _iteration(self, fwd_free, bwd_free):
+        trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
+        layers, cs = trace.layers, self.compute
+        ahead = sem.host_ahead
+        hf, hb = self._hf, self._hb
 
         # forward
         for i, layer in enumerate(layers):
             algo = layer.algos[plan.algos[i]]
+            offload = plan.offload[i]
+            self._spend(hf[i] + self._h_offload * len(offload), layer.id, f"{layer.id}:fwd")
+            op = _Op(cs, "fwd", layer.id, f"{layer.id}:fwd", algo.fwd_ns,
+                     waits=self._next_waits)
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
             for t in layer.outputs:
-                if lv.root[t] == t:
-                    pool.alloc(t, lv.size[t], "activations", env.now, layer.id, "forward")
+                if lv.root[t] == t and lv.size[t]:
+                    a = (t, lv.size[t], "activations", s0, layer.id, "forward")
+                    if not self._take(*a):
+                        yield from self._alloc(*a)
             ws_key = ("workspace", layer.id)
-            pool.alloc(ws_key, algo.fwd_workspace_bytes, "workspace", env.now, layer.id,
-                       "forward")
+            if algo.fwd_workspace_bytes:
+                a = (ws_key, algo.fwd_workspace_bytes, "workspace", s0, layer.id, "forward")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
             self._check_on_gpu(layer.inputs, layer.id, "forward")
-            copies = [self._offload(b, layer.id) for b in plan.offload[i]]
-            yield from self._compute("fwd", layer.id, algo.fwd_ns)
-            pool.free(ws_key, env.now)
+            before = cs.last
+            self._push(cs, op)
+            copies = [self._offload(b, layer.id, before) for b in offload]
+            s1 = self._stamp(op, 1)
+            pool.free(ws_key, s1)
             for b in fwd_free.get(i, ()):
-                pool.free(b, env.now)
+                pool.free(b, s1)
+            if not ahead:  # Torch7: the host waits for the layer (its end is known at once
+                if op.end is None:  # unless it waits for a copy whose start is not)
+                    yield from self._wait_ops((op,), layer.id)
+                elif op.end > self.host_ns:
+                    self.host_ns = op.end
             if copies and plan.sync:
-                yield from self._wait(copies, layer.id, "offload")
-                for b in plan.offload[i]:
-                    pool.free(b, env.now)
-            elif copies:
-                self._release_offloaded(plan.offload[i])
-        self.fwd_end_ns = env.now
+                if ahead:  # the compute stream waits for the copies (cudaStreamWaitEvent)
+                    self._next_waits = tuple(copies)
+                    for b in offload:
+                        self._free_after(b, s1)
+                else:  # the host waits for them, then frees (the paper's sync)
+                    yield from self._sync(copies, layer.id, "offload")
+                    at = self._stamp(_At(self.host_ns), 1)
+                    for b in offload:
+                        pool.free(b, at)
+            elif copies:  # no sync: each buffer is released when its copy has landed
+                for b, c in zip(offload, copies):
+                    if ahead:
+                        self._free_after(b, s1)
+                    else:
+                        self._retire(b, self._stamp(_Later(op, c), 1), c)
+        # the forward pass ends with its last op and whatever the next one must wait for
+        self._fwd_ops = (cs.last, *self._next_waits)
+        self._fwd_host = self.host_ns if not ahead else 0
+        sf = self._stamp(cs.last if ahead else _At(self.host_ns), 1)
         for b in lv.outputs:
             if not lv.kept(b):
-                pool.free(b, env.now)
+                pool.free(b, sf)
             g = self._gkey[b]
             if self._gneeds[g] and ("grad", g) not in pool:
-                pool.alloc(("grad", g), self._gsize[g], "gradients", env.now, "", "backward")
+                yield from self._alloc(("grad", g), self._gsize[g], "gradients", sf, "",
+                                       "backward")
 
         # backward
         for i in range(len(layers) - 1, -1, -1):
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
+            op = _Op(cs, "bwd", layer.id, f"{layer.id}:bwd", algo.bwd_ns)
             need = []
             for t in layer.saved:
                 b = lv.root[t]
                 if b in self._on_host:  # no earlier prefetch brought it: fetch on demand,
-                    need.append(self._prefetch(b, layer.id))  # ahead of the prefetch below
+                    yield from self._prefetch(b, layer.id, on_demand=True)  # ahead of the
+                    if b in self._in_flight:  # prefetch below
+                        need.append(self._in_flight[b])
                 elif b in self._in_flight:
                     need.append(self._in_flight[b])
             j = plan.prefetch[i]
-            fetches = [self._prefetch(b, layer.id) for b in plan.offload[j]
-                       if b in self._on_host] if j >= 0 else []
-            yield from self._wait(need, layer.id, "fetch of own input")
+            fetches = []
+            if j >= 0:
+                for b in plan.offload[j]:
+                    if b in self._on_host:
+                        yield from self._prefetch(b, layer.id)
+                        if b in self._in_flight:
+                            fetches.append(self._in_flight[b])
+            self._spend(hb[i] + self._h_fetch * (len(need) + len(fetches)), layer.id,
+                        f"{layer.id}:bwd")
+            pending = [f for f in need if f.end is None or f.end > self.host_ns]
+            if ahead:
+                op.waits = self._next_waits + tuple(pending)
+            elif pending:
+                yield from self._sync(pending, layer.id, "fetch of own input")
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
             for t in layer.inputs:
                 g = self._gkey[t]
                 if self._gneeds[g] and ("grad", g) not in pool:
-                    pool.alloc(("grad", g), self._gsize[g], "gradients", env.now, layer.id,
-                               "backward")
-            if trace.pytorch and ("wgrad", layer.id) not in pool:
-                pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", env.now,
-                           layer.id, "backward")
+                    a = (("grad", g), self._gsize[g], "gradients", s0, layer.id, "backward")
+                    if not self._take(*a):
+                        yield from self._alloc(*a)
+            if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
+                yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
+                                       s0, layer.id, "backward")
             ws_key = ("workspace", layer.id)
-            pool.alloc(ws_key, algo.bwd_workspace_bytes, "workspace", env.now, layer.id,
-                       "backward")
-            self._check_on_gpu(layer.saved, layer.id, "backward")
-            yield from self._compute("bwd", layer.id, algo.bwd_ns)
-            pool.free(ws_key, env.now)
+            if algo.bwd_workspace_bytes:
+                a = (ws_key, algo.bwd_workspace_bytes, "workspace", s0, layer.id, "backward")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
+            self._check_on_gpu(layer.saved, layer.id, "backward", op.waits)
+            self._push(cs, op)
+            s1 = self._stamp(op, 1)
+            pool.free(ws_key, s1)
             for t in layer.outputs:
                 if self._gkey[t] == t:
-                    pool.free(("grad", t), env.now)
+                    pool.free(("grad", t), s1)
             for b in bwd_free.get(i, ()):
-                pool.free(b, env.now)
+                self._free_after(b, s1)
                 self._in_flight.pop(b, None)
+            if not ahead:  # Torch7: the host waits for the layer (its end is known at once
+                if op.end is None:  # unless it waits for a copy whose start is not)
+                    yield from self._wait_ops((op,), layer.id)
+                elif op.end > self.host_ns:
+                    self.host_ns = op.end
             if fetches and plan.sync:
-                yield from self._wait(fetches, layer.id, "prefetch")
+                if ahead:
+                    self._next_waits = tuple(fetches)
+                else:
+                    yield from self._sync(fetches, layer.id, "prefetch")
         yield from self._step()
-        self.end_ns = env.now
-
-
-class _Engine:
-    """A copy engine: one copy at a time, the rest wait in FIFO order. The same grants, in
-    the same event order, as ``simpy.Resource(env, 1)``: a free engine is taken at the
-    request (``busy`` at once, the copy resumes on the next event), and a release hands
-    the engine straight to the first waiter."""
-
-    __slots__ = ("env", "busy", "_waiting")
-
-    def __init__(self, env: simpy.Environment):
-        self.env, self.busy, self._waiting = env, False, deque()
-
-    def acquire(self) -> simpy.Event:
-        granted = self.env.event()
-        if self.busy:
-            self._waiting.append(granted)
-        else:
-            self.busy = True
-            granted.succeed()
-        return granted
-
-    def release(self) -> None:
-        if self._waiting:
-            self._waiting.popleft().succeed()
-        else:
-            self.busy = False
+        # the iteration ends with a synchronisation: every deferred free completes
+        yield from self._wait_ops([op for op, _ in self._pending] + [cs.last], "", "")
+        for op, key in self._pending:
+            if key in self._retired:
+                self._retired.discard(key)
+                self.pool.release(key, self._stamp(op, 1))
+        self._pending.clear()

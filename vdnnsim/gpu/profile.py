@@ -431,4 +431,6 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
                               bwd_workspace_bytes=a.bwd_workspace_bytes) for a in options]
     src = {"kind": "synthesized", "gpu": gpu.name, "cost_model": COST_MODEL,
            "software": software(), "note": f"vdnnsim trace --model {model_spec}: meta device"}
-    return assemble(p, algos=algos, names=names, source=src, dtype=dtype)
+    host = getattr(gpu, "host", None)  # NOTE [host costs]: the preset's, per layer
+    hosts = {n.name: (host.layer_fwd_ns, host.layer_bwd_ns) for n in p.nodes} if host else None
+    return assemble(p, algos=algos, names=names, source=src, dtype=dtype, hosts=hosts)

@@ -87,7 +87,8 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
     offload = ((),) * n if which == "none" else offload_sets(trace, lv, which == "conv")
     schedule = (find_prefetch_schedule(trace, offload, policy_marks(trace, which, reading))
                 if prefetch else (-1,) * n)
-    return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync)
+    return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync,
+                runtime=name != "eager")
 
 
 def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.sim import Simulation
 from ..hardware import GPU
 from ..trace.model import Trace
 from .plan import Plan, liveness
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    from ..engine.sim import Simulation  # the engine imports policies' Plan
     from .builtin import algo_choice, check_options, common_options, vdnn_plan
 
     opts = dict(options)
@@ -54,7 +54,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     def done(plan: Plan, note: str) -> Plan:
         sim = next((s for p, s in passes.values() if p is plan), None)
         return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
-                    plan.sync, (note,), profiled=sim)
+                    plan.sync, (note,), profiled=sim, runtime=plan.runtime)
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading)

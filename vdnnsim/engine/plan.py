@@ -1,0 +1,103 @@
+"""The Plan a policy hands the engine, and the liveness facts every policy reads.
+
+NOTE [buffer lifetimes]
+Layer-wise memory management (vDNN's) works on buffers (alias roots, see NOTE [trace
+semantics]):
+
+* a buffer is allocated when the layer that writes it runs forward;
+* a buffer that no backward pass keeps (``saved``) is released after its last forward
+  reader; a network output is kept until backward starts, as the loss would read it;
+* a kept buffer stays until the backward pass of the last layer (in backward order) that
+  keeps it, unless the plan offloads it (then the GPU copy is released after the offload,
+  and the buffer comes back by prefetch before it is needed);
+* a gradient buffer is allocated by the first backward pass that writes it (forks
+  accumulate into it) and released after the backward pass of the layer that wrote the
+  forward buffer, which consumes it.
+
+Network-wide management (the paper's baseline) allocates every buffer, the weights and
+their gradients for the whole iteration, two gradient buffers the size of the largest
+gradient, and one workspace the size of the largest the chosen algorithms need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..trace.model import Trace
+
+
+@dataclass(frozen=True)
+class Liveness:
+    root: dict[str, str]  # tensor -> buffer
+    size: dict[str, int]  # buffer -> bytes
+    producer: dict[str, int]  # buffer -> layer index that writes it (absent: network input)
+    fwd_last: dict[str, int]  # buffer -> last layer that reads it in forward (-1: none)
+    bwd_last: dict[str, int]  # buffer -> last layer (lowest index) that keeps it for backward
+    needs_grad: dict[str, bool]  # buffer -> a gradient buffer exists for it
+    outputs: frozenset[str]  # buffers no layer reads: the network's outputs
+
+    def kept(self, buf: str) -> bool:
+        return buf in self.bwd_last
+
+
+def liveness(trace: Trace) -> Liveness:
+    """The trace's buffers and their lifetimes; computed once per trace (a trace and its
+    Liveness are immutable: the policy and the engine of a run, and every run of a
+    sweep, share it)."""
+    cached = trace.__dict__.get("_liveness")
+    if cached is None:
+        cached = trace.__dict__["_liveness"] = _liveness(trace)
+    return cached
+
+
+def _liveness(trace: Trace) -> Liveness:
+    root = {t: trace.root(t) for t in trace.tensors}
+    buffers = trace.buffers
+    size = {b: t.size_bytes for b, t in buffers.items()}
+    producer: dict[str, int] = {}
+    fwd_last = dict.fromkeys(buffers, -1)
+    bwd_last: dict[str, int] = {}
+    for i, layer in enumerate(trace.layers):
+        for t in layer.outputs:
+            if root[t] == t:
+                producer[t] = i
+        for t in layer.inputs:
+            fwd_last[root[t]] = i
+    for i in range(len(trace.layers) - 1, -1, -1):
+        for t in trace.layers[i].saved:
+            bwd_last[root[t]] = i
+    needs_grad = {b: buffers[b].requires_grad for b in buffers}
+    outputs = frozenset(b for b in buffers if fwd_last[b] == -1 and buffers[b].kind == "activation")
+    return Liveness(root, size, producer, fwd_last, bwd_last, needs_grad, outputs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the engine replays: which algorithm each layer runs, which buffers move when.
+
+    ``offload[i]``: buffers copied to host during layer i's forward and released on the GPU
+    after it. ``prefetch[i]``: the layer whose offloaded buffers are prefetched while
+    layer i runs backward (-1: none). ``sync``: the paper's end-of-layer synchronisation of
+    the compute and memory streams after an offloading or prefetching layer; without it a
+    buffer is released when its offload completes, and the compute stream waits for a
+    prefetch only when it needs the buffer.
+    """
+
+    policy: str
+    memory: Literal["network_wide", "layer_wise"]
+    algos: tuple[int, ...]
+    offload: tuple[tuple[str, ...], ...]
+    prefetch: tuple[int, ...]
+    sync: bool = True
+    notes: tuple[str, ...] = field(default=())
+    # the plan runs under vdnnsim's vDNN runtime (its host costs, NOTE [host costs]), not
+    # plain eager PyTorch; only PyTorch traces pay for it
+    runtime: bool = False
+    # a simulation of exactly this plan that a policy already ran (vdnn_dyn's profiling
+    # pass), with record_ops=False: run_trace reuses it when it records no ops either
+    profiled: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def offloads_anything(self) -> bool:
+        return any(self.offload)

@@ -1,0 +1,80 @@
+"""Whose runtime a trace replays: Torch7's (the paper's) or PyTorch's, chosen once per run.
+
+NOTE [pytorch semantics]
+A trace whose source framework is 'pytorch' (profiled from, or built like, a PyTorch
+model) replays PyTorch's memory behaviour instead of Torch7's:
+- the pool is the caching allocator (NOTE [caching allocator]): allocated vs reserved;
+- each layer's parameters are their own allocations, and their gradients are allocated
+  by the layer's first backward pass (zero_grad(set_to_none=True) freed them before the
+  iteration) and kept to its end;
+- an in-place op's backward writes a new gradient tensor (autograd's ReluBackward is not
+  in place), so gradients are per tensor; only a view (flatten, reshape) shares its
+  base's gradient;
+- the training loop holds the input batch: it is never freed nor moved;
+- the optimizer step (``trace.step_ns``) ends the iteration;
+- the host runs ahead of the GPU (NOTE [host]); the vDNN runtime's copies share one side
+  stream, and a block a copy used is reusable only once the host has seen that stream
+  pass it (``record_stream``).
+Torch7's vDNN runtime (the paper's) keeps one CNMeM pool, lets both copy engines run, and
+its host waits for each layer before issuing the next (its end-of-layer synchronisation;
+with host costs of zero, which is all the paper's traces have, this times the GPU exactly
+as a host that runs ahead would).
+Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
+workspaces) is allocated first, as category 'resident', and never freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace.model import Trace
+from .allocator import Pool
+from .caching import CachingPool
+from .plan import Liveness
+
+
+@dataclass(frozen=True)
+class Semantics:
+    name: str
+    caching_allocator: bool  # PyTorch's caching allocator, else a CNMeM pool
+    host_ahead: bool  # the host runs ahead of the GPU; else it waits for each layer
+    one_side_stream: bool  # every copy on one side stream, else one per copy engine
+    per_layer_weights: bool  # weights and their gradients per layer, gradients at backward
+    holds_inputs: bool  # the training loop holds the network's inputs
+
+    def pool(self, capacity_bytes: int | None) -> Pool | CachingPool:
+        return CachingPool(capacity_bytes) if self.caching_allocator else Pool(capacity_bytes)
+
+    def grad_keys(self, trace: Trace, lv: Liveness
+                  ) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
+        """Which gradient buffer each tensor's gradient lives in: per tensor, views sharing
+        their base's (PyTorch), or per buffer (Torch7's in-place gradients)."""
+        key: dict[str, str] = {}
+        if self.per_layer_weights:
+            kind_of = {t: trace.layers[i].kind for t, i in trace.producers().items()}
+            for t in trace.tensors:  # each chain of views walked once (memo in key)
+                chain, g = [], t
+                while (g not in key and trace.tensors[g].alias_of is not None
+                       and kind_of.get(g) == "flatten"):
+                    chain.append(g)
+                    g = trace.tensors[g].alias_of  # type: ignore[assignment]
+                g = key.get(g, g)
+                key[t] = g
+                for c in chain:
+                    key[c] = g
+            needs = {g: trace.tensors[g].requires_grad for g in set(key.values())}
+        else:
+            key = dict(lv.root)
+            needs = {g: lv.needs_grad[g] for g in set(key.values())}
+        size = {g: trace.tensors[g].size_bytes for g in needs}
+        return key, size, needs
+
+
+TORCH7 = Semantics("torch7", caching_allocator=False, host_ahead=False, one_side_stream=False,
+                   per_layer_weights=False, holds_inputs=False)
+PYTORCH = Semantics("pytorch", caching_allocator=True, host_ahead=True, one_side_stream=True,
+                    per_layer_weights=True, holds_inputs=True)
+
+
+def semantics_for(trace: Trace) -> Semantics:
+    return PYTORCH if trace.pytorch else TORCH7

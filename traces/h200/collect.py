@@ -12,6 +12,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py heldout-profile OUTDIR  # traces/h200_heldout/*.yaml
     python3 traces/h200/collect.py heldout-measure OUTDIR  # traces/h200_heldout/measurements.json
     python3 traces/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
+    python3 traces/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -46,6 +47,11 @@ HELDOUT = {
 # apart from both the validation set and the held-out set.
 HOSTCAL = {"torchvision:resnet18": [16], "torchvision:resnet34": [16],
            "torchvision:squeezenet1_0": [16], "torchvision:mnasnet1_0": [16]}
+# the second, larger calibration round (session 3): more models, two batch sizes, 15 steps
+HOSTCAL2 = {m: [16, 64] for m in (
+    "torchvision:resnet18", "torchvision:resnet34", "torchvision:resnet101",
+    "torchvision:squeezenet1_0", "torchvision:mnasnet1_0", "torchvision:mnasnet0_5",
+    "torchvision:mobilenet_v3_small")}
 POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
 CAPS_GIB = {12: -1, 8: 1}  # cap: which batch size of each model (index) runs capped
 
@@ -230,6 +236,8 @@ def main() -> int:
         do_measure_isolated(out, cases)
     elif what == "hostcal":
         do_hostcal(out, HOSTCAL)
+    elif what == "hostcal2":
+        do_hostcal(out, HOSTCAL2, steps=15)
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

@@ -18,7 +18,11 @@ issued, its predecessor on the stream has ended, and every op it waits for
 (cudaStreamWaitEvent) has ended; the time a compute op waits for a copy beyond the first
 two is a stall. An op whose start is known when it is issued (its stream's last op and
 everything it waits for have known ends, and its length does not depend on what else is
-running) is scheduled then, so the stream only plays it: one simpy event per op. Copies
+running) is scheduled then; if nothing issued before it is still to be played, it is
+recorded at once and costs no simpy event (its end is what anyone who waits for it reads;
+the only bookkeeping that depends on when it is recorded, the host copies' total, rises
+only in the forward pass and falls only in the backward). Otherwise the stream process
+plays it: one event per op. Copies
 run on copy engines: a D2H and an H2D engine when the link is duplex, one shared engine
 otherwise; under PyTorch semantics every copy runs on the runtime's one side stream.
 ``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
@@ -205,6 +209,10 @@ class Simulation:
                 if self._credit and s is self.compute:
                     self._settle(op)
                 s.tail = op.end
+                if not s.q and s.cur is None:  # nothing before it left to play: done
+                    s.last = op
+                    self._finish(s, op)
+                    return op
             else:
                 s.tail = None
         else:

@@ -130,6 +130,23 @@ def do_hostcal(out: Path, sets: dict, steps: int = 7) -> None:
     """The host's time to issue each pass of a step, eager and under the vDNN runtime, with
     what the runtime did (layers, offloads, fetches, saved-tensor packs): the data the
     runtime's host costs are fitted on (NOTE [host costs] in vdnnsim/hardware.py)."""
+    import torch
+    out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for spec, batches in sets.items():
+        for batch in batches:
+            for policy in POLICIES:
+                try:
+                    rows.append(_hostcal_one(spec, batch, policy, steps))
+                except Exception:
+                    log(f"FAILED hostcal {spec} b{batch} {policy}:\n{traceback.format_exc()}")
+                    continue
+                (out / "hostcal.json").write_text(json.dumps(rows, indent=1))
+                torch.cuda.empty_cache()
+
+
+def _hostcal_one(spec: str, batch: int, policy: str, steps: int) -> dict:
     import statistics
 
     import torch
@@ -137,61 +154,52 @@ def do_hostcal(out: Path, sets: dict, steps: int = 7) -> None:
 
     from vdnnsim.gpu.models import build_model
     from vdnnsim.gpu.runtime import VDNN
-    out.mkdir(parents=True, exist_ok=True)
-    torch.backends.cudnn.benchmark = True
-    rows = []
-    for spec, batches in sets.items():
-        for batch in batches:
-            for policy in POLICIES:
-                model, shape, _ = build_model(spec)
-                model = model.cuda().train()
-                vd = VDNN(model, shape, policy)
-                net = vd if policy != "baseline" else model
-                opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-                x = torch.randn(batch, *shape, device="cuda")
-                y = torch.randint(0, 1000, (batch,), device="cuda")
-                h: dict[str, list[float]] = {"fwd": [], "bwd": [], "step": [], "gpu": []}
+    model, shape, _ = build_model(spec)
+    model = model.cuda().train()
+    vd = VDNN(model, shape, policy)
+    net = vd if policy != "baseline" else model
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, *shape, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    h: dict[str, list[float]] = {"fwd": [], "bwd": [], "step": [], "gpu": []}
 
-                def step(timed: bool) -> None:
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
-                        enable_timing=True)
-                    s.record()
-                    t0 = time.perf_counter()
-                    opt.zero_grad(set_to_none=True)
-                    loss = F.cross_entropy(net(x), y)
-                    t1 = time.perf_counter()
-                    loss.backward()
-                    t2 = time.perf_counter()
-                    opt.step()
-                    if net is vd:
-                        vd.end_iteration()
-                    t3 = time.perf_counter()
-                    e.record()
-                    e.synchronize()
-                    if timed:
-                        h["fwd"].append((t1 - t0) * 1e3)
-                        h["bwd"].append((t2 - t1) * 1e3)
-                        h["step"].append((t3 - t2) * 1e3)
-                        h["gpu"].append(s.elapsed_time(e))
+    def step(timed: bool) -> None:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+            enable_timing=True)
+        s.record()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        if net is vd:
+            vd.end_iteration()
+        t3 = time.perf_counter()
+        e.record()
+        e.synchronize()
+        if timed:
+            h["fwd"].append((t1 - t0) * 1e3)
+            h["bwd"].append((t2 - t1) * 1e3)
+            h["step"].append((t3 - t2) * 1e3)
+            h["gpu"].append(s.elapsed_time(e))
 
-                for _ in range(3):
-                    step(False)
-                before = dict(vd.stats)
-                for _ in range(steps):
-                    step(True)
-                per = {k: (vd.stats[k] - before[k]) // steps for k in vd.stats}
-                row = {"model": spec, "batch_size": batch, "policy": policy,
-                       "layers": len(vd.index), **{f"host_{k}_ms": statistics.median(v)
-                                                   for k, v in h.items() if k != "gpu"},
-                       "step_ms": statistics.median(h["gpu"]), "runtime": per,
-                       "host_ms_all": h}
-                rows.append(row)
-                log(f"hostcal {spec} b{batch} {policy}: host fwd {row['host_fwd_ms']:.2f} "
-                    f"bwd {row['host_bwd_ms']:.2f} step {row['host_step_ms']:.2f} ms, GPU "
-                    f"{row['step_ms']:.2f} ms, {per}")
-                (out / "hostcal.json").write_text(json.dumps(rows, indent=1))
-                del model, vd, net, opt, x, y
-                torch.cuda.empty_cache()
+    for _ in range(3):
+        step(False)
+    before = dict(vd.stats)
+    for _ in range(steps):
+        step(True)
+    per = {k: (vd.stats[k] - before[k]) // steps for k in vd.stats}
+    row = {"model": spec, "batch_size": batch, "policy": policy,
+           "layers": len(vd.index), **{f"host_{k}_ms": statistics.median(v)
+                                       for k, v in h.items() if k != "gpu"},
+           "step_ms": statistics.median(h["gpu"]), "runtime": per,
+           "host_ms_all": h}
+    log(f"hostcal {spec} b{batch} {policy}: host fwd {row['host_fwd_ms']:.2f} "
+        f"bwd {row['host_bwd_ms']:.2f} step {row['host_step_ms']:.2f} ms, GPU "
+        f"{row['step_ms']:.2f} ms, {per}")
+    return row
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """Fit the host costs of the h200 preset (NOTE [host costs] in vdnnsim/hardware.py) on the
-calibration runs in hostcal.json, which `python3 traces/h200/collect.py hostcal OUT` made on
-the H200 (models kept apart from traces/h200 and traces/h200_heldout).
+calibration runs in hostcal.json and hostcal2.json, which `python3 traces/h200/collect.py
+hostcal OUT` and `... hostcal2 OUT` made on the H200 (models kept apart from traces/h200
+and traces/h200_heldout). Each run is compared with the eager run of its own round.
 
     .venv/bin/python traces/h200_calib/fit.py
 
@@ -17,8 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-rows = json.loads((Path(__file__).parent / "hostcal.json").read_text())
-base = {(r["model"], r["batch_size"]): r for r in rows if r["policy"] == "baseline"}
+HERE = Path(__file__).parent
+rows = [dict(r, round=k) for k, name in enumerate(("hostcal.json", "hostcal2.json"), 1)
+        for r in json.loads((HERE / name).read_text())]
+base = {(r["round"], r["model"], r["batch_size"]): r for r in rows
+        if r["policy"] == "baseline"}
 L = sum(r["layers"] for r in base.values())
 fwd = sum(r["host_fwd_ms"] for r in base.values()) / L * 1e6
 bwd = sum(r["host_bwd_ms"] for r in base.values()) / L * 1e6
@@ -26,7 +30,7 @@ X_f, y_f, X_b, y_b = [], [], [], []
 for r in rows:
     if r["policy"] == "baseline":
         continue
-    b = base[(r["model"], r["batch_size"])]
+    b = base[(r["round"], r["model"], r["batch_size"])]
     n = r["layers"]
     X_f.append([n, r["runtime"]["offloads"]])
     y_f.append((r["host_fwd_ms"] - b["host_fwd_ms"]) * 1e6)

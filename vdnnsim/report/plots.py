@@ -7,7 +7,9 @@ import matplotlib.pyplot as plt  # matplotlib picks a headless backend where the
 import pandas as pd
 
 GB = 1e9
-COLORS = {"compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green", "stall": "tab:red"}
+COLORS = {"host": "tab:purple", "compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green",
+          "stall": "tab:red", "wait": "tab:gray"}
+TRACKS = ("host", "compute", "d2h", "h2d")
 
 
 def memory_over_time(results) -> plt.Figure:
@@ -31,20 +33,24 @@ def memory_over_time(results) -> plt.Figure:
 
 
 def stream_timeline(results) -> plt.Figure:
-    """Compute, D2H, H2D and stalls per run, as horizontal bars."""
+    """The host (issuing in colour, waiting in grey), compute, D2H, H2D and stalls per run,
+    as horizontal bars (NOTE [host])."""
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 1.3 * len(results) + 0.8),
                              sharex=True, squeeze=False)
     for ax, r in zip(axes[:, 0], results):
         tl = r.timeline
-        for row, stream in enumerate(("compute", "d2h", "h2d")):
+        top = len(TRACKS) - 1
+        for row, stream in enumerate(TRACKS):
             part = tl[tl.stream == stream]
-            for kind, color in (("stall", COLORS["stall"]), (None, COLORS[stream])):
-                sel = part[part.kind == "stall"] if kind else part[part.kind != "stall"]
+            odd = "wait" if stream == "host" else "stall"
+            for kind, color in ((odd, COLORS[odd]), (None, COLORS[stream])):
+                sel = part[part.kind == odd] if kind else part[part.kind != odd]
                 ax.broken_barh([(s / 1e6, d / 1e6) for s, d in zip(sel.start_ns, sel.dur_ns)],
-                               (2 - row - 0.4, 0.8), color=color)
-        ax.set_yticks([2, 1, 0], ["compute", "D2H", "H2D"], fontsize=7)
+                               (top - row - 0.4, 0.8), color=color)
+        ax.set_yticks([3, 2, 1, 0], ["host", "compute", "D2H", "H2D"], fontsize=7)
         ax.set_title(f"{r.policy}: {r.iteration_time_s * 1e3:.1f} ms, stalls "
-                     f"{r.stall_time_ns / 1e6:.1f} ms", fontsize=8, loc="left")
+                     f"{r.stall_time_ns / 1e6:.1f} ms, waiting for the host "
+                     f"{r.host_bound_time_ns / 1e6:.1f} ms", fontsize=8, loc="left")
     axes[-1, 0].set_xlabel("time (ms)")
     fig.tight_layout()
     return fig

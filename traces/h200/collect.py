@@ -13,6 +13,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py heldout-measure OUTDIR  # traces/h200_heldout/measurements.json
     python3 traces/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
     python3 traces/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
+    python3 traces/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -246,6 +247,8 @@ def main() -> int:
         do_hostcal(out, HOSTCAL)
     elif what == "hostcal2":
         do_hostcal(out, HOSTCAL2, steps=15)
+    elif what == "hostcal-measure":  # the calibration models through `vdnnsim measure`'s harness
+        do_measure(out, HOSTCAL2, {})
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

@@ -133,9 +133,15 @@ class Simulation:
     (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
 
     def __init__(self, trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
-                 lv: Liveness | None = None, record_ops: bool = True, checks: bool = True):
+                 lv: Liveness | None = None, record_ops: bool = True, checks: bool = True,
+                 stop_at_oom: bool = False):
         """``checks=False`` skips the data, stream and end checks of NOTE [invariants]; it
-        exists only so that bench/bench_engine.py can measure what they cost."""
+        exists only so that bench/bench_engine.py can measure what they cost.
+        ``stop_at_oom``: the host stops issuing at the first layer that starts after an
+        out-of-memory, for a caller that wants only whether and where it ran out (vdnn_dyn's
+        profiling passes); such a run's other numbers are partial."""
+        self.stop_at_oom = stop_at_oom
+        self.stopped = False
         self.trace, self.gpu, self.plan = trace, gpu, plan
         self.checks = checks
         self.lv = lv or liveness(trace)
@@ -461,7 +467,8 @@ class Simulation:
             raise InvariantViolation("the host waits for an op that never runs")
         if any(s.q for s in self._streams) or any(s.cur for s in self._streams):
             raise InvariantViolation("the GPU still had work queued when the host was done")
-        self._check_end()
+        if not self.stopped:
+            self._check_end()
         self._to_gpu_time()
         self.fwd_end_ns = max([self._fwd_host] + [op.end for op in self._fwd_ops
                                                   if op is not None])  # type: ignore[misc]
@@ -619,6 +626,9 @@ class Simulation:
 
         # forward
         for i, layer in enumerate(layers):
+            if self.stop_at_oom and pool.oom is not None:
+                self.stopped = True
+                return
             algo = layer.algos[plan.algos[i]]
             offload = plan.offload[i]
             self._spend(hf[i] + self._h_offload * len(offload), layer.id, f"{layer.id}:fwd")
@@ -679,6 +689,9 @@ class Simulation:
 
         # backward
         for i in range(len(layers) - 1, -1, -1):
+            if self.stop_at_oom and pool.oom is not None:
+                self.stopped = True
+                return
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
             op = _Op(cs, "bwd", layer.id, f"{layer.id}:bwd", algo.bwd_ns)

@@ -13,6 +13,9 @@ simulation of the candidate plan against the pool capacity:
    workspace is small enough to close the gap, else the leanest), and run again, until it
    fits or the overflowing layer has nothing left to give.
 4. Otherwise the plan of step 1.
+A profiling pass asks only whether and where the plan runs out of memory, so it stops at
+the first layer after an out-of-memory (``Simulation(stop_at_oom=True)``); a pass that
+fits runs whole, and is the result that run_trace reuses when it records no timeline.
 
 Step 2's first candidate (the fastest algorithms, no offload) is profiled before step 1:
 when it fits, the paper's answer is that plan whatever step 1 finds, so the feasibility
@@ -47,12 +50,16 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
 
     def profile(plan: Plan, slot: str = "latest"):
-        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=False).run()
+        # only whether and where it runs out counts: a pass stops at its first OOM
+        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=False,
+                         stop_at_oom=True).run()
         passes[slot] = (plan, sim)
         return sim.pool.oom
 
     def done(plan: Plan, note: str) -> Plan:
         sim = next((s for p, s in passes.values() if p is plan), None)
+        if sim is not None and sim.stopped:  # a partial pass is no result to reuse
+            sim = None
         return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
                     plan.sync, (note,), profiled=sim, runtime=plan.runtime)
 

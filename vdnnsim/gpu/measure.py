@@ -113,8 +113,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if isinstance(runtime, VDNN):
             runtime.end_iteration()
         record["phases"] = phases
-        if isinstance(runtime, VDNN):
-            record.update({k: v // max(1, warmup + iters) for k, v in runtime.stats.items()})
+        if isinstance(runtime, VDNN):  # per step: warm-up, timed and the phase step
+            record.update({k: v // (warmup + iters + 1) for k, v in runtime.stats.items()})
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     finally:

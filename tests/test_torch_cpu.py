@@ -90,6 +90,22 @@ def test_cpu_profile_is_a_trace_the_simulator_replays():
     assert eager.peak_footprint_bytes >= eager.peak_memory_bytes  # reserved >= allocated
 
 
+def test_host_times_come_from_the_profile_or_the_preset():
+    """NOTE [host timing], NOTE [host costs]: a profile measures each layer's host time; a
+    trace synthesized on the meta device takes the preset's (zeros where a preset has no
+    calibration: its host never sets the pace)."""
+    prof = trace_from_dict(profile_model("zoo:alexnet", 2, trials=1, device="cpu"), "a")
+    assert all(layer.host_fwd_ns > 0 for layer in prof.layers) and prof.host_step_ns > 0
+    h200 = resolve_gpu("h200")
+    syn = trace_from_dict(synthesize_model("zoo:alexnet", 2, h200), "a")
+    assert {(layer.host_fwd_ns, layer.host_bwd_ns) for layer in syn.layers} == \
+        {(h200.host.layer_fwd_ns, h200.host.layer_bwd_ns)}
+    assert h200.host.layer_fwd_ns > 0
+    k40 = resolve_gpu("k40")
+    assert all(layer.host_fwd_ns == 0 for layer in
+               trace_from_dict(synthesize_model("zoo:alexnet", 2, k40), "a").layers)
+
+
 def _reference(spec: str) -> nn.Module:
     """The model the trace should describe, built on the meta device; torchvision's come
     straight from torchvision, not through vdnnsim."""

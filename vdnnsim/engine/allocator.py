@@ -142,33 +142,43 @@ class Pool(Accounting):
 
     def alloc(self, key: Key, size_bytes: int, category: str, now: int,
               layer: str = "", phase: str = "", can_sync: bool = False) -> bool:
-        if key in self._blocks:
+        blocks = self._blocks
+        if key in blocks:
             raise RuntimeError(f"double allocation of {key}")
-        size = aligned(size_bytes)
+        size = -(-size_bytes // ALIGN_BYTES) * ALIGN_BYTES
         if size == 0:
             return True
-        found = self._best_fit(size, self.capacity)
-        if found is None:
+        by, cap = self._by_size, self.capacity
+        j, n = bisect.bisect_left(by, (size, -1)), len(by)
+        while j < n:  # the smallest free block that holds it inside the capacity
+            bsize, start = by[j]
+            if start + size <= cap:
+                break
+            j += 1
+        else:
             if self.oom is None:
-                free = self.capacity - self.live_bytes
-                largest = max((min(s, self.capacity - a) for a, s in
-                               zip(self._starts, self._sizes) if a < self.capacity), default=0)
+                free = cap - self.live_bytes
+                largest = max((min(s, cap - a) for a, s in
+                               zip(self._starts, self._sizes) if a < cap), default=0)
                 self.oom = oom_record(key, layer, phase, now, size, free, largest)
             found = self._best_fit(size, _INF)
             assert found is not None
-        bsize, start = found
-        if start + size > self.capacity and self.oom is None:  # NOTE [invariants]
+            bsize, start = found
+            j = bisect.bisect_left(by, (bsize, start))
+        if start + size > cap and self.oom is None:  # NOTE [invariants]
             raise InvariantViolation(f"placed {size} bytes past the capacity with no "
                                      "out-of-memory recorded", layer, key_name(key))
-        i = bisect.bisect_left(self._starts, start)
-        self._unindex(bsize, start)
+        del by[j]
+        starts = self._starts
+        i = bisect.bisect_left(starts, start)
         if bsize == size:
-            del self._starts[i], self._sizes[i]
+            del starts[i], self._sizes[i]
         else:
-            self._starts[i], self._sizes[i] = start + size, bsize - size
-            bisect.insort(self._by_size, (bsize - size, start + size))
-        self._blocks[key] = (start, size, category)
-        self.peak_footprint_bytes = max(self.peak_footprint_bytes, start + size)
+            starts[i], self._sizes[i] = start + size, bsize - size
+            bisect.insort(by, (bsize - size, start + size))
+        blocks[key] = (start, size, category)
+        if start + size > self.peak_footprint_bytes:
+            self.peak_footprint_bytes = start + size
         self._taken(key, size, category, now)
         return True
 
@@ -177,21 +187,29 @@ class Pool(Accounting):
         if block is None:
             return
         start, size, category = block
-        i = bisect.bisect_left(self._starts, start)
-        self._starts.insert(i, start)
-        self._sizes.insert(i, size)
-        merged_start, merged_size = start, size
-        if i + 1 < len(self._starts) and start + size == self._starts[i + 1]:
-            self._unindex(self._sizes[i + 1], self._starts[i + 1])
-            self._sizes[i] += self._sizes.pop(i + 1)
-            del self._starts[i + 1]
-            merged_size = self._sizes[i]
-        if i > 0 and self._starts[i - 1] + self._sizes[i - 1] == start:
-            self._unindex(self._sizes[i - 1], self._starts[i - 1])
-            self._sizes[i - 1] += self._sizes.pop(i)
-            del self._starts[i]
-            merged_start, merged_size = self._starts[i - 1], self._sizes[i - 1]
-        bisect.insort(self._by_size, (merged_size, merged_start))
+        starts, sizes, by = self._starts, self._sizes, self._by_size
+        i = bisect.bisect_left(starts, start)
+        end = start + size
+        right = i < len(starts) and starts[i] == end
+        if i > 0 and starts[i - 1] + sizes[i - 1] == start:  # merge with the left neighbour
+            left = sizes[i - 1]
+            del by[bisect.bisect_left(by, (left, starts[i - 1]))]
+            merged = left + size
+            if right:
+                del by[bisect.bisect_left(by, (sizes[i], end))]
+                merged += sizes[i]
+                del starts[i], sizes[i]
+            sizes[i - 1] = merged
+            bisect.insort(by, (merged, starts[i - 1]))
+        elif right:  # with the right one
+            del by[bisect.bisect_left(by, (sizes[i], end))]
+            starts[i] = start
+            sizes[i] += size
+            bisect.insort(by, (sizes[i], start))
+        else:
+            starts.insert(i, start)
+            sizes.insert(i, size)
+            bisect.insort(by, (size, start))
         self._given_back(key, size, category, now)
 
     def _unindex(self, size: int, start: int) -> None:

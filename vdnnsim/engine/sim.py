@@ -70,7 +70,7 @@ class _Op:
     """A GPU op in flight. ``end`` is None until its start is known."""
 
     __slots__ = ("stream", "kind", "layer", "name", "dur", "size", "issue", "waits", "start",
-                 "end", "stall", "idle", "done", "copy", "stall_why")
+                 "end", "stall", "idle", "done", "copy")
 
     def __init__(self, stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0,
                  size: int = 0, waits: tuple["_Op", ...] = (), copy: str = ""):
@@ -81,7 +81,6 @@ class _Op:
         self.end: int | None = None
         self.stall = 0
         self.idle = 0  # its stream sat idle for the host to issue it
-        self.stall_why = "wait for a copy"
         self.done: simpy.Event | None = None
 
 
@@ -170,7 +169,6 @@ class Simulation:
         self.end_ns = 0
         self.fwd_end_ns = 0
         self.host_ns = 0  # the host's clock (NOTE [host])
-        self.host_wait_ns = 0  # the host blocked on the GPU
         self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
         self._credit = 0
         self._stamps: list[tuple[object, int]] = [(_Zero, 0)]
@@ -288,7 +286,7 @@ class Simulation:
         if op.stall and s is self.compute:
             self.stall_ns += op.stall
             if self.record_ops:
-                self.ops.append(Op(s.name, "stall", op.layer, op.stall_why,
+                self.ops.append(Op(s.name, "stall", op.layer, "wait for a copy",
                                    start - op.stall, start))
         if self.record_ops and (end > start or op.copy):  # a copy shows as its direction
             name = op.copy if op.copy and s is not self.compute else s.name
@@ -334,10 +332,8 @@ class Simulation:
                     yield op.done
             if op.end > self.host_ns:  # type: ignore[operator]
                 self.host_ns = op.end  # type: ignore[assignment]
-        if self.host_ns > t0 and why:
-            self.host_wait_ns += self.host_ns - t0
-            if self.record_ops:
-                self.ops.append(Op("host", "wait", layer, why, t0, self.host_ns))
+        if self.host_ns > t0 and why and self.record_ops:
+            self.ops.append(Op("host", "wait", layer, why, t0, self.host_ns))
 
     def _sync(self, ops, layer: str, why: str):
         """Torch7's end-of-layer synchronisation: the host waits for the copies; the time

@@ -95,7 +95,10 @@ def test_host_times_come_from_the_profile_or_the_preset():
     trace synthesized on the meta device takes the preset's (zeros where a preset has no
     calibration: its host never sets the pace)."""
     prof = trace_from_dict(profile_model("zoo:alexnet", 2, trials=1, device="cpu"), "a")
-    assert all(layer.host_fwd_ns > 0 for layer in prof.layers) and prof.host_step_ns > 0
+    # on a CPU the host's time includes the layer's own work: a conv's is never zero (a
+    # cheap layer's may be, once the mark's own cost is taken off)
+    assert all(layer.host_fwd_ns > 0 for layer in prof.layers if layer.kind == "conv")
+    assert prof.host_step_ns > 0
     h200 = resolve_gpu("h200")
     syn = trace_from_dict(synthesize_model("zoo:alexnet", 2, h200), "a")
     assert {(layer.host_fwd_ns, layer.host_bwd_ns) for layer in syn.layers} == \

@@ -567,6 +567,8 @@ class Simulation:
         if trace.step_ns or waits:
             self._push(self.compute, _Op(self.compute, "step", "", "optimizer step",
                                          trace.step_ns, waits=waits))
+        return
+        yield  # a generator, as every host step
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
@@ -590,7 +592,7 @@ class Simulation:
             self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
             self._push(cs, _Op(cs, "bwd", layer.id, f"{layer.id}:bwd",
                                layer.algos[plan.algos[i]].bwd_ns))
-        self._step()
+        yield from self._step()
 
     def _layer_wise(self):
         trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
@@ -749,7 +751,7 @@ class Simulation:
                     self._next_waits = tuple(fetches)
                 else:
                     yield from self._sync(fetches, layer.id, "prefetch")
-        self._step()
+        yield from self._step()
         # the iteration ends with a synchronisation: every deferred free completes
         yield from self._wait_ops([op for op, _ in self._pending] + [cs.last], "", "")
         for op, key in self._pending:

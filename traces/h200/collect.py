@@ -14,6 +14,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
     python3 traces/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
     python3 traces/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
+    python3 traces/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -54,6 +55,10 @@ HOSTCAL2 = {m: [16, 64] for m in (
     "torchvision:squeezenet1_0", "torchvision:mnasnet1_0", "torchvision:mnasnet0_5",
     "torchvision:mobilenet_v3_small")}
 POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
+# How much the host's speed varies between processes and over minutes on the device
+# machine: the held-out set's most host-bound cases, profiled and measured again and again,
+# each time in a fresh process (traces/h200_noise/README.md). Nothing is fitted to it.
+NOISE = {"torchvision:shufflenet_v2_x1_0": 64, "torchvision:regnet_y_800mf": 32}
 CAPS_GIB = {12: -1, 8: 1}  # cap: which batch size of each model (index) runs capped
 
 
@@ -125,6 +130,51 @@ def do_measure_isolated(out: Path, cases: list) -> None:
         path.write_text(json.dumps(records, indent=1))
         log(f"measured {m} b{b} {p} cap={cap}: fits={rec['fits']} "
             f"alloc={rec.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB")
+
+
+def do_hostnoise(out: Path, rounds: int = 3) -> None:
+    """Round after round, each case profiled once and measured twice (baseline, 20 steps),
+    every one in a fresh process; what each says of the host is kept side by side."""
+    import re
+    import subprocess
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "hostnoise.json"
+    rows: list[dict] = []
+    for k in range(rounds):
+        for m, b in NOISE.items():
+            name = m.split(":")[1]
+            t0 = time.time()
+            y = out / f"{name}_b{b}_r{k}.yaml"
+            r = subprocess.run([sys.executable, "-m", "vdnnsim", "profile", "--model", m,
+                                "--batch", str(b), "--trials", "5", "-o", str(y)],
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                note = y.read_text()
+                f = re.search(r"one step took ([\d.]+) ms with the timestamps, ([\d.]+) ms", note)
+                h = re.search(r"forward pass in ([\d.]+) ms and the backward in ([\d.]+) ms", note)
+                rows.append({"round": k, "model": m, "batch_size": b, "what": "profile",
+                             "at_s": round(t0, 1), "plain_step_ms": float(f.group(2)),
+                             "host_fwd_ms": float(h.group(1)), "host_bwd_ms": float(h.group(2))})
+                log(f"profile {name} b{b} round {k}: plain step {f.group(2)} ms, host "
+                    f"{h.group(1)} + {h.group(2)} ms")
+            else:
+                log(f"FAILED profile {m} b{b}: {r.stderr[-300:]}")
+            for _ in range(2):
+                t0 = time.time()
+                r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", m,
+                                    "--batch", str(b), "--policy", "baseline", "--warmup", "3",
+                                    "--iters", "20", "--json"], capture_output=True, text=True)
+                if r.returncode != 0:
+                    log(f"FAILED measure {m} b{b}: {r.stderr[-300:]}")
+                    continue
+                rec = json.loads(r.stdout)
+                rows.append({"round": k, "model": m, "batch_size": b, "what": "measure",
+                             "at_s": round(t0, 1), "iteration_ms": rec["iteration_ms"],
+                             "iteration_ms_all": rec["iteration_ms_all"],
+                             "host_issue_ms": rec.get("host_issue_ms")})
+                log(f"measure {name} b{b} round {k}: {rec['iteration_ms']:.2f} ms, host issue "
+                    f"{rec.get('host_issue_ms', 0):.2f} ms")
+            path.write_text(json.dumps(rows, indent=1))
 
 
 def do_hostcal(out: Path, sets: dict, steps: int = 7) -> None:
@@ -249,6 +299,8 @@ def main() -> int:
         do_hostcal(out, HOSTCAL2, steps=15)
     elif what == "hostcal-measure":  # the calibration models through `vdnnsim measure`'s harness
         do_measure(out, HOSTCAL2, {})
+    elif what == "hostnoise":
+        do_hostnoise(out)
     elif what == "smoke":
         small = {"torchvision:resnet18": [16], "zoo:alexnet": [32]}
         do_profile(out, small, trials=2)

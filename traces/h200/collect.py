@@ -149,7 +149,8 @@ def do_hostnoise(out: Path, rounds: int = 3) -> None:
                                 "--batch", str(b), "--trials", "5", "-o", str(y)],
                                capture_output=True, text=True)
             if r.returncode == 0:
-                note = y.read_text()
+                import yaml
+                note = " ".join(yaml.safe_load(y.read_text())["source"]["note"].split())
                 f = re.search(r"one step took ([\d.]+) ms with the timestamps, ([\d.]+) ms", note)
                 h = re.search(r"forward pass in ([\d.]+) ms and the backward in ([\d.]+) ms", note)
                 rows.append({"round": k, "model": m, "batch_size": b, "what": "profile",

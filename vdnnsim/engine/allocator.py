@@ -79,31 +79,34 @@ class Accounting:
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
         self._open: dict[Key, tuple[int, int, str]] = {}
 
+    # _taken and _given_back run at every allocation and free (bench/bench_engine.py)
     def _taken(self, key: Key, size: int, category: str, now: int) -> None:
-        self.by_category[category] = self.by_category.get(category, 0) + size
+        bc = self.by_category
+        bc[category] = bc.get(category, 0) + size
         if self.spans is not None:
             self._open[key] = (now, size, category)
-        self._record(now, size)
+        live = self.live_bytes = self.live_bytes + size
+        if live > self.peak_live_bytes:
+            self.peak_live_bytes = live
+            self.peak_breakdown = {k: v for k, v in bc.items() if v}
+        self._level(now, live)
 
     def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
         if self.spans is not None and key in self._open:
             t0, sz, cat = self._open.pop(key)
             self.spans.append((key_name(key), cat, sz, t0, now))
-        self._record(now, -size)
+        live = self.live_bytes = self.live_bytes - size
+        if live < 0:  # NOTE [invariants]
+            raise InvariantViolation(f"the pool's live bytes fell to {live}")
+        self._level(now, live)
 
-    def _record(self, now: int, delta: int) -> None:
-        self.live_bytes += delta
-        if self.live_bytes < 0:  # NOTE [invariants]
-            raise InvariantViolation(f"the pool's live bytes fell to {self.live_bytes}")
-        if self.live_bytes > self.peak_live_bytes:
-            self.peak_live_bytes = self.live_bytes
-            self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
+    def _level(self, now: int, live: int) -> None:
         if self.times[-1] == now:
-            self.levels[-1] = self.live_bytes
+            self.levels[-1] = live
         else:
             self.times.append(now)
-            self.levels.append(self.live_bytes)
+            self.levels.append(live)
 
     def average_bytes(self, end_ns: int) -> float:
         """Time-weighted mean of live bytes over [0, end_ns]."""
@@ -118,6 +121,10 @@ class Accounting:
         return total / end_ns
 
 
+_SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a tuple)
+_LOW = (1 << _SHIFT) - 1
+
+
 class Pool(Accounting):
     """CNMeM's root manager: the free blocks sorted by address (to merge neighbours) and,
     for best fit, by (size, address): the smallest block that holds the request, the lowest
@@ -127,7 +134,7 @@ class Pool(Accounting):
         super().__init__(capacity_bytes)
         self._starts: list[int] = [0]  # free blocks, sorted by start address
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
-        self._by_size: list[tuple[int, int]] = [(_INF, 0)]  # (size, start) of each free block
+        self._by_size: list[int] = [_INF << _SHIFT]  # size << _SHIFT | start, each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
 
     def __contains__(self, key: Key) -> bool:
@@ -149,9 +156,10 @@ class Pool(Accounting):
         if size == 0:
             return True
         by, cap = self._by_size, self.capacity
-        j, n = bisect.bisect_left(by, (size, -1)), len(by)
+        j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
         while j < n:  # the smallest free block that holds it inside the capacity
-            bsize, start = by[j]
+            k = by[j]
+            start = k & _LOW
             if start + size <= cap:
                 break
             j += 1
@@ -161,10 +169,11 @@ class Pool(Accounting):
                 largest = max((min(s, cap - a) for a, s in
                                zip(self._starts, self._sizes) if a < cap), default=0)
                 self.oom = oom_record(key, layer, phase, now, size, free, largest)
-            found = self._best_fit(size, _INF)
-            assert found is not None
-            bsize, start = found
-            j = bisect.bisect_left(by, (bsize, start))
+            j = self._best_fit(size, _INF)
+            assert j is not None
+            k = by[j]
+            start = k & _LOW
+        bsize = k >> _SHIFT
         if start + size > cap and self.oom is None:  # NOTE [invariants]
             raise InvariantViolation(f"placed {size} bytes past the capacity with no "
                                      "out-of-memory recorded", layer, key_name(key))
@@ -175,7 +184,7 @@ class Pool(Accounting):
             del starts[i], self._sizes[i]
         else:
             starts[i], self._sizes[i] = start + size, bsize - size
-            bisect.insort(by, (bsize - size, start + size))
+            bisect.insort(by, (bsize - size) << _SHIFT | (start + size))
         blocks[key] = (start, size, category)
         if start + size > self.peak_footprint_bytes:
             self.peak_footprint_bytes = start + size
@@ -193,34 +202,30 @@ class Pool(Accounting):
         right = i < len(starts) and starts[i] == end
         if i > 0 and starts[i - 1] + sizes[i - 1] == start:  # merge with the left neighbour
             left = sizes[i - 1]
-            del by[bisect.bisect_left(by, (left, starts[i - 1]))]
+            del by[bisect.bisect_left(by, left << _SHIFT | starts[i - 1])]
             merged = left + size
             if right:
-                del by[bisect.bisect_left(by, (sizes[i], end))]
+                del by[bisect.bisect_left(by, sizes[i] << _SHIFT | end)]
                 merged += sizes[i]
                 del starts[i], sizes[i]
             sizes[i - 1] = merged
-            bisect.insort(by, (merged, starts[i - 1]))
+            bisect.insort(by, merged << _SHIFT | starts[i - 1])
         elif right:  # with the right one
-            del by[bisect.bisect_left(by, (sizes[i], end))]
+            del by[bisect.bisect_left(by, sizes[i] << _SHIFT | end)]
             starts[i] = start
             sizes[i] += size
-            bisect.insort(by, (sizes[i], start))
+            bisect.insort(by, sizes[i] << _SHIFT | start)
         else:
             starts.insert(i, start)
             sizes.insert(i, size)
-            bisect.insort(by, (size, start))
+            bisect.insort(by, size << _SHIFT | start)
         self._given_back(key, size, category, now)
 
-    def _unindex(self, size: int, start: int) -> None:
-        j = bisect.bisect_left(self._by_size, (size, start))
-        del self._by_size[j]
-
-    def _best_fit(self, size: int, limit: int) -> tuple[int, int] | None:
-        """(size, start) of the smallest free block that holds ``size`` below ``limit``."""
+    def _best_fit(self, size: int, limit: int) -> int | None:
+        """Index in the size order of the smallest free block that holds ``size`` below
+        ``limit``."""
         by = self._by_size
-        for j in range(bisect.bisect_left(by, (size, -1)), len(by)):
-            bsize, a = by[j]
-            if a + size <= limit:
-                return bsize, a
+        for j in range(bisect.bisect_left(by, size << _SHIFT), len(by)):
+            if (by[j] & _LOW) + size <= limit:
+                return j
         return None

@@ -66,6 +66,9 @@ class Op(NamedTuple):
     size_bytes: int = 0
 
 
+_record = tuple.__new__  # Op(...) without namedtuple's Python-level __new__: _record(Op, (...))
+
+
 class _Op:
     """A GPU op in flight. ``end`` is None until its start is known."""
 
@@ -171,7 +174,8 @@ class Simulation:
         self.host_ns = 0  # the host's clock (NOTE [host])
         self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
         self._credit = 0
-        self._stamps: list[tuple[object, int]] = [(_Zero, 0)]
+        self._stamp_ops: list[object] = [_Zero]  # NOTE [memory time]: stamp k is the start
+        self._stamp_edges: list[int] = [0]  # (edge 0) or end (1) of _stamp_ops[k]
         self._pending: deque[tuple[_Op, object]] = deque()  # NOTE [deferred free]
         self._retired: set = set()
         self._on_host: set[str] = set()
@@ -276,41 +280,52 @@ class Simulation:
 
     def _finish(self, s: _Stream, op: _Op) -> None:
         start, end = op.start, op.end
-        if self.checks:
-            s.clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
-        if op.copy and s is self.compute:  # an on-demand fetch: the stream copies, not computes
-            self.stall_ns += end - start
+        if self.checks:  # NOTE [invariants]: in order, never overlapping (inline: every op)
+            clock = s.clock
+            if start < clock.last_end or end < start:
+                clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
+            clock.last_end = end
         s.prev_end = end
+        record = self.record_ops
         if s is self.compute:
             self.host_bound_ns += op.idle
-        if op.stall and s is self.compute:
-            self.stall_ns += op.stall
-            if self.record_ops:
-                self.ops.append(Op(s.name, "stall", op.layer, "wait for a copy",
-                                   start - op.stall, start))
-        if self.record_ops and (end > start or op.copy):  # a copy shows as its direction
-            name = op.copy if op.copy and s is not self.compute else s.name
-            self.ops.append(Op(name, op.kind, op.layer, op.name, start, end, op.size))
-        if op.kind == "prefetch" or op.kind == "fetch":
-            self.host_bytes -= op.size  # the host copy is released once it is back
-        if end > self.end_ns and s is self.compute:  # the iteration is the compute stream's
-            self.end_ns = end
+            if op.copy:  # an on-demand fetch: the stream copies, not computes; the host
+                self.stall_ns += end - start  # copy is released once it is back
+                self.host_bytes -= op.size
+            if op.stall:
+                self.stall_ns += op.stall
+                if record:
+                    self.ops.append(_record(Op, (s.name, "stall", op.layer, "wait for a copy",
+                                                 start - op.stall, start, 0)))
+            if end > self.end_ns:  # the iteration is the compute stream's
+                self.end_ns = end
+            if record and (end > start or op.copy):
+                self.ops.append(_record(Op, (s.name, op.kind, op.layer, op.name, start, end,
+                                             op.size)))
+        else:
+            if record:  # a copy shows as its direction
+                self.ops.append(_record(Op, (op.copy, op.kind, op.layer, op.name, start, end,
+                                             op.size)))
+            if op.kind != "offload":  # a prefetch: the host copy is released once it is back
+                self.host_bytes -= op.size
         if op.done is not None:
             op.done.succeed()
 
     # -- the host (NOTE [host]) -------------------------------------------------------------
     def _stamp(self, op: object, edge: int) -> int:
-        st = self._stamps
-        if st[-1][0] is op and st[-1][1] == edge:
-            return len(st) - 1
-        st.append((op, edge))
-        return len(st) - 1
+        ops, edges = self._stamp_ops, self._stamp_edges
+        n = len(ops) - 1
+        if ops[n] is op and edges[n] == edge:
+            return n
+        ops.append(op)
+        edges.append(edge)
+        return n + 1
 
     def _spend(self, ns: int, layer: str, what: str) -> None:
         if ns:
             if self.record_ops:
-                self.ops.append(Op("host", "issue", layer, what, self.host_ns,
-                                   self.host_ns + ns))
+                self.ops.append(_record(Op, ("host", "issue", layer, what, self.host_ns,
+                                             self.host_ns + ns, 0)))
             self.host_ns += ns
 
     def _see(self, op: _Op):
@@ -344,6 +359,20 @@ class Simulation:
             self._credit += self.host_ns - t0
             if self.record_ops:
                 self.ops.append(Op("compute", "stall", layer, f"wait {why}", t0, self.host_ns))
+
+    def _synced(self, ops, layer: str, why: str) -> None:
+        """:meth:`_sync` where every op's end is known: nothing to wait for in simpy."""
+        t0 = t = self.host_ns
+        for op in ops:
+            if op.end > t:
+                t = op.end
+        if t > t0:
+            self.host_ns = t
+            self._credit += t - t0
+            if self.record_ops:
+                self.ops.append(_record(Op, ("host", "wait", layer, why, t0, t, 0)))
+                self.ops.append(_record(Op, ("compute", "stall", layer, f"wait {why}", t0, t,
+                                             0)))
 
     def _settle(self, op: _Op) -> None:
         """A compute op's idle time that a synchronisation caused is a stall."""
@@ -472,7 +501,8 @@ class Simulation:
 
     def _to_gpu_time(self) -> None:
         """NOTE [memory time]: stamps become GPU times."""
-        T = [op.start if edge == 0 else op.end for op, edge in self._stamps]  # type: ignore
+        T = [op.end if edge else op.start  # type: ignore[attr-defined]
+             for op, edge in zip(self._stamp_ops, self._stamp_edges)]
         pool = self.pool
         prev, events = 0, []
         for s, level in zip(pool.times, pool.levels):
@@ -661,7 +691,10 @@ class Simulation:
                     for b in offload:
                         self._free_after(b, s1)
                 else:  # the host waits for them, then frees (the paper's sync)
-                    yield from self._sync(copies, layer.id, "offload")
+                    if all(c.end is not None for c in copies):
+                        self._synced(copies, layer.id, "offload")
+                    else:
+                        yield from self._sync(copies, layer.id, "offload")
                     at = self._stamp(_At(self.host_ns), 1)
                     for b in offload:
                         pool.free(b, at)
@@ -749,6 +782,8 @@ class Simulation:
             if fetches and plan.sync:
                 if ahead:
                     self._next_waits = tuple(fetches)
+                elif all(f.end is not None for f in fetches):
+                    self._synced(fetches, layer.id, "prefetch")
                 else:
                     yield from self._sync(fetches, layer.id, "prefetch")
         yield from self._step()

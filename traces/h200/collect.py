@@ -15,6 +15,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
     python3 traces/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
     python3 traces/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
+    python3 traces/h200/collect.py kernels OUTDIR       # traces/h200_calib/kernels.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -178,6 +179,48 @@ def do_hostnoise(out: Path, rounds: int = 3) -> None:
             path.write_text(json.dumps(rows, indent=1))
 
 
+def do_kernels(out: Path) -> None:
+    """The launch queue's depth (NOTE [kernel counts]), then each layer's command count
+    for every model and batch size of the three sets, in one process (counts, not memory
+    or time, are what is read)."""
+    import torch
+
+    from vdnnsim.gpu.graph import probe
+    from vdnnsim.gpu.kernels import count_kernels, launch_queue_depth
+    from vdnnsim.gpu.models import build_model
+    from vdnnsim.gpu.profile import DTYPES, _rename
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "kernels.json"
+    q = launch_queue_depth()
+    log(f"launch queue: {q}")
+    result: dict = {"launch_queue": q, "gpu": torch.cuda.get_device_name(),
+                    "torch": torch.__version__, "models": []}
+    path.write_text(json.dumps(result, indent=1))
+    torch.backends.cudnn.benchmark = True
+    for group, sets in (("calibration", HOSTCAL2), ("validation", SETS),
+                        ("heldout", HELDOUT)):
+        for m, batches in sets.items():
+            for b in batches:
+                t0 = time.time()
+                try:
+                    model, shape, name = build_model(m)
+                    names = _rename(model)
+                    p = probe(model, shape, b, "cuda", DTYPES["fp32"], name)
+                    counts, opt = count_kernels(model, p)
+                    del p
+                    torch.cuda.empty_cache()
+                except Exception:
+                    log(f"FAILED kernels {m} b{b}:\n{traceback.format_exc()}")
+                    continue
+                layers = {names.get(k, k): v for k, v in counts.items()}
+                result["models"].append({"group": group, "model": m, "batch_size": b,
+                                         "optimizer": opt, "layers": layers})
+                path.write_text(json.dumps(result, indent=1))
+                log(f"kernels {m} b{b}: {sum(f for f, _ in layers.values())} forward, "
+                    f"{sum(k for _, k in layers.values())} backward, {opt} optimizer "
+                    f"({time.time() - t0:.1f}s)")
+
+
 def do_hostcal(out: Path, sets: dict, steps: int = 7) -> None:
     """The host's time to issue each pass of a step, eager and under the vDNN runtime, with
     what the runtime did (layers, offloads, fetches, saved-tensor packs): the data the
@@ -300,6 +343,8 @@ def main() -> int:
         do_hostcal(out, HOSTCAL2, steps=15)
     elif what == "hostcal-measure":  # the calibration models through `vdnnsim measure`'s harness
         do_measure(out, HOSTCAL2, {})
+    elif what == "kernels":
+        do_kernels(out)
     elif what == "hostnoise":
         do_hostnoise(out)
     elif what == "smoke":

@@ -144,6 +144,21 @@ class _Clock:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
 
+def instrument(gm: Any, index: dict[str, int], start: Any, after: Any) -> None:
+    """Insert ``start()`` before the first node of ``gm``'s graph and ``after(k, out)``
+    after each node named in ``index`` (``k`` its layer index), its result passed on."""
+    graph = gm.graph
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    with graph.inserting_before(first):
+        graph.call_function(start)
+    for node in list(graph.nodes):
+        if node.name in index:
+            with graph.inserting_after(node):
+                marked = graph.call_function(after, (index[node.name], node))
+            node.replace_all_uses_with(marked, delete_user_cb=lambda u, m=marked: u is not m)
+    gm.recompile()
+
+
 def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
                  warmup: int = 3) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Per-layer (forward, backward) ns inside whole training steps (NOTE [layer timing]),
@@ -174,16 +189,7 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
                 fn.register_prehook(lambda g, k=k: bwd_marks.append((k, clock.mark(), host())))
         return out
 
-    graph = gm.graph
-    first = next(n for n in graph.nodes if n.op != "placeholder")
-    with graph.inserting_before(first):
-        graph.call_function(start)
-    for node in list(graph.nodes):
-        if node.name in index:
-            with graph.inserting_after(node):
-                marked = graph.call_function(after, (index[node.name], node))
-            node.replace_all_uses_with(marked, delete_user_cb=lambda u, m=marked: u is not m)
-    gm.recompile()
+    instrument(gm, index, start, after)
     params = [q for q in gm.parameters() if q.requires_grad]
     opt = torch.optim.SGD(params, lr=1e-3)
     dev = next(iter(gm.parameters())).device

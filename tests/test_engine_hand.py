@@ -6,6 +6,8 @@ number below can be checked on paper. Times in the traces are ns.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from vdnnsim import run_trace
@@ -312,6 +314,39 @@ def test_a_slow_host_sets_the_pace():
     host = r.timeline[r.timeline.stream == "host"]
     assert list(zip(host.name, host.start_ns, host.end_ns)) == [("c1:fwd", 0, 3 * MS),
                                                                 ("c2:fwd", 3 * MS, 6 * MS)]
+
+
+def test_a_full_launch_queue_holds_the_host_back():
+    """NOTE [launch queue]. Eager PyTorch, four layers of 10 ms forward (backward: none),
+    one command per pass, issued by a host that takes 1 ms per forward; the queue holds 2
+    commands. c1 is issued at 1 and runs 1-11, c2 (issued at 2) 11-21, c3 (at 3) 21-31:
+    at 3, c1 has started, so two are queued. c4 would be a third: the host waits until c2
+    starts at 11 and issues c4 then (it runs 31-41, as it would have). Each backward
+    launch then waits for one more start: c4's until c3 starts (21), c3's until 31, c2's
+    until 41, when the rest have started and c1's goes at once. The GPU never waits."""
+    layers = [{"id": f"c{i}", "fwd": 10 * MS, "bwd": 0, "host_fwd": MS, "kernels_fwd": 1,
+               "kernels_bwd": 1} for i in range(1, 5)]
+    t = chain_trace(layers, framework="pytorch")
+    free = run_trace(t, GPU, "eager")
+    gpu = replace(GPU, host=replace(GPU.host, launch_queue=2))
+    held = run_trace(t, gpu, "eager")
+    assert held.iteration_time_ns == free.iteration_time_ns == 41 * MS
+    assert held.host_bound_time_ns == free.host_bound_time_ns == MS
+    host = held.timeline[held.timeline.stream == "host"]
+    waits = host[host.kind == "wait"]
+    assert list(zip(waits.name, waits.start_ns // MS, waits.end_ns // MS)) == [
+        ("launch queue full", 4, 11), ("launch queue full", 11, 21),
+        ("launch queue full", 21, 31), ("launch queue full", 31, 41)]
+    assert free.timeline[free.timeline.kind == "wait"].empty
+    # the preset's mean stands in for a trace without counts: with 3 commands a layer
+    # (more than the queue holds) each launch waits for the one before it to start: c2 is
+    # issued at 2 (c1 started at 1), c3 at 3 waits for c2 (11), c4 at 12 for c3 (21)
+    bare = chain_trace([{k: v for k, v in d.items() if not k.startswith("kernels")}
+                        for d in layers], framework="pytorch")
+    gpu3 = replace(gpu, host=replace(gpu.host, layer_kernels_fwd=3.0))
+    r = run_trace(bare, gpu3, "eager")
+    w = r.timeline[(r.timeline.stream == "host") & (r.timeline.kind == "wait")]
+    assert list(zip(w.start_ns // MS, w.end_ns // MS))[:2] == [(3, 11), (12, 21)]
 
 
 def _deferred(host_fwd: int):

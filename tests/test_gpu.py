@@ -55,3 +55,17 @@ def test_offload_lowers_peak_memory():
     # VGG's peak is in backward, at conv1_2, where vdnn_all and vdnn_conv hold the same
     # buffers; the allocator's rounding differs by about a megabyte between them (H200 runs)
     assert every["peak_allocated_bytes"] <= conv["peak_allocated_bytes"] * 1.01
+
+
+def test_the_profiler_counts_each_layers_commands_and_the_queue_blocks():
+    """NOTE [kernel counts] on the GPU: every convolution launches at least one kernel
+    each way; a view none forward; a busy stream's launch queue fills and blocks."""
+    from vdnnsim.gpu.kernels import launch_queue_depth
+    from vdnnsim.gpu.profile import profile_model
+    d = profile_model("torchvision:resnet18", 4, trials=1)
+    by = {layer["id"]: layer for layer in d["layers"]}
+    convs = [x for x in d["layers"] if x["kind"] == "conv"]
+    assert convs and all(x["kernels_fwd"] >= 1 and x["kernels_bwd"] >= 1 for x in convs)
+    assert by["flatten"]["kernels_fwd"] == 0
+    q = launch_queue_depth(launches=4096, trials=1)
+    assert 100 < q["same_stream"][0] < 4096 and q["other_stream"] == [None]

@@ -43,7 +43,11 @@ class Host:
     saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
     events, the copy's launch, record_stream) and per fetched buffer. Presets without a
     calibration have zeros: the host then never sets the pace. The h200 preset's numbers
-    are fitted on models kept apart from every validation set (traces/h200_calib/)."""
+    are fitted on models kept apart from every validation set (traces/h200_calib/).
+    ``launch_queue``: how many commands (kernels, memsets, copies) a stream's launch queue
+    holds before the next launch blocks the host (NOTE [launch queue]), measured on the
+    GPU; 0: no limit. ``layer_kernels_fwd``/``_bwd``: the commands a layer issues per pass
+    where a trace does not say (NOTE [kernel counts]), the mean over calibration models."""
 
     layer_fwd_ns: int = 0
     layer_bwd_ns: int = 0
@@ -51,6 +55,9 @@ class Host:
     runtime_layer_bwd_ns: int = 0
     runtime_offload_ns: int = 0
     runtime_fetch_ns: int = 0
+    launch_queue: int = 0
+    layer_kernels_fwd: float = 1.0
+    layer_kernels_bwd: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,11 @@ class _HostSpec(BaseModel):
     runtime_offload_ns: int = Field(0, ge=0, le=10**12, description="What the vDNN runtime "
                                     "spends per offloaded buffer.")
     runtime_fetch_ns: int = Field(0, ge=0, le=10**12, description="And per fetched buffer.")
+    launch_queue: int = Field(0, ge=0, le=10**9, description="Commands a stream's launch "
+                              "queue holds before a launch blocks the host; 0: no limit.")
+    layer_kernels_fwd: float = Field(1.0, ge=0, le=10**6, description="Commands a layer's "
+                                     "forward pass issues, where a trace does not say.")
+    layer_kernels_bwd: float = Field(1.0, ge=0, le=10**6, description="And its backward.")
     source: str = Field("", description="Where the numbers come from.")
 
 

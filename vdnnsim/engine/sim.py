@@ -28,6 +28,17 @@ otherwise; under PyTorch semantics every copy runs on the runtime's one side str
 ``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
 'host' (what the host spent issuing each layer, and where it waited).
 
+NOTE [launch queue]
+A stream's launch queue holds a bounded number of commands (about a thousand kernels,
+memsets and copies on the H200, NOTE [kernel counts]): a host that runs that far ahead of
+the GPU blocks in its next launch until the oldest queued command starts. Under PyTorch
+semantics the host counts the commands of each compute op it has issued that has not
+started (the trace's per-layer counts, else the preset's mean) and, when the next layer's
+would overflow the preset's ``launch_queue``, waits for the oldest to start. This is what
+keeps a host far ahead of a copy-bound GPU (vdnn_all) from piling up deferred frees and
+reserving memory the real allocator never asks for. Torch7's host waits for every layer,
+so its queue never fills.
+
 NOTE [memory time]
 The allocator sees the host's order, and its peaks are the ones PyTorch reports. The
 memory curve, the tensor lifetimes and an out-of-memory's time are shown on the GPU's
@@ -185,6 +196,8 @@ class Simulation:
         self._next_waits: tuple[_Op, ...] = ()
         self._fwd_ops: tuple = ()
         self._fwd_host = 0
+        self._queued: deque[tuple[_Op, float]] = deque()  # NOTE [launch queue]
+        self._queued_k = 0.0
         self._host_costs()
 
     def _host_costs(self) -> None:
@@ -196,6 +209,12 @@ class Simulation:
         self._hb = [layer.host_bwd_ns + rb for layer in self.trace.layers]
         self._h_offload = h.runtime_offload_ns if runtime else 0
         self._h_fetch = h.runtime_fetch_ns if runtime else 0
+        self._queue = h.launch_queue if self.sem.host_ahead else 0  # NOTE [launch queue]
+        layers = self.trace.layers
+        self._kf = [h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd
+                    for x in layers]
+        self._kb = [h.layer_kernels_bwd if x.kernels_bwd is None else x.kernels_bwd
+                    for x in layers]
 
     # -- streams (NOTE [streams]) -----------------------------------------------------------
     def _push(self, s: _Stream, op: _Op) -> _Op:
@@ -373,6 +392,28 @@ class Simulation:
                 self.ops.append(_record(Op, ("host", "wait", layer, why, t0, t, 0)))
                 self.ops.append(_record(Op, ("compute", "stall", layer, f"wait {why}", t0, t,
                                              0)))
+
+    def _throttle(self, op: _Op, k: float, layer: str):
+        """NOTE [launch queue]: before the host launches ``op`` (``k`` commands), it waits
+        until the queue has room for them."""
+        q = self._queued
+        while q:
+            head, hk = q[0]
+            if head.start is None or head.start > self.host_ns:
+                if self._queued_k + k <= self._queue:
+                    break
+                t0 = self.host_ns
+                if head.start is None:  # its start is not known yet: wait for its end
+                    yield from self._wait_ops((head,), layer)
+                else:
+                    self.host_ns = head.start
+                if self.host_ns > t0 and self.record_ops:
+                    self.ops.append(_record(Op, ("host", "wait", layer, "launch queue full",
+                                                 t0, self.host_ns, 0)))
+            q.popleft()
+            self._queued_k -= hk
+        q.append((op, k))
+        self._queued_k += k
 
     def _settle(self, op: _Op) -> None:
         """A compute op's idle time that a synchronisation caused is a stall."""
@@ -674,6 +715,8 @@ class Simulation:
                     yield from self._alloc(*a)
             self._check_on_gpu(layer.inputs, layer.id, "forward")
             before = cs.last
+            if self._queue:
+                yield from self._throttle(op, self._kf[i], layer.id)
             self._push(cs, op)
             copies = [self._offload(b, layer.id, before) for b in offload]
             s1 = self._stamp(op, 1)
@@ -765,6 +808,8 @@ class Simulation:
                 if not self._take(*a):
                     yield from self._alloc(*a)
             self._check_on_gpu(layer.saved, layer.id, "backward", op.waits)
+            if self._queue:
+                yield from self._throttle(op, self._kb[i], layer.id)
             self._push(cs, op)
             s1 = self._stamp(op, 1)
             pool.free(ws_key, s1)

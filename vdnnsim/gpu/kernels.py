@@ -43,7 +43,7 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
                   ) -> tuple[dict[str, tuple[int, int]], int]:
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
     backward issue, in a training step after ``warmup`` steps; and the optimizer step's."""
-    from .profile import instrument
+    from .profile import instrument  # profile imports this module
 
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]

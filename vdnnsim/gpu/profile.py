@@ -56,6 +56,7 @@ from torch.utils._pytree import tree_map
 
 from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
+from .kernels import count_kernels
 from .models import ZooModule, build_model
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -72,7 +73,8 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
              algos: dict[str, list[dict[str, Any]]] | None = None, names: dict[str, str] | None
              = None, source: dict[str, Any] | None = None, step_ns: int = 0,
              dtype: str = "fp32", hosts: dict[str, tuple[int, int]] | None = None,
-             host_step_ns: int = 0) -> dict[str, Any]:
+             host_step_ns: int = 0, kernels: dict[str, tuple[int, int]] | None = None
+             ) -> dict[str, Any]:
     """The trace file (as a dict) of a probe, with per-layer (fwd_ns, bwd_ns, fwd_ws, bwd_ws)
     or cost-model algorithm lists."""
     names = names or {}
@@ -116,6 +118,8 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
         hf, hb = (hosts or {}).get(n.name, (0, 0))
         if hf or hb:  # NOTE [host timing]
             layer.update(host_fwd_ns=hf, host_bwd_ns=hb)
+        if kernels and n.name in kernels:  # NOTE [kernel counts]
+            layer.update(kernels_fwd=kernels[n.name][0], kernels_bwd=kernels[n.name][1])
         attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_") and v != {}}
         attrs["flops"] = n.flops
         layer["attrs"] = attrs
@@ -377,6 +381,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     torch.backends.cudnn.benchmark = True
     p = probe(model, shape, batch_size, device, DTYPES[dtype], name)
     inner, meta = time_in_situ(model, p, trials, cuda)
+    counts = count_kernels(model, p)[0] if cuda else None  # NOTE [kernel counts]
     spaces = {n.name: _workspace(n) if cuda else (0, 0) for n in p.nodes}
     resident = resident_bytes(model) if cuda else 0
     times = {k: (*inner[k], *spaces[k]) for k in spaces}
@@ -394,7 +399,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
                    f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off (NOTE [host timing])"}
     step = meta["step_ns"]
     data = assemble(p, times=times, names=names, source=src, step_ns=step, dtype=dtype,
-                    hosts=meta["hosts"], host_step_ns=meta["host_step_ns"])
+                    hosts=meta["hosts"], host_step_ns=meta["host_step_ns"], kernels=counts)
     if resident:
         data["resident_bytes"] = resident
     return data

@@ -58,6 +58,10 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
                                bwd_workspace_bytes=a.bwd_workspace_bytes) for a in layer.algos]
         if layer.host_fwd_ns or layer.host_bwd_ns:
             d.update(host_fwd_ns=layer.host_fwd_ns, host_bwd_ns=layer.host_bwd_ns)
+        if layer.kernels_fwd is not None:
+            d["kernels_fwd"] = layer.kernels_fwd
+        if layer.kernels_bwd is not None:
+            d["kernels_bwd"] = layer.kernels_bwd
         if layer.attrs:
             d["attrs"] = dict(layer.attrs)
         layers.append(d)
@@ -138,7 +142,7 @@ def _build(spec: TraceSpec, source: str) -> Trace:
                           ls.workspace_bytes, ls.workspace_bytes),)
         layers.append(Layer(ls.id, ls.kind, tuple(ls.inputs), tuple(ls.outputs),
                             tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs),
-                            ls.host_fwd_ns, ls.host_bwd_ns))
+                            ls.host_fwd_ns, ls.host_bwd_ns, ls.kernels_fwd, ls.kernels_bwd))
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),

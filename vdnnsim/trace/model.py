@@ -67,6 +67,8 @@ class Layer:
     attrs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     host_fwd_ns: int = 0  # the host's time to issue the forward pass (NOTE [host timing])
     host_bwd_ns: int = 0  # and the backward pass
+    kernels_fwd: int | None = None  # commands the forward pass issues (NOTE [kernel counts])
+    kernels_bwd: int | None = None  # and the backward; None: not known
 
     @property
     def is_conv(self) -> bool:

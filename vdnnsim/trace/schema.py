@@ -92,6 +92,11 @@ class LayerSpec(_Strict):
     host_fwd_ns: Nanos = Field(0, description="The host's time to issue the forward pass "
                                "(Python, dispatch, kernel launches); 0: not known.")
     host_bwd_ns: Nanos = Field(0, description="The host's time to issue the backward pass.")
+    kernels_fwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(not_bool)] | None = \
+        Field(None, description="GPU commands (kernels, memsets, copies) the forward pass "
+              "issues; absent: not known.")
+    kernels_bwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(not_bool)] | None = \
+        Field(None, description="And the backward pass.")
     algos: list[AlgoSpec] | None = Field(None, description="Algorithm options (conv).")
     attrs: Annotated[dict[str, Any], BeforeValidator(_small_attrs)] = Field(
         default_factory=dict, description="Free-form facts for people (shapes, flops), at "

@@ -1,0 +1,88 @@
+"""NOTE [kernel counts]: how the profiler's kernel counts are split among layers, the
+counter on a real model (on a CPU: its markers, no GPU commands), and the counts' place in
+the trace format."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdnnsim.trace import trace_from_dict
+from vdnnsim.trace.io import trace_to_dict
+
+from .conftest import chain_trace
+
+torch = pytest.importorskip("torch")
+
+
+def _events(items):
+    """Chrome-trace events: ('m', ts, thread, tag) markers, ('c', ts, thread) commands."""
+    out = []
+    for it in items:
+        if it[0] == "m":
+            out.append({"ph": "X", "ts": it[1], "pid": 1, "tid": it[2],
+                        "cat": "user_annotation", "name": "vdnnsim:" + it[3]})
+        else:
+            out.append({"ph": "X", "ts": it[1], "pid": 1, "tid": it[2],
+                        "cat": it[3] if len(it) > 3 else "cuda_runtime",
+                        "name": it[4] if len(it) > 4 else "cudaLaunchKernel"})
+    return out
+
+
+def test_commands_belong_to_the_marker_before_them_on_their_thread():
+    from vdnnsim.gpu.kernels import split_commands
+    ev = _events([
+        ("m", 0, 1, "f:-1"), ("c", 1, 1), ("c", 2, 1),  # layer a: 2
+        ("m", 3, 1, "f:0"), ("m", 4, 1, "f:1"),  # layer b: none (a view)
+        ("c", 5, 1, "cuda_driver", "cuLaunchKernelEx"),  # the loss: 1, a driver launch
+        ("m", 6, 1, "f:2"), ("c", 7, 1),  # the first gradient: the loss's backward
+        ("m", 7.5, 2, "b:2"), ("c", 7.6, 2, "cuda_runtime", "cudaMemsetAsync"),
+        ("m", 7.7, 2, "b:1"), ("m", 7.8, 2, "b:0"), ("c", 7.9, 2), ("c", 7.95, 2),
+        ("c", 7.97, 2, "cuda_runtime", "cudaEventRecord"),  # not a command that is counted
+        ("m", 8, 1, "b:end"), ("c", 9, 1), ("c", 10, 1), ("m", 11, 1, "step"),
+    ])
+    counts, opt = split_commands(ev, ["a", "b"])
+    assert counts == {"a": (2, 2), "b": (0, 0), "loss": (1, 2)}
+    assert opt == 2
+
+
+def test_the_counter_marks_every_layer_of_a_real_model():
+    from vdnnsim.gpu import kernels
+    from vdnnsim.gpu.graph import probe
+    from vdnnsim.gpu.models import build_model
+    from vdnnsim.gpu.profile import DTYPES
+
+    model, shape, name = build_model("zoo:alexnet")
+    p = probe(model, shape, 2, "cpu", DTYPES["fp32"], name)
+    seen = {}
+    real = kernels.split_commands
+
+    def spy(events, names):
+        seen["tags"] = [e["name"] for e in events if str(e.get("name", "")).startswith(
+            "vdnnsim:")]
+        return real(events, names)
+
+    kernels.split_commands = spy
+    try:
+        counts, _ = kernels.count_kernels(model, p, warmup=1)
+    finally:
+        kernels.split_commands = real
+    names = [n.name for n in p.nodes]
+    assert list(counts) == names  # every layer, the loss last
+    assert all(c == (0, 0) for c in counts.values())  # a CPU issues no GPU commands
+    n = len(names) - 1
+    tags = seen["tags"]
+    # a marker before the first layer and after every forward (the loss's too), one
+    # before each backward node that has one, and the two of the step
+    assert tags[:n + 2] == ["vdnnsim:f:-1"] + [f"vdnnsim:f:{k}" for k in range(n + 1)]
+    assert tags[-2:] == ["vdnnsim:b:end", "vdnnsim:step"]
+    assert tags[n + 2] == f"vdnnsim:b:{n}"  # backward starts at the loss
+
+
+def test_kernel_counts_round_trip_and_are_optional():
+    t = chain_trace([{"id": "c1", "fwd": 1, "bwd": 1, "kernels_fwd": 3, "kernels_bwd": 0},
+                     {"id": "c2", "fwd": 1, "bwd": 1}], framework="pytorch")
+    assert (t.layers[0].kernels_fwd, t.layers[0].kernels_bwd) == (3, 0)
+    assert t.layers[1].kernels_fwd is None and t.layers[1].kernels_bwd is None
+    d = trace_to_dict(t)
+    assert d["layers"][0]["kernels_fwd"] == 3 and "kernels_fwd" not in d["layers"][1]
+    assert trace_from_dict(d) == t

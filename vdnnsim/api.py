@@ -179,6 +179,13 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         lv = liveness(trace)
         sim = plan.profiled if plan.profiled is not None and not record else \
             Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+        result = _result(trace, gpu, policy, capacity, plan, sim)
+        del sim, plan  # freed now, by their reference counts: the collector, back on when
+    return result  # the block ends, then has only the result to look at
+
+
+def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
+            sim: Simulation) -> RunResult:
     oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
     pool = sim.pool
     return RunResult(

@@ -7,6 +7,13 @@ enough but fragmented), the pool records the first such failure (what, where, wh
 then keeps going, placing the block above the capacity. The run still reports what the
 iteration *would* need (``peak_live_bytes``, ``peak_footprint_bytes``) and whether it fits
 (``oom is None``). Within capacity the pool never hands out an address past it.
+
+NOTE [transient]
+A layer's workspace is allocated just before its op and freed just after, with no other
+allocation or free in between. Best fit then takes a free block and the free merges it
+back whole, so the free lists end exactly as they began: ``transient`` records only what
+the books see (live bytes up and down, the peak and its breakdown, the footprint, the
+lifetime) and leaves the lists alone. Same numbers, less work (bench/bench_engine.py).
 """
 
 from __future__ import annotations
@@ -220,6 +227,32 @@ class Pool(Accounting):
             sizes.insert(i, size)
             bisect.insort(by, size << _SHIFT | start)
         self._given_back(key, size, category, now)
+
+    def transient(self, key: Key, size_bytes: int, category: str, start: int, end: int
+                  ) -> bool:
+        """NOTE [transient]: ``key`` allocated at ``start`` and freed at ``end``, nothing
+        allocated or freed in between, so the free lists end as they began: only the books
+        change. ``False`` (nothing done) where it does not fit inside the capacity: the
+        caller then allocates and frees it, and the out-of-memory is recorded there."""
+        size = -(-size_bytes // ALIGN_BYTES) * ALIGN_BYTES
+        if size == 0:
+            return True
+        if key in self._blocks:
+            raise RuntimeError(f"double allocation of {key}")
+        by, cap = self._by_size, self.capacity
+        j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
+        while j < n:
+            at = by[j] & _LOW
+            if at + size <= cap:
+                break
+            j += 1
+        else:
+            return False
+        if at + size > self.peak_footprint_bytes:
+            self.peak_footprint_bytes = at + size
+        self._taken(key, size, category, start)
+        self._given_back(key, size, category, end)
+        return True
 
     def _best_fit(self, size: int, limit: int) -> int | None:
         """Index in the size order of the smallest free block that holds ``size`` below

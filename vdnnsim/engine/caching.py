@@ -156,6 +156,26 @@ class CachingPool(Accounting):
         self._taken(key, taken, category, now)
         return True
 
+    def transient(self, key: Key, size_bytes: int, category: str, start: int, end: int
+                  ) -> bool:
+        """NOTE [transient]: as :meth:`Pool.transient`; ``False`` where it needs a new
+        segment (which stays reserved: the caller takes the full path)."""
+        if size_bytes <= 0:
+            return True
+        if key in self._blocks:
+            raise RuntimeError(f"double allocation of {key}")
+        size = round_size(size_bytes)
+        pool = "small" if size <= SMALL_SIZE else "large"
+        found = self._best(pool, size)
+        if found is None:
+            return False
+        rest = found[2] - size
+        split = rest >= MIN_BLOCK if pool == "small" else rest > SMALL_SIZE
+        taken = size if split else found[2]
+        self._taken(key, taken, category, start)
+        self._given_back(key, taken, category, end)
+        return True
+
     def retire(self, key: Key, now: int) -> None:
         """NOTE [deferred free]: no longer allocated, not yet reusable."""
         block = self._blocks.pop(key, None)

@@ -483,8 +483,8 @@ class Simulation:
         return self._push(op.stream, op)
 
     def _prefetch(self, buf: str, layer: str, on_demand: bool = False):
-        """Bring ``buf`` back (a generator: the allocation may wait); the copy's op is
-        left in ``self._in_flight[buf]``."""
+        """Bring ``buf`` back; the copy's op is left in ``self._in_flight[buf]``. None when
+        done; else the allocation must wait, and the host runs the generator returned."""
         pool, size = self.pool, self.lv.size[buf]
         self._on_host.discard(buf)
         sent = self._sent.pop(buf)
@@ -492,10 +492,10 @@ class Simulation:
             # its offload has not been released: keep the GPU copy (Torch7, no sync)
             self._retired.discard(buf)
             self.host_bytes -= size
-            return
+            return None
         if buf in pool:  # still allocated (its free is yet to come): nothing to move
             self.host_bytes -= size
-            return
+            return None
         kind = "fetch" if on_demand else "prefetch"
         side = not (on_demand and self.sem.one_side_stream)  # PyTorch: on compute
         stream = self._copy["h2d"] if side else self.compute
@@ -504,13 +504,41 @@ class Simulation:
             waits += (self.compute.last,)  # side.wait_stream(compute)
         op = _Op(stream, kind, layer, buf, size=size, waits=waits, copy="h2d")
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
-        yield from self._alloc(buf, size, "activations", self._stamp(anchor, 0), layer, kind)
-        self.prefetched_bytes += size
+        a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind)
+        if self._take(*a):
+            self._fetched(buf, op, side)
+            return None
+        return self._fetch_later(a, op, side)
+
+    def _fetch_later(self, a: tuple, op: _Op, side: bool):
+        yield from self._alloc(*a)
+        self._fetched(a[0], op, side)
+
+    def _fetched(self, buf: str, op: _Op, side: bool) -> None:
+        self.prefetched_bytes += op.size
         if side and self.sem.one_side_stream:
             self._recorded.add(buf)
         else:
             self._recorded.discard(buf)
-        self._in_flight[buf] = self._push(stream, op)
+        self._in_flight[buf] = self._push(op.stream, op)
+
+    def _workspace(self, size: int, s0: int, op: _Op, layer: str, phase: str):
+        """A layer's workspace, freed when ``op`` ends: None when only the books saw it
+        (NOTE [transient]); else a generator for the host to run, which returns whether it
+        was allocated for real (then the caller frees it after the op)."""
+        if not self._pending and self.pool.transient(("workspace", layer), size, "workspace",
+                                                     s0, self._stamp(op, 1)):
+            return None
+        return self._workspace_wait(size, s0, op, layer, phase)
+
+    def _workspace_wait(self, size: int, s0: int, op: _Op, layer: str, phase: str):
+        key = ("workspace", layer)
+        if self._pending:  # a malloc's process_events first (NOTE [deferred free])
+            yield from self._process_events()
+            if self.pool.transient(key, size, "workspace", s0, self._stamp(op, 1)):
+                return False
+        yield from self._alloc(key, size, "workspace", s0, layer, phase)
+        return True
 
     def _free_after(self, key, stamp: int) -> None:
         """Free a block at the host's time; a block a side-stream copy used waits for
@@ -524,11 +552,14 @@ class Simulation:
     # -- the iteration -------------------------------------------------------------------------
     def run(self) -> "Simulation":
         env = self.env
-        for s in self._streams:
-            env.process(self._serve(s))
+        serving = [self._serve(s) for s in self._streams]
+        for g in serving:
+            env.process(g)
         host = self._network_wide() if self.plan.memory == "network_wide" else self._layer_wise()
         proc = env.process(host)
         env.run()
+        for g in serving:  # each waits for work that will never come: closed, it lets go of
+            g.close()  # the simulation (no reference cycle for the garbage collector)
         if proc.is_alive:
             raise InvariantViolation("the host waits for an op that never runs")
         if any(s.q for s in self._streams) or any(s.cur for s in self._streams):
@@ -708,19 +739,20 @@ class Simulation:
                     a = (t, lv.size[t], "activations", s0, layer.id, "forward")
                     if not self._take(*a):
                         yield from self._alloc(*a)
-            ws_key = ("workspace", layer.id)
+            held = False  # its workspace allocated for real (NOTE [transient])
             if algo.fwd_workspace_bytes:
-                a = (ws_key, algo.fwd_workspace_bytes, "workspace", s0, layer.id, "forward")
-                if not self._take(*a):
-                    yield from self._alloc(*a)
+                w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "forward")
+                if w is not None:
+                    held = yield from w
             self._check_on_gpu(layer.inputs, layer.id, "forward")
             before = cs.last
             if self._queue:
                 yield from self._throttle(op, self._kf[i], layer.id)
             self._push(cs, op)
-            copies = [self._offload(b, layer.id, before) for b in offload]
+            copies = [self._offload(b, layer.id, before) for b in offload] if offload else ()
             s1 = self._stamp(op, 1)
-            pool.free(ws_key, s1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
             for b in fwd_free.get(i, ()):
                 pool.free(b, s1)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
@@ -771,7 +803,9 @@ class Simulation:
             for t in layer.saved:
                 b = lv.root[t]
                 if b in self._on_host:  # no earlier prefetch brought it: fetch on demand,
-                    yield from self._prefetch(b, layer.id, on_demand=True)  # ahead of the
+                    w = self._prefetch(b, layer.id, on_demand=True)  # ahead of the
+                    if w is not None:
+                        yield from w
                     if b in self._in_flight:  # prefetch below
                         need.append(self._in_flight[b])
                 elif b in self._in_flight:
@@ -781,7 +815,9 @@ class Simulation:
             if j >= 0:
                 for b in plan.offload[j]:
                     if b in self._on_host:
-                        yield from self._prefetch(b, layer.id)
+                        w = self._prefetch(b, layer.id)
+                        if w is not None:
+                            yield from w
                         if b in self._in_flight:
                             fetches.append(self._in_flight[b])
             self._spend(hb[i] + self._h_fetch * (len(need) + len(fetches)), layer.id,
@@ -802,17 +838,18 @@ class Simulation:
             if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
-            ws_key = ("workspace", layer.id)
+            held = False  # its workspace allocated for real (NOTE [transient])
             if algo.bwd_workspace_bytes:
-                a = (ws_key, algo.bwd_workspace_bytes, "workspace", s0, layer.id, "backward")
-                if not self._take(*a):
-                    yield from self._alloc(*a)
+                w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id, "backward")
+                if w is not None:
+                    held = yield from w
             self._check_on_gpu(layer.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)
             self._push(cs, op)
             s1 = self._stamp(op, 1)
-            pool.free(ws_key, s1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
             for t in layer.outputs:
                 if self._gkey[t] == t:
                     pool.free(("grad", t), s1)

@@ -16,6 +16,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
     python3 traces/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
     python3 traces/h200/collect.py kernels OUTDIR       # traces/h200_calib/kernels.json
+    python3 traces/h200/collect.py reserved OUTDIR      # traces/h200_reserved/: one step's own
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -343,6 +344,18 @@ def main() -> int:
         do_hostcal(out, HOSTCAL2, steps=15)
     elif what == "hostcal-measure":  # the calibration models through `vdnnsim measure`'s harness
         do_measure(out, HOSTCAL2, {})
+    elif what == "reserved":  # the worst reserved-memory runs again, with one step's own peak
+        g = 2**30
+        do_measure_isolated(out, [
+            ("torchvision:vgg16", 64, "baseline", None),
+            ("torchvision:vgg16", 128, "vdnn_conv", None),
+            ("torchvision:densenet121", 128, "vdnn_all", None),
+            ("torchvision:mobilenet_v2", 128, "vdnn_conv", None),
+            ("torchvision:mobilenet_v2", 256, "vdnn_all", 12 * g),
+            ("torchvision:regnet_y_800mf", 64, "vdnn_all", None),
+            ("torchvision:regnet_y_800mf", 128, "baseline", None),
+            ("torchvision:wide_resnet50_2", 128, "vdnn_conv", None),
+            ("torchvision:convnext_tiny", 128, "vdnn_all", None)])
     elif what == "kernels":
         do_kernels(out)
     elif what == "hostnoise":

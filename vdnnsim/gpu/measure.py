@@ -10,7 +10,11 @@ memory fraction emulates a smaller card, and a run that raises OutOfMemoryError 
 fit. Beside the GPU's time, the host's time to issue a step (from its start until its
 Python code returns; nothing inside synchronises unless the allocator must) and the
 allocator's counts of device allocations, frees and retries over the timed steps are
-recorded. ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
+recorded. The peak reserved over the timed steps keeps whatever segments the warm-up left
+cached (cuDNN's autotuner tries algorithms with their own workspaces there); one more step
+from an emptied cache (``torch.cuda.empty_cache()`` first) gives ``reserved_one_step_bytes``,
+what one iteration reserves on its own, which is what the simulator replays.
+``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 """
 
 from __future__ import annotations
@@ -92,27 +96,36 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)
-        # one more, untimed step, phase by phase: where the peak is
+        # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
+        # so that its reserved peak is one iteration's own (NOTE [measurement])
         phases = {}
         opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
         phases["start"] = torch.cuda.memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
+        reserved = []
         with ctx():
             out = runtime(x)
             loss = F.cross_entropy(out, y)
         phases["forward_peak"] = torch.cuda.max_memory_allocated(dev)
         phases["after_forward"] = torch.cuda.memory_allocated(dev)
+        reserved.append(torch.cuda.max_memory_reserved(dev))
         torch.cuda.reset_peak_memory_stats(dev)
         loss.backward()
         del out, loss
         phases["backward_peak"] = torch.cuda.max_memory_allocated(dev)
         phases["after_backward"] = torch.cuda.memory_allocated(dev)
+        reserved.append(torch.cuda.max_memory_reserved(dev))
         torch.cuda.reset_peak_memory_stats(dev)
         opt.step()
         phases["step_peak"] = torch.cuda.max_memory_allocated(dev)
         if isinstance(runtime, VDNN):
             runtime.end_iteration()
+        torch.cuda.synchronize(dev)
+        reserved.append(torch.cuda.max_memory_reserved(dev))
         record["phases"] = phases
+        record["reserved_one_step_bytes"] = max(reserved)
         if isinstance(runtime, VDNN):  # per step: warm-up, timed and the phase step
             record.update({k: v // (warmup + iters + 1) for k, v in runtime.stats.items()})
     except torch.OutOfMemoryError as exc:

@@ -177,15 +177,16 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         lv = liveness(trace)
-        sim = plan.profiled if plan.profiled is not None and not record else \
-            Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
-        result = _result(trace, gpu, policy, capacity, plan, sim)
+        sim = plan.profiled
+        if sim is None or (record and not sim.record_ops):  # NOTE [vdnn_dyn]
+            sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+        result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return result  # the block ends, then has only the result to look at
 
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
-            sim: Simulation) -> RunResult:
+            sim: Simulation, record: bool) -> RunResult:
     oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
     pool = sim.pool
     return RunResult(
@@ -200,8 +201,8 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         host_bound_time_ns=sim.host_bound_ns,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
-        _ops=tuple(sim.ops), _mem=(tuple(pool.times), tuple(pool.levels)),
-        _spans=tuple(pool.spans or ()))
+        _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
+        _spans=tuple(pool.spans or ()) if record else ())
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

@@ -24,9 +24,11 @@ one input where the order shows is a pool where that plan fits and vDNN_all(m) d
 (fragmentation could do it): the paper's order would report out of memory, this one
 returns the plan that fits.
 
-The chosen plan carries its profiling pass (``Plan.profiled``): a run that records no op
-timeline (sweeps, `vdnnsim run` without --chrome-trace) reports that simulation rather
-than repeating it; it is the same deterministic simulation of the same plan.
+The chosen plan carries its profiling pass (``Plan.profiled``): run_trace reports that
+simulation rather than repeating it (the same deterministic simulation of the same plan).
+Step 3's first pass of each kind is step 2's, and is not run again. Every pass but step
+1's records its op timeline, since the first that fits is the answer;
+step 1's does not, and a run that falls back to it and wants a timeline simulates it again.
 """
 
 from __future__ import annotations
@@ -48,12 +50,20 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     lv = liveness(trace)
 
     passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
+    seen: dict[tuple, Simulation] = {}  # (which, algos) -> its pass: step 3 starts where
+    # step 2 left off, with the fastest algorithms, and need not run that pass again
 
-    def profile(plan: Plan, slot: str = "latest"):
-        # only whether and where it runs out counts: a pass stops at its first OOM
-        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=False,
+    def profile(plan: Plan, slot: str = "latest", key: tuple | None = None):
+        if key in seen:
+            passes[slot] = (plan, seen[key])
+            return seen[key].pool.oom
+        # only whether and where it runs out counts: a pass stops at its first OOM; one
+        # that fits is the answer (step 1's excepted), so it records its timeline
+        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=slot != "step1",
                          stop_at_oom=True).run()
         passes[slot] = (plan, sim)
+        if key is not None:
+            seen[key] = sim
         return sim.pool.oom
 
     def done(plan: Plan, note: str) -> Plan:
@@ -73,13 +83,13 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                     "of memory")
     for which in ("conv", "all"):
         plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch, reading=reading)
-        if profile(plan) is None:
+        if profile(plan, key=(which, tuple(fastest))) is None:
             return done(plan, f"step 2: fastest algorithms, offload {which}")
     for which in ("conv", "all"):
         algos = list(fastest)
         while True:
             plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch, reading=reading)
-            oom = profile(plan)
+            oom = profile(plan, key=(which, tuple(algos)))
             if oom is None:
                 changed = sum(a != f for a, f in zip(algos, fastest))
                 return done(plan, f"step 3: greedy, offload {which}, {changed} layer(s) "

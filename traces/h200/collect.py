@@ -17,6 +17,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
     python3 traces/h200/collect.py kernels OUTDIR       # traces/h200_calib/kernels.json
     python3 traces/h200/collect.py reserved OUTDIR      # traces/h200_reserved/: one step's own
+    python3 traces/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -356,6 +357,15 @@ def main() -> int:
             ("torchvision:regnet_y_800mf", 128, "baseline", None),
             ("torchvision:wide_resnet50_2", 128, "vdnn_conv", None),
             ("torchvision:convnext_tiny", 128, "vdnn_all", None)])
+    elif what == "steady":  # both sets' uncapped runs again, each set in one process, as
+        import subprocess  # they were first measured, now with one step's own reserved peak
+        for name in ("validation", "heldout"):
+            r = subprocess.run([sys.executable, __file__, f"steady-{name}", str(out / name)])
+            log(f"steady {name}: rc {r.returncode}")
+    elif what == "steady-validation":
+        do_measure(out, SETS, {})
+    elif what == "steady-heldout":
+        do_measure(out, HELDOUT, {})
     elif what == "kernels":
         do_kernels(out)
     elif what == "hostnoise":

@@ -101,3 +101,26 @@ def test_fits_and_reserved_memory_with_the_host_in_the_loop(which, summary, held
     for metric in ("peak_allocated", "peak_reserved", "iteration_time"):
         for k in ("median_abs", "max_abs"):
             assert s[metric][k] == pytest.approx(g[metric][k], rel=1e-6), (metric, k)
+
+
+def test_reserved_memory_against_one_steps_own_peak(tmp_path):
+    """`validate --reserved one-step` holds the prediction against one step's reserved peak
+    from an emptied cache (traces/h200_reserved/); a record measured before that number
+    existed is a one-line error (exit 2), not a traceback."""
+    import subprocess
+    import sys
+    res = ROOT.parent / "h200_reserved" / "measurements.json"
+    one = validate(ROOT, res, reserved="one-step")
+    timed = validate(ROOT, res)
+    assert len(one) == len(timed) == 5  # the committed set's runs of that file
+    recs = {(r["model"].split(":")[1], r["batch_size"], r["policy"]): r
+            for r in json.loads(res.read_text())}
+    for row in one.itertuples():
+        r = recs[(row.model, row.batch_size, row.policy)]
+        assert row.measured_reserved_gb == r["reserved_one_step_bytes"] / 2**30
+    assert (one.predicted_reserved_gb == timed.predicted_reserved_gb).all()
+    p = subprocess.run([sys.executable, "-m", "vdnnsim", "validate", str(ROOT),
+                        str(ROOT / "measurements.json"), "--reserved", "one-step"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "has no reserved_one_step_bytes" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -347,7 +347,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from .validate import format_validation, summarize, validate
 
-    df = validate(args.traces, args.measurements, args.gpu)
+    df = validate(args.traces, args.measurements, args.gpu, args.reserved)
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
                           "summary": summarize(df)}, indent=2))
@@ -470,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("traces", help="folder of profiled traces (or one trace file)")
     va.add_argument("measurements", help="JSON list of measurement records")
     va.add_argument("--gpu", default="h200", help="GPU preset to simulate with")
+    va.add_argument("--reserved", choices=["timed", "one-step"], default="timed",
+                    help="the measured reserved peak to compare with: over the timed steps "
+                    "(default), or one step's own from an emptied cache")
     va.add_argument("--json", action="store_true")
     va.set_defaults(fn=cmd_validate)
 

@@ -75,6 +75,7 @@ class Measurement(BaseModel):
     peak_allocated_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
     peak_reserved_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
     iteration_ms: Annotated[float, BeforeValidator(_positive_finite)] | None = None
+    reserved_one_step_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
 
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":
@@ -97,8 +98,16 @@ def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
     return out
 
 
+RESERVED = {"timed": "peak_reserved_bytes", "one-step": "reserved_one_step_bytes"}
+
+
 def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
-             gpu: str = "h200") -> pd.DataFrame:
+             gpu: str = "h200", reserved: str = "timed") -> pd.DataFrame:
+    """``reserved``: which measured reserved peak the prediction is held against: 'timed'
+    (over the timed steps, with what the warm-up cached) or 'one-step' (one step from an
+    emptied cache, NOTE [measurement])."""
+    if reserved not in RESERVED:
+        raise ConfigError(f"reserved must be one of {', '.join(RESERVED)}, got {reserved!r}")
     tr = load_traces(traces)
     g = resolve_gpu(gpu)
     rows = []
@@ -116,7 +125,11 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
-            pr, mr = r.peak_footprint_bytes, m["peak_reserved_bytes"]
+            pr, mr = r.peak_footprint_bytes, m[RESERVED[reserved]]
+            if mr is None:
+                raise ConfigError(f"{shown(measurements)}: {m['model']} batch "
+                                  f"{m['batch_size']} {m['policy']} has no "
+                                  f"{RESERVED[reserved]} (measured before it was recorded)")
             pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]
             row.update(measured_alloc_gb=ma / 2**30, predicted_alloc_gb=pa / 2**30,
                        alloc_err=(pa - ma) / ma, measured_reserved_gb=mr / 2**30,

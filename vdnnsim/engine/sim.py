@@ -141,6 +141,33 @@ class _Stream:
         self.shares_bw = shares_bw  # a copy's bandwidth depends on the other engine
 
 
+class _Steps(NamedTuple):
+    """What the host does for one layer that depends only on the trace and the semantics
+    (built once per trace, NOTE [host]): names, the buffers it allocates and reads, the
+    gradients it allocates and frees."""
+
+    fwd: str  # the forward op's name
+    bwd: str
+    out_alloc: tuple[tuple[str, int], ...]  # (buffer, bytes) its forward allocates
+    reads: tuple[str, ...]  # the non-empty buffers its forward reads (NOTE [invariants])
+    saved: tuple[str, ...]  # and its backward
+    grads_in: tuple[tuple[tuple[str, str], int], ...]  # input gradients its backward makes
+    grads_out: tuple[tuple[str, str], ...]  # output gradients freed after its backward
+
+
+def _steps(trace: Trace, lv: Liveness, gkey: dict[str, str], gsize: dict[str, int],
+           gneeds: dict[str, bool]) -> tuple[_Steps, ...]:
+    def bufs(tensors):
+        return tuple(dict.fromkeys(b for t in tensors if lv.size[b := lv.root[t]]))
+    return tuple(_Steps(
+        f"{x.id}:fwd", f"{x.id}:bwd",
+        tuple((t, lv.size[t]) for t in x.outputs if lv.root[t] == t and lv.size[t]),
+        bufs(x.inputs), bufs(x.saved),
+        tuple(dict.fromkeys((("grad", g), gsize[g]) for t in x.inputs
+                            if gneeds[g := gkey[t]])),
+        tuple(("grad", t) for t in x.outputs if gkey[t] == t)) for x in trace.layers)
+
+
 class Simulation:
     """Replays ``plan`` on ``trace`` for ``gpu`` with a pool of ``capacity_bytes``
     (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
@@ -161,7 +188,12 @@ class Simulation:
         self.sem = sem = semantics_for(trace)
         self.env = simpy.Environment()
         self.pool = sem.pool(capacity_bytes)
-        self._gkey, self._gsize, self._gneeds = sem.grad_keys(trace, self.lv)
+        cached = trace.__dict__.get("_steps")  # a trace is immutable: once per semantics
+        if cached is None or cached[0] is not sem or cached[1] is not self.lv:
+            keys = sem.grad_keys(trace, self.lv)
+            cached = (sem, self.lv, keys, _steps(trace, self.lv, *keys))
+            trace.__dict__["_steps"] = cached
+        (self._gkey, self._gsize, self._gneeds), self._layer_steps = cached[2], cached[3]
         link = gpu.link
         self.compute = _Stream("compute")
         if sem.one_side_stream or not link.duplex:
@@ -601,15 +633,14 @@ class Simulation:
                 pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
 
     # -- NOTE [invariants] -------------------------------------------------------------------
-    def _check_on_gpu(self, tensors: tuple[str, ...], layer: str, phase: str,
+    def _check_on_gpu(self, bufs: tuple[str, ...], layer: str, phase: str,
                       waits: tuple[_Op, ...] = ()) -> None:
+        """``bufs``: the non-empty buffers the pass reads (an empty one is never
+        allocated)."""
         if not self.checks:
             return
-        lv, pool = self.lv, self.pool
-        for t in tensors:
-            b = lv.root[t]
-            if not lv.size[b]:
-                continue  # an empty buffer takes no memory: never allocated
+        pool = self.pool
+        for b in bufs:
             fetch = self._in_flight.get(b)
             late = (fetch is not None and fetch not in waits
                     and (fetch.end is None or fetch.end > self.host_ns))
@@ -720,7 +751,7 @@ class Simulation:
         trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
         layers, cs = trace.layers, self.compute
         ahead = sem.host_ahead
-        hf, hb = self._hf, self._hb
+        hf, hb, steps = self._hf, self._hb, self._layer_steps
 
         # forward
         for i, layer in enumerate(layers):
@@ -729,22 +760,23 @@ class Simulation:
                 return
             algo = layer.algos[plan.algos[i]]
             offload = plan.offload[i]
-            self._spend(hf[i] + self._h_offload * len(offload), layer.id, f"{layer.id}:fwd")
-            op = _Op(cs, "fwd", layer.id, f"{layer.id}:fwd", algo.fwd_ns,
-                     waits=self._next_waits)
+            st = steps[i]
+            h = hf[i] + self._h_offload * len(offload)
+            if h:
+                self._spend(h, layer.id, st.fwd)
+            op = _Op(cs, "fwd", layer.id, st.fwd, algo.fwd_ns, waits=self._next_waits)
             self._next_waits = ()
             s0 = self._stamp(op, 0)
-            for t in layer.outputs:
-                if lv.root[t] == t and lv.size[t]:
-                    a = (t, lv.size[t], "activations", s0, layer.id, "forward")
-                    if not self._take(*a):
-                        yield from self._alloc(*a)
+            for t, size in st.out_alloc:
+                a = (t, size, "activations", s0, layer.id, "forward")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
             held = False  # its workspace allocated for real (NOTE [transient])
             if algo.fwd_workspace_bytes:
                 w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "forward")
                 if w is not None:
                     held = yield from w
-            self._check_on_gpu(layer.inputs, layer.id, "forward")
+            self._check_on_gpu(st.reads, layer.id, "forward")
             before = cs.last
             if self._queue:
                 yield from self._throttle(op, self._kf[i], layer.id)
@@ -798,7 +830,8 @@ class Simulation:
                 return
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
-            op = _Op(cs, "bwd", layer.id, f"{layer.id}:bwd", algo.bwd_ns)
+            st = steps[i]
+            op = _Op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
             need = []
             for t in layer.saved:
                 b = lv.root[t]
@@ -820,8 +853,9 @@ class Simulation:
                             yield from w
                         if b in self._in_flight:
                             fetches.append(self._in_flight[b])
-            self._spend(hb[i] + self._h_fetch * (len(need) + len(fetches)), layer.id,
-                        f"{layer.id}:bwd")
+            h = hb[i] + self._h_fetch * (len(need) + len(fetches))
+            if h:
+                self._spend(h, layer.id, st.bwd)
             pending = [f for f in need if f.end is None or f.end > self.host_ns]
             if ahead:
                 op.waits = self._next_waits + tuple(pending)
@@ -829,10 +863,9 @@ class Simulation:
                 yield from self._sync(pending, layer.id, "fetch of own input")
             self._next_waits = ()
             s0 = self._stamp(op, 0)
-            for t in layer.inputs:
-                g = self._gkey[t]
-                if self._gneeds[g] and ("grad", g) not in pool:
-                    a = (("grad", g), self._gsize[g], "gradients", s0, layer.id, "backward")
+            for g, size in st.grads_in:
+                if g not in pool:
+                    a = (g, size, "gradients", s0, layer.id, "backward")
                     if not self._take(*a):
                         yield from self._alloc(*a)
             if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
@@ -843,16 +876,15 @@ class Simulation:
                 w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id, "backward")
                 if w is not None:
                     held = yield from w
-            self._check_on_gpu(layer.saved, layer.id, "backward", op.waits)
+            self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)
             self._push(cs, op)
             s1 = self._stamp(op, 1)
             if held:
                 pool.free(("workspace", layer.id), s1)
-            for t in layer.outputs:
-                if self._gkey[t] == t:
-                    pool.free(("grad", t), s1)
+            for g in st.grads_out:
+                pool.free(g, s1)
             for b in bwd_free.get(i, ()):
                 self._free_after(b, s1)
                 self._in_flight.pop(b, None)

@@ -43,7 +43,7 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
                   ) -> tuple[dict[str, tuple[int, int]], int]:
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
     backward issue, in a training step after ``warmup`` steps; and the optimizer step's."""
-    from .profile import instrument  # profile imports this module
+    from .profile import hook_backward, instrument, training_step_inputs  # (it imports us)
 
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]
@@ -60,18 +60,12 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
 
     def after(k: int, out: Any) -> Any:
         mark(f"f:{k}")
-        fn = getattr(out, "grad_fn", None)
-        if fn is not None and id(fn) not in hooked:  # a no-op view shares its input's
-            hooked[id(fn)] = fn
-            fn.register_prehook(lambda g, k=k: mark(f"b:{k}"))
+        hook_backward(out, hooked, lambda: mark(f"b:{k}"))
         return out
 
     instrument(gm, index, start, after)
-    params = [q for q in gm.parameters() if q.requires_grad]
-    opt = torch.optim.SGD(params, lr=1e-3)
-    dev = next(iter(gm.parameters())).device
-    x = torch.randn(p.batch_size, *p.data_shape[1:], device=dev, dtype=p.dtype)
-    target = torch.zeros(p.batch_size, dtype=torch.long, device=dev)
+    opt, x, target = training_step_inputs(gm, p)
+    dev = x.device
 
     def step() -> None:
         hooked.clear()

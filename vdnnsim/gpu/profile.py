@@ -163,6 +163,25 @@ def instrument(gm: Any, index: dict[str, int], start: Any, after: Any) -> None:
     gm.recompile()
 
 
+def hook_backward(out: Any, hooked: dict[int, Any], mark: Any) -> None:
+    """``mark()`` just before ``out``'s autograd node runs, once per node (a no-op view
+    shares its input's); ``hooked`` holds the nodes, which keeps their ids unique."""
+    fn = getattr(out, "grad_fn", None)
+    if fn is not None and id(fn) not in hooked:
+        hooked[id(fn)] = fn
+        fn.register_prehook(lambda g: mark())
+
+
+def training_step_inputs(gm: Any, p: Probe) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """The SGD optimizer of ``gm``'s trainable parameters, a random batch of the probe's
+    shape and its targets, on the model's device."""
+    params = [q for q in gm.parameters() if q.requires_grad]
+    dev = next(iter(gm.parameters())).device
+    return (torch.optim.SGD(params, lr=1e-3),
+            torch.randn(p.batch_size, *p.data_shape[1:], device=dev, dtype=p.dtype),
+            torch.zeros(p.batch_size, dtype=torch.long, device=dev))
+
+
 def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
                  warmup: int = 3) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
     """Per-layer (forward, backward) ns inside whole training steps (NOTE [layer timing]),
@@ -187,18 +206,11 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
     def after(k: int, out: Any) -> Any:
         if on[0]:
             fwd_marks.append((clock.mark(), host()))
-            fn = getattr(out, "grad_fn", None)
-            if fn is not None and id(fn) not in hooked:  # a no-op view shares its input's
-                hooked[id(fn)] = fn
-                fn.register_prehook(lambda g, k=k: bwd_marks.append((k, clock.mark(), host())))
+            hook_backward(out, hooked, lambda: bwd_marks.append((k, clock.mark(), host())))
         return out
 
     instrument(gm, index, start, after)
-    params = [q for q in gm.parameters() if q.requires_grad]
-    opt = torch.optim.SGD(params, lr=1e-3)
-    dev = next(iter(gm.parameters())).device
-    x = torch.randn(p.batch_size, *p.data_shape[1:], device=dev, dtype=p.dtype)
-    target = torch.zeros(p.batch_size, dtype=torch.long, device=dev)
+    opt, x, target = training_step_inputs(gm, p)
     n = len(names)
     loss_k = n  # the loss is the last layer
 

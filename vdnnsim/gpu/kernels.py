@@ -20,6 +20,7 @@ import json
 import os
 import tempfile
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -161,7 +162,7 @@ def launch_queue_depth(launches: int = 8192, trials: int = 3,
         for key, stream in (("same_stream", None), ("other_stream", side)):
             torch.cuda._sleep(4_000_000_000)  # seconds of GPU cycles on the current stream
             ts = []
-            ctx = torch.cuda.stream(stream) if stream is not None else _null()
+            ctx = torch.cuda.stream(stream) if stream is not None else nullcontext()
             with ctx:
                 for _ in range(launches):
                     t0 = time.perf_counter_ns()
@@ -175,10 +176,3 @@ def launch_queue_depth(launches: int = 8192, trials: int = 3,
                 out["launch_ns"].append(fast[len(fast) // 2])
     return out
 
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: Any) -> None:
-        return None

@@ -96,7 +96,12 @@ class Accounting:
         if live > self.peak_live_bytes:
             self.peak_live_bytes = live
             self.peak_breakdown = {k: v for k, v in bc.items() if v}
-        self._level(now, live)
+        times = self.times  # _level, inline
+        if times[-1] == now:
+            self.levels[-1] = live
+        else:
+            times.append(now)
+            self.levels.append(live)
 
     def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
@@ -106,14 +111,36 @@ class Accounting:
         live = self.live_bytes = self.live_bytes - size
         if live < 0:  # NOTE [invariants]
             raise InvariantViolation(f"the pool's live bytes fell to {live}")
-        self._level(now, live)
-
-    def _level(self, now: int, live: int) -> None:
-        if self.times[-1] == now:
+        times = self.times  # _level, inline
+        if times[-1] == now:
             self.levels[-1] = live
         else:
-            self.times.append(now)
+            times.append(now)
             self.levels.append(live)
+
+    def _blip(self, key: Key, size: int, category: str, start: int, end: int) -> None:
+        """:meth:`_taken` at ``start`` then :meth:`_given_back` at ``end`` (NOTE
+        [transient]), in one frame."""
+        bc = self.by_category
+        bc[category] = bc.get(category, 0) + size
+        live = self.live_bytes + size
+        if live > self.peak_live_bytes:
+            self.peak_live_bytes = live
+            self.peak_breakdown = {k: v for k, v in bc.items() if v}
+        bc[category] -= size
+        if self.spans is not None:
+            self.spans.append((key_name(key), category, size, start, end))
+        times, levels = self.times, self.levels
+        if times[-1] == start:
+            levels[-1] = live
+        else:
+            times.append(start)
+            levels.append(live)
+        if times[-1] == end:
+            levels[-1] = self.live_bytes
+        else:
+            times.append(end)
+            levels.append(self.live_bytes)
 
     def average_bytes(self, end_ns: int) -> float:
         """Time-weighted mean of live bytes over [0, end_ns]."""
@@ -250,8 +277,7 @@ class Pool(Accounting):
             return False
         if at + size > self.peak_footprint_bytes:
             self.peak_footprint_bytes = at + size
-        self._taken(key, size, category, start)
-        self._given_back(key, size, category, end)
+        self._blip(key, size, category, start, end)
         return True
 
     def _best_fit(self, size: int, limit: int) -> int | None:

@@ -172,8 +172,7 @@ class CachingPool(Accounting):
         rest = found[2] - size
         split = rest >= MIN_BLOCK if pool == "small" else rest > SMALL_SIZE
         taken = size if split else found[2]
-        self._taken(key, taken, category, start)
-        self._given_back(key, taken, category, end)
+        self._blip(key, taken, category, start, end)
         return True
 
     def retire(self, key: Key, now: int) -> None:

@@ -344,6 +344,26 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    _need_torch()
+    import torch
+
+    from .errors import ConfigError
+    from .gpu.calibrate import calibrate
+    from .yamlio import write_text_atomic
+
+    if not torch.cuda.is_available():
+        raise ConfigError("vdnnsim calibrate needs a CUDA GPU (none is visible)")
+    if not 0 < args.scale <= 10:
+        raise ConfigError(f"--scale must be in (0, 10], got {args.scale}")
+    data = calibrate(args.dtype, args.scale, args.seed,
+                     progress=lambda m: print(m, file=sys.stderr, flush=True))
+    write_text_atomic(args.output, json.dumps(data, indent=1))
+    print(f"wrote {_shown(args.output)}: {len(data['records'])} timed passes on "
+          f"{data['gpu']['name']} ({args.dtype})")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .validate import format_validation, summarize, validate
 
@@ -465,6 +485,15 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
+
+    ca = sub.add_parser("calibrate", help="microbenchmark the ops of PyTorch training on the "
+                        "GPU into a calibration file (docs/cost-model.md)")
+    ca.add_argument("--output", "-o", required=True, help="calibration JSON to write")
+    ca.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    ca.add_argument("--scale", type=float, default=1.0,
+                    help="share of the default grid to run (0.1: a quick look)")
+    ca.add_argument("--seed", type=int, default=0, help="the grid's random seed")
+    ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")
     va.add_argument("traces", help="folder of profiled traces (or one trace file)")

@@ -72,6 +72,9 @@ class GPU:
     link: Link
     source: str = ""
     host: Host = Host()
+    sm_count: int = 0  # streaming multiprocessors (NOTE [kernel model]); 0: unknown
+    calibration: str = ""  # fitted kernel model, relative to vdnnsim/data (NOTE [kernel model])
+    cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold (NOTE [resident memory])
 
     def flops(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -118,6 +121,10 @@ class _GPUSpec(BaseModel):
     link: _LinkSpec = Field(description="Host link.")
     host: _HostSpec = Field(default_factory=_HostSpec, description="Host costs (NOTE "
                             "[host costs]); zeros where not calibrated.")
+    sm_count: int = Field(0, ge=0, description="Streaming multiprocessors.")
+    calibration: str = Field("", description="Fitted kernel-time model (NOTE [kernel model]).")
+    cublas_workspace_bytes: int = Field(0, ge=0, description="cuBLAS workspaces PyTorch "
+                                        "holds once a model has run a matmul.")
     source: str = Field(description="Where the numbers come from.")
 
 
@@ -163,7 +170,8 @@ def _presets() -> dict[str, GPU]:
         out[name] = GPU(name, s.display_name, s.memory_bytes, dict(s.peak_flops),
                         s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
                         Link(**s.link.model_dump()), s.source,
-                        Host(**s.host.model_dump(exclude={"source"})))
+                        Host(**s.host.model_dump(exclude={"source"})), s.sm_count,
+                        s.calibration, s.cublas_workspace_bytes)
     return out
 
 

@@ -32,7 +32,8 @@ from .profile import DTYPES, software
 FORMAT = "vdnnsim-calibration"
 VERSION = 1
 _STAGES = [  # (spatial size, channel choices) of the CNN stages the grid draws from
-    (112, [16, 24, 32, 48, 64, 96]), (56, [24, 32, 48, 64, 96, 128, 192, 256]),
+    (224, [16, 32, 64]), (112, [16, 24, 32, 48, 64, 96, 128]),
+    (56, [24, 32, 48, 64, 96, 128, 192, 256]),
     (28, [32, 48, 64, 96, 128, 192, 256, 384, 512]),
     (14, [64, 96, 128, 192, 256, 384, 512, 768, 1024]),
     (7, [128, 192, 256, 384, 512, 768, 1024, 1280, 2048])]
@@ -72,7 +73,7 @@ def conv_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
             continue
         x_b, y_b = b * c * h * h * 4, b * kk * ho * ho * 4
         flops = 2 * b * kk * ho * ho * (c // g) * k * k
-        if max(x_b, y_b) > 2**30 or flops > 3e12:
+        if max(x_b, y_b) > 2**31 or flops > 4e12:
             continue
         out.append(dict(op="conv", batch=b, c=c, h=h, w=h, k_out=kk, kh=k, kw=k, sh=s, sw=s,
                         ph=p, pw=p, groups=g))
@@ -114,8 +115,8 @@ def step_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
 def cases(seed: int = 0, scale: float = 1.0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     k = max(scale, 0.02)
-    return (conv_cases(rng, int(240 * k)) + linear_cases(rng, int(40 * k))
-            + elementwise_cases(rng, int(17 * 12 * k)) + loss_cases(rng, int(12 * k))
+    return (conv_cases(rng, int(320 * k)) + linear_cases(rng, int(60 * k))
+            + elementwise_cases(rng, int(17 * 16 * k)) + loss_cases(rng, int(12 * k))
             + step_cases(rng, int(12 * k)))
 
 

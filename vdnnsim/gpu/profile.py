@@ -418,13 +418,93 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
 
 
 # -- meta device + cost model ----------------------------------------------------------------
+_ACT_CLASS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu", nn.GELU: "gelu",
+              nn.Hardswish: "hardswish", nn.Sigmoid: "sigmoid", nn.Hardsigmoid: "hardsigmoid"}
+
+
+def _flat(numel: int) -> dict[str, int]:
+    """A streaming class's parameters for ``numel`` elements (NOTE [kernel model])."""
+    return {"batch": 1, "c": numel, "h": 1, "w": 1}
+
+
+def _calibrated(n: ProbeNode, km: Any, dtype: str, batch_size: int
+                ) -> tuple[int, int, int, int]:
+    """(fwd_ns, bwd_ns, fwd_ws, bwd_ws) of one layer from the calibrated kernel model:
+    the sum of the ops PyTorch runs for it (NOTE [kernel model]). A layer of a kind the
+    calibration has no class for is timed as the 'relu' class over its bytes."""
+    ins = [a for a in n.args if isinstance(a, torch.Tensor)]
+    if n.args and isinstance(n.args[0], (list, tuple)):
+        ins = [a for a in n.args[0] if isinstance(a, torch.Tensor)]
+    needs = any(a.requires_grad for a in ins)
+    out_numel = math.prod(n.out_shape)
+    in_numel = ins[0].numel() if ins else out_numel
+    mod = n.module
+    t = km.time_ns
+    if n.kind == "conv" and isinstance(mod, nn.Conv2d) and ins and ins[0].dim() == 4:
+        b, c, h, w = ins[0].shape
+        kh, kw = mod.kernel_size
+        pad = mod.padding if not isinstance(mod.padding, str) else \
+            ((kh - 1) // 2, (kw - 1) // 2) if mod.padding == "same" else (0, 0)
+        p = dict(batch=b, c=c, h=h, w=w, k_out=mod.out_channels, kh=kh, kw=kw,
+                 sh=mod.stride[0], sw=mod.stride[1], ph=pad[0], pw=pad[1], groups=mod.groups)
+        fwd = t("conv", "fwd", p, dtype)
+        bwd = t("conv", "bwd_filter", p, dtype)
+        ws_b = km.workspace_bytes("bwd_filter", p, dtype)
+        if needs:
+            bwd += t("conv", "bwd_data", p, dtype)
+            ws_b = max(ws_b, km.workspace_bytes("bwd_data", p, dtype))
+        if mod.bias is not None:
+            out = _flat(out_numel)
+            fwd += t("bias", "fwd", out, dtype)
+            bwd += t("bias", "bwd", out, dtype)
+        return round(fwd), round(bwd), km.workspace_bytes("fwd", p, dtype), ws_b
+    if n.kind == "fc" and isinstance(mod, nn.Linear):
+        p = dict(batch=max(1, out_numel // mod.out_features), fin=mod.in_features,
+                 fout=mod.out_features)
+        bwd = t("linear", "bwd_filter", p, dtype)
+        if needs:
+            bwd += t("linear", "bwd_data", p, dtype)
+        return round(t("linear", "fwd", p, dtype)), round(bwd), 0, 0
+    if n.kind == "loss":
+        classes = ins[0].shape[-1] if ins else 1
+        p = dict(batch=max(1, in_numel // classes), classes=classes)
+        return round(t("cross_entropy", "fwd", p, dtype)), \
+            round(t("cross_entropy", "bwd", p, dtype)), 0, 0
+    if n.alias_of is not None and n.kind == "flatten":
+        return 0, 0, 0, 0  # a view: no kernel
+    if n.kind == "bn" and len(n.out_shape) == 4:
+        b, c, h, w = n.out_shape
+        p = dict(batch=b, c=c, h=h, w=w)
+        return round(t("bn", "fwd", p, dtype)), round(t("bn", "bwd", p, dtype)), 0, 0
+    op = {"add": "add", "concat": "cat", "mul": "mul_bcast", "dropout": "dropout"}.get(n.kind)
+    if n.kind == "relu":
+        op = next((v for k, v in _ACT_CLASS.items() if isinstance(mod, k)), "relu")
+    elif n.kind == "maxpool":
+        k = getattr(mod, "kernel_size", 2)
+        op = "maxpool3s2" if (k[0] if isinstance(k, tuple) else k) >= 3 else "maxpool2s2"
+    elif n.kind == "avgpool":
+        op = "gap" if math.prod(n.out_shape[2:]) == 1 else "avgpool2s2"
+    if op is None or not km.has(op):
+        op = "relu"  # no class of its own: an elementwise pass over its bytes
+    numel = sum(a.numel() for a in ins) if op == "cat" else in_numel
+    p = _flat(numel)
+    fwd = t(op, "fwd", p, dtype)
+    bwd = t(op, "bwd", p, dtype) if (needs or n.weight_bytes) and km.has(op, "bwd") else 0
+    return round(fwd), round(bwd), 0, 0
+
+
 def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32") -> dict:
-    """The same layer graph on the meta device, timed by the cost model for ``gpu``."""
+    """The same layer graph on the meta device, timed for ``gpu`` by its calibrated kernel
+    model (NOTE [kernel model]) where the preset has one, else by the analytic cost model."""
     from ..costmodel import COST_MODEL, ConvGeometry, _simple_algo, conv_algos_for
+    from ..kernelmodel import MODEL, for_gpu
 
     model, shape, name = build_model(model_spec)
     names = _rename(model)
     p = probe(copy.deepcopy(model), shape, batch_size, "meta", DTYPES[dtype], name)
+    km = for_gpu(gpu, dtype)
+    if km is not None:
+        return _synthesize_calibrated(model, p, km, gpu, dtype, model_spec, names, MODEL)
     algos: dict[str, list[dict[str, Any]]] = {}
     for n in p.nodes:
         ins = [a for a in n.args if isinstance(a, torch.Tensor)]
@@ -457,3 +537,33 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
     host = getattr(gpu, "host", None)  # NOTE [host costs]: the preset's, per layer
     hosts = {n.name: (host.layer_fwd_ns, host.layer_bwd_ns) for n in p.nodes} if host else None
     return assemble(p, algos=algos, names=names, source=src, dtype=dtype, hosts=hosts)
+
+
+def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype: str,
+                           model_spec: str, names: dict[str, str], model_name: str) -> dict:
+    times = {n.name: _calibrated(n, km, dtype, p.batch_size) for n in p.nodes}
+    params = [q for q in model.parameters() if q.requires_grad]
+    step = km.time_ns("sgd_step", "step", {"params": sum(q.numel() for q in params),
+                                           "tensors": len(params)}, dtype)
+    src = {"kind": "synthesized", "gpu": gpu.name, "cost_model": model_name,
+           "software": software(),
+           "note": f"vdnnsim trace --model {model_spec}: meta device, kernel model fitted to "
+                   f"{gpu.calibration} ({km.source})"}
+    host = gpu.host  # NOTE [host costs]: the preset's, per layer
+    hosts = {n.name: (host.layer_fwd_ns, host.layer_bwd_ns) for n in p.nodes} \
+        if host.layer_fwd_ns or host.layer_bwd_ns else None
+    data = assemble(p, times=times, names=names, source=src, dtype=dtype, hosts=hosts,
+                    step_ns=round(step))
+    for layer in data["layers"]:  # every layer one algorithm, as a profiled trace has
+        if "algos" not in layer:
+            f, b = layer.pop("fwd_ns"), layer.pop("bwd_ns")
+            layer["algos"] = [dict(name="calibrated", fwd_ns=f, bwd_ns=b,
+                                   fwd_workspace_bytes=0, bwd_workspace_bytes=0)]
+        else:
+            layer["algos"][0]["name"] = "calibrated"
+    has_matmul = any(isinstance(m, nn.Linear) for m in model.modules())
+    resident = sum(b.numel() * b.element_size() for b in model.buffers()) \
+        + (gpu.cublas_workspace_bytes if has_matmul else 0)  # NOTE [resident memory]
+    if resident:
+        data["resident_bytes"] = resident
+    return data

@@ -1,0 +1,338 @@
+"""The calibrated kernel-time model: per-op times from tile and wave counts against the
+roofline, with efficiencies fitted to ``vdnnsim calibrate``'s microbenchmarks only.
+
+NOTE [kernel model]
+Every op of a training step belongs to a class (a conv's forward, backward-data or
+backward-filter, dense, grouped or depthwise; a linear layer's three passes; batch norm,
+each activation, pooling, add, concat, dropout, a conv's bias, cross-entropy, the SGD
+step), and each class has a few constants fitted to the calibration file
+(docs/cost-model.md):
+
+- GEMM-like classes (convs, linear layers): the pass is an implicit GEMM of ``M x N``
+  outputs reducing over ``K``, in ``G`` groups, cut into ``tm x tn`` output tiles; a GEMM
+  with fewer tiles than the GPU has SMs is split along K (split-K) until it fills them.
+  ``waves = ceil(tiles / SMs)`` and the last wave's idle SMs cost their share
+  (``q = tiles / (waves * SMs)``); a short reduction runs below peak
+  (``r = K / (K + k0)``). Then ``t = a + max(F / (peak * e * q * r), bytes / (bw * m))``
+  with ``F`` the pass's FLOPs and ``bytes`` its compulsory DRAM traffic. Fitted per class:
+  ``a, e, m, k0`` and the tile shape, by a grid search on the squared log error.
+- Streaming classes: ``t = a + s * bytes`` (bytes: the input tensor's), fitted by least
+  squares on the relative error.
+- The SGD step: ``t = a + s * parameter bytes + u * tensors``.
+
+A conv's workspace per pass is ``w * max(input, output bytes)`` with ``w`` the median of
+the class's measured ratios (cuDNN's ``benchmark`` choice is not predictable from the
+shape; the median keeps a network's total right where single layers miss).
+
+Peaks: a conv in fp32 runs on TF32 tensor cores where the calibration says cuDNN allowed it
+(``peak_flops['tf32']``), a linear layer in fp32 on CUDA cores (PyTorch's default), fp16
+and bf16 on tensor cores. A GPU without a calibration file borrows another's fitted
+efficiencies and takes its own peaks, bandwidth and SM count from its preset
+(``predict_for``): a prediction from specs, documented as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+MODEL = "calibrated-v1"
+TILES = ((64, 64), (128, 64), (128, 128), (256, 128))
+P_NORMS = (1.0, 2.0, 4.0)  # how compute and memory time combine: sum, 2-norm, near max
+SPLIT_K_MIN = 512  # a split-K slice reduces over at least this many elements
+STREAMING = ("bn", "add", "mul_bcast", "maxpool3s2", "maxpool2s2", "avgpool2s2", "gap", "cat",
+             "dropout", "bias", "relu", "relu6", "silu", "gelu", "hardswish", "sigmoid",
+             "hardsigmoid", "cross_entropy")
+
+
+def conv_class(p: dict[str, Any]) -> str:
+    """A conv's class: depthwise, grouped, or dense by its kernel: 1x1, a stem (reads the
+    image: 4 channels or fewer), strided, or stride 1 (NOTE [kernel model])."""
+    g, c = p.get("groups", 1), p["c"]
+    if g > 1:
+        return "conv_dw" if g == c else "conv_grp"
+    if p["kh"] == 1 and p["kw"] == 1:
+        return "conv_1x1"
+    if c <= 4:
+        return "conv_stem"
+    return "conv_kxk_s1" if p["sh"] == 1 and p["sw"] == 1 else "conv_kxk_s2"
+
+
+def _out(n: int, k: int, s: int, p: int) -> int:
+    return (n + 2 * p - k) // s + 1
+
+
+def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
+               ) -> tuple[int, int, int, int, float, float]:
+    """(M, N, K, G, FLOPs, bytes) of one pass of a conv or linear op (NOTE [kernel model])."""
+    if op == "linear":
+        b, fi, fo = p["batch"], p["fin"], p["fout"]
+        x, y, w = b * fi * e, b * fo * e, fi * fo * e
+        flops = 2.0 * b * fi * fo
+        if pass_ == "fwd":
+            return b, fo, fi, 1, flops, x + y + w
+        if pass_ == "bwd_data":
+            return b, fi, fo, 1, flops, y + w + x
+        return fo, fi, b, 1, flops, x + y + w
+    b, c, h, w_, k = p["batch"], p["c"], p["h"], p["w"], p["k_out"]
+    g = p.get("groups", 1)
+    kh, kw = p["kh"], p["kw"]
+    ho, wo = _out(h, kh, p["sh"], p["ph"]), _out(w_, kw, p["sw"], p["pw"])
+    x, y, wt = b * c * h * w_ * e, b * k * ho * wo * e, k * (c // g) * kh * kw * e
+    flops = 2.0 * b * k * ho * wo * (c // g) * kh * kw
+    if pass_ == "fwd":
+        return b * ho * wo, k // g, (c // g) * kh * kw, g, flops, x + y + wt
+    if pass_ == "bwd_data":
+        return b * h * w_, c // g, (k // g) * kh * kw, g, flops, y + wt + x
+    return k // g, (c // g) * kh * kw, b * ho * wo, g, flops, x + y + wt
+
+
+def waves(m: int, n: int, k: int, g: int, tile: tuple[int, int], sms: int
+          ) -> tuple[float, float]:
+    """(q, r) of NOTE [kernel model]: wave efficiency and the reduction's, after split-K."""
+    tiles = g * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    if tiles < sms:
+        split = max(1, min(sms // tiles, k // SPLIT_K_MIN))
+        tiles *= split
+        k = k / split
+    q = tiles / (math.ceil(tiles / sms) * sms)
+    return q, k
+
+
+def streaming_bytes(op: str, p: dict[str, Any], e: int) -> float:
+    """The nominal bytes a streaming class scales with: its input tensor's."""
+    if op == "cross_entropy":
+        return p["batch"] * p["classes"] * e
+    return p["batch"] * p["c"] * p["h"] * p["w"] * e
+
+
+def _channel_waves(p: dict[str, Any], sms: int, e: int) -> float:
+    """Batch norm reduces each channel over N x H x W: its serial length times the waves of
+    channels over the SMs."""
+    return math.ceil(p["c"] / sms) * p["batch"] * p["h"] * p["w"] * e
+
+
+def class_of(rec: dict[str, Any]) -> str:
+    op = rec["op"]
+    if op == "conv":
+        return f"{conv_class(rec)}.{rec['pass']}"
+    return f"{op}.{rec['pass']}"
+
+
+def peak_key(op: str, dtype: str, numerics: dict[str, Any]) -> str:
+    if dtype != "fp32":
+        return dtype
+    if op == "conv" and numerics.get("cudnn_allow_tf32", False):
+        return "tf32"
+    if op == "linear" and numerics.get("matmul_allow_tf32", False):
+        return "tf32"
+    return "fp32"
+
+
+# -- fitting (numpy, offline) --------------------------------------------------------------
+def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str, Any]:
+    """Fit every class of a calibration file (``vdnnsim calibrate``'s output) against the
+    GPU's ``peaks`` (FLOP/s per key of :func:`peak_key`) and DRAM bandwidth."""
+    import numpy as np
+
+    e = {"fp32": 4, "fp16": 2, "bf16": 2}[raw["dtype"]]
+    sms = raw["gpu"]["sm_count"]
+    numerics = raw.get("numerics", {})
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in raw["records"]:
+        if r["time_ns"] > 0:
+            groups.setdefault(class_of(r), []).append(r)
+    classes: dict[str, Any] = {}
+    workspace: dict[str, float] = {}
+    for cls, recs in sorted(groups.items()):
+        op = recs[0]["op"]
+        t = np.array([r["time_ns"] for r in recs], dtype=float)
+        if op in ("conv", "linear"):
+            pk = peak_key(op, raw["dtype"], numerics)
+            classes[cls] = _fit_gemm(recs, t, e, sms, peaks[pk], mem_bw, np) | {"peak": pk}
+            if op == "conv":
+                ratios = [r["workspace_bytes"] / _xy(r, e) for r in recs]
+                workspace[cls] = float(np.median(ratios))
+        elif op == "sgd_step":
+            nb = np.array([r["params"] * e for r in recs], dtype=float)
+            nt = np.array([r["tensors"] for r in recs], dtype=float)
+            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
+            classes[cls] = {"kind": "step", "a": a, "s": s, "u": u}
+        elif op == "bn":
+            nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
+            ch = np.array([_channel_waves(r, sms, e) for r in recs], dtype=float)
+            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, ch], 1), t, np)
+            classes[cls] = {"kind": "bn", "a": a, "s": s, "u": u}
+        else:
+            nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
+            a, s = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
+            classes[cls] = {"kind": "affine", "a": a, "s": s}
+    for cls, c in classes.items():  # how far the fit is from its own data
+        recs = groups[cls]
+        pred = np.array([_predict_class(c, r, e, sms, peaks, mem_bw) for r in recs])
+        t = np.array([r["time_ns"] for r in recs], dtype=float)
+        err = np.abs(pred / t - 1)
+        c["fit_error"] = {"n": len(recs), "median": round(float(np.median(err)), 4),
+                          "p90": round(float(np.quantile(err, 0.9)), 4)}
+    return {"model": MODEL, "gpu": raw["gpu"]["name"], "sm_count": sms, "dtype": raw["dtype"],
+            "numerics": numerics, "software": raw.get("software", {}),
+            "peaks": {k: peaks[k] for k in sorted(set(c.get("peak", "fp32")
+                                                      for c in classes.values()))},
+            "mem_bw_bytes_per_s": mem_bw, "launch": raw.get("launch", {}),
+            "classes": classes, "workspace": workspace,
+            "made_from": {"records": len(raw["records"]), "made": raw.get("made", "")}}
+
+
+def _xy(r: dict[str, Any], e: int) -> float:
+    """max(input, output) bytes of a conv case."""
+    ho, wo = _out(r["h"], r["kh"], r["sh"], r["ph"]), _out(r["w"], r["kw"], r["sw"], r["pw"])
+    return max(r["batch"] * r["c"] * r["h"] * r["w"], r["batch"] * r["k_out"] * ho * wo) * e
+
+
+def _nonneg_rel_lstsq(A, t, np) -> list[float]:
+    """Least squares on the relative error, coefficients clipped at 0 (refit without)."""
+    w = 1.0 / t
+    active = list(range(A.shape[1]))
+    coef = np.zeros(A.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], np.ones_like(t), rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active = [j for j, v in zip(active, sol) if v > 0]
+    return [float(v) for v in coef]
+
+
+def _fit_gemm(recs, t, e: int, sms: int, peak: float, bw: float, np) -> dict[str, Any]:
+    shapes = [gemm_shape(r["op"], r["pass"], r, e) for r in recs]
+    F = np.array([s[4] for s in shapes])
+    B = np.array([s[5] for s in shapes])
+    logt = np.log(t)
+    wt = np.sqrt(t) / np.sqrt(t).sum()  # long kernels weigh more: a step is their sum
+    mem = B / bw * 1e9
+    es = np.logspace(-2.5, 0.1, 53)[:, None, None]
+    ms = np.logspace(-1.5, 0.2, 35)[None, :, None]
+    best = (np.inf, None)
+    for tile in TILES:
+        qk = [waves(s[0], s[1], s[2], s[3], tile, sms) for s in shapes]
+        q = np.array([v[0] for v in qk])
+        k = np.array([v[1] for v in qk])
+        for k0 in (0, 16, 64, 256, 1024, 4096):
+            comp = F / (peak * q * (k / (k + k0))) * 1e9
+            for a in (1000.0, 2000.0, 3000.0, 4500.0, 6500.0, 9000.0, 13000.0):
+                for p in P_NORMS:
+                    pred = a + ((comp / es) ** p + (mem / ms) ** p) ** (1 / p)
+                    loss = (((np.log(pred) - logt) ** 2) * wt).sum(axis=2)
+                    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+                    if loss[i, j] < best[0]:
+                        best = (float(loss[i, j]), dict(
+                            kind="gemm", a=a, e=float(es[i, 0, 0]), m=float(ms[0, j, 0]),
+                            k0=k0, tile=list(tile), p=p))
+    return best[1]  # type: ignore[return-value]
+
+
+# -- prediction ------------------------------------------------------------------------------
+def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
+                   peaks: dict[str, float], bw: float, op: str | None = None,
+                   pass_: str | None = None) -> float:
+    op = op or p["op"]
+    pass_ = pass_ or p["pass"]
+    if c["kind"] == "gemm":
+        m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
+        q, kk = waves(m, n, k, g, tuple(c["tile"]), sms)  # type: ignore[arg-type]
+        comp = flops / (peaks[c.get("peak", "fp32")] * c["e"] * q * (kk / (kk + c["k0"])))
+        p = c.get("p", 1.0)
+        return c["a"] + (comp ** p + (nbytes / (bw * c["m"])) ** p) ** (1 / p) * 1e9
+    if c["kind"] == "bn":
+        return c["a"] + c["s"] * streaming_bytes(op, p, e) + c["u"] * _channel_waves(p, sms, e)
+    if c["kind"] == "step":
+        return c["a"] + c["s"] * p["params"] * e + c["u"] * p["tensors"]
+    return c["a"] + c["s"] * streaming_bytes(op, p, e)
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """A fitted model bound to a GPU's peaks, bandwidth and SM count."""
+
+    fitted: dict[str, Any]
+    peaks: dict[str, float]
+    mem_bw: float
+    sms: int
+    source: str  # 'calibrated' (this GPU's own file) or 'from specs of <gpu>'
+
+    def time_ns(self, op: str, pass_: str, p: dict[str, Any], dtype: str = "fp32") -> float:
+        e = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+        if op == "conv":
+            cls = f"{conv_class(p)}.{pass_}"
+        else:
+            cls = f"{op}.{pass_}"
+        c = self.fitted["classes"].get(cls)
+        if c is None:
+            raise KeyError(cls)
+        return _predict_class(c, p, e, self.sms, self.peaks, self.mem_bw, op, pass_)
+
+    def workspace_bytes(self, pass_: str, p: dict[str, Any], dtype: str = "fp32") -> int:
+        e = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+        cls = f"{conv_class(p)}.{pass_}"
+        return int(self.fitted["workspace"].get(cls, 0.0) * _xy(p, e))
+
+    def has(self, op: str, pass_: str = "fwd") -> bool:
+        return f"{op}.{pass_}" in self.fitted["classes"]
+
+
+@lru_cache(maxsize=8)
+def load_fitted(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_absolute():
+        return json.loads(resources.files("vdnnsim").joinpath("data", path).read_text())
+    return json.loads(p.read_text())
+
+
+def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
+    """The kernel model of a GPU preset: its own calibration, else None."""
+    cal = getattr(gpu, "calibration", "")
+    if not cal:
+        return None
+    fitted = load_fitted(cal)
+    if fitted.get("dtype") != dtype:
+        return None
+    peaks = {k: gpu.peak_flops.get(k, v) for k, v in fitted["peaks"].items()}
+    return KernelModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
+
+
+def predict_for(gpu: Any, donor: Any, dtype: str = "fp32") -> KernelModel | None:
+    """A GPU with no calibration of its own: the ``donor``'s fitted efficiencies with this
+    GPU's peaks, bandwidth and SM count (NOTE [kernel model])."""
+    base = for_gpu(donor, dtype)
+    if base is None or not getattr(gpu, "sm_count", 0):
+        return None
+    peaks = {k: gpu.peak_flops.get(k, gpu.peak_flops["fp32"]) for k in base.fitted["peaks"]}
+    return KernelModel(base.fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
+                       f"from specs, efficiencies of {donor.name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m vdnnsim.kernelmodel RAW PRESET OUT: fit RAW against PRESET's specs."""
+    import sys
+
+    from .hardware import gpu_preset
+    args = list(sys.argv[1:] if argv is None else argv)
+    raw = json.loads(Path(args[0]).read_text())
+    gpu = gpu_preset(args[1])
+    out = fit(raw, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)
+    Path(args[2]).write_text(json.dumps(out, indent=1) + "\n")
+    for cls, c in out["classes"].items():
+        fe = c["fit_error"]
+        extra = (f"e={c['e']:.3f} m={c['m']:.3f} k0={c['k0']} tile={c['tile']} a={c['a']:.0f}"
+                 if c["kind"] == "gemm" else f"a={c['a']:.0f} s={c['s']:.3g}")
+        print(f"{cls:26s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}  {extra}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

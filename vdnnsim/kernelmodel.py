@@ -51,8 +51,14 @@ STREAMING = ("bn", "add", "mul_bcast", "maxpool3s2", "maxpool2s2", "avgpool2s2",
 
 
 def conv_class(p: dict[str, Any]) -> str:
-    """A conv's class: depthwise, grouped, or dense by its kernel: 1x1, a stem (reads the
-    image: 4 channels or fewer), strided, or stride 1 (NOTE [kernel model])."""
+    """A conv's class: depthwise (one channel per group) or not (NOTE [kernel model])."""
+    g, c = p.get("groups", 1), p["c"]
+    return "conv_dw" if g > 1 and g == c else "conv"
+
+
+def workspace_class(p: dict[str, Any]) -> str:
+    """A conv's workspace class: depthwise, grouped, or dense by its kernel: 1x1, a stem
+    (reads the image: 4 channels or fewer), strided, or stride 1."""
     g, c = p.get("groups", 1), p["c"]
     if g > 1:
         return "conv_dw" if g == c else "conv_grp"
@@ -111,10 +117,29 @@ def streaming_bytes(op: str, p: dict[str, Any], e: int) -> float:
     return p["batch"] * p["c"] * p["h"] * p["w"] * e
 
 
-def _channel_waves(p: dict[str, Any], sms: int, e: int) -> float:
-    """Batch norm reduces each channel over N x H x W: its serial length times the waves of
-    channels over the SMs."""
-    return math.ceil(p["c"] / sms) * p["batch"] * p["h"] * p["w"] * e
+def _bn_sizes(p: dict[str, Any], e: int) -> tuple[float, float]:
+    """(bytes, bytes of one channel) of a batch norm pass."""
+    per_channel = p["batch"] * p["h"] * p["w"] * e
+    return per_channel * p["c"], per_channel
+
+
+def _fit_bn(recs, t, e: int, np) -> dict[str, Any]:
+    """Batch norm: ``t = a + max(channel bytes / k, bytes / b)``. A block reduces each
+    channel, so a few long channels run at a rate per channel (``k``), many at a share of
+    DRAM bandwidth (``b``). Grid search on the squared log error, long kernels weighted."""
+    sizes = np.array([_bn_sizes(r, e) for r in recs])
+    logt, wt = np.log(t), np.sqrt(t) / np.sqrt(t).sum()
+    ks = np.logspace(-0.5, 1.5, 41)[:, None, None]  # bytes/ns of one channel
+    bs = np.logspace(1.5, 3.7, 45)[None, :, None]  # bytes/ns of the whole tensor
+    best = (np.inf, {})
+    for a in (0.0, 1000.0, 2000.0, 3000.0, 4500.0, 6500.0):
+        pred = a + np.maximum(sizes[:, 1] / ks, sizes[:, 0] / bs)
+        loss = (((np.log(pred) - logt) ** 2) * wt).sum(axis=2)
+        i, j = np.unravel_index(np.argmin(loss), loss.shape)
+        if loss[i, j] < best[0]:
+            best = (float(loss[i, j]), {"kind": "bn", "a": a, "k": float(ks[i, 0, 0]),
+                                        "b": float(bs[0, j, 0])})
+    return best[1]
 
 
 def class_of(rec: dict[str, Any]) -> str:
@@ -156,18 +181,18 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
             pk = peak_key(op, raw["dtype"], numerics)
             classes[cls] = _fit_gemm(recs, t, e, sms, peaks[pk], mem_bw, np) | {"peak": pk}
             if op == "conv":
-                ratios = [r["workspace_bytes"] / _xy(r, e) for r in recs]
-                workspace[cls] = float(np.median(ratios))
+                by: dict[str, list[float]] = {}
+                for r in recs:
+                    by.setdefault(f"{workspace_class(r)}.{r['pass']}", []).append(
+                        r["workspace_bytes"] / _xy(r, e))
+                workspace.update({k: float(np.median(v)) for k, v in by.items()})
         elif op == "sgd_step":
             nb = np.array([r["params"] * e for r in recs], dtype=float)
             nt = np.array([r["tensors"] for r in recs], dtype=float)
             a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
             classes[cls] = {"kind": "step", "a": a, "s": s, "u": u}
         elif op == "bn":
-            nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
-            ch = np.array([_channel_waves(r, sms, e) for r in recs], dtype=float)
-            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, ch], 1), t, np)
-            classes[cls] = {"kind": "bn", "a": a, "s": s, "u": u}
+            classes[cls] = _fit_bn(recs, t, e, np)
         else:
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
             a, s = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
@@ -195,12 +220,13 @@ def _xy(r: dict[str, Any], e: int) -> float:
 
 
 def _nonneg_rel_lstsq(A, t, np) -> list[float]:
-    """Least squares on the relative error, coefficients clipped at 0 (refit without)."""
-    w = 1.0 / t
+    """Least squares on the relative error weighted by sqrt(time) (long kernels weigh more:
+    a step is their sum), coefficients clipped at 0 (refit without)."""
+    w = 1.0 / np.sqrt(t)
     active = list(range(A.shape[1]))
     coef = np.zeros(A.shape[1])
     while active:
-        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], np.ones_like(t), rcond=None)
+        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], t * w, rcond=None)
         if (sol >= 0).all():
             coef[active] = sol
             break
@@ -208,32 +234,45 @@ def _nonneg_rel_lstsq(A, t, np) -> list[float]:
     return [float(v) for v in coef]
 
 
+def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak: float,
+                  bw: float) -> tuple[list[float], float]:
+    """(features, roofline ns) of one pass of a GEMM-like op (NOTE [kernel model])."""
+    m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
+    q, _ = waves(m, n, k, g, (128, 128), sms)
+    tiles = g * math.ceil(m / 128) * math.ceil(n / 128)
+    roof = max(flops / peak, nbytes / bw) * 1e9
+    kh, s = (p["kh"], p["sh"]) if op == "conv" else (1, 1)
+    cin = p["c"] // g if op == "conv" else p["fin"]
+    ln = math.log
+    return [1.0, ln(m), ln(n), ln(k), ln(g), ln(kh), ln(s), ln(flops / nbytes),
+            ln(tiles / sms), q, ln(roof), ln(cin)], roof
+
+
+RIDGE = 1.0  # shrinkage of the utilization model's coefficients (not the intercept)
+
+
 def _fit_gemm(recs, t, e: int, sms: int, peak: float, bw: float, np) -> dict[str, Any]:
-    shapes = [gemm_shape(r["op"], r["pass"], r, e) for r in recs]
-    F = np.array([s[4] for s in shapes])
-    B = np.array([s[5] for s in shapes])
-    logt = np.log(t)
-    wt = np.sqrt(t) / np.sqrt(t).sum()  # long kernels weigh more: a step is their sum
-    mem = B / bw * 1e9
-    es = np.logspace(-2.5, 0.1, 53)[:, None, None]
-    ms = np.logspace(-1.5, 0.2, 35)[None, :, None]
-    best = (np.inf, None)
-    for tile in TILES:
-        qk = [waves(s[0], s[1], s[2], s[3], tile, sms) for s in shapes]
-        q = np.array([v[0] for v in qk])
-        k = np.array([v[1] for v in qk])
-        for k0 in (0, 16, 64, 256, 1024, 4096):
-            comp = F / (peak * q * (k / (k + k0))) * 1e9
-            for a in (1000.0, 2000.0, 3000.0, 4500.0, 6500.0, 9000.0, 13000.0):
-                for p in P_NORMS:
-                    pred = a + ((comp / es) ** p + (mem / ms) ** p) ** (1 / p)
-                    loss = (((np.log(pred) - logt) ** 2) * wt).sum(axis=2)
-                    i, j = np.unravel_index(np.argmin(loss), loss.shape)
-                    if loss[i, j] < best[0]:
-                        best = (float(loss[i, j]), dict(
-                            kind="gemm", a=a, e=float(es[i, 0, 0]), m=float(ms[0, j, 0]),
-                            k0=k0, tile=list(tile), p=p))
-    return best[1]  # type: ignore[return-value]
+    rows = [gemm_features(r["op"], r["pass"], r, e, sms, peak, bw) for r in recs]
+    return _fit_util(rows, t, np)
+
+
+def _fit_util(rows, t, np) -> dict[str, Any]:
+    """The utilization model: logit(roofline / time) linear in the features, by ridge
+    regression weighted toward long kernels (NOTE [kernel model])."""
+    X = np.array([f for f, _ in rows])
+    roof = np.array([r for _, r in rows])
+    u = np.clip(roof / t, 1e-4, 0.999)
+    y = np.log(u / (1 - u))
+    w = np.sqrt(t) / np.sqrt(t).mean()  # long kernels weigh more: a step is their sum
+    mu, sd = X.mean(0), X.std(0)
+    sd[sd == 0] = 1.0
+    mu[0], sd[0] = 0.0, 1.0
+    Z = (X - mu) / sd
+    reg = RIDGE * np.eye(Z.shape[1])
+    reg[0, 0] = 0.0
+    beta = np.linalg.solve(Z.T @ (Z * w[:, None]) + reg, Z.T @ (w * y))
+    return {"kind": "util", "beta": [float(b) for b in beta], "mu": [float(v) for v in mu],
+            "sd": [float(v) for v in sd]}
 
 
 # -- prediction ------------------------------------------------------------------------------
@@ -242,6 +281,10 @@ def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
                    pass_: str | None = None) -> float:
     op = op or p["op"]
     pass_ = pass_ or p["pass"]
+    if c["kind"] == "util":
+        f, roof = gemm_features(op, pass_, p, e, sms, peaks[c.get("peak", "fp32")], bw)
+        z = sum(b * (x - m) / sd for b, x, m, sd in zip(c["beta"], f, c["mu"], c["sd"]))
+        return roof * (1 + math.exp(-z))  # roof / sigmoid(z)
     if c["kind"] == "gemm":
         m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
         q, kk = waves(m, n, k, g, tuple(c["tile"]), sms)  # type: ignore[arg-type]
@@ -249,7 +292,8 @@ def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
         p = c.get("p", 1.0)
         return c["a"] + (comp ** p + (nbytes / (bw * c["m"])) ** p) ** (1 / p) * 1e9
     if c["kind"] == "bn":
-        return c["a"] + c["s"] * streaming_bytes(op, p, e) + c["u"] * _channel_waves(p, sms, e)
+        nb, one = _bn_sizes(p, e)
+        return c["a"] + max(one / c["k"], nb / c["b"])
     if c["kind"] == "step":
         return c["a"] + c["s"] * p["params"] * e + c["u"] * p["tensors"]
     return c["a"] + c["s"] * streaming_bytes(op, p, e)
@@ -278,7 +322,7 @@ class KernelModel:
 
     def workspace_bytes(self, pass_: str, p: dict[str, Any], dtype: str = "fp32") -> int:
         e = {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
-        cls = f"{conv_class(p)}.{pass_}"
+        cls = f"{workspace_class(p)}.{pass_}"
         return int(self.fitted["workspace"].get(cls, 0.0) * _xy(p, e))
 
     def has(self, op: str, pass_: str = "fwd") -> bool:
@@ -328,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args[2]).write_text(json.dumps(out, indent=1) + "\n")
     for cls, c in out["classes"].items():
         fe = c["fit_error"]
-        extra = (f"e={c['e']:.3f} m={c['m']:.3f} k0={c['k0']} tile={c['tile']} a={c['a']:.0f}"
-                 if c["kind"] == "gemm" else f"a={c['a']:.0f} s={c['s']:.3g}")
+        extra = {"util": "", "bn": f"a={c.get('a')} k={c.get('k', 0):.3g} b={c.get('b', 0):.3g}"
+                 }.get(c["kind"], f"a={c.get('a', 0):.0f} s={c.get('s', 0):.3g}")
         print(f"{cls:26s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}  {extra}")
     return 0
 

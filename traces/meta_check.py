@@ -7,7 +7,8 @@ simulator predicts without ever running the model on the GPU).
     .venv/bin/python traces/meta_check.py MEASUREMENTS.json OUTDIR [--gpu h200] [--all]
 
 Traces already in OUTDIR are reused (delete them after changing the kernel model).
-``--all`` keeps every policy and cap the file has.
+``--all`` keeps every policy and cap the file has; ``--analytic`` times the traces with
+the analytic cost model instead of the preset's kernel model (the baseline to beat).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from vdnnsim.api import resolve_gpu
@@ -30,8 +32,13 @@ def main(argv=None) -> int:
     ap.add_argument("outdir")
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--analytic", action="store_true",
+                    help="time with the analytic cost model (the preset without its kernel "
+                    "model), for comparison")
     args = ap.parse_args(argv)
     gpu = resolve_gpu(args.gpu)
+    if args.analytic:
+        gpu = replace(gpu, calibration="")
     recs = json.loads(Path(args.measurements).read_text())
     if not args.all:
         recs = [r for r in recs if r["policy"] in ("baseline", "vdnn_conv")

@@ -291,7 +291,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_yaml(trace_to_dict(trace)))
     else:
         save_trace(trace, args.output)
-        timed = (f"timed for {gpu.name} by the cost model"
+        how = ("its calibrated kernel model" if trace.source.cost_model == "calibrated-v1"
+               else f"the cost model ({trace.source.cost_model})")
+        timed = (f"timed for {gpu.name} by {how}"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
                  else f"times as recorded ({trace.source.kind})")
         print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "

@@ -499,7 +499,11 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
     from ..costmodel import COST_MODEL, ConvGeometry, _simple_algo, conv_algos_for
     from ..kernelmodel import MODEL, for_gpu
 
-    model, shape, name = build_model(model_spec)
+    try:
+        with torch.device("meta"):  # no weights to initialise: only shapes are needed
+            model, shape, name = build_model(model_spec)
+    except (NotImplementedError, RuntimeError):  # a constructor that reads tensor values
+        model, shape, name = build_model(model_spec)  # (RegNet's widths): on the CPU
     names = _rename(model)
     p = probe(copy.deepcopy(model), shape, batch_size, "meta", DTYPES[dtype], name)
     km = for_gpu(gpu, dtype)

@@ -1,0 +1,128 @@
+"""NOTE [kernel model]: the calibrated kernel-time model. The shipped fit is what fitting the
+shipped calibration file gives; predictions behave as a model of GPU kernels must; a
+meta-device trace for the h200 preset is timed by it and its memory closes against a
+committed H200 measurement; a GPU without calibration borrows efficiencies only."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from vdnnsim.api import resolve_gpu
+from vdnnsim.kernelmodel import fit, for_gpu, load_fitted, predict_for
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = "calibration/h200_fp32.json"
+
+
+def _raw() -> dict:
+    return json.loads(resources.files("vdnnsim").joinpath("data", RAW).read_text())
+
+
+def _conv(**kw):
+    p = dict(batch=64, c=128, h=56, w=56, k_out=128, kh=3, kw=3, sh=1, sw=1, ph=1, pw=1,
+             groups=1)
+    p.update(kw)
+    return p
+
+
+def test_the_shipped_fit_is_the_fit_of_the_shipped_calibration():
+    gpu = resolve_gpu("h200")
+    shipped = load_fitted(gpu.calibration)
+    refit = fit(_raw(), dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)
+    assert json.loads(json.dumps(refit)) == shipped
+
+
+def test_the_calibration_file_says_how_it_was_made():
+    raw = _raw()
+    assert raw["format"] == "vdnnsim-calibration" and raw["gpu"]["sm_count"] == 132
+    assert raw["numerics"]["cudnn_allow_tf32"] is True  # PyTorch's default, left as it is
+    ops = {r["op"] for r in raw["records"]}
+    assert {"conv", "linear", "bn", "relu", "cross_entropy", "sgd_step"} <= ops
+    passes = {r["pass"] for r in raw["records"] if r["op"] == "conv"}
+    assert passes == {"fwd", "bwd_data", "bwd_filter"}
+
+
+def test_predictions_grow_with_the_work_and_stay_above_the_roofline():
+    km = for_gpu(resolve_gpu("h200"))
+    assert km is not None and km.source == "calibrated"
+    peak = resolve_gpu("h200").peak_flops["tf32"]
+    for pass_ in ("fwd", "bwd_data", "bwd_filter"):
+        times = [km.time_ns("conv", pass_, _conv(batch=b)) for b in (16, 64, 256)]
+        assert times[0] < times[1] < times[2]
+        flops = 2 * 256 * 128 * 56 * 56 * 128 * 9
+        assert times[2] > flops / peak * 1e9  # never faster than the tensor cores' peak
+    dw = _conv(groups=128)
+    assert km.time_ns("conv", "fwd", dw) < km.time_ns("conv", "fwd", _conv())
+    assert km.workspace_bytes("fwd", dw) == 0  # the calibration's depthwise convs use none
+    small = km.time_ns("relu", "fwd", {"batch": 1, "c": 10, "h": 1, "w": 1})
+    big = km.time_ns("relu", "fwd", {"batch": 1, "c": 10**8, "h": 1, "w": 1})
+    assert 500 < small < 20_000 and big > 4e8 / resolve_gpu("h200").mem_bw_bytes_per_s * 1e9
+
+
+def test_a_gpu_without_calibration_has_no_kernel_model_but_can_borrow_efficiencies():
+    h200, k40 = resolve_gpu("h200"), resolve_gpu("k40")
+    assert for_gpu(k40) is None
+    assert predict_for(k40, h200) is None  # the K40 preset has no SM count
+    half = replace(h200, calibration="", mem_bw_bytes_per_s=h200.mem_bw_bytes_per_s / 2)
+    km = predict_for(half, h200)
+    assert km is not None and "from specs" in km.source
+    p = {"batch": 1, "c": 10**8, "h": 1, "w": 1}
+    own = for_gpu(h200)
+    assert km.time_ns("relu", "fwd", p) == pytest.approx(own.time_ns("relu", "fwd", p))
+    conv = _conv(kh=1, kw=1, ph=0, pw=0, batch=256)  # memory-bound: slower at half the bandwidth
+    assert km.time_ns("conv", "fwd", conv) > 1.2 * own.time_ns("conv", "fwd", conv)
+
+
+def test_a_meta_device_trace_is_timed_by_the_kernel_model_and_its_memory_closes():
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from vdnnsim.api import run_trace
+    from vdnnsim.gpu.profile import synthesize_model
+    from vdnnsim.trace import trace_from_dict
+
+    gpu = resolve_gpu("h200")
+    trace = trace_from_dict(synthesize_model("torchvision:resnet50", 64, gpu),
+                            "torchvision:resnet50")
+    assert trace.source.cost_model == "calibrated-v1"
+    assert all(len(x.algos) == 1 and x.algos[0].name == "calibrated" for x in trace.layers)
+    assert trace.step_ns > 0  # the SGD step, from its class
+    assert trace.resident_bytes >= gpu.cublas_workspace_bytes  # resnet50 has a Linear
+    meas = next(r for r in json.loads((ROOT / "traces/h200/measurements.json").read_text())
+                if r["model"] == "torchvision:resnet50" and r["batch_size"] == 64
+                and r["policy"] == "baseline" and not r["memory_cap_bytes"])
+    res = run_trace(trace, gpu, "eager", record=False)
+    err = res.peak_memory_bytes / meas["peak_allocated_bytes"] - 1
+    assert abs(err) < 0.01, err  # docs/cost-model.md: 0.1% on this run
+    t_err = res.iteration_time_ns / 1e6 / meas["iteration_ms"] - 1
+    assert abs(t_err) < 0.15, t_err  # docs/cost-model.md: -7.2% on this run
+
+
+def test_calibrate_without_a_gpu_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    out = tmp_path / "cal.json"
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_the_calibration_grid_is_seeded_and_covers_the_op_classes():
+    pytest.importorskip("torch")
+    from vdnnsim.gpu.calibrate import cases
+    a, b = cases(0), cases(0)
+    assert a == b and cases(1) != a
+    convs = [c for c in a if c["op"] == "conv"]
+    assert any(c["groups"] == c["c"] > 1 for c in convs)  # depthwise
+    assert any(1 < c["groups"] < c["c"] for c in convs)  # grouped
+    assert {c["kh"] for c in convs} >= {1, 3, 5, 7}
+    assert all(max(c["batch"] * c["c"] * c["h"] ** 2, 1) * 4 <= 2**31 for c in convs)
+    assert math.isclose(len(cases(0, 0.5)), len(a) / 2, rel_tol=0.05)

@@ -34,8 +34,23 @@ def _conv(**kw):
 def test_the_shipped_fit_is_the_fit_of_the_shipped_calibration():
     gpu = resolve_gpu("h200")
     shipped = load_fitted(gpu.calibration)
-    refit = fit(_raw(), dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)
-    assert json.loads(json.dumps(refit)) == shipped
+    refit = json.loads(json.dumps(fit(_raw(), dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)))
+    _close(refit, shipped)  # to the last few bits: another CPU's BLAS may round differently
+
+
+def _close(a, b, path="fit"):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
 
 
 def test_the_calibration_file_says_how_it_was_made():

@@ -7,13 +7,15 @@ DataFrames built on first access. Nothing here writes a file unless asked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from .engine.allocator import OutOfMemory
 from .engine.sim import Op
 from .units import ns_to_s
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: `vdnnsim trace` never needs it
+    import pandas as pd
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -62,6 +64,7 @@ class RunResult:
     @property
     def tensors(self) -> pd.DataFrame:
         """One row per allocation: key, category, bytes, alloc and free times (ns)."""
+        import pandas as pd
         return pd.DataFrame(list(self._spans), columns=["key", "category", "size_bytes",
                                                         "alloc_ns", "free_ns"])
 
@@ -123,6 +126,7 @@ class RunResult:
     @property
     def timeline(self) -> pd.DataFrame:
         """One row per op: stream, kind, layer, name, start/end/duration (ns), bytes."""
+        import pandas as pd
         df = pd.DataFrame([o._asdict() for o in self._ops],
                           columns=["stream", "kind", "layer", "name", "start_ns", "end_ns",
                                    "size_bytes"])
@@ -133,4 +137,5 @@ class RunResult:
     def memory(self) -> pd.DataFrame:
         """Live pool bytes after every change: a step function of time."""
         times, levels = self._mem
+        import pandas as pd
         return pd.DataFrame({"time_ns": times, "allocated_bytes": levels})

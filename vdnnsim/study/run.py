@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, VdnnError
 from .spec import GPU_KEYS, StudySpec, expand, memory_bytes_of
 from ..limits import short_repr
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: `vdnnsim trace` never needs it
+    import pandas as pd
 
 INPUT_COLUMNS = ["network", "batch_size", "gpu", "policy", "dtype", "memory_bytes",
                  *GPU_KEYS, "policy_options"]
@@ -150,6 +151,7 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
     if bar is not None:
         bar.close()
     results.sort(key=lambda x: x[0])
+    import pandas as pd
     df = pd.DataFrame([row for _, row in results])
     unused = [c for c in INPUT_COLUMNS if c in df and df[c].isna().all()
               and c not in ("network", "batch_size", "gpu", "policy")]

@@ -228,7 +228,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .report import figures
     from .yamlio import write_atomic, write_text_atomic
 
-    table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference)
+    table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference,
+                              costs=args.costs)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
@@ -464,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--reference", choices=["baseline_p", "class"], default="baseline_p",
                     help="baseline of the memory reductions: baseline_p (default) or the "
                     "policy's own algorithm class (docs/reproduction.md)")
+    rp.add_argument("--costs", choices=["preset", "published"], default="preset",
+                    help="time the paper's GPUs with the presets' analytic costs (default) or "
+                    "with their calibration from published cuDNN timings (docs/reproduction.md)")
     rp.set_defaults(fn=cmd_reproduce)
 
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")

@@ -493,22 +493,11 @@ def _calibrated(n: ProbeNode, km: Any, dtype: str, batch_size: int
     return round(fwd), round(bwd), 0, 0
 
 
-def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32") -> dict:
-    """The same layer graph on the meta device, timed for ``gpu`` by its calibrated kernel
-    model (NOTE [kernel model]) where the preset has one, else by the analytic cost model."""
-    from ..costmodel import COST_MODEL, ConvGeometry, _simple_algo, conv_algos_for
-    from ..kernelmodel import MODEL, for_gpu
+def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[dict[str, Any]]]:
+    """Each probed layer's algorithm options timed by the analytic cost model for ``gpu``
+    (a probe is made once; a fit can time it for many presets)."""
+    from ..costmodel import ConvGeometry, _simple_algo, conv_algos_for
 
-    try:
-        with torch.device("meta"):  # no weights to initialise: only shapes are needed
-            model, shape, name = build_model(model_spec)
-    except (NotImplementedError, RuntimeError):  # a constructor that reads tensor values
-        model, shape, name = build_model(model_spec)  # (RegNet's widths): on the CPU
-    names = _rename(model)
-    p = probe(copy.deepcopy(model), shape, batch_size, "meta", DTYPES[dtype], name)
-    km = for_gpu(gpu, dtype)
-    if km is not None:
-        return _synthesize_calibrated(model, p, km, gpu, dtype, model_spec, names, MODEL)
     algos: dict[str, list[dict[str, Any]]] = {}
     for n in p.nodes:
         ins = [a for a in n.args if isinstance(a, torch.Tensor)]
@@ -536,6 +525,26 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
         algos[n.name] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
                               fwd_workspace_bytes=a.fwd_workspace_bytes,
                               bwd_workspace_bytes=a.bwd_workspace_bytes) for a in options]
+    return algos
+
+
+def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32") -> dict:
+    """The same layer graph on the meta device, timed for ``gpu`` by its calibrated kernel
+    model (NOTE [kernel model]) where the preset has one, else by the analytic cost model."""
+    from ..costmodel import COST_MODEL
+    from ..kernelmodel import MODEL, for_gpu
+
+    try:
+        with torch.device("meta"):  # no weights to initialise: only shapes are needed
+            model, shape, name = build_model(model_spec)
+    except (NotImplementedError, RuntimeError):  # a constructor that reads tensor values
+        model, shape, name = build_model(model_spec)  # (RegNet's widths): on the CPU
+    names = _rename(model)
+    p = probe(copy.deepcopy(model), shape, batch_size, "meta", DTYPES[dtype], name)
+    km = for_gpu(gpu, dtype)
+    if km is not None:
+        return _synthesize_calibrated(model, p, km, gpu, dtype, model_spec, names, MODEL)
+    algos = analytic_algos(p, gpu, dtype)
     src = {"kind": "synthesized", "gpu": gpu.name, "cost_model": COST_MODEL,
            "software": software(), "note": f"vdnnsim trace --model {model_spec}: meta device"}
     host = getattr(gpu, "host", None)  # NOTE [host costs]: the preset's, per layer

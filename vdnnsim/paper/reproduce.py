@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,9 +20,49 @@ def default_studies_dir() -> Path:
     return here if here.exists() else Path("configs") / "paper"
 
 
+COSTS = ("preset", "published")
+
+
+def published_scales() -> dict[str, dict[str, float]]:
+    """NOTE [published costs]: the K40's and Titan X's compute and DRAM rates fitted to
+    published cuDNN timings of networks the paper does not judge (traces/published/fit.py,
+    vdnnsim/data/calibration/published.json)."""
+    from importlib import resources
+    text = resources.files("vdnnsim").joinpath("data/calibration/published.json").read_text()
+    return json.loads(text)["gpus"]
+
+
+def _with_costs(spec: Any, costs: str) -> Any:
+    """``spec`` with each paper GPU replaced by the preset under its published scales."""
+    if costs == "preset":
+        return spec
+    from ..hardware import gpu_preset
+    scales = published_scales()
+
+    def gpu(g: Any) -> Any:
+        if isinstance(g, str) and g in scales:
+            s = scales[g]
+            return {"preset": g, "peak_flops_scale": s["peak_flops_scale"],
+                    "mem_bw_bytes_per_s": gpu_preset(g).mem_bw_bytes_per_s * s["mem_bw_scale"]}
+        return g
+
+    def section(d: dict[str, Any], many: bool) -> dict[str, Any]:
+        if "gpu" not in d:
+            return d
+        return {**d, "gpu": [gpu(g) for g in d["gpu"]] if many else gpu(d["gpu"])}
+
+    return spec.model_copy(update={
+        "base": section(spec.base, False), "sweep": section(spec.sweep, True),
+        "zip": section(spec.zip, True), "runs": [section(r, False) for r in spec.runs]})
+
+
 def run_paper_studies(studies_dir: str | os.PathLike | None = None,
-                      reading: str = "measured") -> Frames:
-    """The paper studies; ``reading`` goes to every policy (NOTE [offload marks])."""
+                      reading: str = "measured", costs: str = "preset") -> Frames:
+    """The paper studies; ``reading`` goes to every policy (NOTE [offload marks]);
+    ``costs='published'`` times the paper's GPUs with their published calibration (NOTE
+    [published costs])."""
+    if costs not in COSTS:
+        raise ConfigError(f"costs must be one of {', '.join(COSTS)}, got {costs!r}")
     d = Path(studies_dir) if studies_dir else default_studies_dir()
     frames: Frames = {}
     for name in STUDIES:
@@ -31,7 +73,9 @@ def run_paper_studies(studies_dir: str | os.PathLike | None = None,
         if reading != "measured":
             opts = {**(spec.base.get("policy_options") or {}), "reading": reading}
             spec = spec.model_copy(update={"base": {**spec.base, "policy_options": opts}})
+        spec = _with_costs(spec, costs)
         df = run_study(spec, base)
+        df["gpu"] = [g["preset"] if isinstance(g, dict) else g for g in df["gpu"]]
         bad = df[df.error.notna()]
         if len(bad):
             raise ConfigError(f"{path}: {bad.error.iloc[0]}")
@@ -41,11 +85,13 @@ def run_paper_studies(studies_dir: str | os.PathLike | None = None,
 
 def reproduce(studies_dir: str | os.PathLike | None = None,
               frames: Frames | None = None, reading: str = "measured",
-              reference: str = "baseline_p") -> tuple[pd.DataFrame, Frames]:
+              reference: str = "baseline_p", costs: str = "preset"
+              ) -> tuple[pd.DataFrame, Frames]:
     """One row per claim: paper value, vdnnsim's, difference, tolerance, met. ``reading``
     (NOTE [offload marks]) and ``reference`` (NOTE [reproduction metrics]) choose the
-    readings of the paper; the defaults are the ones its measurements support."""
-    frames = frames if frames is not None else run_paper_studies(studies_dir, reading)
+    readings of the paper; the defaults are the ones its measurements support. ``costs``:
+    the presets' analytic costs, or the paper GPUs' published calibration."""
+    frames = frames if frames is not None else run_paper_studies(studies_dir, reading, costs)
     claims = CLAIMS if reference == "baseline_p" else build_claims(reference)
     rows = []
     for c in claims:

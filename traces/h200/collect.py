@@ -20,6 +20,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
     python3 traces/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
     python3 traces/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
+    python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -314,6 +315,53 @@ def _hostcal_one(spec: str, batch: int, policy: str, steps: int) -> dict:
     return row
 
 
+def do_cublas(out: Path) -> None:
+    """Small synthetic models, none of any set: after three SGD training steps, the bytes
+    that clearing cuBLAS's workspaces returns. Does a model without a linear layer hold
+    them too (a conv's bias gradient, the loss)?"""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+    out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = True
+    models = {
+        "conv_bias": lambda: nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                                           nn.Conv2d(16, 10, 1), nn.AdaptiveAvgPool2d(1),
+                                           nn.Flatten()),
+        "conv_nobias": lambda: nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False),
+                                             nn.ReLU(), nn.Conv2d(16, 10, 1, bias=False),
+                                             nn.AdaptiveAvgPool2d(1), nn.Flatten()),
+        "conv_linear": lambda: nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+                                             nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                             nn.Linear(16, 10)),
+        "forward_only_linear": None,
+    }
+    res = {}
+    for name, make in models.items():
+        torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        if make is None:  # a linear layer's forward alone, no backward
+            lin = nn.Linear(16, 10).to(dev)
+            with torch.no_grad():
+                lin(torch.randn(8, 16, device=dev))
+        else:
+            m = make().to(dev)
+            opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+            x = torch.randn(8, 3, 32, 32, device=dev)
+            y = torch.randint(0, 10, (8,), device=dev)
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(m(x), y).backward()
+                opt.step()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch._C._cuda_clearCublasWorkspaces()
+        res[name] = before - torch.cuda.memory_allocated()
+        log(f"{name}: cuBLAS workspaces {res[name]} bytes")
+    (out / "cublas.json").write_text(json.dumps(res, indent=1))
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
     if what == "profile":
@@ -389,6 +437,8 @@ def main() -> int:
         r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "-o",
                             str(out / "h200_fp32.json")])
         log(f"calibrate: rc {r.returncode}")
+    elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
+        do_cublas(out)
     elif what == "heldout12":  # baseline and vdnn_conv, uncapped, one process
         do_measure(out, HELDOUT12, {}, policies=["baseline", "vdnn_conv"])
     elif what == "memcheck":  # profiled traces and baseline runs of MEMCHECK

@@ -20,6 +20,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
     python3 traces/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
     python3 traces/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
+    python3 traces/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
     python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
@@ -74,6 +75,14 @@ HELDOUT12 = {
     "torchvision:regnet_x_1_6gf": [32, 64, 128], "torchvision:resnet152": [32, 64, 128],
     "torchvision:vgg13": [32, 64, 128], "torchvision:efficientnet_b2": [16, 32, 64],
     "torchvision:mnasnet1_3": [32, 64, 128], "torchvision:shufflenet_v2_x2_0": [64, 128, 256]}
+# A second held-out set for the same frozen kernel model (fit of commit 3a74255): eight more
+# models in no other set, measured after the first held-out set had been compared
+# (traces/h200_heldout12b/README.md).
+HELDOUT12B = {
+    "torchvision:densenet169": [32, 64, 128], "torchvision:efficientnet_b1": [32, 64, 128],
+    "torchvision:regnet_y_1_6gf": [32, 64, 128], "torchvision:resnext101_32x8d": [32, 64, 128],
+    "torchvision:wide_resnet101_2": [32, 64, 128], "torchvision:vgg19_bn": [32, 64, 128],
+    "torchvision:inception_v3": [32, 64, 128], "torchvision:efficientnet_v2_s": [32, 64, 128]}
 # The two models issue 12 names for meta-device memory misses: where the cause is looked
 # for, so they are validation, not held out.
 MEMCHECK = {"torchvision:alexnet": [32, 64, 128], "torchvision:vgg11_bn": [32, 64, 128]}
@@ -439,6 +448,8 @@ def main() -> int:
         log(f"calibrate: rc {r.returncode}")
     elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
         do_cublas(out)
+    elif what == "heldout12b":  # the second held-out set, as the first
+        do_measure(out, HELDOUT12B, {}, policies=["baseline", "vdnn_conv"])
     elif what == "heldout12":  # baseline and vdnn_conv, uncapped, one process
         do_measure(out, HELDOUT12, {}, policies=["baseline", "vdnn_conv"])
     elif what == "memcheck":  # profiled traces and baseline runs of MEMCHECK

@@ -21,6 +21,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
     python3 traces/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
     python3 traces/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
+    python3 traces/h200/collect.py heldout12c OUTDIR    # traces/h200_heldout12c/measurements.json
     python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
@@ -83,6 +84,13 @@ HELDOUT12B = {
     "torchvision:regnet_y_1_6gf": [32, 64, 128], "torchvision:resnext101_32x8d": [32, 64, 128],
     "torchvision:wide_resnet101_2": [32, 64, 128], "torchvision:vgg19_bn": [32, 64, 128],
     "torchvision:inception_v3": [32, 64, 128], "torchvision:efficientnet_v2_s": [32, 64, 128]}
+# A third held-out set, for the kernel model with autograd's gradient sums (NOTE [gradient
+# sums]), which the second set's fast bias led to (traces/h200_heldout12c/README.md).
+HELDOUT12C = {
+    "torchvision:densenet201": [32, 64, 128], "torchvision:efficientnet_b3": [32, 64, 128],
+    "torchvision:regnet_y_3_2gf": [32, 64, 128], "torchvision:regnet_x_3_2gf": [32, 64, 128],
+    "torchvision:shufflenet_v2_x1_5": [64, 128, 256], "torchvision:mnasnet0_75": [32, 64, 128],
+    "torchvision:vgg11": [32, 64, 128], "torchvision:resnext101_64x4d": [32, 64, 128]}
 # The two models issue 12 names for meta-device memory misses: where the cause is looked
 # for, so they are validation, not held out.
 MEMCHECK = {"torchvision:alexnet": [32, 64, 128], "torchvision:vgg11_bn": [32, 64, 128]}
@@ -448,6 +456,8 @@ def main() -> int:
         log(f"calibrate: rc {r.returncode}")
     elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
         do_cublas(out)
+    elif what == "heldout12c":  # the third held-out set, as the first
+        do_measure(out, HELDOUT12C, {}, policies=["baseline", "vdnn_conv"])
     elif what == "heldout12b":  # the second held-out set, as the first
         do_measure(out, HELDOUT12B, {}, policies=["baseline", "vdnn_conv"])
     elif what == "heldout12":  # baseline and vdnn_conv, uncapped, one process

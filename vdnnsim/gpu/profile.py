@@ -552,9 +552,31 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
     return assemble(p, algos=algos, names=names, source=src, dtype=dtype, hosts=hosts)
 
 
+def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, int]:
+    """NOTE [gradient sums]: a tensor that k layers read gets k gradients in the backward
+    pass, and autograd adds them: k - 1 elementwise adds of the tensor's size (a residual
+    connection's input, DenseNet's concatenated features, a squeeze-and-excitation block's
+    input). No layer's own ops include them; they are charged to the backward of the layer
+    that made the tensor, timed by the calibrated 'add' class. Per producing layer, ns."""
+    readers: dict[str, int] = {}
+    for n in p.nodes:
+        for t in dict.fromkeys(n.inputs):
+            readers[t] = readers.get(t, 0) + 1
+    out: dict[str, int] = {}
+    for n in p.nodes:
+        k = readers.get(n.name, 0)
+        if k > 1 and n.requires_grad:
+            numel = math.prod(n.out_shape)
+            out[n.name] = round((k - 1) * km.time_ns("add", "fwd", _flat(numel), dtype))
+    return out
+
+
 def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype: str,
                            model_spec: str, names: dict[str, str], model_name: str) -> dict:
     times = {n.name: _calibrated(n, km, dtype, p.batch_size) for n in p.nodes}
+    for name, extra in _gradient_sums(p, km, dtype).items():
+        f, b, fw, bw = times[name]
+        times[name] = (f, b + extra, fw, bw)
     params = [q for q in model.parameters() if q.requires_grad]
     step = km.time_ns("sgd_step", "step", {"params": sum(q.numel() for q in params),
                                            "tensors": len(params)}, dtype)

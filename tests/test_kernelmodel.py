@@ -141,3 +141,27 @@ def test_the_calibration_grid_is_seeded_and_covers_the_op_classes():
     assert {c["kh"] for c in convs} >= {1, 3, 5, 7}
     assert all(max(c["batch"] * c["c"] * c["h"] ** 2, 1) * 4 <= 2**31 for c in convs)
     assert math.isclose(len(cases(0, 0.5)), len(a) / 2, rel_tol=0.05)
+
+
+def test_a_tensor_read_by_k_layers_costs_k_minus_1_gradient_adds():
+    """NOTE [gradient sums]: autograd adds the gradients of a tensor several layers read."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from vdnnsim.gpu.graph import probe
+    from vdnnsim.gpu.profile import _flat, _gradient_sums
+
+    class Fan(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 8, 3, padding=1)
+            self.a, self.b, self.c = (nn.Conv2d(8, 8, 1) for _ in range(3))
+
+        def forward(self, x):
+            y = self.stem(x)  # read by three convs: two gradient adds in the backward pass
+            return (self.a(y) + self.b(y) + self.c(y)).mean((2, 3))
+
+    km = for_gpu(resolve_gpu("h200"))
+    p = probe(Fan(), (3, 16, 16), 4, "meta", with_loss=True)
+    sums = _gradient_sums(p, km, "fp32")
+    one = km.time_ns("add", "fwd", _flat(4 * 8 * 16 * 16))
+    assert sums == {"stem": round(2 * one)}

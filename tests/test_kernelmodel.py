@@ -165,3 +165,18 @@ def test_a_tensor_read_by_k_layers_costs_k_minus_1_gradient_adds():
     sums = _gradient_sums(p, km, "fp32")
     one = km.time_ns("add", "fwd", _flat(4 * 8 * 16 * 16))
     assert sums == {"stem": round(2 * one)}
+
+
+def test_the_fit_command_rejects_bad_input_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    out = tmp_path / "fit.json"
+    for args, frag in (([str(tmp_path / "none.json"), "h200"], "cannot read"),
+                       ([str(bad), "h200"], "not a file of vdnnsim calibrate"),
+                       ([str(bad).replace("bad", "none"), "h200"], "cannot read")):
+        r = subprocess.run([sys.executable, "-m", "vdnnsim.kernelmodel", *args, str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and frag in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()

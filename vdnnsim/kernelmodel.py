@@ -365,11 +365,29 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from .hardware import gpu_preset
+    from .errors import VdnnError
+    from .yamlio import write_text_atomic
     args = list(sys.argv[1:] if argv is None else argv)
-    raw = json.loads(Path(args[0]).read_text())
-    gpu = gpu_preset(args[1])
-    out = fit(raw, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)
-    Path(args[2]).write_text(json.dumps(out, indent=1) + "\n")
+    if len(args) != 3:
+        print("usage: python -m vdnnsim.kernelmodel CALIBRATION.json PRESET OUT.json",
+              file=sys.stderr)
+        return 2
+    try:
+        try:
+            raw = json.loads(Path(args[0]).read_text())
+        except (OSError, ValueError) as exc:
+            raise VdnnError(f"{args[0]}: cannot read a calibration file ({exc})") from None
+        if not isinstance(raw, dict) or raw.get("format") != "vdnnsim-calibration":
+            raise VdnnError(f"{args[0]}: not a file of vdnnsim calibrate")
+        gpu = gpu_preset(args[1])
+        try:
+            out = fit(raw, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            raise VdnnError(f"{args[0]}: a record lacks what the fit needs ({exc!r})") from None
+        write_text_atomic(args[2], json.dumps(out, indent=1) + "\n")
+    except VdnnError as exc:
+        print(f"vdnnsim: error: {exc}", file=sys.stderr)
+        return 2
     for cls, c in out["classes"].items():
         fe = c["fit_error"]
         extra = {"util": "", "bn": f"a={c.get('a')} k={c.get('k', 0):.3g} b={c.get('b', 0):.3g}"

@@ -1,23 +1,23 @@
-"""The calibrated kernel-time model: per-op times from tile and wave counts against the
-roofline, with efficiencies fitted to ``vdnnsim calibrate``'s microbenchmarks only.
+"""The calibrated kernel-time model: per-op times from tile, wave and shape features against
+the roofline, fitted to ``vdnnsim calibrate``'s microbenchmarks only.
 
 NOTE [kernel model]
 Every op of a training step belongs to a class (a conv's forward, backward-data or
-backward-filter, dense, grouped or depthwise; a linear layer's three passes; batch norm,
-each activation, pooling, add, concat, dropout, a conv's bias, cross-entropy, the SGD
-step), and each class has a few constants fitted to the calibration file
-(docs/cost-model.md):
+backward-filter, depthwise apart; a linear layer's three passes; batch norm, each
+activation, pooling, add, concat, dropout, a conv's bias, cross-entropy, the SGD step), and
+each class has a few constants fitted to the calibration file (docs/cost-model.md):
 
 - GEMM-like classes (convs, linear layers): the pass is an implicit GEMM of ``M x N``
-  outputs reducing over ``K``, in ``G`` groups, cut into ``tm x tn`` output tiles; a GEMM
-  with fewer tiles than the GPU has SMs is split along K (split-K) until it fills them.
-  ``waves = ceil(tiles / SMs)`` and the last wave's idle SMs cost their share
-  (``q = tiles / (waves * SMs)``); a short reduction runs below peak
-  (``r = K / (K + k0)``). Then ``t = a + max(F / (peak * e * q * r), bytes / (bw * m))``
-  with ``F`` the pass's FLOPs and ``bytes`` its compulsory DRAM traffic. Fitted per class:
-  ``a, e, m, k0`` and the tile shape, by a grid search on the squared log error.
-- Streaming classes: ``t = a + s * bytes`` (bytes: the input tensor's), fitted by least
-  squares on the relative error.
+  outputs reducing over ``K`` in ``G`` groups; its roofline is ``max(F / peak, bytes /
+  bw)``. The time is ``roofline / u`` with the utilization ``u = sigmoid(beta . phi)``,
+  ``phi`` the logs of M, N, K, G, kernel size, stride, arithmetic intensity, tiles per SM
+  (128x128 tiles, split along K where fewer tiles than SMs), the roofline and the input
+  channels per group, and the last wave's occupancy. ``beta``: ridge regression on
+  ``logit(roofline / measured)``, weighted by ``sqrt(time)`` (NeuSight's idea with a
+  linear model).
+- Batch norm: ``t = a + max(channel bytes / k, bytes / b)`` (a block reduces each channel).
+- Other streaming classes: ``t = a + s * bytes`` (bytes: the input tensor's), least squares
+  on the relative error weighted by ``sqrt(time)``, coefficients non-negative.
 - The SGD step: ``t = a + s * parameter bytes + u * tensors``.
 
 A conv's workspace per pass is ``w * max(input, output bytes)`` with ``w`` the median of
@@ -42,12 +42,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL = "calibrated-v1"
-TILES = ((64, 64), (128, 64), (128, 128), (256, 128))
-P_NORMS = (1.0, 2.0, 4.0)  # how compute and memory time combine: sum, 2-norm, near max
 SPLIT_K_MIN = 512  # a split-K slice reduces over at least this many elements
-STREAMING = ("bn", "add", "mul_bcast", "maxpool3s2", "maxpool2s2", "avgpool2s2", "gap", "cat",
-             "dropout", "bias", "relu", "relu6", "silu", "gelu", "hardswish", "sigmoid",
-             "hardsigmoid", "cross_entropy")
 
 
 def conv_class(p: dict[str, Any]) -> str:
@@ -100,7 +95,8 @@ def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
 
 def waves(m: int, n: int, k: int, g: int, tile: tuple[int, int], sms: int
           ) -> tuple[float, float]:
-    """(q, r) of NOTE [kernel model]: wave efficiency and the reduction's, after split-K."""
+    """(q, K per split) of NOTE [kernel model]: the last wave's occupancy, and the reduction
+    length each tile walks once a GEMM with fewer tiles than SMs is split along K."""
     tiles = g * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     if tiles < sms:
         split = max(1, min(sms // tiles, k // SPLIT_K_MIN))
@@ -285,12 +281,6 @@ def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
         f, roof = gemm_features(op, pass_, p, e, sms, peaks[c.get("peak", "fp32")], bw)
         z = sum(b * (x - m) / sd for b, x, m, sd in zip(c["beta"], f, c["mu"], c["sd"]))
         return roof * (1 + math.exp(-z))  # roof / sigmoid(z)
-    if c["kind"] == "gemm":
-        m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
-        q, kk = waves(m, n, k, g, tuple(c["tile"]), sms)  # type: ignore[arg-type]
-        comp = flops / (peaks[c.get("peak", "fp32")] * c["e"] * q * (kk / (kk + c["k0"])))
-        p = c.get("p", 1.0)
-        return c["a"] + (comp ** p + (nbytes / (bw * c["m"])) ** p) ** (1 / p) * 1e9
     if c["kind"] == "bn":
         nb, one = _bn_sizes(p, e)
         return c["a"] + max(one / c["k"], nb / c["b"])

@@ -427,8 +427,7 @@ def _flat(numel: int) -> dict[str, int]:
     return {"batch": 1, "c": numel, "h": 1, "w": 1}
 
 
-def _calibrated(n: ProbeNode, km: Any, dtype: str, batch_size: int
-                ) -> tuple[int, int, int, int]:
+def _calibrated(n: ProbeNode, km: Any, dtype: str) -> tuple[int, int, int, int]:
     """(fwd_ns, bwd_ns, fwd_ws, bwd_ws) of one layer from the calibrated kernel model:
     the sum of the ops PyTorch runs for it (NOTE [kernel model]). A layer of a kind the
     calibration has no class for is timed as the 'relu' class over its bytes."""
@@ -573,7 +572,7 @@ def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, int]:
 
 def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype: str,
                            model_spec: str, names: dict[str, str], model_name: str) -> dict:
-    times = {n.name: _calibrated(n, km, dtype, p.batch_size) for n in p.nodes}
+    times = {n.name: _calibrated(n, km, dtype) for n in p.nodes}
     for name, extra in _gradient_sums(p, km, dtype).items():
         f, b, fw, bw = times[name]
         times[name] = (f, b + extra, fw, bw)

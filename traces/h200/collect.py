@@ -23,6 +23,8 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
     python3 traces/h200/collect.py heldout12c OUTDIR    # traces/h200_heldout12c/measurements.json
     python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
+    python3 traces/h200/collect.py hostkinds OUTDIR     # traces/h200_calib/profiles/
+    python3 traces/h200/collect.py heldout12d OUTDIR    # traces/h200_heldout12d/measurements.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -91,6 +93,13 @@ HELDOUT12C = {
     "torchvision:regnet_y_3_2gf": [32, 64, 128], "torchvision:regnet_x_3_2gf": [32, 64, 128],
     "torchvision:shufflenet_v2_x1_5": [64, 128, 256], "torchvision:mnasnet0_75": [32, 64, 128],
     "torchvision:vgg11": [32, 64, 128], "torchvision:resnext101_64x4d": [32, 64, 128]}
+# The fourth held-out set, measured before the model of session 6 (layer norm, views, more
+# grouped convs, host costs per kind) was fitted and compared only once it was committed.
+HELDOUT12D = {
+    "torchvision:densenet161": [32, 64, 128], "torchvision:efficientnet_b4": [32, 64, 128],
+    "torchvision:regnet_x_8gf": [32, 64, 128], "torchvision:regnet_y_400mf": [32, 64, 128],
+    "torchvision:shufflenet_v2_x0_5": [64, 128, 256], "torchvision:vgg16_bn": [32, 64, 128],
+    "torchvision:convnext_small": [32, 64, 128], "torchvision:efficientnet_v2_m": [32, 64, 128]}
 # The two models issue 12 names for meta-device memory misses: where the cause is looked
 # for, so they are validation, not held out.
 MEMCHECK = {"torchvision:alexnet": [32, 64, 128], "torchvision:vgg11_bn": [32, 64, 128]}
@@ -456,6 +465,10 @@ def main() -> int:
         log(f"calibrate: rc {r.returncode}")
     elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
         do_cublas(out)
+    elif what == "heldout12d":  # the fourth held-out set, as the first
+        do_measure(out, HELDOUT12D, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "hostkinds":  # per-layer host times of the host-cost calibration models
+        do_profile(out, {m: [16] for m in HOSTCAL2}, trials=5)
     elif what == "heldout12c":  # the third held-out set, as the first
         do_measure(out, HELDOUT12C, {}, policies=["baseline", "vdnn_conv"])
     elif what == "heldout12b":  # the second held-out set, as the first

@@ -112,12 +112,48 @@ def step_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return out
 
 
+def grouped_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Grouped 3x3 convs as ResNeXt and RegNet have them: group widths 4-128 channels,
+    strides 1 and 2 (the first grid drew only 11)."""
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        h, chans = rng.choice(_STAGES[1:])
+        b = rng.choice([16, 32, 64, 128, 256])
+        gw = rng.choice([4, 8, 16, 24, 32, 48, 64, 128])
+        c = gw * rng.choice([2, 4, 8, 16, 32, 64])
+        s = 2 if rng.random() < 0.2 else 1
+        if c > 2 * max(chans) or b * c * h * h * 4 > 2**31:
+            continue
+        out.append(dict(op="conv", batch=b, c=c, h=h, w=h, k_out=c, kh=3, kw=3, sh=s, sw=s,
+                        ph=1, pw=1, groups=c // gw))
+    return out
+
+
+def norm_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Layer norm over the last dimension: ConvNeXt's channels-last feature maps (c per
+    pixel) and a transformer's tokens (``h`` = sequence, ``w`` = 1)."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        if i % 2:
+            h, chans = rng.choice(_STAGES[2:])
+            out.append(dict(op="layer_norm", batch=rng.choice([16, 32, 64, 128]),
+                            c=rng.choice(chans), h=h, w=h))
+        else:
+            out.append(dict(op="layer_norm", batch=rng.choice([1, 4, 8, 16, 32]),
+                            c=rng.choice([384, 768, 1024, 2048, 4096]),
+                            h=rng.choice([128, 256, 512, 1024, 2048]), w=1))
+    return out
+
+
 def cases(seed: int = 0, scale: float = 1.0) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
+    """The grid. The cases added later draw from a second stream, so the first ones stay
+    what they were for a seed."""
+    rng, more = random.Random(seed), random.Random(seed + 1)
     k = max(scale, 0.02)
     return (conv_cases(rng, int(320 * k)) + linear_cases(rng, int(60 * k))
             + elementwise_cases(rng, int(17 * 16 * k)) + loss_cases(rng, int(12 * k))
-            + step_cases(rng, int(12 * k)))
+            + step_cases(rng, int(12 * k)) + grouped_cases(more, int(80 * k))
+            + norm_cases(more, int(24 * k)))
 
 
 class _Clock:
@@ -227,6 +263,9 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
         opt = torch.optim.SGD(ps, lr=1e-3)
         return {"step": opt.step}
     c, h, w = case["c"], case["h"], case["w"]
+    if op == "layer_norm":  # over the last dimension, as nn.LayerNorm and ConvNeXt's
+        m = nn.LayerNorm(c).to(dev, dt)
+        return fwd_bwd(m, rand(b, h, w, c), params=(m.weight, m.bias))
     x = rand(b, c, h, w)
     if op == "bn":
         m = nn.BatchNorm2d(c).to(dev, dt).train()

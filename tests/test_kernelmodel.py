@@ -164,7 +164,76 @@ def test_a_tensor_read_by_k_layers_costs_k_minus_1_gradient_adds():
     p = probe(Fan(), (3, 16, 16), 4, "meta", with_loss=True)
     sums = _gradient_sums(p, km, "fp32")
     one = km.time_ns("add", "fwd", _flat(4 * 8 * 16 * 16))
-    assert sums == {"stem": round(2 * one)}
+    assert sums == {"stem": (round(2 * one), 2)}
+
+
+def test_views_cost_nothing_and_layer_norm_has_its_own_class():
+    """Session 6: a permute or a chunk's item is a view (no kernel); F.layer_norm and
+    nn.LayerNorm are timed by the layer_norm class, with the copy of a permuted input."""
+    pytest.importorskip("torch")
+    from torch import nn
+    from vdnnsim.gpu.graph import probe
+    from vdnnsim.gpu.profile import _calibrated, _flat
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 64, 3, padding=1)
+            self.norm = nn.LayerNorm(64)
+
+        def forward(self, x):
+            y = self.conv(x).permute(0, 2, 3, 1)  # a view, channels last
+            a, b = self.norm(y).chunk(2, dim=-1)  # views
+            return (a + b).mean((1, 2))
+
+    km = for_gpu(resolve_gpu("h200"))
+    p = probe(Block(), (3, 16, 16), 8, "meta", with_loss=True)
+    by = {n.op: n for n in p.nodes}
+    assert _calibrated(by["permute"], km, "fp32") == (0, 0, 0, 0)
+    assert _calibrated(by["getitem"], km, "fp32") == (0, 0, 0, 0)
+    f, b, _, _ = _calibrated(by["LayerNorm"], km, "fp32")
+    rows = dict(batch=8 * 16 * 16, c=64, h=1, w=1)
+    copy = km.time_ns("relu", "fwd", _flat(8 * 64 * 16 * 16))  # the permuted input
+    assert f == round(km.time_ns("layer_norm", "fwd", rows) + copy)
+    assert b == round(km.time_ns("layer_norm", "bwd", rows))
+    c = km.fitted["classes"]["layer_norm.fwd"]
+    assert c["kind"] == "rows" and c["u"] > 0  # a per-row cost: short rows run slowly
+
+
+def test_sum_scale_makes_each_class_total_its_calibration_total():
+    """NOTE [sum scale]: fitted on the calibration file, checked on it."""
+    import json as _json
+    from vdnnsim.kernelmodel import _predict_class, class_of
+    gpu = resolve_gpu("h200")
+    km = for_gpu(gpu)
+    raw = _json.loads((ROOT / "vdnnsim/data/calibration/h200_fp32.json").read_text())
+    tot: dict = {}
+    for r in raw["records"]:
+        c = km.fitted["classes"][class_of(r)]
+        if "scale" in c:
+            pr = _predict_class(c, r, 4, km.sms, km.peaks, km.mem_bw)
+            a, m = tot.get(class_of(r), (0.0, 0.0))
+            tot[class_of(r)] = (a + pr, m + r["time_ns"])
+    assert {"conv.fwd", "conv.bwd_data", "conv.bwd_filter", "bn.bwd"} <= set(tot)
+    for cls, (pred, meas) in tot.items():
+        assert abs(pred / meas - 1) < 1e-6, cls
+
+
+def test_meta_traces_carry_the_hosts_optimizer_step_and_gradient_sum_launches():
+    """NOTE [host costs]: zero_grad and the step per parameter tensor; each gradient add
+    one launch for the host."""
+    pytest.importorskip("torch")
+    from vdnnsim.gpu.profile import synthesize_model
+    gpu = resolve_gpu("h200")
+    data = synthesize_model("torchvision:resnet18", 16, gpu)
+    h = gpu.host
+    assert data["host_step_ns"] == h.step_ns + 62 * h.step_tensor_ns  # 62 parameter tensors
+    launch = for_gpu(gpu).fitted["launch"]["host_launch_ns"]
+    views = [x for x in data["layers"] if x["kind"] == "flatten"]
+    assert views and all((x["host_fwd_ns"], x["host_bwd_ns"]) == (h.view_fwd_ns, h.view_bwd_ns)
+                         for x in views)  # no kernel: a view's host cost
+    extra = [x["host_bwd_ns"] - h.layer_bwd_ns for x in data["layers"] if x not in views]
+    assert min(extra) == 0 and max(extra) == round(launch)  # a residual input: one add
 
 
 def test_the_fit_command_rejects_bad_input_in_one_line(tmp_path):

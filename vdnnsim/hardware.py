@@ -38,7 +38,9 @@ class Host:
     What the host (the CPU that runs the framework) spends, where a trace does not say.
     ``layer_fwd_ns``/``layer_bwd_ns``: issuing one layer's forward/backward in eager PyTorch
     (Python, dispatch, launches), for traces synthesized on the meta device; a profiled
-    trace carries its own (NOTE [host timing]). ``runtime_*``: what vdnnsim's vDNN runtime
+    trace carries its own (NOTE [host timing]). ``step_ns + step_tensor_ns x tensors``:
+    zero_grad and the optimizer step, for the same traces. ``view_*``: a layer that
+    launches no kernel (a view: permute, transpose, flatten), for the same traces. ``runtime_*``: what vdnnsim's vDNN runtime
     (vdnnsim/gpu/runtime.py) adds: per layer in each pass (the node-by-node interpreter,
     saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
     events, the copy's launch, record_stream) and per fetched buffer. Presets without a
@@ -51,6 +53,10 @@ class Host:
 
     layer_fwd_ns: int = 0
     layer_bwd_ns: int = 0
+    step_ns: int = 0
+    step_tensor_ns: int = 0
+    view_fwd_ns: int = 0
+    view_bwd_ns: int = 0
     runtime_layer_fwd_ns: int = 0
     runtime_layer_bwd_ns: int = 0
     runtime_offload_ns: int = 0
@@ -95,6 +101,13 @@ class _HostSpec(BaseModel):
     layer_fwd_ns: int = Field(0, ge=0, le=10**12, description="Eager PyTorch: the host's "
                               "time to issue one layer's forward pass (synthesized traces).")
     layer_bwd_ns: int = Field(0, ge=0, le=10**12, description="And its backward pass.")
+    step_ns: int = Field(0, ge=0, le=10**12, description="Eager PyTorch: the host's time "
+                         "for zero_grad and the optimizer step, fixed part (synthesized "
+                         "traces).")
+    step_tensor_ns: int = Field(0, ge=0, le=10**12, description="And per parameter tensor.")
+    view_fwd_ns: int = Field(0, ge=0, le=10**12, description="Eager PyTorch: a layer that "
+                             "launches no kernel (a view), forward pass; 0: as any layer.")
+    view_bwd_ns: int = Field(0, ge=0, le=10**12, description="And its backward pass.")
     runtime_layer_fwd_ns: int = Field(0, ge=0, le=10**12, description="What the vDNN "
                                       "runtime adds per layer in the forward pass.")
     runtime_layer_bwd_ns: int = Field(0, ge=0, le=10**12, description="And per layer in "

@@ -15,6 +15,12 @@ traces/h200 and traces/h200_heldout (README.md says how each file was made).
 3. How that splits between the passes, from hostcal*.json, whose harness times each pass
    (forward = a x layers + b x offloads, backward = c x layers + d x fetches): the layer
    cost goes a/(a+c) to the forward pass, the buffer cost b/(b+d) to the offload.
+4. The optimizer step (zero_grad and SGD's step, foreach): the host's time for it in
+   hostcal*.json, least squares against the model's parameter tensors,
+   step = step_ns + step_tensor_ns x tensors (the counts from torchvision's definitions,
+   built on the meta device).
+5. A layer that launches no kernel (a view): the median of such layers' host times in the
+   per-layer profiles of the calibration models (profiles/, `collect.py hostkinds`).
 The per-pass harness measures the runtime dearer than measure's harness does on the same
 models (resnet101 (16) vdnn_all: 99 ms against 73 ms of extra host time, README.md); step 2
 takes measure's, the harness the validation measurements come from.
@@ -85,7 +91,39 @@ A, B = lstsq_nonneg(X_m, y_m)
 report("measure's harness, whole step", X_m, y_m, np.array([A, B]))
 r_layer = a / (a + c) if a + c else 0.5
 r_copy = bo / (bo + d) if bo + d else 0.5
+def param_tensors(name: str) -> int:
+    import torch
+    import torchvision
+    with torch.device("meta"):
+        try:
+            m = getattr(torchvision.models, name)()
+        except (NotImplementedError, RuntimeError):
+            m = None
+    m = m if m is not None else getattr(torchvision.models, name)()
+    return sum(1 for q in m.parameters() if q.requires_grad)
+
+
+tensors = {name: param_tensors(name.split(":")[1]) for name in {r["model"] for r in rows}}
+X_s = np.array([[1.0, tensors[r["model"]]] for r in base.values()])
+y_s = np.array([r["host_step_ms"] * 1e6 for r in base.values()])
+S0, S1 = lstsq_nonneg(X_s, y_s)
+report("optimizer step", X_s, y_s, np.array([S0, S1]))
+def view_costs() -> tuple[float, float]:
+    import yaml
+    f, b = [], []
+    for path in sorted((HERE / "profiles").glob("*.yaml")):
+        for x in yaml.safe_load(path.read_text())["layers"]:
+            if x.get("kernels_fwd") == 0 and x.get("kernels_bwd") == 0:
+                f.append(x.get("host_fwd_ns", 0))
+                b.append(x.get("host_bwd_ns", 0))
+    print(f"views: {len(f)} layers without a kernel in the profiles")
+    return float(np.median(f)), float(np.median(b))
+
+
+V_f, V_b = view_costs()
 fit = {"layer_fwd_ns": round(fwd), "layer_bwd_ns": round(bwd),
+       "view_fwd_ns": round(V_f), "view_bwd_ns": round(V_b),
+       "step_ns": round(S0), "step_tensor_ns": round(S1),
        "runtime_layer_fwd_ns": round(A * r_layer), "runtime_layer_bwd_ns": round(A * (1 - r_layer)),
        "runtime_offload_ns": round(B * r_copy), "runtime_fetch_ns": round(B * (1 - r_copy))}
 print(f"per-pass harness: {a / 1e3:.0f} + {c / 1e3:.0f} us per layer, {bo / 1e3:.0f} + "

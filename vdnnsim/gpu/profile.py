@@ -422,6 +422,13 @@ _ACT_CLASS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu", nn.GELU: "gel
               nn.Hardswish: "hardswish", nn.Sigmoid: "sigmoid", nn.Hardsigmoid: "hardsigmoid"}
 
 
+# ops that return a view of their input: no kernel runs (torch.permute, Tensor.transpose,
+# a tuple's item of torch.chunk, ...)
+_VIEW_OPS = frozenset({"permute", "transpose", "getitem", "view", "reshape", "expand",
+                       "squeeze", "unsqueeze", "narrow", "t", "chunk", "split", "unflatten",
+                       "flatten", "Permute", "Identity"})
+
+
 def _flat(numel: int) -> dict[str, int]:
     """A streaming class's parameters for ``numel`` elements (NOTE [kernel model])."""
     return {"batch": 1, "c": numel, "h": 1, "w": 1}
@@ -469,13 +476,24 @@ def _calibrated(n: ProbeNode, km: Any, dtype: str) -> tuple[int, int, int, int]:
         p = dict(batch=max(1, in_numel // classes), classes=classes)
         return round(t("cross_entropy", "fwd", p, dtype)), \
             round(t("cross_entropy", "bwd", p, dtype)), 0, 0
-    if n.alias_of is not None and n.kind == "flatten":
+    if n.alias_of is not None and (n.kind == "flatten" or n.op in _VIEW_OPS
+                                   or n.op == "stochastic_depth"):
         return 0, 0, 0, 0  # a view: no kernel
+    if n.op in ("layer_norm", "LayerNorm") and ins:  # over the last dimension
+        x = ins[0]
+        rows = max(1, x.numel() // x.shape[-1])
+        p = dict(batch=rows, c=x.shape[-1], h=1, w=1)
+        fwd, bwd = t("layer_norm", "fwd", p, dtype), t("layer_norm", "bwd", p, dtype)
+        if not x.is_contiguous():  # ConvNeXt's permuted input: layer_norm copies it first
+            fwd += t("relu", "fwd", _flat(x.numel()), dtype)
+        return round(fwd), round(bwd), 0, 0
     if n.kind == "bn" and len(n.out_shape) == 4:
         b, c, h, w = n.out_shape
         p = dict(batch=b, c=c, h=h, w=w)
         return round(t("bn", "fwd", p, dtype)), round(t("bn", "bwd", p, dtype)), 0, 0
     op = {"add": "add", "concat": "cat", "mul": "mul_bcast", "dropout": "dropout"}.get(n.kind)
+    if n.op == "stochastic_depth":  # training: the input times a per-sample mask
+        op = "mul_bcast"
     if n.kind == "relu":
         op = next((v for k, v in _ACT_CLASS.items() if isinstance(mod, k)), "relu")
     elif n.kind == "maxpool":
@@ -551,29 +569,33 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
     return assemble(p, algos=algos, names=names, source=src, dtype=dtype, hosts=hosts)
 
 
-def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, int]:
+def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, tuple[int, int]]:
     """NOTE [gradient sums]: a tensor that k layers read gets k gradients in the backward
     pass, and autograd adds them: k - 1 elementwise adds of the tensor's size (a residual
     connection's input, DenseNet's concatenated features, a squeeze-and-excitation block's
     input). No layer's own ops include them; they are charged to the backward of the layer
-    that made the tensor, timed by the calibrated 'add' class. Per producing layer, ns."""
+    that made the tensor, timed by the calibrated 'add' class, each add also one kernel
+    launch for the host (DenseNet-201 has about 1,800 of them a step). Per producing
+    layer: (GPU ns, adds)."""
     readers: dict[str, int] = {}
     for n in p.nodes:
         for t in dict.fromkeys(n.inputs):
             readers[t] = readers.get(t, 0) + 1
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, int]] = {}
     for n in p.nodes:
         k = readers.get(n.name, 0)
         if k > 1 and n.requires_grad:
             numel = math.prod(n.out_shape)
-            out[n.name] = round((k - 1) * km.time_ns("add", "fwd", _flat(numel), dtype))
+            out[n.name] = (round((k - 1) * km.time_ns("add", "fwd", _flat(numel), dtype)),
+                           k - 1)
     return out
 
 
 def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype: str,
                            model_spec: str, names: dict[str, str], model_name: str) -> dict:
     times = {n.name: _calibrated(n, km, dtype) for n in p.nodes}
-    for name, extra in _gradient_sums(p, km, dtype).items():
+    sums = _gradient_sums(p, km, dtype)
+    for name, (extra, _) in sums.items():
         f, b, fw, bw = times[name]
         times[name] = (f, b + extra, fw, bw)
     params = [q for q in model.parameters() if q.requires_grad]
@@ -583,11 +605,20 @@ def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype:
            "software": software(),
            "note": f"vdnnsim trace --model {model_spec}: meta device, kernel model fitted to "
                    f"{gpu.calibration} ({km.source})"}
-    host = gpu.host  # NOTE [host costs]: the preset's, per layer
-    hosts = {n.name: (host.layer_fwd_ns, host.layer_bwd_ns) for n in p.nodes} \
-        if host.layer_fwd_ns or host.layer_bwd_ns else None
+    host = gpu.host  # NOTE [host costs]: the preset's, per layer, per gradient sum, per step
+    hosts, host_step = None, 0
+    if host.layer_fwd_ns or host.layer_bwd_ns:
+        launch = km.fitted.get("launch", {}).get("host_launch_ns", 0.0)
+        hosts = {n.name: (host.layer_fwd_ns,
+                          host.layer_bwd_ns + round(sums.get(n.name, (0, 0))[1] * launch))
+                 for n in p.nodes}
+        if host.view_fwd_ns or host.view_bwd_ns:  # a view launches nothing
+            for n in p.nodes:
+                if n.alias_of is not None and times[n.name] == (0, 0, 0, 0):
+                    hosts[n.name] = (host.view_fwd_ns, host.view_bwd_ns)
+        host_step = host.step_ns + host.step_tensor_ns * len(params)
     data = assemble(p, times=times, names=names, source=src, dtype=dtype, hosts=hosts,
-                    step_ns=round(step))
+                    step_ns=round(step), host_step_ns=host_step)
     for layer in data["layers"]:  # every layer one algorithm, as a profiled trace has
         if "algos" not in layer:
             f, b = layer.pop("fwd_ns"), layer.pop("bwd_ns")

@@ -25,6 +25,7 @@ Run on the device machine from the repository root (see traces/h200/README.md):
     python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
     python3 traces/h200/collect.py hostkinds OUTDIR     # traces/h200_calib/profiles/
     python3 traces/h200/collect.py heldout12d OUTDIR    # traces/h200_heldout12d/measurements.json
+    python3 traces/h200/collect.py heldout12e OUTDIR    # traces/h200_heldout12e/measurements.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -100,6 +101,13 @@ HELDOUT12D = {
     "torchvision:regnet_x_8gf": [32, 64, 128], "torchvision:regnet_y_400mf": [32, 64, 128],
     "torchvision:shufflenet_v2_x0_5": [64, 128, 256], "torchvision:vgg16_bn": [32, 64, 128],
     "torchvision:convnext_small": [32, 64, 128], "torchvision:efficientnet_v2_m": [32, 64, 128]}
+# The fifth held-out set, measured before the model of session 6's second round (a
+# broadcast mul's size, linear layers over many rows) was fitted.
+HELDOUT12E = {
+    "torchvision:regnet_x_400mf": [32, 64, 128], "torchvision:regnet_x_800mf": [32, 64, 128],
+    "torchvision:regnet_y_8gf": [32, 64, 128], "torchvision:vgg13_bn": [32, 64, 128],
+    "torchvision:vgg19": [32, 64, 128], "torchvision:convnext_base": [32, 64, 128],
+    "torchvision:efficientnet_b5": [32, 64, 128], "torchvision:efficientnet_v2_l": [32, 64, 128]}
 # The two models issue 12 names for meta-device memory misses: where the cause is looked
 # for, so they are validation, not held out.
 MEMCHECK = {"torchvision:alexnet": [32, 64, 128], "torchvision:vgg11_bn": [32, 64, 128]}
@@ -465,6 +473,8 @@ def main() -> int:
         log(f"calibrate: rc {r.returncode}")
     elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
         do_cublas(out)
+    elif what == "heldout12e":  # the fifth held-out set, as the first
+        do_measure(out, HELDOUT12E, {}, policies=["baseline", "vdnn_conv"])
     elif what == "heldout12d":  # the fourth held-out set, as the first
         do_measure(out, HELDOUT12D, {}, policies=["baseline", "vdnn_conv"])
     elif what == "hostkinds":  # per-layer host times of the host-cost calibration models

@@ -129,6 +129,19 @@ def grouped_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return out
 
 
+def token_linear_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Linear layers over many rows: ConvNeXt's pointwise MLPs (batch x pixels rows) and a
+    transformer's tokens (batch x sequence); the first grid stopped at 512 rows."""
+    dims = [96, 192, 384, 768, 1024, 1536, 2048, 3072, 4096]
+    out: list[dict[str, Any]] = []
+    while len(out) < n:
+        rows = int(2 ** rng.uniform(11, 19))
+        fin, fout = rng.choice(dims), rng.choice(dims)
+        if rows * max(fin, fout) * 4 <= 2**31 and 2 * rows * fin * fout <= 4e11:
+            out.append(dict(op="linear", batch=rows, fin=fin, fout=fout))
+    return out
+
+
 def norm_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
     """Layer norm over the last dimension: ConvNeXt's channels-last feature maps (c per
     pixel) and a transformer's tokens (``h`` = sequence, ``w`` = 1)."""
@@ -153,7 +166,7 @@ def cases(seed: int = 0, scale: float = 1.0) -> list[dict[str, Any]]:
     return (conv_cases(rng, int(320 * k)) + linear_cases(rng, int(60 * k))
             + elementwise_cases(rng, int(17 * 16 * k)) + loss_cases(rng, int(12 * k))
             + step_cases(rng, int(12 * k)) + grouped_cases(more, int(80 * k))
-            + norm_cases(more, int(24 * k)))
+            + norm_cases(more, int(24 * k)) + token_linear_cases(more, int(40 * k)))
 
 
 class _Clock:

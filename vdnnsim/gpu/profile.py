@@ -503,7 +503,10 @@ def _calibrated(n: ProbeNode, km: Any, dtype: str) -> tuple[int, int, int, int]:
         op = "gap" if math.prod(n.out_shape[2:]) == 1 else "avgpool2s2"
     if op is None or not km.has(op):
         op = "relu"  # no class of its own: an elementwise pass over its bytes
-    numel = sum(a.numel() for a in ins) if op == "cat" else in_numel
+    # the streamed tensor: for a broadcast mul or add the larger operand (SE's `scale *
+    # input` names the small one first), for a concat all of them
+    numel = sum(a.numel() for a in ins) if op == "cat" else \
+        max([out_numel, *(a.numel() for a in ins)]) if op in ("mul_bcast", "add") else in_numel
     p = _flat(numel)
     fwd = t(op, "fwd", p, dtype)
     bwd = t(op, "bwd", p, dtype) if (needs or n.weight_bytes) and km.has(op, "bwd") else 0

@@ -249,3 +249,19 @@ def test_the_fit_command_rejects_bad_input_in_one_line(tmp_path):
                            capture_output=True, text=True)
         assert r.returncode == 2 and frag in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_dense_convs_are_timed_by_their_kinds_fit_where_it_has_enough_cases():
+    """NOTE [conv kinds]: a 1x1 conv by the 1x1 fit; a kind with too few calibration cases
+    (strided k x k on the H200's file) by the pooled class."""
+    from vdnnsim.kernelmodel import SUBCLASS_MIN, _predict_class
+    km = for_gpu(resolve_gpu("h200"))
+    classes = km.fitted["classes"]
+    one = dict(batch=64, c=256, h=28, w=28, k_out=64, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0)
+    assert classes["conv/conv_1x1.fwd"]["fit_error"]["n"] >= SUBCLASS_MIN
+    assert km.time_ns("conv", "fwd", one) == _predict_class(
+        classes["conv/conv_1x1.fwd"], one, 4, km.sms, km.peaks, km.mem_bw, "conv", "fwd")
+    strided = dict(one, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1)
+    assert "conv/conv_kxk_s2.fwd" not in classes
+    assert km.time_ns("conv", "fwd", strided) == _predict_class(
+        classes["conv.fwd"], strided, 4, km.sms, km.peaks, km.mem_bw, "conv", "fwd")

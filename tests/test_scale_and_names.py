@@ -30,10 +30,18 @@ def _engine_names_trace():
 
 @pytest.mark.parametrize("framework", ["torch7", "pytorch"])
 @pytest.mark.parametrize("policy", policy_names())
-def test_tensor_and_layer_names_never_collide_with_the_engines(framework, policy):
+def test_tensor_and_layer_names_never_collide_with_the_engines(framework, policy, tmp_path):
     t = _engine_names_trace()
     t = replace(t, source=replace(t.source, framework=framework))
-    r = run_trace(t, GPU, policy)
+    opts = {}
+    if policy == "planned":  # it replays a plan file: the planner's for this trace
+        import yaml
+        from vdnnsim.planner import plan_to_dict, search_plan
+        plan, _ = search_plan(t, GPU, GPU.memory_bytes)
+        path = tmp_path / "plan.yaml"
+        path.write_text(yaml.safe_dump(plan_to_dict(t, GPU, GPU.memory_bytes, plan, {})))
+        opts = {"file": str(path)}
+    r = run_trace(t, GPU, policy, opts)
     # the run completes; each of the eight layers' weights and gradients are counted once
     assert r.weight_bytes == 2 * 8 * U
     assert r.peak_memory_bytes >= r.weight_bytes

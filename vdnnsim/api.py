@@ -11,6 +11,7 @@ from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.sim import Simulation
+from .engine.uvm import UvmSimulation
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -178,7 +179,9 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         lv = liveness(trace)
         sim = plan.profiled
-        if sim is None or (record and not sim.record_ops):  # NOTE [vdnn_dyn]
+        if plan.memory == "uvm":  # NOTE [uvm]
+            sim = UvmSimulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+        elif sim is None or (record and not sim.record_ops):  # NOTE [vdnn_dyn]
             sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when

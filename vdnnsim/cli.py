@@ -72,6 +72,69 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """NOTE [planner]: plan a run config's network under a budget; print and write it."""
+    from pathlib import Path
+
+    from .api import build_trace, resolve_gpu, run_trace
+    from .config import load_config
+    from .errors import ConfigError, in_file
+    from .hardware import _capacity
+    from .planner import plan_to_dict, search_plan
+    from .yamlio import write_text_atomic
+
+    cfg, base = load_config(args.config)
+    try:
+        budget = _capacity(args.budget)
+    except ValueError as exc:
+        raise ConfigError(f"--budget: {exc}") from None
+    name, overrides = cfg.gpu_name_and_overrides()
+    with in_file(args.config, "gpu"):
+        gpu = resolve_gpu(name, overrides)
+    network = cfg.network
+    if not Path(network).is_absolute() and (Path(base) / network).exists():
+        network = str(Path(base) / network)
+    with in_file(args.config, "network"):
+        trace = build_trace(network, cfg.batch_size, gpu, cfg.dtype)
+    plan, search = search_plan(trace, gpu, budget)
+    GiB = 2**30
+    head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+    ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
+           for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn")}
+    if plan is None:
+        print(f"{head}: no plan found that fits ({search.simulations} simulations)")
+        for p, r in ref.items():
+            print(f"  {p}: {'fits' if r.fits else 'out of memory'}")
+        return 1
+    from .api import _result
+    from .engine.plan import liveness
+    from .engine.sim import Simulation
+    sim = Simulation(trace, gpu, plan, budget, liveness(trace), record_ops=False).run()
+    r = _result(trace, gpu, "planned", budget, plan, sim, False)
+    print(f"{head}: {search.simulations} simulations")
+    for step in search.steps:
+        print(f"  {step}")
+    moved = [(trace.layers[i].id, b) for i, o in enumerate(plan.offload) for b in o]
+    fastest = [x.fastest_algo() for x in trace.layers]
+    leaner = [(x.id, x.algos[a].name) for x, a, f in zip(trace.layers, plan.algos, fastest)
+              if a != f]
+    print(f"plan: {len(moved)} buffer(s) offloaded ({r.offloaded_bytes / GiB:.2f} GiB), "
+          f"{len(leaner)} layer(s) on a leaner algorithm")
+    print(f"{'policy':10s} {'fits':4s} {'peak GiB':>8s} {'iter ms':>9s} {'slowdown':>8s}")
+    for p, x in (("planned", r), *ref.items()):
+        print(f"{p:10s} {'yes' if x.fits else 'no':4s} {x.peak_memory_bytes / GiB:8.2f} "
+              f"{x.iteration_time_ns / 1e6:9.1f} {x.slowdown:7.2f}x")
+    if args.output:
+        import yaml
+        predicted = {"peak_memory_bytes": r.peak_memory_bytes,
+                     "iteration_time_ns": r.iteration_time_ns}
+        write_text_atomic(args.output, yaml.safe_dump(
+            plan_to_dict(trace, gpu, budget, plan, predicted), sort_keys=False))
+        print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
+              f"policy_options: {{file: {args.output}}}", file=sys.stderr)
+    return 0
+
+
 def _run_study(args: argparse.Namespace) -> int:
     from .report.table import format_rows
     from .study import load_study, run_study
@@ -439,6 +502,13 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--measurements", default=None, help="measurements JSON (validation)")
     pl.add_argument("--output", "-o", required=True, help=".png, .pdf or .svg")
     pl.set_defaults(fn=cmd_plot)
+
+    pn = sub.add_parser("plan", help="plan offloads and algorithms under a memory budget "
+                        "(NOTE [planner])")
+    pn.add_argument("config", help="run config YAML (its network, batch size and GPU)")
+    pn.add_argument("--budget", required=True, help="memory budget, e.g. '12 GiB'")
+    pn.add_argument("--output", "-o", default=None, help="plan file to write (YAML)")
+    pn.set_defaults(fn=cmd_plan)
 
     mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")
     mb.add_argument("--network", "-n", action="append", required=True,

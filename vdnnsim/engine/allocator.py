@@ -170,6 +170,7 @@ class Pool(Accounting):
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
         self._by_size: list[int] = [_INF << _SHIFT]  # size << _SHIFT | start, each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
+        self.first_fit = False  # NOTE [placement]
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
@@ -191,6 +192,8 @@ class Pool(Accounting):
             return True
         by, cap = self._by_size, self.capacity
         j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
+        if self.first_fit:  # NOTE [placement]: the lowest address that holds it
+            j = self._first_fit(size, cap, n)
         while j < n:  # the smallest free block that holds it inside the capacity
             k = by[j]
             start = k & _LOW
@@ -268,6 +271,8 @@ class Pool(Accounting):
             raise RuntimeError(f"double allocation of {key}")
         by, cap = self._by_size, self.capacity
         j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
+        if self.first_fit:
+            j = self._first_fit(size, cap, n)
         while j < n:
             at = by[j] & _LOW
             if at + size <= cap:
@@ -279,6 +284,17 @@ class Pool(Accounting):
             self.peak_footprint_bytes = at + size
         self._blip(key, size, category, start, end)
         return True
+
+    def _first_fit(self, size: int, limit: int, none: int) -> int:
+        """NOTE [placement]
+        CNMeM places by best fit (the smallest free block that holds the request); a pool
+        may instead take the lowest-addressed free block that holds it (first fit), as
+        simpler allocators do. Index of that block in the size order, ``none`` if no block
+        below ``limit`` holds it."""
+        for a, s in zip(self._starts, self._sizes):
+            if s >= size and a + size <= limit:
+                return bisect.bisect_left(self._by_size, s << _SHIFT | a)
+        return none
 
     def _best_fit(self, size: int, limit: int) -> int | None:
         """Index in the size order of the smallest free block that holds ``size`` below

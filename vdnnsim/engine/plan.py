@@ -85,7 +85,7 @@ class Plan:
     """
 
     policy: str
-    memory: Literal["network_wide", "layer_wise"]
+    memory: Literal["network_wide", "layer_wise", "uvm"]
     algos: tuple[int, ...]
     offload: tuple[tuple[str, ...], ...]
     prefetch: tuple[int, ...]
@@ -97,6 +97,12 @@ class Plan:
     # a simulation of exactly this plan that a policy already ran (vdnn_dyn's profiling
     # pass), with record_ops=False: run_trace reuses it when it records no ops either
     profiled: Any = field(default=None, compare=False, repr=False)
+    # memory == "uvm": the page-based unified memory's parameters (engine/uvm.py)
+    uvm: Any = None
+    # the CNMeM pool's placement: 'best' fit or 'first' fit (NOTE [placement])
+    placement: str = "best"
+    # NOTE [recompute]: (first, last) layer index of each checkpointed segment
+    recompute: tuple[tuple[int, int], ...] = ()
 
     @property
     def offloads_anything(self) -> bool:

@@ -168,6 +168,65 @@ def _steps(trace: Trace, lv: Liveness, gkey: dict[str, str], gsize: dict[str, in
         tuple(("grad", t) for t in x.outputs if gkey[t] == t)) for x in trace.layers)
 
 
+def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
+    """Buffer -> the layers whose backward pass keeps it."""
+    out: dict[str, list[int]] = {}
+    for i, layer in enumerate(trace.layers):
+        for t in dict.fromkeys(lv.root[t] for t in layer.saved):
+            out.setdefault(t, []).append(i)
+    return out
+
+
+def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: set[str]
+                       ) -> tuple[frozenset[str], frozenset[str]]:
+    """NOTE [recompute]: (the buffers a checkpointed segment drops, its inputs)."""
+    keep = trace.__dict__.get("_keepers")
+    if keep is None:
+        keep = trace.__dict__["_keepers"] = keepers(trace, lv)
+    dropped = frozenset(
+        b for b, p in lv.producer.items()
+        if first <= p <= last and b in keep and b not in held and b not in lv.outputs
+        and all(first <= k <= last for k in keep[b]))
+    inputs = frozenset(
+        b for j in range(first, last + 1) for t in trace.layers[j].inputs
+        if lv.producer.get(b := lv.root[t], -1) < first and b not in held and lv.size[b])
+    return dropped, inputs
+
+
+def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], ...],
+                   held: set[str], fwd_free: dict[int, list[str]],
+                   bwd_free: dict[int, list[str]]) -> dict[int, tuple[int, frozenset[str]]]:
+    """NOTE [recompute]
+    Activation checkpointing as torch.utils.checkpoint does it: a segment of layers runs
+    forward keeping none of the buffers its own layers would keep for backward (those
+    only layers inside the segment keep); it keeps its inputs (what its layers read that
+    was made before it) until its first layer's backward pass is done; and before the
+    backward pass of its last layer its forward runs again, bringing the dropped buffers
+    back. A buffer a layer outside the segment keeps (the segment's output, saved by the
+    next layer) is kept as usual. Moves the frees of ``fwd_free``/``bwd_free`` in place;
+    returns, per segment's last layer, (its first layer, the buffers it drops)."""
+    where_f = {b: at for at, bs in fwd_free.items() for b in bs}
+    where_b = {b: at for at, bs in bwd_free.items() for b in bs}
+    out: dict[int, tuple[int, frozenset[str]]] = {}
+    for first, last in segments:
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        for b in dropped:  # freed after its last forward reader; back at the recompute,
+            at = max(lv.fwd_last[b], lv.producer[b])  # freed where it was
+            fwd_free.setdefault(at, []).append(b)
+            where_f[b] = at
+        for b in inputs:
+            if b in where_f:  # kept no longer than its forward: now to the backward
+                fwd_free[where_f.pop(b)].remove(b)
+                bwd_free.setdefault(first, []).append(b)
+                where_b[b] = first
+            elif where_b.get(b, -1) > first:  # freed before the segment's backward
+                bwd_free[where_b[b]].remove(b)
+                bwd_free.setdefault(first, []).append(b)
+                where_b[b] = first
+        out[last] = (first, dropped)
+    return out
+
+
 class Simulation:
     """Replays ``plan`` on ``trace`` for ``gpu`` with a pool of ``capacity_bytes``
     (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
@@ -188,6 +247,8 @@ class Simulation:
         self.sem = sem = semantics_for(trace)
         self.env = simpy.Environment()
         self.pool = sem.pool(capacity_bytes)
+        if plan.placement == "first":  # NOTE [placement] (a CNMeM pool: Torch7 traces)
+            self.pool.first_fit = True
         cached = trace.__dict__.get("_steps")  # a trace is immutable: once per semantics
         if cached is None or cached[0] is not sem or cached[1] is not self.lv:
             keys = sem.grad_keys(trace, self.lv)
@@ -208,6 +269,8 @@ class Simulation:
             self.pool.spans = []
         self.ops: list[Op] = []
         self.stall_ns = 0
+        self.recomputed_ns = 0  # forward time run again (NOTE [recompute])
+        self._segments: dict[int, tuple[int, frozenset[str]]] = {}
         self.offloaded_bytes = 0
         self.prefetched_bytes = 0
         self.host_bytes = 0
@@ -745,7 +808,55 @@ class Simulation:
         for b, last in lv.bwd_last.items():
             if b not in held:  # the training loop holds the input batch (pytorch)
                 bwd_free.setdefault(last, []).append(b)
+        self._segments = {}
+        if plan.recompute:
+            self._segments = recompute_sets(trace, lv, plan.recompute, held, fwd_free,
+                                            bwd_free)
         yield from self._iteration(fwd_free, bwd_free)
+
+    def _recompute(self, first: int, last: int, dropped: frozenset[str]):
+        """NOTE [recompute]: before the backward pass of a checkpointed segment's last
+        layer, its forward runs again: the buffers it dropped come back under their own
+        keys (its backward frees them as usual); the others it makes are transient,
+        freed after their last reader in the segment."""
+        trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
+        cs, steps = self.compute, self._layer_steps
+        transient: dict[str, int] = {}  # key -> last reader in the segment
+        for j in range(first, last + 1):
+            layer, st = trace.layers[j], steps[j]
+            algo = layer.algos[plan.algos[j]]
+            if self._hf[j]:
+                self._spend(self._hf[j], layer.id, f"{layer.id}:recompute")
+            op = _Op(cs, "recompute", layer.id, f"{layer.id}:recompute", algo.fwd_ns,
+                     waits=self._next_waits)
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
+            for t, size in st.out_alloc:
+                key = t if t in dropped else ("recompute", t)
+                if key not in pool:
+                    a = (key, size, "activations", s0, layer.id, "recompute")
+                    if not self._take(*a):
+                        yield from self._alloc(*a)
+                    if key != t:  # freed after its last reader in the segment
+                        transient[t] = max([k for k in range(j + 1, last + 1) if t in
+                                            {lv.root[x] for x in trace.layers[k].inputs}],
+                                           default=j)
+            held = False
+            if algo.fwd_workspace_bytes:
+                w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "recompute")
+                if w is not None:
+                    held = yield from w
+            self._push(cs, op)
+            s1 = self._stamp(op, 1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
+            for t, at in list(transient.items()):
+                if at <= j:
+                    pool.free(("recompute", t), s1)
+                    del transient[t]
+            self.recomputed_ns += algo.fwd_ns
+        for t in transient:  # read by nothing left in the segment
+            pool.free(("recompute", t), self._stamp(cs.last, 1))
 
     def _iteration(self, fwd_free, bwd_free):
         trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
@@ -828,6 +939,9 @@ class Simulation:
             if self.stop_at_oom and pool.oom is not None:
                 self.stopped = True
                 return
+            if i in self._segments:  # NOTE [recompute]
+                first, dropped = self._segments[i]
+                yield from self._recompute(first, i, dropped)
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
             st = steps[i]

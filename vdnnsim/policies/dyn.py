@@ -45,7 +45,9 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     from .builtin import algo_choice, check_options, common_options, vdnn_plan
 
     opts = dict(options)
-    sync, prefetch, reading = common_options("vdnn_dyn", opts)
+    c = common_options("vdnn_dyn", opts, trace)
+    sync, prefetch, reading = c.sync, c.prefetch, c.reading
+    more = {"distance": c.distance, "placement": c.placement}
     check_options("vdnn_dyn", opts, set())
     lv = liveness(trace)
 
@@ -71,24 +73,26 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
         if sim is not None and sim.stopped:  # a partial pass is no result to reuse
             sim = None
         return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
-                    plan.sync, (note,), profiled=sim, runtime=plan.runtime)
+                    plan.sync, (note,), profiled=sim, runtime=plan.runtime,
+                    placement=plan.placement)
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
-    plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading)
+    plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading, **more)
     if profile(plan) is None:
         return done(plan, "step 2: fastest algorithms, offload none")
-    step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading)
+    step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading, **more)
     if profile(step1, "step1") is not None:
         return done(step1, "step 1: even vDNN_all with memory-optimal algorithms runs out "
                     "of memory")
     for which in ("conv", "all"):
-        plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch, reading=reading)
+        plan = vdnn_plan(trace, which, fastest, sync, prefetch=prefetch, reading=reading, **more)
         if profile(plan, key=(which, tuple(fastest))) is None:
             return done(plan, f"step 2: fastest algorithms, offload {which}")
     for which in ("conv", "all"):
         algos = list(fastest)
         while True:
-            plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch, reading=reading)
+            plan = vdnn_plan(trace, which, tuple(algos), sync, prefetch=prefetch,
+                             reading=reading, **more)
             oom = profile(plan, key=(which, tuple(algos)))
             if oom is None:
                 changed = sum(a != f for a, f in zip(algos, fastest))

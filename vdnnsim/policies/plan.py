@@ -92,6 +92,7 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 # PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime.py), which marks the
 # layers that copy: its measured reading is the text's.
 READINGS = ("measured", "text")
+PLACEMENTS = ("best", "first")  # NOTE [placement]
 
 
 def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | None:

@@ -1,0 +1,92 @@
+"""The planner (NOTE [planner]): engine-checked plans, the plan file, `vdnnsim plan`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from vdnnsim import run_trace
+from vdnnsim.api import build_trace, resolve_gpu
+from vdnnsim.engine.plan import liveness
+from vdnnsim.engine.sim import Simulation
+from vdnnsim.errors import ConfigError
+from vdnnsim.planner import plan_to_dict, search_plan
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def vgg256():
+    gpu = resolve_gpu("k40")
+    return build_trace("vgg16", 256, gpu), gpu
+
+
+def test_vgg16_256_in_12_gib_on_the_k40_at_least_as_fast_as_vdnn_dyn(vgg256):
+    """Issue 13: the planner's VGG-16 (256) in 12 GB is at least as fast as vDNN_dyn's."""
+    trace, gpu = vgg256
+    plan, search = search_plan(trace, gpu, 12 * GiB)
+    assert plan is not None and search.simulations > 1
+    sim = Simulation(trace, gpu, plan, 12 * GiB, liveness(trace), record_ops=False).run()
+    dyn = run_trace(trace, gpu, "vdnn_dyn", record=False)
+    assert sim.pool.oom is None and sim.pool.peak_live_bytes <= 12 * GiB
+    assert sim.end_ns <= dyn.iteration_time_ns
+    assert sim.end_ns < 0.95 * dyn.iteration_time_ns  # 6.74 s against 7.31 s today
+
+
+def test_a_plan_file_replays_to_the_same_prediction(vgg256, tmp_path):
+    trace, gpu = vgg256
+    plan, _ = search_plan(trace, gpu, 12 * GiB)
+    sim = Simulation(trace, gpu, plan, 12 * GiB, liveness(trace), record_ops=False).run()
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan_to_dict(trace, gpu, 12 * GiB, plan, {})))
+    r = run_trace(trace, gpu, "planned", {"file": str(path)}, record=False)
+    assert r.fits and r.iteration_time_ns == sim.end_ns
+    assert r.peak_memory_bytes == sim.pool.peak_live_bytes
+
+
+def test_nothing_fits_is_no_plan():
+    gpu = resolve_gpu("k40")
+    trace = build_trace("vgg16", 256, gpu)
+    plan, _ = search_plan(trace, gpu, 2 * GiB)
+    assert plan is None
+
+
+def test_bad_plan_files_are_clear_errors(vgg256, tmp_path):
+    trace, gpu = vgg256
+    plan, _ = search_plan(trace, gpu, 12 * GiB)
+    good = plan_to_dict(trace, gpu, 12 * GiB, plan, {})
+    cases = [
+        ({"format": "x"}, "not a vdnnsim plan file"),
+        ({**good, "layers": good["layers"][:-1]}, "its layers are not the trace's"),
+        ({**good, "layers": [{**good["layers"][0], "algo": "magic"}, *good["layers"][1:]]},
+         "algorithm 'magic' is not one of the trace's"),
+        ({**good, "layers": [{**good["layers"][0], "offload": ["nothing"]},
+                             *good["layers"][1:]]}, "offload names a buffer"),
+        ({**good, "sync": "yes"}, "sync must be true or false"),
+    ]
+    for data, frag in cases:
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError, match=frag):
+            run_trace(trace, gpu, "planned", {"file": str(path)})
+    with pytest.raises(ConfigError, match="option file"):
+        run_trace(trace, gpu, "planned", {})
+
+
+def test_vdnnsim_plan_prints_and_writes_a_plan(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("network: vgg16\nbatch_size: 256\ngpu: k40\n")
+    out = tmp_path / "plan.yaml"
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
+                        "12 GiB", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()
+            if line.split() and line.split()[0] in ("planned", "vdnn_dyn")}
+    assert rows["planned"][1] == "yes" and float(rows["planned"][3]) < float(rows["vdnn_dyn"][3])
+    assert yaml.safe_load(out.read_text())["format"] == "vdnnsim-plan"
+    bad = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
+                          "lots"], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

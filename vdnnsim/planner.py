@@ -1,0 +1,208 @@
+"""The planner: for a trace, a GPU and a memory budget, which buffers to offload and which
+algorithm each layer runs, checked by the engine (``vdnnsim plan``).
+
+NOTE [planner]
+A greedy search whose every step is a simulation (the engine is the judge, never a
+formula):
+
+1. Start from the fastest algorithms with nothing offloaded.
+2. Run the plan against the budget, stopping at the first out-of-memory. Where it runs
+   out for a layer's workspace, move that layer to a leaner algorithm (vdnn_dyn's rule:
+   the fastest whose workspace closes the gap). Otherwise offload one more buffer: among
+   vDNN's candidates (a buffer its last forward reader copies out), those that are off
+   the GPU at the failing point once offloaded (copied before the failing layer's
+   forward pass; for a backward failure also needed by no layer until two below it), the
+   largest. Repeat until the plan fits or nothing is left to offload.
+3. Then make it faster: drop each offload (smallest first) and move each leaner algorithm
+   back to the fastest, keeping every change that still fits and is not slower.
+4. vdnn_dyn's own answer is a candidate too; the faster of the two that fit is returned.
+
+The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
+default reading of its marks (NOTE [offload marks]). It is a heuristic: no
+claim of optimality (an exact formulation, an MILP over keep/offload/recompute, is not
+built); each plan's memory and time are the engine's. A plan is written as a YAML file
+(``format: vdnnsim-plan``) that the ``planned`` policy replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engine.plan import Plan, liveness
+from .engine.sim import Simulation, keepers
+from .errors import ConfigError
+from .hardware import GPU
+from .limits import short_repr
+from .policies.builtin import algo_choice, check_options, common_options
+from .policies.dyn import _downgrade
+from .policies.plan import find_prefetch_schedule, offload_sets, policy_marks
+from .policies.registry import get_policy, register
+from .trace.model import Trace
+from .yamlio import read_yaml
+
+FORMAT = "vdnnsim-plan"
+
+
+@dataclass
+class Search:
+    """What the planner tried (for the printed log)."""
+
+    steps: list[str] = field(default_factory=list)
+    simulations: int = 0
+
+
+def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
+          name: str = "planned") -> Plan:
+    offload = tuple(tuple(b for b in c if b in chosen) for c in cands)
+    marks = policy_marks(trace, "all", "measured")  # NOTE [offload marks]: the default
+    return Plan(name, "layer_wise", tuple(algos), offload,
+                find_prefetch_schedule(trace, offload, marks), True, runtime=True)
+
+
+def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
+    search.simulations += 1
+    return Simulation(trace, gpu, plan, budget, liveness(trace), record_ops=False,
+                      stop_at_oom=True).run()
+
+
+def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
+                ) -> tuple[Plan | None, Search]:
+    """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none)."""
+    lv = liveness(trace)
+    n = len(trace.layers)
+    cands = offload_sets(trace, lv, conv_only=False)
+    at = {b: i for i, c in enumerate(cands) for b in c}  # buffer -> the layer that copies it
+    keep = keepers(trace, lv)
+    first_use = {b: max(keep.get(b, [-1])) for b in at}  # its first backward reader
+    algos = list(algo_choice(trace, "p"))
+    fastest = tuple(algos)
+    chosen: set[str] = set()
+    search = Search()
+    fits = None
+    for _ in range(max_steps):
+        plan = _plan(trace, algos, chosen, cands)
+        sim = _run(trace, gpu, plan, budget, search)
+        oom = sim.pool.oom
+        if oom is None:
+            fits = (plan, sim.end_ns)
+            break
+        i = trace.layer_index(oom.layer) if oom.layer else n - 1
+        if oom.kind == "workspace":
+            choice = _downgrade(trace, i, algos[i], oom.requested_bytes
+                                - oom.largest_free_bytes)
+            if choice is not None:
+                algos[i] = choice
+                search.steps.append(f"{trace.layers[i].id}: leaner algorithm "
+                                    f"{trace.layers[i].algos[choice].name}")
+                continue
+        backward = oom.phase == "backward"
+        pick = [b for b in at if b not in chosen and at[b] < i
+                and (not backward or first_use[b] < i - 1)]
+        if not pick:
+            break
+        b = max(pick, key=lambda x: (lv.size[x], -at[x]))
+        chosen.add(b)
+        search.steps.append(f"offload {b} ({lv.size[b] / 2**20:.0f} MiB) at "
+                            f"{trace.layers[at[b]].id}, for {oom.layer or 'the end'} "
+                            f"({oom.phase})")
+    if fits is not None:  # 3. faster: fewer offloads, faster algorithms
+        plan, best = fits
+        for b in sorted(chosen, key=lambda x: lv.size[x]):
+            trial = _plan(trace, algos, chosen - {b}, cands)
+            sim = _run(trace, gpu, trial, budget, search)
+            if sim.pool.oom is None and sim.end_ns <= best:
+                chosen.discard(b)
+                plan, best = trial, sim.end_ns
+                search.steps.append(f"keep {b} on the GPU: {best / 1e6:.1f} ms")
+        for i in range(n):
+            if algos[i] != fastest[i]:
+                trial_algos = list(algos)
+                trial_algos[i] = fastest[i]
+                trial = _plan(trace, trial_algos, chosen, cands)
+                sim = _run(trace, gpu, trial, budget, search)
+                if sim.pool.oom is None and sim.end_ns <= best:
+                    algos = trial_algos
+                    plan, best = trial, sim.end_ns
+                    search.steps.append(f"{trace.layers[i].id}: back to its fastest "
+                                        f"algorithm: {best / 1e6:.1f} ms")
+        fits = (plan, best)
+    fn, fixed = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
+    dyn = fn(trace, gpu, budget, dict(fixed))
+    search.simulations += 1
+    dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
+    if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
+        search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): taken")
+        fits = (Plan("planned", dyn.memory, dyn.algos, dyn.offload, dyn.prefetch, dyn.sync,
+                     runtime=True), dsim.end_ns)
+    return (fits[0] if fits else None), search
+
+
+# -- the plan file ---------------------------------------------------------------------------
+def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
+                 predicted: dict[str, Any]) -> dict[str, Any]:
+    layers = []
+    for i, x in enumerate(trace.layers):
+        d: dict[str, Any] = {"id": x.id, "algo": x.algos[plan.algos[i]].name}
+        if plan.offload[i]:
+            d["offload"] = list(plan.offload[i])
+        if plan.prefetch[i] >= 0:
+            d["prefetch"] = trace.layers[plan.prefetch[i]].id
+        layers.append(d)
+    return {"format": FORMAT, "version": 1, "network": trace.name,
+            "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
+            "sync": plan.sync, "predicted": predicted, "layers": layers}
+
+
+def plan_from_file(path: str, trace: Trace) -> Plan:
+    """A plan file for ``trace``: every layer named, in order; algorithms and buffers that
+    the trace has."""
+    data = read_yaml(Path(path), ConfigError)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"{path}: not a vdnnsim plan file (format: {FORMAT})")
+    rows = data.get("layers")
+    ids = [x.id for x in trace.layers]
+    if not isinstance(rows, list) or [r.get("id") if isinstance(r, dict) else None
+                                      for r in rows] != ids:
+        raise ConfigError(f"{path}: its layers are not the trace's ({trace.name}, "
+                          f"{len(ids)} layers)")
+    lv = liveness(trace)
+    algos, offload, prefetch = [], [], []
+    index = {x: i for i, x in enumerate(ids)}
+    for layer, r in zip(trace.layers, rows):
+        names = [a.name for a in layer.algos]
+        if r.get("algo") not in names:
+            raise ConfigError(f"{path}: layer {layer.id}: algorithm {short_repr(r.get('algo'))}"
+                              f" is not one of the trace's ({', '.join(names)})")
+        algos.append(names.index(r["algo"]))
+        bufs = r.get("offload", [])
+        if not isinstance(bufs, list) or any(b not in lv.size for b in bufs):
+            raise ConfigError(f"{path}: layer {layer.id}: offload names a buffer the trace "
+                              f"does not have: {short_repr(bufs)}")
+        offload.append(tuple(bufs))
+        p = r.get("prefetch")
+        if p is not None and p not in index:
+            raise ConfigError(f"{path}: layer {layer.id}: prefetch names no layer: "
+                              f"{short_repr(p)}")
+        prefetch.append(index[p] if p is not None else -1)
+    sync = data.get("sync", True)
+    if not isinstance(sync, bool):
+        raise ConfigError(f"{path}: sync must be true or false")
+    return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch), sync,
+                runtime=True)
+
+
+def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    opts = dict(options)
+    common_options("planned", opts, trace)
+    path = opts.pop("file", None)
+    check_options("planned", opts, {"file"})
+    if not isinstance(path, str) or not path:
+        raise ConfigError("policy planned: option file (a plan written by vdnnsim plan) is "
+                          "required")
+    return plan_from_file(path, trace)
+
+
+register("planned", planned, "replay a plan file written by vdnnsim plan (option file; "
+         "NOTE [planner])")

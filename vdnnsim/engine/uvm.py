@@ -243,6 +243,15 @@ class UvmSimulation:
             yield self.env.timeout(dur)
             self.t += dur
 
+    def _layer_pass(self, ws, workspace: int, dur: int, host_ns: int, kind: str, layer: str,
+                    name: str):
+        """One layer's pass with its workspace (made for the pass, freed after it)."""
+        if workspace:
+            self._create(("workspace", layer), workspace, on_gpu=True)
+            ws.append((("workspace", layer), True))
+        yield from self._pass(ws, dur, host_ns, kind, layer, name)
+        self._destroy(("workspace", layer))
+
     def _iteration(self):
         trace, lv, plan, steps = self.trace, self.lv, self.plan, self._steps
         layers = trace.layers
@@ -271,11 +280,8 @@ class UvmSimulation:
                 if w not in self.size:
                     self._create(w, layer.weight_bytes, on_gpu=False)
                 ws.append((w, False))
-            if algo.fwd_workspace_bytes:
-                self._create(("workspace", layer.id), algo.fwd_workspace_bytes, on_gpu=True)
-                ws.append((("workspace", layer.id), True))
-            yield from self._pass(ws, algo.fwd_ns, layer.host_fwd_ns, "fwd", layer.id, st.fwd)
-            self._destroy(("workspace", layer.id))
+            yield from self._layer_pass(ws, algo.fwd_workspace_bytes, algo.fwd_ns,
+                                        layer.host_fwd_ns, "fwd", layer.id, st.fwd)
             for b in fwd_free.get(i, ()):
                 self._destroy(b)
         self.fwd_end_ns = self.t
@@ -300,11 +306,8 @@ class UvmSimulation:
                 if wg not in self.size:
                     self._create(wg, layer.weight_bytes, on_gpu=True)
                 ws.append((wg, True))
-            if algo.bwd_workspace_bytes:
-                self._create(("workspace", layer.id), algo.bwd_workspace_bytes, on_gpu=True)
-                ws.append((("workspace", layer.id), True))
-            yield from self._pass(ws, algo.bwd_ns, layer.host_bwd_ns, "bwd", layer.id, st.bwd)
-            self._destroy(("workspace", layer.id))
+            yield from self._layer_pass(ws, algo.bwd_workspace_bytes, algo.bwd_ns,
+                                        layer.host_bwd_ns, "bwd", layer.id, st.bwd)
             for g in st.grads_out:
                 self._destroy(g)
             for b in bwd_free.get(i, ()):

@@ -1,5 +1,5 @@
-"""The planner: for a trace, a GPU and a memory budget, which buffers to offload and which
-algorithm each layer runs, checked by the engine (``vdnnsim plan``).
+"""The planner: for a trace, a GPU and a memory budget, which buffers to offload or
+recompute and which algorithm each layer runs, checked by the engine (``vdnnsim plan``).
 
 NOTE [planner]
 A greedy search whose every step is a simulation (the engine is the judge, never a
@@ -15,18 +15,21 @@ formula):
    largest. Repeat until the plan fits or nothing is left to offload.
 3. Then make it faster: drop each offload (smallest first) and move each leaner algorithm
    back to the fastest, keeping every change that still fits and is not slower.
-4. vdnn_dyn's own answer is a candidate too; the faster of the two that fit is returned.
+4. vdnn_dyn's own answer is a candidate too, and so is activation checkpointing
+   (NOTE [recompute]) with 2 to 32 of checkpoint_sequential's segments, alone or with
+   vDNN's offload of what it keeps; the fastest candidate that fits is returned.
 
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks (NOTE [offload marks]). It is a heuristic: no
 claim of optimality (an exact formulation, an MILP over keep/offload/recompute, is not
 built); each plan's memory and time are the engine's. A plan is written as a YAML file
-(``format: vdnnsim-plan``) that the ``planned`` policy replays.
+(``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
+segments) that the ``planned`` policy replays.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +131,17 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
                     search.steps.append(f"{trace.layers[i].id}: back to its fastest "
                                         f"algorithm: {best / 1e6:.1f} ms")
         fits = (plan, best)
+    for k in sorted({2, 3, 4, 6, 8, 12, 16, 24, 32, round(n ** 0.5)}):  # 5. recompute
+        if not 2 <= k <= n:
+            continue
+        fn, fixed = get_policy("checkpoint")
+        for which in ("none", "all"):
+            cp = fn(trace, gpu, budget, {**fixed, "segments": k, "offload": which})
+            sim = _run(trace, gpu, cp, budget, search)
+            if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
+                search.steps.append(f"checkpoint, {k} segments, offload {which}: "
+                                    f"{sim.end_ns / 1e6:.1f} ms")
+                fits = (replace(cp, policy="planned", notes=()), sim.end_ns)
     fn, fixed = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
     dyn = fn(trace, gpu, budget, dict(fixed))
     search.simulations += 1
@@ -152,7 +166,9 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
         layers.append(d)
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
-            "sync": plan.sync, "predicted": predicted, "layers": layers}
+            "sync": plan.sync, "predicted": predicted,
+            "recompute": [[trace.layers[a].id, trace.layers[b].id] for a, b in plan.recompute],
+            "layers": layers}
 
 
 def plan_from_file(path: str, trace: Trace) -> Plan:
@@ -189,8 +205,17 @@ def plan_from_file(path: str, trace: Trace) -> Plan:
     sync = data.get("sync", True)
     if not isinstance(sync, bool):
         raise ConfigError(f"{path}: sync must be true or false")
+    segs = data.get("recompute") or []
+    if not isinstance(segs, list) or any(
+            not isinstance(x, list) or len(x) != 2 or any(y not in index for y in x)
+            or index[x[0]] > index[x[1]] for x in segs):
+        raise ConfigError(f"{path}: recompute must list [first, last] layer pairs of the "
+                          f"trace, got {short_repr(segs)}")
+    recompute = tuple(sorted((index[a], index[b]) for a, b in segs))
+    if any(recompute[k][0] <= recompute[k - 1][1] for k in range(1, len(recompute))):
+        raise ConfigError(f"{path}: recompute segments overlap")
     return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch), sync,
-                runtime=True)
+                runtime=True, recompute=recompute)
 
 
 def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

@@ -75,9 +75,10 @@ def main() -> int:
             labels = [r[1] for r in part]
             vals = [r[3] if r[2] else 0 for r in part]
             bars = ax.barh(labels, vals, color=["#4c72b0" if r[2] else "#cccccc" for r in part])
-            for b, r in zip(bars, part):
-                ax.text(b.get_width(), b.get_y() + b.get_height() / 2,
-                        f" {r[3]:.1f}x" if r[2] else " no fit", va="center", fontsize=8)
+            for b, r in zip(bars, part):  # a plan that does not fit: named at 1x
+                ax.text(b.get_width() if r[2] else 0.85, b.get_y() + b.get_height() / 2,
+                        f" {r[3]:.1f}x" if r[2] else "does not fit", va="center", fontsize=8,
+                        color="black" if r[2] else "#888888")
             ax.set_xscale("log")
             ax.set_xlim(0.8, max(v for v in vals if v) * 4 if any(vals) else 10)
             ax.set_title(title, fontsize=9)

@@ -168,6 +168,22 @@ def _steps(trace: Trace, lv: Liveness, gkey: dict[str, str], gsize: dict[str, in
         tuple(("grad", t) for t in x.outputs if gkey[t] == t)) for x in trace.layers)
 
 
+def free_points(lv: Liveness, held: set[str]
+                ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """NOTE [buffer lifetimes]: the buffers freed after each layer's forward pass (read by
+    no backward pass) and after each layer's backward pass (the last that keeps them);
+    ``held`` (the training loop's input batch) is never freed."""
+    fwd_free: dict[int, list[str]] = {}
+    for b, last in lv.fwd_last.items():
+        if not lv.kept(b) and b not in lv.outputs and b not in held:
+            fwd_free.setdefault(max(last, lv.producer.get(b, -1)), []).append(b)
+    bwd_free: dict[int, list[str]] = {}
+    for b, last in lv.bwd_last.items():
+        if b not in held:
+            bwd_free.setdefault(last, []).append(b)
+    return fwd_free, bwd_free
+
+
 def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
     """Buffer -> the layers whose backward pass keeps it."""
     out: dict[str, list[int]] = {}
@@ -799,15 +815,7 @@ class Simulation:
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
                 pool.alloc(b, size, "activations", 0, "", "start")
         held = {b for b in lv.size if b not in lv.producer} if sem.holds_inputs else set()
-        fwd_free: dict[int, list[str]] = {}
-        for b, last in lv.fwd_last.items():
-            if not lv.kept(b) and b not in lv.outputs and b not in held:
-                at = max(last, lv.producer.get(b, -1))
-                fwd_free.setdefault(at, []).append(b)
-        bwd_free: dict[int, list[str]] = {}
-        for b, last in lv.bwd_last.items():
-            if b not in held:  # the training loop holds the input batch (pytorch)
-                bwd_free.setdefault(last, []).append(b)
+        fwd_free, bwd_free = free_points(lv, held)
         self._segments = {}
         if plan.recompute:
             self._segments = recompute_sets(trace, lv, plan.recompute, held, fwd_free,

@@ -44,7 +44,7 @@ from ..trace.model import Trace
 from .allocator import Accounting, key_name
 from .plan import Liveness, Plan
 from .semantics import semantics_for
-from .sim import Op, _steps
+from .sim import Op, _steps, free_points
 
 _record = tuple.__new__
 _CATEGORY = {"weights": "weights", "wgrad": "weight_grads", "grad": "gradients",
@@ -119,6 +119,12 @@ class UvmSimulation:
             self._level("cached", -reuse, "cached")
             self.resident[key] = reuse
             self._level(key, reuse)
+
+    def _ensure(self, key: Any, size: int, on_gpu: bool) -> Any:
+        """``key``, created first if it does not exist yet."""
+        if key not in self.size:
+            self._create(key, size, on_gpu)
+        return key
 
     def _destroy(self, key: Any) -> None:
         size = self.size.pop(key, None)
@@ -259,14 +265,7 @@ class UvmSimulation:
         for b in held:  # a new batch, on the host
             self._destroy(b)
             self._create(b, lv.size[b], on_gpu=False)
-        fwd_free: dict[int, list[str]] = {}
-        for b, last in lv.fwd_last.items():
-            if not lv.kept(b) and b not in lv.outputs and b not in held:
-                fwd_free.setdefault(max(last, lv.producer.get(b, -1)), []).append(b)
-        bwd_free: dict[int, list[str]] = {}
-        for b, last in lv.bwd_last.items():
-            if b not in held:
-                bwd_free.setdefault(last, []).append(b)
+        fwd_free, bwd_free = free_points(lv, held)
         if trace.resident_bytes and ("resident", "") not in self.size:
             self._create(("resident", ""), trace.resident_bytes, on_gpu=True)
         for i, layer in enumerate(layers):
@@ -275,11 +274,9 @@ class UvmSimulation:
             for t, size in st.out_alloc:
                 self._create(t, size, on_gpu=True)
                 ws.append((t, True))
-            if layer.weight_bytes:
-                w = ("weights", layer.id)
-                if w not in self.size:
-                    self._create(w, layer.weight_bytes, on_gpu=False)
-                ws.append((w, False))
+            if layer.weight_bytes:  # the first iteration finds the weights on the host
+                ws.append((self._ensure(("weights", layer.id), layer.weight_bytes, False),
+                           False))
             yield from self._layer_pass(ws, algo.fwd_workspace_bytes, algo.fwd_ns,
                                         layer.host_fwd_ns, "fwd", layer.id, st.fwd)
             for b in fwd_free.get(i, ()):
@@ -296,16 +293,10 @@ class UvmSimulation:
             algo = layer.algos[plan.algos[i]]
             ws = [(b, False) for b in st.saved] + [(g, False) for g in st.grads_out
                                                     if g in self.size]
-            for g, size in st.grads_in:
-                if g not in self.size:
-                    self._create(g, size, on_gpu=True)
-                ws.append((g, True))
+            ws += [(self._ensure(g, size, True), True) for g, size in st.grads_in]
             if layer.weight_bytes:
                 ws.append((("weights", layer.id), False))
-                wg = ("wgrad", layer.id)
-                if wg not in self.size:
-                    self._create(wg, layer.weight_bytes, on_gpu=True)
-                ws.append((wg, True))
+                ws.append((self._ensure(("wgrad", layer.id), layer.weight_bytes, True), True))
             yield from self._layer_pass(ws, algo.bwd_workspace_bytes, algo.bwd_ns,
                                         layer.host_bwd_ns, "bwd", layer.id, st.bwd)
             for g in st.grads_out:

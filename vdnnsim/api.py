@@ -177,6 +177,8 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
+        if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+            trace = plan.trace
         lv = liveness(trace)
         sim = plan.profiled
         if plan.memory == "uvm":  # NOTE [uvm]

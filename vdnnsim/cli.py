@@ -109,6 +109,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .api import _result
     from .engine.plan import liveness
     from .engine.sim import Simulation
+    if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+        trace = plan.trace
     sim = Simulation(trace, gpu, plan, budget, liveness(trace), record_ops=False).run()
     r = _result(trace, gpu, "planned", budget, plan, sim, False)
     print(f"{head}: {search.simulations} simulations")
@@ -119,7 +121,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     leaner = [(x.id, x.algos[a].name) for x, a, f in zip(trace.layers, plan.algos, fastest)
               if a != f]
     print(f"plan: {len(moved)} buffer(s) offloaded ({r.offloaded_bytes / GiB:.2f} GiB), "
-          f"{len(leaner)} layer(s) on a leaner algorithm")
+          f"{len(leaner)} layer(s) on a leaner algorithm, {len(plan.recompute)} checkpointed "
+          f"segment(s)" + "".join(f", {a}..{b} split in {k}" for a, b, k in plan.split))
     print(f"{'policy':10s} {'fits':4s} {'peak GiB':>8s} {'iter ms':>9s} {'slowdown':>8s}")
     for p, x in (("planned", r), *ref.items()):
         print(f"{p:10s} {'yes' if x.fits else 'no':4s} {x.peak_memory_bytes / GiB:8.2f} "
@@ -395,8 +398,29 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
     cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
-    rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
-                  args.dtype)
+    plan = None
+    if args.plan:  # NOTE [planned runtime]
+        from pathlib import Path
+
+        from .planner import FORMAT
+        from .yamlio import read_yaml
+        plan = read_yaml(Path(args.plan), ConfigError)
+        if not isinstance(plan, dict) or plan.get("format") != FORMAT or \
+                not isinstance(plan.get("layers"), list):
+            raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT})")
+        if plan.get("batch_size") != args.batch_size:
+            raise ConfigError(f"{args.plan}: planned for batch {plan.get('batch_size')}, not "
+                              f"{args.batch_size}")
+        if args.policy not in ("baseline", "planned"):
+            raise ConfigError("--plan runs the plan's policy; leave --policy out")
+        args.policy = "planned"
+    elif args.policy == "planned":
+        raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
+    try:
+        rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
+                      args.dtype, plan)
+    except ValueError as exc:  # a plan the model cannot run
+        raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
         print(json.dumps(rec, indent=2))
     elif rec["fits"]:
@@ -553,7 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
     ms.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     ms.add_argument("--policy", default="baseline",
-                    choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu"])
+                    choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned"])
+    ms.add_argument("--plan", default=None, help="a plan file from vdnnsim plan: run it "
+                    "(policy planned; NOTE [planned runtime])")
     ms.add_argument("--memory-cap-gb", type=float, default=None,
                     help="cap the allocator at this many GiB (emulates a smaller card)")
     ms.add_argument("--warmup", type=int, default=3)

@@ -19,6 +19,11 @@ formula):
    (NOTE [recompute]) with 2 to 32 of checkpoint_sequential's segments, alone or with
    vDNN's offload of what it keeps; the fastest candidate that fits is returned.
 
+5. The whole search runs again on the network with a batch split (NOTE [batch split])
+   from its first layer to each of its first three shrinking layers, in 2 or 4 slices,
+   with and without each slice checkpointed; checkpointing candidates then cover the
+   layers after the split.
+
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks (NOTE [offload marks]). It is a heuristic: no
 claim of optimality (an exact formulation, an MILP over keep/offload/recompute, is not
@@ -34,14 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from .engine.plan import Plan, liveness
-from .engine.sim import Simulation, keepers
+from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
 from .limits import short_repr
 from .policies.builtin import algo_choice, check_options, common_options
 from .policies.dyn import _downgrade
 from .policies.plan import find_prefetch_schedule, offload_sets, policy_marks
+from .policies.recompute import sequential_segments, with_segments
 from .policies.registry import get_policy, register
+from .split import COUPLED, part_name, split_trace
 from .trace.model import Trace
 from .yamlio import read_yaml
 
@@ -57,11 +64,13 @@ class Search:
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
-          name: str = "planned") -> Plan:
+          segs: tuple[tuple[int, int], ...] = (), name: str = "planned") -> Plan:
     offload = tuple(tuple(b for b in c if b in chosen) for c in cands)
     marks = policy_marks(trace, "all", "measured")  # NOTE [offload marks]: the default
     return Plan(name, "layer_wise", tuple(algos), offload,
-                find_prefetch_schedule(trace, offload, marks), True, runtime=True)
+                find_prefetch_schedule(trace, offload, marks), True, runtime=True,
+                recompute=segs, trace=trace if segs or trace.__dict__.get("_split") else None,
+                split=trace.__dict__.get("_split", ()))
 
 
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
@@ -70,22 +79,79 @@ def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Sim
                       stop_at_oom=True).run()
 
 
+def split_candidates(trace: Trace) -> list[tuple[str, str]]:
+    """NOTE [planner]: where a batch split may pay (NOTE [batch split]): from the first
+    layer to each of the first three layers that shrink their input (the pools that close
+    the widest blocks), while no layer couples the batch's samples."""
+    out = []
+    lv = liveness(trace)
+    for j, x in enumerate(trace.layers):
+        if x.kind in COUPLED:
+            break
+        size_in = max((lv.size[lv.root[t]] for t in x.inputs), default=0)
+        size_out = max((lv.size[lv.root[t]] for t in x.outputs), default=0)
+        if 0 < size_out < size_in:
+            out.append((trace.layers[0].id, x.id))
+            if len(out) == 3:
+                break
+    return out
+
+
 def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
                 ) -> tuple[Plan | None, Search]:
     """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none)."""
+    search = Search()
+    best = _search(trace, gpu, budget, max_steps, search)
+    for first, last in split_candidates(trace):
+        for parts in (2, 4):
+            if trace.batch_size % parts:
+                continue
+            try:
+                st = split_trace(trace, gpu, first, last, parts)
+            except ConfigError:
+                continue
+            st.__dict__["_split"] = ((first, last, parts),)
+            a = st.layer_index(part_name(first, 0))
+            size = trace.layer_index(last) - trace.layer_index(first) + 1
+            step = size + 1  # each part follows its chunk layer(s)
+            starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
+            per_part = tuple((s0, s0 + size - 1) for s0 in starts)
+            rest = st.layer_index(last) + 1  # the concat, then the unsplit layers
+            for segs in ((), per_part):
+                tag = (f"split {first}..{last} in {parts}"
+                       + (", each part checkpointed" if segs else ""))
+                found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
+                if found is not None and (best is None or found[1] < best[1]):
+                    best = found
+            del a, step
+    return (best[0] if best else None), search
+
+
+def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
+            fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = ""
+            ) -> tuple[Plan, int] | None:
+    """One search of NOTE [planner] on ``trace`` with the checkpointed segments ``fixed``
+    kept and further segments placed from layer ``start`` on."""
     lv = liveness(trace)
     n = len(trace.layers)
     cands = offload_sets(trace, lv, conv_only=False)
+    if fixed:  # never offload what a fixed segment drops or rereads
+        held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
+        skip: set[str] = set()
+        for f, l_ in fixed:
+            dropped, inputs = checkpoint_buffers(trace, lv, f, l_, held)
+            skip |= dropped | inputs
+        cands = tuple(tuple(b for b in c if b not in skip) for c in cands)
     at = {b: i for i, c in enumerate(cands) for b in c}  # buffer -> the layer that copies it
     keep = keepers(trace, lv)
     first_use = {b: max(keep.get(b, [-1])) for b in at}  # its first backward reader
     algos = list(algo_choice(trace, "p"))
     fastest = tuple(algos)
     chosen: set[str] = set()
-    search = Search()
+    prefix = f"{tag}: " if tag else ""
     fits = None
     for _ in range(max_steps):
-        plan = _plan(trace, algos, chosen, cands)
+        plan = _plan(trace, algos, chosen, cands, fixed)
         sim = _run(trace, gpu, plan, budget, search)
         oom = sim.pool.oom
         if oom is None:
@@ -97,7 +163,7 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
                                 - oom.largest_free_bytes)
             if choice is not None:
                 algos[i] = choice
-                search.steps.append(f"{trace.layers[i].id}: leaner algorithm "
+                search.steps.append(f"{prefix}{trace.layers[i].id}: leaner algorithm "
                                     f"{trace.layers[i].algos[choice].name}")
                 continue
         backward = oom.phase == "backward"
@@ -107,55 +173,65 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
             break
         b = max(pick, key=lambda x: (lv.size[x], -at[x]))
         chosen.add(b)
-        search.steps.append(f"offload {b} ({lv.size[b] / 2**20:.0f} MiB) at "
+        search.steps.append(f"{prefix}offload {b} ({lv.size[b] / 2**20:.0f} MiB) at "
                             f"{trace.layers[at[b]].id}, for {oom.layer or 'the end'} "
                             f"({oom.phase})")
     if fits is not None:  # 3. faster: fewer offloads, faster algorithms
         plan, best = fits
         for b in sorted(chosen, key=lambda x: lv.size[x]):
-            trial = _plan(trace, algos, chosen - {b}, cands)
+            trial = _plan(trace, algos, chosen - {b}, cands, fixed)
             sim = _run(trace, gpu, trial, budget, search)
             if sim.pool.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
                 plan, best = trial, sim.end_ns
-                search.steps.append(f"keep {b} on the GPU: {best / 1e6:.1f} ms")
+                search.steps.append(f"{prefix}keep {b} on the GPU: {best / 1e6:.1f} ms")
         for i in range(n):
             if algos[i] != fastest[i]:
                 trial_algos = list(algos)
                 trial_algos[i] = fastest[i]
-                trial = _plan(trace, trial_algos, chosen, cands)
+                trial = _plan(trace, trial_algos, chosen, cands, fixed)
                 sim = _run(trace, gpu, trial, budget, search)
                 if sim.pool.oom is None and sim.end_ns <= best:
                     algos = trial_algos
                     plan, best = trial, sim.end_ns
-                    search.steps.append(f"{trace.layers[i].id}: back to its fastest "
+                    search.steps.append(f"{prefix}{trace.layers[i].id}: back to its fastest "
                                         f"algorithm: {best / 1e6:.1f} ms")
         fits = (plan, best)
-    for k in sorted({2, 3, 4, 6, 8, 12, 16, 24, 32, round(n ** 0.5)}):  # 5. recompute
-        if not 2 <= k <= n:
+        search.steps.append(f"{prefix}offload search: {best / 1e6:.1f} ms")
+    m = n - start
+    for k in sorted({2, 3, 4, 6, 8, 12, 16, 24, 32, round(m ** 0.5)}):  # 5. recompute
+        if not 2 <= k <= m:
             continue
-        fn, fixed = get_policy("checkpoint")
+        segs = fixed + tuple((start + a, start + b)
+                             for a, b in sequential_segments(m, k))
         for which in ("none", "all"):
-            cp = fn(trace, gpu, budget, {**fixed, "segments": k, "offload": which})
+            cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
+            cp = replace(cp, policy="planned", runtime=True, trace=_plan(
+                trace, fastest, set(), cands, segs).trace, split=trace.__dict__.get(
+                    "_split", ()))
             sim = _run(trace, gpu, cp, budget, search)
             if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
-                search.steps.append(f"checkpoint, {k} segments, offload {which}: "
+                search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
-                fits = (replace(cp, policy="planned", notes=()), sim.end_ns)
-    fn, fixed = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
-    dyn = fn(trace, gpu, budget, dict(fixed))
-    search.simulations += 1
-    dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
-    if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
-        search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): taken")
-        fits = (Plan("planned", dyn.memory, dyn.algos, dyn.offload, dyn.prefetch, dyn.sync,
-                     runtime=True), dsim.end_ns)
-    return (fits[0] if fits else None), search
+                fits = (cp, sim.end_ns)
+    if not fixed and not trace.__dict__.get("_split"):
+        fn, fixed_opts = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
+        dyn = fn(trace, gpu, budget, dict(fixed_opts))
+        search.simulations += 1
+        dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
+        if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
+            search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
+                                f"taken")
+            fits = (Plan("planned", dyn.memory, dyn.algos, dyn.offload, dyn.prefetch,
+                         dyn.sync, runtime=True), dsim.end_ns)
+    return fits
 
 
 # -- the plan file ---------------------------------------------------------------------------
 def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
                  predicted: dict[str, Any]) -> dict[str, Any]:
+    if plan.trace is not None:  # NOTE [batch split]: the layers of the reshaped network
+        trace = plan.trace
     layers = []
     for i, x in enumerate(trace.layers):
         d: dict[str, Any] = {"id": x.id, "algo": x.algos[plan.algos[i]].name}
@@ -167,16 +243,28 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
             "sync": plan.sync, "predicted": predicted,
+            "split": [list(x) for x in plan.split],
             "recompute": [[trace.layers[a].id, trace.layers[b].id] for a, b in plan.recompute],
             "layers": layers}
 
 
-def plan_from_file(path: str, trace: Trace) -> Plan:
-    """A plan file for ``trace``: every layer named, in order; algorithms and buffers that
-    the trace has."""
+def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
+    """A plan file for ``trace``: every layer named, in order (after its batch splits,
+    NOTE [batch split]); algorithms and buffers that the trace has."""
     data = read_yaml(Path(path), ConfigError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a vdnnsim plan file (format: {FORMAT})")
+    splits = data.get("split") or []
+    if not isinstance(splits, list) or any(
+            not isinstance(x, list) or len(x) != 3 or not all(isinstance(y, str) for y in x[:2])
+            for x in splits):
+        raise ConfigError(f"{path}: split must list [first, last, parts] triples, got "
+                          f"{short_repr(splits)}")
+    for first, last, parts in splits:
+        try:
+            trace = split_trace(trace, gpu, first, last, parts)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     rows = data.get("layers")
     ids = [x.id for x in trace.layers]
     if not isinstance(rows, list) or [r.get("id") if isinstance(r, dict) else None
@@ -215,7 +303,8 @@ def plan_from_file(path: str, trace: Trace) -> Plan:
     if any(recompute[k][0] <= recompute[k - 1][1] for k in range(1, len(recompute))):
         raise ConfigError(f"{path}: recompute segments overlap")
     return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch), sync,
-                runtime=True, recompute=recompute)
+                runtime=True, recompute=recompute, trace=trace if splits else None,
+                split=tuple((a, b, k) for a, b, k in splits))
 
 
 def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -226,7 +315,7 @@ def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any
     if not isinstance(path, str) or not path:
         raise ConfigError("policy planned: option file (a plan written by vdnnsim plan) is "
                           "required")
-    return plan_from_file(path, trace)
+    return plan_from_file(path, trace, gpu)
 
 
 register("planned", planned, "replay a plan file written by vdnnsim plan (option file; "

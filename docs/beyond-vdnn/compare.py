@@ -46,7 +46,8 @@ def rows():
         if plan is None:
             out.append((title, "planner", False, float("nan"), float("nan")))
         else:
-            sim = Simulation(trace, gpu, plan, 12 * GiB, liveness(trace), record_ops=False).run()
+            t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
+            sim = Simulation(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False).run()
             out.append((title, "planner", sim.pool.oom is None, sim.end_ns / ref,
                         sim.pool.peak_live_bytes / GiB))
     return out

@@ -32,14 +32,17 @@ from .models import build_model
 from .profile import DTYPES, software
 from .runtime import VDNN
 
-POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu")
+POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
 
 
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
-            dtype: str = "fp32") -> dict[str, Any]:
+            dtype: str = "fp32", plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    """NOTE [measurement]; ``plan``: a plan file's contents, for policy 'planned'."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if (policy == "planned") != (plan is not None):
+        raise ValueError("policy 'planned' takes a plan, and only it")
     dev = torch.device("cuda", torch.cuda.current_device())
     gc.collect()
     torch.cuda.empty_cache()
@@ -48,13 +51,17 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
                               "gpu": torch.cuda.get_device_name(dev), **software()}
+    if plan is not None:
+        record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
+                                                    "predicted", "split", "recompute")}
     model = runtime = opt = x = y = None
     try:
         if memory_cap_bytes:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
         model, shape, _ = build_model(model_spec)
         model = model.to(dev, DTYPES[dtype]).train()
-        runtime = VDNN(model, shape, policy) if policy.startswith("vdnn") else model
+        runtime = VDNN(model, shape, policy) if policy.startswith("vdnn") else \
+            VDNN(model, shape, policy, plan=plan) if plan is not None else model
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         x = torch.randn(batch_size, *shape, device=dev, dtype=DTYPES[dtype])
         y = torch.randint(0, 1000, (batch_size,), device=dev)

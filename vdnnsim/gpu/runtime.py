@@ -18,20 +18,36 @@ the simulator move the same buffers at the same layers.
   demand when autograd unpacks it. A fetched buffer is dropped after its last unpack.
 - The copies are bit-exact: gradients equal the baseline's.
 On a CPU device the same logic runs with plain copies and no streams (for tests).
+
+NOTE [planned runtime]
+``policy='planned'`` runs a plan file from ``vdnnsim plan`` (``vdnnsim measure --plan``):
+its batch splits rewrite the fx graph first (``_split_graph``: torch.chunk of the batch,
+the segment's nodes copied per slice, torch.cat of what leaves it; the nodes get the
+names vdnnsim/split.py gives the trace's layers), then its offloads and prefetches run as
+above, by layer id, and each checkpointed segment runs under torch.utils.checkpoint
+(non-reentrant, RNG state preserved): its forward keeps nothing of its own, and its
+nodes run again, without offloads or hooks, when backward first needs them. Prefetches
+the plan gives the loss (a layer the model does not run) start when forward returns.
+Host cost: saved-tensor hooks are entered only for nodes that read or make a buffer the
+plan moves, and a backward pre-hook is registered only on layers that start a prefetch or
+wait for one (the vdnn_all/vdnn_conv policies use the same rule).
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..policies.plan import find_prefetch_schedule, liveness, offload_sets
+from ..split import chunk_name, part_name
 from ..trace import trace_from_dict
 from .graph import probe, trace_module
-from .profile import assemble
+from .profile import _rename, assemble
 
 
 def _sid(t: torch.Tensor) -> int:
@@ -63,31 +79,75 @@ class _Packed:
 
 
 class VDNN(nn.Module):
-    """Wraps ``model``; ``policy`` is 'vdnn_all' or 'vdnn_conv' ('baseline': no hooks)."""
+    """Wraps ``model``; ``policy`` is 'vdnn_all' or 'vdnn_conv' ('baseline': no hooks), or
+    'planned' with ``plan``, the contents of a plan file (NOTE [planned runtime])."""
 
     def __init__(self, model: nn.Module, input_shape: tuple[int, ...], policy: str = "vdnn_conv",
-                 sync: bool = True, prefetch: bool = True):
+                 sync: bool = True, prefetch: bool = True, plan: dict[str, Any] | None = None):
         super().__init__()
-        if policy not in ("baseline", "vdnn_all", "vdnn_conv"):
+        if policy not in ("baseline", "vdnn_all", "vdnn_conv", "planned"):
             raise ValueError(f"unknown runtime policy {policy!r}")
+        if (policy == "planned") != (plan is not None):
+            raise ValueError("policy 'planned' takes a plan, and only it")
         self.model = model
         self.gm = trace_module(model)
         self.policy, self.sync, self.use_prefetch = policy, sync, prefetch
-        structure = probe(copy.deepcopy(model), input_shape, 1, "meta", name="plan",
-                          with_loss=False)
-        trace = trace_from_dict(assemble(structure), "runtime plan")
-        lv = liveness(trace)
-        n = len(trace.layers)
-        self.index = {layer.id: i for i, layer in enumerate(trace.layers)}
-        self.offload = offload_sets(trace, lv, policy == "vdnn_conv") \
-            if policy != "baseline" else ((),) * n
-        self.schedule = find_prefetch_schedule(trace, self.offload) if prefetch else (-1,) * n
+        # plan files name layers as traces do (a zoo model's own names); the probe's
+        # trace below names them by node
+        names = _rename(model) if plan is not None else {}
+        self.lid: dict[fx.Node, str] = {n: names.get(n.name, n.name) for n in self.gm.graph.nodes}
+        self.segments: dict[str, tuple[str, list[fx.Node]]] = {}
+        self.orphans: list[int] = []
+        if plan is not None:
+            self._from_plan(plan)
+        else:
+            structure = probe(copy.deepcopy(model), input_shape, 1, "meta", name="plan",
+                              with_loss=False)
+            trace = trace_from_dict(assemble(structure), "runtime plan")
+            lv = liveness(trace)
+            n = len(trace.layers)
+            self.index = {layer.id: i for i, layer in enumerate(trace.layers)}
+            self.offload = offload_sets(trace, lv, policy == "vdnn_conv") \
+                if policy != "baseline" else ((),) * n
+            self.schedule = find_prefetch_schedule(trace, self.offload) if prefetch \
+                else (-1,) * n
         self.candidates = {b for o in self.offload for b in o}
         # NOTE [vdnn runtime]: the caller holds the input batch, so moving it frees nothing
         self.candidates.discard("data")
+        n = len(self.offload)
+        # NOTE [planned runtime]: a backward hook only where a prefetch starts, or where a
+        # synchronised prefetch is waited for
+        self.hooked = {i for i in range(n) if self.schedule[i] >= 0
+                       or (i + 1 < n and self.schedule[i + 1] >= 0)}
         self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "on_demand_bytes": 0,
-                      "offloads": 0, "fetches": 0, "packs": 0}
+                      "offloads": 0, "fetches": 0, "packs": 0, "recomputed_segments": 0}
         self._reset()
+
+    def _from_plan(self, plan: dict[str, Any]) -> None:
+        """NOTE [planned runtime]: the plan file's splits applied to the graph, its offloads,
+        prefetches and checkpointed segments by layer id."""
+        graph = self.gm.graph
+        for first, last, parts in plan.get("split") or []:
+            _split_graph(self.gm, self.lid, first, last, int(parts))
+        rows = plan["layers"]
+        self.index = {r["id"]: i for i, r in enumerate(rows)}
+        have = {self.lid[n] for n in graph.nodes if n.op not in ("placeholder", "output")}
+        missing = [r["id"] for r in rows if r["id"] not in have and r["id"] != "loss"]
+        if missing:
+            raise ValueError(f"the plan names layers the model does not have: "
+                             f"{', '.join(missing[:5])}")
+        self.offload = tuple(tuple(r.get("offload") or ()) for r in rows)
+        self.schedule = tuple(self.index[r["prefetch"]] if r.get("prefetch") else -1
+                              for r in rows)
+        self.sync = bool(plan.get("sync", True))
+        # layers of the plan that the model does not run (the loss): their prefetches are
+        # issued when the forward pass returns, as the loss's backward comes next
+        self.orphans = [i for i, r in enumerate(rows) if r["id"] not in have]
+        order = list(graph.nodes)
+        pos = {self.lid[n]: k for k, n in enumerate(order)}
+        for a, b in plan.get("recompute") or []:
+            nodes = order[pos[a]:pos[b] + 1]
+            self.segments[a] = (b, nodes)
 
     # -- per iteration state -----------------------------------------------------------------
     def _reset(self) -> None:
@@ -206,60 +266,199 @@ class VDNN(nn.Module):
         release: dict[fx.Node, list[fx.Node]] = {}
         for a, n in last_use.items():
             release.setdefault(n, []).append(a)
-        cuda = self._side is not None
+        self._env, self._buf = env, buf
+        skip_to: fx.Node | None = None
         out = None
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-            for node in gm.graph.nodes:
-                if node.op == "placeholder":
-                    env[node] = x
-                    buf[node] = "data"
-                    continue
-                if node.op == "output":
-                    out = fx.node.map_arg(node.args[0], lambda n: env[n])
-                    break
-                if node.op == "get_attr":
-                    env[node] = gm.get_parameter(node.target) if "." in node.target \
-                        else getattr(gm, node.target)
-                    continue
-                i = self.index.get(node.name)
-                before = torch.cuda.current_stream().record_event() \
-                    if cuda and i is not None and self.offload[i] else None
-                args = fx.node.map_arg(node.args, lambda n: env[n])
-                kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-                self._inputs = {_sid(env[a]): buf[a] for a in node.all_input_nodes
-                                if a in buf and isinstance(env.get(a), torch.Tensor)}
-                if node.op == "call_module":
-                    result = gm.get_submodule(node.target)(*args, **kwargs)
-                elif node.op == "call_function":
-                    result = node.target(*args, **kwargs)
-                else:
-                    result = getattr(args[0], node.target)(*args[1:], **kwargs)
-                del args, kwargs
-                env[node] = result
-                new, self._new = self._new, {}
-                if isinstance(result, torch.Tensor):
-                    sid = _sid(result)
-                    buf[node] = self._inputs.get(sid, node.name)  # in place or a view: alias
-                    if sid in new and buf[node] in self.candidates:
-                        self._handles[buf[node]] = new[sid]
-                self._inputs = {}
-                if isinstance(result, torch.Tensor) and i is not None:
-                    fn = result.grad_fn
-                    if fn is not None:
-                        fn.register_prehook(lambda g, i=i: self._backward_start(i))
-                    if self.offload[i]:
-                        events = []
-                        moved = []
-                        for b in self.offload[i]:
-                            h = self._handles.get(b)
-                            if h is not None and h.gpu is not None:
-                                events.append(self._offload_now(h, before))
-                                moved.append(h)
-                        self._by_layer[i] = moved
-                        if self.sync and cuda and events:
-                            for ev in events:
-                                torch.cuda.current_stream().wait_event(ev)
+        for node in gm.graph.nodes:
+            if skip_to is not None:  # inside a checkpointed segment that has run
+                done = node is skip_to
                 for a in release.get(node, ()):
                     env.pop(a, None)
                     buf.pop(a, None)
+                if done:
+                    skip_to = None
+                continue
+            if node.op == "placeholder":
+                env[node] = x
+                buf[node] = "data"
+                continue
+            if node.op == "output":
+                out = fx.node.map_arg(node.args[0], lambda n: env[n])
+                for i in self.orphans:
+                    self._backward_start(i)
+                break
+            seg = self.segments.get(self.lid[node])
+            if seg is not None:  # NOTE [planned runtime]: checkpointed
+                self._run_segment(seg[1])
+                skip_to = seg[1][-1]
+                if node is skip_to:
+                    skip_to = None
+                for a in release.get(node, ()):
+                    env.pop(a, None)
+                    buf.pop(a, None)
+                continue
+            self._run_node(node)
+            for a in release.get(node, ()):
+                env.pop(a, None)
+                buf.pop(a, None)
         return out
+
+    def _run_node(self, node: fx.Node, recompute: bool = False) -> None:
+        """One node of the graph: its offloads after it, its backward hook (NOTE [vdnn
+        runtime]); the saved-tensor hooks only where a saved buffer can move."""
+        gm, env, buf = self.gm, self._env, self._buf
+        if node.op == "get_attr":
+            env[node] = gm.get_parameter(node.target) if "." in node.target \
+                else getattr(gm, node.target)
+            return
+        cuda = self._side is not None
+        lid = self.lid[node]
+        i = self.index.get(lid)
+        offload = self.offload[i] if i is not None and not recompute else ()
+        before = torch.cuda.current_stream().record_event() if cuda and offload else None
+        args = fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+        packing = not recompute and (lid in self.candidates or any(
+            buf.get(a) in self.candidates for a in node.all_input_nodes))
+        if packing:
+            self._inputs = {_sid(env[a]): buf[a] for a in node.all_input_nodes
+                            if a in buf and isinstance(env.get(a), torch.Tensor)}
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                result = _call(gm, node, args, kwargs)
+        else:
+            result = _call(gm, node, args, kwargs)
+        del args, kwargs
+        env[node] = result
+        new, self._new = self._new, {}
+        if isinstance(result, torch.Tensor):
+            ins = self._inputs if packing else {
+                _sid(env[a]): buf[a] for a in node.all_input_nodes
+                if a in buf and isinstance(env.get(a), torch.Tensor)}
+            sid = _sid(result)
+            buf[node] = ins.get(sid, lid)  # in place or a view: alias
+            if sid in new and buf[node] in self.candidates:
+                self._handles[buf[node]] = new[sid]
+        self._inputs = {}
+        if isinstance(result, torch.Tensor) and i is not None and not recompute:
+            fn = result.grad_fn
+            if fn is not None and i in self.hooked:
+                fn.register_prehook(lambda g, i=i: self._backward_start(i))
+            if offload:
+                events = []
+                moved = []
+                for b in offload:
+                    h = self._handles.get(b)
+                    if h is not None and h.gpu is not None:
+                        events.append(self._offload_now(h, before))
+                        moved.append(h)
+                self._by_layer[i] = moved
+                if self.sync and cuda and events:
+                    for ev in events:
+                        torch.cuda.current_stream().wait_event(ev)
+
+    def _run_segment(self, nodes: list[fx.Node]) -> None:
+        """NOTE [planned runtime]: ``nodes`` under torch.utils.checkpoint (non-reentrant):
+        what they save is dropped and made again before their backward pass."""
+        env, buf = self._env, self._buf
+        inside = set(nodes)
+        ext = []
+        for n in nodes:
+            for a in n.all_input_nodes:
+                if a not in inside and a not in ext:
+                    ext.append(a)
+        outs = [n for n in nodes if any(u not in inside for u in n.users)]
+        last: dict[fx.Node, fx.Node] = {}
+        for n in nodes:
+            for a in n.all_input_nodes:
+                last[a] = n
+        calls = [0]
+
+        def run(*vals: Any) -> tuple[Any, ...]:
+            calls[0] += 1
+            again = calls[0] > 1  # the recompute, in backward
+            saved_env, saved_buf = self._env, self._buf
+            local = dict(zip(ext, vals))
+            lbuf = {a: buf.get(a, self.lid[a]) for a in ext}
+            self._env, self._buf = local, lbuf
+            try:
+                for n in nodes:
+                    self._run_node(n, recompute=again)
+                    for a in n.all_input_nodes:
+                        if last.get(a) is n and a not in outs and a not in ext:
+                            local.pop(a, None)
+                return tuple(local[o] for o in outs)
+            finally:
+                self._env, self._buf = saved_env, saved_buf
+                if not again:
+                    for o in outs:
+                        buf[o] = lbuf.get(o, self.lid[o])
+
+        results = checkpoint(run, *[env[a] for a in ext], use_reentrant=False)
+        self.stats["recomputed_segments"] += 1
+        for o, v in zip(outs, results):
+            env[o] = v
+
+
+def _call(gm: fx.GraphModule, node: fx.Node, args: Any, kwargs: Any) -> Any:
+    if node.op == "call_module":
+        return gm.get_submodule(node.target)(*args, **kwargs)
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)
+    return getattr(args[0], node.target)(*args[1:], **kwargs)
+
+
+def _split_graph(gm: fx.GraphModule, lid: dict[fx.Node, str], first: str, last: str,
+                 parts: int) -> None:
+    """NOTE [batch split]: run the nodes ``first..last`` on ``parts`` slices of the batch,
+    named as vdnnsim.split names the layers of the trace it reshapes."""
+    graph = gm.graph
+    order = list(graph.nodes)
+    where = {lid[n]: k for k, n in enumerate(order)}
+    if first not in where or last not in where or where[first] > where[last]:
+        raise ValueError(f"split {first}..{last}: no such run of layers in the model")
+    seg = order[where[first]:where[last] + 1]
+    inside = set(seg)
+    for n in seg:
+        if n.op == "call_module" and isinstance(gm.get_submodule(n.target),
+                                                nn.modules.batchnorm._BatchNorm):
+            raise ValueError(f"split {first}..{last}: {lid[n]} is a batch norm; it couples "
+                             f"the samples of a batch")
+    ext = []
+    for n in seg:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in ext:
+                ext.append(a)
+    outs = [n for n in seg if any(u not in inside for u in n.users)]
+    copies: list[dict[fx.Node, fx.Node]] = []
+    with graph.inserting_before(seg[0]):
+        pieces = {}
+        for a in ext:
+            if a.op == "get_attr":
+                continue
+            sp = graph.call_function(torch.chunk, (a, parts, 0))
+            lid[sp] = f"{lid[a]}_split"
+            pieces[a] = sp
+        for p in range(parts):
+            env: dict[fx.Node, fx.Node] = {}
+            for a in ext:
+                if a in pieces:
+                    c = graph.call_function(operator.getitem, (pieces[a], p))
+                    lid[c] = chunk_name("data" if a.op == "placeholder" else lid[a], p)
+                    env[a] = c
+                else:
+                    env[a] = a
+            for n in seg:
+                c = graph.node_copy(n, lambda a: env[a])
+                lid[c] = part_name(lid[n], p)
+                env[n] = c
+            copies.append(env)
+        for o in outs:
+            cat = graph.call_function(torch.cat, ([env[o] for env in copies], 0))
+            lid[cat] = lid[o]
+            o.replace_all_uses_with(cat)
+    for n in reversed(seg):
+        for u in list(n.users):
+            if u not in inside:
+                raise ValueError(f"split {first}..{last}: {lid[u]} still reads {lid[n]}")
+        graph.erase_node(n)
+    graph.lint()

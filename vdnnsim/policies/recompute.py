@@ -51,8 +51,20 @@ def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, 
         raise ConfigError(f"policy {name}: option algo must be m or p, got {short_repr(algo)}")
     check_options(name, opts, {"segments", "offload", "algo"})
     segs = sequential_segments(n, segments)
-    plan = vdnn_plan(trace, which, algo_choice(trace, algo), c.sync, name, c.prefetch,
-                     c.reading, c.distance, c.placement)
+    plan = with_segments(trace, segs, which, algo_choice(trace, algo), c.sync, name,
+                         c.prefetch, c.reading, c.distance, c.placement)
+    return replace(plan, notes=(f"{len(segs)} checkpointed segment(s) of {n // segments} "
+                                f"layers, offload {which}",))
+
+
+def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
+                  algos: tuple[int, ...], sync: bool = True, name: str = "checkpoint",
+                  prefetch: bool = True, reading: str = "measured", distance: int = 0,
+                  placement: str = "best") -> Plan:
+    """NOTE [recompute]: checkpointed ``segs`` with vDNN's offload of ``which`` ('none',
+    'conv' or 'all') among the buffers the checkpointing keeps."""
+    n = len(trace.layers)
+    plan = vdnn_plan(trace, which, algos, sync, name, prefetch, reading, distance, placement)
     if which != "none" and segs:  # never offload what the checkpointing drops or rereads
         lv = liveness(trace)
         held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
@@ -61,17 +73,15 @@ def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, 
             dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
             skip |= dropped | inputs
         offload = tuple(tuple(b for b in o if b not in skip) for o in plan.offload)
-        if not c.prefetch:
+        if not prefetch:
             schedule = (-1,) * n
-        elif c.distance:
-            schedule = distance_schedule(offload, c.distance)
+        elif distance:
+            schedule = distance_schedule(offload, distance)
         else:
             schedule = find_prefetch_schedule(trace, offload,
-                                              policy_marks(trace, which, c.reading))
+                                              policy_marks(trace, which, reading))
         plan = replace(plan, offload=offload, prefetch=schedule)
-    return replace(plan, recompute=segs, runtime=which != "none",
-                   notes=(f"{len(segs)} checkpointed segment(s) of {n // segments} layers, "
-                          f"offload {which}",))
+    return replace(plan, recompute=segs, runtime=which != "none")
 
 
 register("checkpoint", checkpoint, "activation checkpointing as checkpoint_sequential does "

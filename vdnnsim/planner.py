@@ -111,9 +111,7 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
             except ConfigError:
                 continue
             st.__dict__["_split"] = ((first, last, parts),)
-            a = st.layer_index(part_name(first, 0))
             size = trace.layer_index(last) - trace.layer_index(first) + 1
-            step = size + 1  # each part follows its chunk layer(s)
             starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
             per_part = tuple((s0, s0 + size - 1) for s0 in starts)
             rest = st.layer_index(last) + 1  # the concat, then the unsplit layers
@@ -123,7 +121,6 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
                 found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
                 if found is not None and (best is None or found[1] < best[1]):
                     best = found
-            del a, step
     return (best[0] if best else None), search
 
 

@@ -360,13 +360,7 @@ class VDNN(nn.Module):
         """NOTE [planned runtime]: ``nodes`` under torch.utils.checkpoint (non-reentrant):
         what they save is dropped and made again before their backward pass."""
         env, buf = self._env, self._buf
-        inside = set(nodes)
-        ext = []
-        for n in nodes:
-            for a in n.all_input_nodes:
-                if a not in inside and a not in ext:
-                    ext.append(a)
-        outs = [n for n in nodes if any(u not in inside for u in n.users)]
+        ext, outs = _boundary(nodes)
         last: dict[fx.Node, fx.Node] = {}
         for n in nodes:
             for a in n.all_input_nodes:
@@ -399,6 +393,17 @@ class VDNN(nn.Module):
             env[o] = v
 
 
+def _boundary(nodes: list[fx.Node]) -> tuple[list[fx.Node], list[fx.Node]]:
+    """What a run of nodes reads from before it, and which of them are read after it."""
+    inside = set(nodes)
+    ext: list[fx.Node] = []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in ext:
+                ext.append(a)
+    return ext, [n for n in nodes if any(u not in inside for u in n.users)]
+
+
 def _call(gm: fx.GraphModule, node: fx.Node, args: Any, kwargs: Any) -> Any:
     if node.op == "call_module":
         return gm.get_submodule(node.target)(*args, **kwargs)
@@ -423,12 +428,7 @@ def _split_graph(gm: fx.GraphModule, lid: dict[fx.Node, str], first: str, last: 
                                                 nn.modules.batchnorm._BatchNorm):
             raise ValueError(f"split {first}..{last}: {lid[n]} is a batch norm; it couples "
                              f"the samples of a batch")
-    ext = []
-    for n in seg:
-        for a in n.all_input_nodes:
-            if a not in inside and a not in ext:
-                ext.append(a)
-    outs = [n for n in seg if any(u not in inside for u in n.users)]
+    ext, outs = _boundary(seg)
     copies: list[dict[fx.Node, fx.Node]] = []
     with graph.inserting_before(seg[0]):
         pieces = {}

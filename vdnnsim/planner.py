@@ -203,9 +203,8 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                              for a, b in sequential_segments(m, k))
         for which in ("none", "all"):
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
-            cp = replace(cp, policy="planned", runtime=True, trace=_plan(
-                trace, fastest, set(), cands, segs).trace, split=trace.__dict__.get(
-                    "_split", ()))
+            cp = replace(cp, policy="planned", runtime=True, trace=trace,
+                         split=trace.__dict__.get("_split", ()))
             sim = _run(trace, gpu, cp, budget, search)
             if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "

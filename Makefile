@@ -30,6 +30,7 @@ bench: $(CORE)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_sweep.py
 	$(BIN)/python bench/bench_validate.py
+	$(BIN)/python bench/bench_planner.py
 
 fuzz: $(DEV)
 	$(BIN)/python bench/fuzz.py --seed 1 --cases 10000 --out fuzz-failures

@@ -25,6 +25,15 @@ from vdnnsim.trace import trace_from_dict  # noqa: E402
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.fixture
+def no_tf32():
+    """float32 arithmetic in cuDNN and cuBLAS for the test, restored after it."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def _vgg_like() -> nn.Module:
     """Wide early layers, as VGG's: where a batch split pays."""
     return nn.Sequential(
@@ -58,12 +67,12 @@ def _trace(model: nn.Module, batch: int):
     return trace_from_dict(assemble(p), "t")
 
 
-def _plan(model: nn.Module, batch: int, share: float) -> dict:
+def _plan(model: nn.Module, batch: int, share: float, method: str = "auto") -> dict:
     """The planner's plan at ``share`` of the unconstrained peak (the preset's H200 times:
     which plan wins does not matter here, only that the runtime runs it)."""
     trace, gpu = _trace(model, batch), resolve_gpu("h200")
     peak = run_trace(trace, gpu, "eager", record=False).peak_memory_bytes
-    plan, _ = search_plan(trace, gpu, int(peak * share))
+    plan, _ = search_plan(trace, gpu, int(peak * share), method=method)
     assert plan is not None
     t = plan.trace if plan.trace is not None else trace
     return plan_to_dict(t, gpu, int(peak * share), plan, {})
@@ -90,27 +99,33 @@ def _run(model, plan, device, batch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("share,kind", [(0.6, "checkpoint"), (0.4, "offload")])
+@pytest.mark.parametrize("share,kind,method", [(0.6, "checkpoint", "greedy"),
+                                               (0.4, "offload", "greedy"),
+                                               (0.4, "both", "milp")])
 def test_checkpointing_and_offloading_plans_keep_every_gradient_bit_identical(
-        device, share, kind):
+        device, share, kind, method):
+    """The greedy search's plans at 60% and 40% of the peak checkpoint and offload; the
+    MILP's at 40% does both (NOTE [milp planner])."""
     if device == "cuda":
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     model = _residual()
-    plan = _plan(model, 16, share)
+    plan = _plan(model, 16, share, method)
     assert not plan["split"]  # batch norm couples the samples: no split is offered
     offloads = sum(len(r.get("offload", ())) for r in plan["layers"])
-    assert (bool(plan["recompute"]), offloads > 0) == (kind == "checkpoint",
-                                                       kind == "offload")
+    assert (bool(plan["recompute"]), offloads > 0) == (kind != "offload", kind != "checkpoint")
     base, got, net = _run(model, plan, device, 16)
     assert net.stats["recomputed_segments"] == len(plan["recompute"])
-    assert (net.stats["offloads"] > 0) == (kind == "offload")
+    assert (net.stats["offloads"] > 0) == (kind != "checkpoint")
     assert net.stats["offloaded_bytes"] == net.stats["prefetched_bytes"] + \
         net.stats["on_demand_bytes"]
     assert all(torch.equal(base[k], got[k]) for k in base)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_split_plan_changes_only_the_split_layers_weight_gradients(device):
+def test_a_split_plan_changes_only_the_split_layers_weight_gradients(device, no_tf32):
+    """On CUDA with TF32 off: TF32 convolutions round each product to a 10-bit mantissa,
+    so a regrouped sum differs by about 1e-3 of the gradient, not by float32's rounding
+    (seen on the H200: 1.4% on one weight)."""
     if device == "cuda":
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     model = _vgg_like()

@@ -116,10 +116,20 @@ def test_resnet50_256_in_12_gib_on_the_h200_recomputes_and_replays(tmp_path):
     assert r.iteration_time_ns < vdnn_all.iteration_time_ns / 3
 
 
-@pytest.mark.parametrize("model,limit", [("vgg16", 1.5), ("resnet50", 2.0)])
-def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, limit):
-    """traces/h200_plans: each plan measured under a 12 GiB cap on the H200 (committed);
-    the simulator replays the same plan file on the profiled trace."""
+VGG_MILP_MISS = ("the MILP's VGG-16 plan ran 25% slower than predicted on the H200 "
+                 "(258.6 ms, 206.7 predicted; memory exact): docs/beyond-vdnn.md, "
+                 "'Measured on the H200'")
+
+
+@pytest.mark.parametrize("model,limit,kind", [
+    ("vgg16", 1.5, "plan"), ("resnet50", 2.0, "plan"),
+    pytest.param("vgg16", 1.5, "milp", marks=pytest.mark.xfail(strict=True,
+                                                                reason=VGG_MILP_MISS)),
+    ("resnet50", 2.0, "milp")])
+def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, limit, kind):
+    """traces/h200_plans: each plan measured under a 12 GiB cap on the H200 (committed),
+    the greedy search's (``plan``) and the MILP's; the simulator replays the same plan
+    file on the profiled trace."""
     import json
     from pathlib import Path
 
@@ -127,12 +137,13 @@ def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, l
     from vdnnsim.trace import load_trace
     root = Path(__file__).resolve().parent.parent / "traces"
     base = json.loads((root / f"h200_plans/{model}_baseline.json").read_text())
-    got = json.loads((root / f"h200_plans/{model}_planned.json").read_text())
+    record = "planned" if kind == "plan" else "milp"
+    got = json.loads((root / f"h200_plans/{model}_{record}.json").read_text())
     assert got["fits"] and got["memory_cap_bytes"] == 12 * 2**30
     assert got["iteration_ms"] <= limit * base["iteration_ms"]
     r = run_trace(load_trace(root / f"h200/{model}_b256.yaml"), resolve_gpu("h200"),
-                  "planned", {"file": str(root / f"h200_plans/{model}_b256_12GiB.plan.yaml")},
+                  "planned", {"file": str(root / f"h200_plans/{model}_b256_12GiB.{kind}.yaml")},
                   memory_bytes=12 * 2**30, record=False)
     assert r.fits
-    assert abs(r.iteration_time_ns / 1e6 / got["iteration_ms"] - 1) <= 0.10
     assert abs(r.peak_memory_bytes / got["peak_allocated_bytes"] - 1) <= 0.03
+    assert abs(r.iteration_time_ns / 1e6 / got["iteration_ms"] - 1) <= 0.10

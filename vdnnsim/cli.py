@@ -96,7 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         network = str(Path(base) / network)
     with in_file(args.config, "network"):
         trace = build_trace(network, cfg.batch_size, gpu, cfg.dtype)
-    plan, search = search_plan(trace, gpu, budget)
+    plan, search = search_plan(trace, gpu, budget, method=args.method)
     GiB = 2**30
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
@@ -532,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("config", help="run config YAML (its network, batch size and GPU)")
     pn.add_argument("--budget", required=True, help="memory budget, e.g. '12 GiB'")
     pn.add_argument("--output", "-o", default=None, help="plan file to write (YAML)")
+    pn.add_argument("--method", choices=["auto", "milp", "greedy"], default="auto",
+                    help="the exact MILP (NOTE [milp planner]), the greedy search (NOTE "
+                    "[planner]), or both where the MILP is tractable (default)")
     pn.set_defaults(fn=cmd_plan)
 
     mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")

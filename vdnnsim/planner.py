@@ -26,8 +26,8 @@ formula):
 
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks (NOTE [offload marks]). It is a heuristic: no
-claim of optimality (an exact formulation, an MILP over keep/offload/recompute, is not
-built); each plan's memory and time are the engine's. A plan is written as a YAML file
+claim of optimality (the exact program is NOTE [milp planner] in milp.py; ``method='auto'``
+runs both and keeps the faster); each plan's memory and time are the engine's. A plan is written as a YAML file
 (``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
 segments) that the ``planned`` policy replays.
 """
@@ -97,11 +97,13 @@ def split_candidates(trace: Trace) -> list[tuple[str, str]]:
     return out
 
 
-def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
-                ) -> tuple[Plan | None, Search]:
-    """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none)."""
-    search = Search()
-    best = _search(trace, gpu, budget, max_steps, search)
+METHODS = ("auto", "milp", "greedy")
+
+
+def split_structures(trace: Trace, gpu: GPU):
+    """NOTE [planner], step 5: per split candidate and slice count, ((first, last, parts),
+    the split trace, each slice's (first, last) layer index in it, the index of the first
+    layer after the slices: the concat, then the unsplit layers)."""
     for first, last in split_candidates(trace):
         for parts in (2, 4):
             if trace.batch_size % parts:
@@ -110,17 +112,54 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400
                 st = split_trace(trace, gpu, first, last, parts)
             except ConfigError:
                 continue
-            st.__dict__["_split"] = ((first, last, parts),)
             size = trace.layer_index(last) - trace.layer_index(first) + 1
             starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
-            per_part = tuple((s0, s0 + size - 1) for s0 in starts)
-            rest = st.layer_index(last) + 1  # the concat, then the unsplit layers
-            for segs in ((), per_part):
-                tag = (f"split {first}..{last} in {parts}"
-                       + (", each part checkpointed" if segs else ""))
-                found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
-                if found is not None and (best is None or found[1] < best[1]):
-                    best = found
+            yield ((first, last, parts), st, tuple((s0, s0 + size - 1) for s0 in starts),
+                   st.layer_index(last) + 1)
+
+
+def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
+                method: str = "auto") -> tuple[Plan | None, Search]:
+    """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none).
+    ``method``: 'greedy' (this module's search), 'milp' (NOTE [milp planner]) or 'auto'
+    (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
+    faster engine-checked answer; the greedy search alone above it)."""
+    if method not in METHODS:
+        raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
+                          f"{short_repr(method)}")
+    from . import milp
+
+    search = Search()
+    exact = None
+    if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
+        plan, ns, report = milp.milp_plan(trace, gpu, budget)
+        search.simulations += report.simulations
+        kept = [(tag, s) for tag, s in report.solutions if s.engine_ns is not None]
+        search.steps.append(f"MILP: {len(report.solutions)} structures, {len(kept)} with an "
+                            f"engine-checked plan, {report.seconds:.1f} s")
+        for tag, s in kept:
+            search.steps.append(f"MILP, {tag}: {s.engine_ns / 1e6:.1f} ms (program "
+                                f"{s.objective_ns / 1e6:.1f} ms, {s.rounds} round(s)"
+                                f"{'' if s.optimal else ', not proven optimal'})")
+        if plan is not None:
+            exact = (plan, ns)
+        if method == "milp":
+            return (plan, search)
+    best = _search(trace, gpu, budget, max_steps, search)
+    for (first, last, parts), st, per_part, rest in split_structures(trace, gpu):
+        st.__dict__["_split"] = ((first, last, parts),)
+        for segs in ((), per_part):
+            tag = (f"split {first}..{last} in {parts}"
+                   + (", each part checkpointed" if segs else ""))
+            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
+            if found is not None and (best is None or found[1] < best[1]):
+                best = found
+    if exact is not None:
+        search.steps.append(f"greedy search: {best[1] / 1e6:.1f} ms" if best else
+                            "greedy search: nothing fits")
+        if best is None or exact[1] < best[1]:
+            search.steps.append(f"the MILP's plan is taken: {exact[1] / 1e6:.1f} ms")
+            best = exact
     return (best[0] if best else None), search
 
 

@@ -42,13 +42,15 @@ def rows():
             r = run_trace(trace, gpu, policy, opts, memory_bytes=12 * GiB, record=False)
             out.append((title, label, r.fits, r.iteration_time_ns / ref,
                         r.peak_memory_bytes / GiB))
-        plan, _ = search_plan(trace, gpu, 12 * GiB)
-        if plan is None:
-            out.append((title, "planner", False, float("nan"), float("nan")))
-        else:
+        for method in ("greedy", "milp"):
+            plan, _ = search_plan(trace, gpu, 12 * GiB, method=method)
+            label = f"planner, {'MILP' if method == 'milp' else method}"
+            if plan is None:
+                out.append((title, label, False, float("nan"), float("nan")))
+                continue
             t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
             sim = Simulation(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False).run()
-            out.append((title, "planner", sim.pool.oom is None, sim.end_ns / ref,
+            out.append((title, label, sim.pool.oom is None, sim.end_ns / ref,
                         sim.pool.peak_live_bytes / GiB))
     return out
 

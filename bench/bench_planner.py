@@ -1,0 +1,56 @@
+"""Planner speed and quality: the greedy search (NOTE [planner]) against the MILP (NOTE
+[milp planner]) on the paper's VGG-16 (256) in a 12 GiB K40 and the H200's profiled
+VGG-16 and ResNet-50 (256) under a 12 GiB cap: wall time (median of several runs, in one
+process) and each plan's engine-checked step time, so the ratio of the two is read off one
+run.
+
+    .venv/bin/python bench/bench_planner.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from vdnnsim.api import build_trace, resolve_gpu
+from vdnnsim.engine.sim import Simulation
+from vdnnsim.planner import search_plan
+from vdnnsim.trace import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+
+
+def cases():
+    k40 = resolve_gpu("k40")
+    yield "K40 VGG-16 (256)", build_trace("vgg16", 256, k40), k40
+    h200 = resolve_gpu("h200")
+    for name in ("vgg16_b256", "resnet50_b256"):
+        yield f"H200 {name}", load_trace(ROOT / "traces/h200" / f"{name}.yaml"), h200
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    print(f"{'case':22s} {'method':7s} {'wall s':>7s} {'plan ms':>9s}")
+    for label, trace, gpu in cases():
+        for method in ("greedy", "milp"):
+            walls = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                plan, _ = search_plan(trace, gpu, 12 * GiB, method=method)
+                walls.append(time.perf_counter() - t0)
+            ms = float("nan")
+            if plan is not None:
+                sim = Simulation(plan.trace or trace, gpu, plan, 12 * GiB,
+                                 record_ops=False).run()
+                ms = sim.end_ns / 1e6
+            print(f"{label:22s} {method:7s} {statistics.median(walls):7.2f} {ms:9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

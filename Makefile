@@ -1,6 +1,6 @@
 # make demo: set up a virtual environment and run the built-in demo.
-# make test: set up with vdnnsim[dev,torch] (test dependencies, torch and torchvision) and run
-#            the test suite.
+# make test: set up with vdnnsim[dev,torch,hf] (test dependencies, torch, torchvision and
+#            transformers) and run the test suite.
 # make fuzz: a 10,000-case fuzzing campaign (bench/fuzz.py); failing inputs go to fuzz-failures/.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -17,7 +17,7 @@ $(CORE): setup.cfg pyproject.toml
 	touch $(CORE)
 
 $(DEV): $(CORE)
-	$(BIN)/python -m pip install -q -e '.[dev,torch]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,hf]'
 	touch $(DEV)
 
 demo: $(CORE)

@@ -388,6 +388,24 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_kwargs(pairs: list[str] | None) -> dict:
+    """NOTE [workloads]: ``--model-arg KEY=VALUE`` (repeatable), VALUE read as YAML."""
+    import yaml
+
+    from .errors import ConfigError
+    out = {}
+    for p in pairs or []:
+        key, eq, value = p.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise ConfigError(f"--model-arg {p!r}: use KEY=VALUE (a keyword of the model's "
+                              "factory or config)")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--model-arg {p!r}: the value is not a YAML scalar") from None
+    return out
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     _need_torch()
     import torch
@@ -395,6 +413,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from .errors import ConfigError
     from .gpu.measure import measure
 
+    kwargs = _model_kwargs(args.model_arg)
     if not torch.cuda.is_available():
         raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
     cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
@@ -418,7 +437,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
     try:
         rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
-                      args.dtype, plan)
+                      args.dtype, plan, args.optimizer, args.seq_len, args.input, kwargs)
     except ValueError as exc:  # a plan the model cannot run
         raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
@@ -577,7 +596,17 @@ def build_parser() -> argparse.ArgumentParser:
     pf.set_defaults(fn=cmd_profile)
 
     ms = sub.add_parser("measure", help="time and measure real training steps on the GPU")
-    ms.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
+    ms.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME, hf:NAME "
+                    "(transformers, from a config in the repository) or package.module:factory "
+                    "(NOTE [workloads])")
+    ms.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
+                    help="a keyword argument of the factory, or a config key of an hf: model "
+                    "(repeatable)")
+    ms.add_argument("--input", default=None, help="a factory's input: image:C,H,W[:CLASSES] "
+                    "or tokens:SEQ:VOCAB")
+    ms.add_argument("--seq-len", type=int, default=None,
+                    help="sequence length of an hf: language model (default: up to 512)")
+    ms.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
     ms.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     ms.add_argument("--policy", default="baseline",
                     choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned"])
@@ -587,7 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cap the allocator at this many GiB (emulates a smaller card)")
     ms.add_argument("--warmup", type=int, default=3)
     ms.add_argument("--iters", type=int, default=5)
-    ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",
+                                                        "autocast-bf16", "autocast-fp16"],
+                    help="fp32; pure bf16/fp16; or fp32 weights under torch.autocast "
+                    "(fp16 with a GradScaler)")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
 
@@ -633,10 +665,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("iters", 1, 10_000, "each is a timed training step"),
             ("warmup", 0, 10_000, "each is a training step"),
             ("workers", 1, 1024, "one process per core is the most that helps"),
-            ("limit", 1, 2**40, "the search doubles the batch up to this")):
+            ("limit", 1, 2**40, "the search doubles the batch up to this"),
+            ("seq_len", 1, 2**20, "tokens a sample: a model's positions are far fewer")):
         value = getattr(args, name, None)
         if value is not None and not least <= value <= most:
-            parser.error(f"--{name} must be from {least} to {most:,} ({why})")
+            parser.error(f"--{name.replace('_', '-')} must be from {least} to {most:,} ({why})")
     cap = getattr(args, "memory_cap_gb", None)
     if cap is not None and not (math.isfinite(cap) and 0 < cap <= 2**50 / 1e9):
         parser.error("--memory-cap-gb must be more than 0 and finite")

@@ -1,8 +1,10 @@
 """The measurement harness: real training iterations on a CUDA GPU.
 
 NOTE [measurement]
-One SGD training step is zero_grad(set_to_none=True), forward, cross-entropy loss, backward
-and the optimizer step, on a random batch that stays on the GPU. After warm-up steps
+One training step is zero_grad(set_to_none=True), forward, the loss, backward and the
+optimizer step (SGD unless asked otherwise) on a random batch that stays on the GPU; the
+model, its batch, loss, precision and optimizer are a workload's (NOTE [workloads] in
+workload.py: CNNs, transformers models, any nn.Module factory). After warm-up steps
 (cudnn.benchmark autotunes there) the allocator's peak statistics are reset and several
 steps are timed with CUDA events; the median step time and the peak allocated and reserved
 bytes over the timed steps are reported. With a cap, the caching allocator's per-process
@@ -26,19 +28,23 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from .models import build_model
-from .profile import DTYPES, software
+from .profile import software
 from .runtime import VDNN
+from .workload import DTYPES, build_workload, training_step
 
 POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
 
 
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
-            dtype: str = "fp32", plan: dict[str, Any] | None = None) -> dict[str, Any]:
-    """NOTE [measurement]; ``plan``: a plan file's contents, for policy 'planned'."""
+            dtype: str = "fp32", plan: dict[str, Any] | None = None,
+            optimizer: str = "sgd", seq_len: int | None = None,
+            input_spec: str | None = None,
+            model_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """NOTE [measurement]; ``plan``: a plan file's contents, for policy 'planned';
+    ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
+    autocast-fp16)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
@@ -50,36 +56,39 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     torch.backends.cudnn.benchmark = True
     record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
+                              "optimizer": optimizer,
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
         record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
                                                     "predicted", "split", "recompute")}
-    model = runtime = opt = x = y = None
+    work = runtime = step = None
     try:
         if memory_cap_bytes:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
-        model, shape, _ = build_model(model_spec)
-        model = model.to(dev, DTYPES[dtype]).train()
-        runtime = VDNN(model, shape, policy) if policy.startswith("vdnn") else \
-            VDNN(model, shape, policy, plan=plan) if plan is not None else model
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(batch_size, *shape, device=dev, dtype=DTYPES[dtype])
-        y = torch.randint(0, 1000, (batch_size,), device=dev)
+        with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
+            work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
+        record.update(input_kind=work.kind, input_shape=list(work.shape),
+                      parameters=sum(p.numel() for p in work.model.parameters()))
+        if policy != "baseline" and (work.kind != "image" or work.hf_task):
+            raise ValueError(f"policy {policy!r} runs image models only so far (the vDNN "
+                             "runtime probes an image input)")
         ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
             if policy == "save_on_cpu" else contextlib.nullcontext
+        work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
+        if policy.startswith("vdnn"):
+            runtime = VDNN(work.model, work.shape, policy)
+        elif plan is not None:
+            runtime = VDNN(work.model, work.shape, policy, plan=plan)
+        step = training_step(work, batch_size, dev, dtype, optimizer, runner=runtime,
+                             context=ctx)
 
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            with ctx():
-                out = runtime(x)
-                loss = F.cross_entropy(out, y)
-            loss.backward()
-            opt.step()
-            if isinstance(runtime, VDNN):
+        def run_step() -> None:
+            step()
+            if runtime is not None:
                 runtime.end_iteration()
 
         for _ in range(warmup):
-            step()
+            run_step()
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_stats(dev)
@@ -88,7 +97,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter()
             s.record()
-            step()
+            run_step()
             e.record()
             host.append((time.perf_counter() - t0) * 1e3)
             e.synchronize()
@@ -106,26 +115,24 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
         # so that its reserved peak is one iteration's own (NOTE [measurement])
         phases = {}
-        opt.zero_grad(set_to_none=True)
+        step.optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
         phases["start"] = torch.cuda.memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         reserved = []
-        with ctx():
-            out = runtime(x)
-            loss = F.cross_entropy(out, y)
+        loss = step.forward()
         phases["forward_peak"] = torch.cuda.max_memory_allocated(dev)
         phases["after_forward"] = torch.cuda.memory_allocated(dev)
         reserved.append(torch.cuda.max_memory_reserved(dev))
         torch.cuda.reset_peak_memory_stats(dev)
-        loss.backward()
-        del out, loss
+        step.backward(loss)
+        del loss
         phases["backward_peak"] = torch.cuda.max_memory_allocated(dev)
         phases["after_backward"] = torch.cuda.memory_allocated(dev)
         reserved.append(torch.cuda.max_memory_reserved(dev))
         torch.cuda.reset_peak_memory_stats(dev)
-        opt.step()
+        step.update()
         phases["step_peak"] = torch.cuda.max_memory_allocated(dev)
         if isinstance(runtime, VDNN):
             runtime.end_iteration()
@@ -138,7 +145,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     finally:
-        del model, runtime, opt, x, y
+        del work, runtime, step
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(1.0, dev)

@@ -1,0 +1,185 @@
+"""NOTE [workloads] and NOTE [hf models]: model specs beyond torchvision (transformers from
+configs in the repository, any nn.Module factory), precisions and optimizers, on the CPU;
+and the committed H200 measurements of transformer steps. Skipped without torch (and,
+for hf: models, without transformers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vdnnsim.errors import ConfigError  # noqa: E402
+from vdnnsim.gpu.workload import build_workload, parse_input, training_step  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    import transformers  # noqa: F401
+    HAS_HF = True
+except ImportError:
+    HAS_HF = False
+needs_hf = pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+
+# parameter counts of the published models (GPT-2's 124,439,808 and 354,823,168, BERT-base
+# with its masked-LM head, ViT-B/16 with a 1,000-class head); the Llama-style file is the
+# shape of TinyLlama-1.1B, whose count this is
+PARAMS = {"gpt2": 124_439_808, "gpt2-medium": 354_823_168,
+          "bert-base-uncased": 109_514_298, "google/vit-base-patch16-224": 86_567_656,
+          "llama-1b": 1_100_048_384}
+
+
+@needs_hf
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_each_shipped_config_builds_offline_on_the_meta_device(name):
+    with torch.device("meta"):
+        w = build_workload(f"hf:{name}")
+    assert sum(p.numel() for p in w.model.parameters()) == PARAMS[name]
+    assert w.model.config._attn_implementation == "sdpa"
+    if name.startswith("google/vit"):
+        assert (w.kind, w.shape, w.classes) == ("image", (3, 224, 224), 1000)
+    else:
+        assert w.kind == "tokens" and w.shape == (512,)
+
+
+@needs_hf
+def test_gpt2_ties_its_output_layer_to_the_embedding_and_llama_does_not():
+    with torch.device("meta"):
+        gpt2 = build_workload("hf:gpt2").model
+        llama = build_workload("hf:llama-1b").model
+    assert gpt2.lm_head.weight is gpt2.transformer.wte.weight
+    assert llama.lm_head.weight is not llama.model.embed_tokens.weight
+
+
+@needs_hf
+@pytest.mark.parametrize("precision,weights,moments", [
+    ("fp32", torch.float32, torch.float32),
+    ("bf16", torch.bfloat16, torch.bfloat16),
+    ("autocast-bf16", torch.float32, torch.float32),  # fp32 master weights
+])
+def test_an_adamw_step_keeps_two_moments_per_parameter(precision, weights, moments):
+    w = build_workload("hf:gpt2", seq_len=16, model_kwargs={"n_layer": 1, "n_embd": 64,
+                                                              "n_head": 2})
+    step = training_step(w, 2, "cpu", precision, "adamw")
+    before = {k: p.detach().clone() for k, p in w.model.named_parameters()}
+    loss = step.forward()
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    step.backward(loss)
+    step.update()
+    params = list(w.model.parameters())
+    assert all(p.dtype == weights for p in params)
+    assert len(step.optimizer.state) == len(params)
+    for p in params:
+        st = step.optimizer.state[p]
+        assert st["exp_avg"].shape == p.shape and st["exp_avg"].dtype == moments
+        assert st["exp_avg_sq"].shape == p.shape
+    same = {k for k, p in w.model.named_parameters() if torch.equal(p, before[k])}
+    if precision == "bf16":  # pure bf16: 1 - 1e-3 rounds back to 1 (the reason for fp32
+        # master weights): the layer norms' weights, all ones, do not move; the rest do
+        assert same and all(bool((before[k] == 1).all()) for k in same)
+    else:
+        assert not same
+
+
+def test_a_factory_with_keyword_arguments_and_an_input_spec():
+    w = build_workload("torch.nn:Linear", input_spec="image:1,1,12:7",
+                       model_kwargs={"in_features": 12, "out_features": 7})
+    assert (w.kind, w.shape, w.classes, w.name) == ("image", (1, 1, 12), 7, "torch.nn.Linear")
+    step = training_step(w, 3, "cpu", "fp32", "sgd")
+    step()
+    assert step.optimizer.state == {} or all(not s for s in step.optimizer.state.values())
+
+
+def test_a_token_factory_is_scored_per_token():
+    w = build_workload("torch.nn:Embedding", input_spec="tokens:5:11",
+                       model_kwargs={"num_embeddings": 11, "embedding_dim": 11})
+    batch = w.batch(2, "cpu")
+    assert batch["x"].shape == (2, 5) and int(batch["x"].max()) < 11
+    assert w.loss(w.model, batch).ndim == 0
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("image:3,224,224", ("image", (3, 224, 224), 1000)),
+    ("image:3x32x32:10", ("image", (3, 32, 32), 10)),
+    ("tokens:2048:32000", ("tokens", (2048,), 32000)),
+])
+def test_input_specs(text, expected):
+    assert parse_input(text) == expected
+
+
+@pytest.mark.parametrize("spec,kwargs,frag", [
+    ("torch.nn:Linear", {"input_spec": None}, "needs --input"),
+    ("torch.nn:Linear", {"input_spec": "pixels:3"}, "use image:C,H,W"),
+    ("no_such_pkg.mod:make", {"input_spec": "image:1,1,1"}, "cannot import no_such_pkg.mod"),
+    ("torch.nn:nothing_here", {"input_spec": "image:1,1,1"}, "has no callable nothing_here"),
+    ("torch.nn:Linear", {"input_spec": "image:1,1,1", "model_kwargs": {"bogus": 1}},
+     "unexpected keyword"),
+    ("builtins:dict", {"input_spec": "image:1,1,1", "model_kwargs": {"a": 4}},
+     "dict() returned dict, not an nn.Module"),
+    ("hf:no-such-model", {}, "no such config (shipped: bert-base-uncased"),
+    ("zoo:vgg16", {"seq_len": 12}, "take no --model-arg, --seq-len or --input"),
+    ("what", {}, "use torchvision:NAME, zoo:NAME, hf:NAME or package.module:factory"),
+])
+def test_bad_specs_are_clear_errors(spec, kwargs, frag):
+    if spec.startswith("hf:") and not HAS_HF:
+        pytest.skip("needs transformers")
+    kw = {"input_spec": None, **kwargs}
+    with pytest.raises(ConfigError) as e:
+        build_workload(spec, kw.get("seq_len"), kw["input_spec"], kw.get("model_kwargs"))
+    assert frag in str(e.value)
+
+
+@needs_hf
+def test_hf_spec_files_are_checked(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntask: translate\nconfig: {model_type: gpt2}\n")
+    with pytest.raises(ConfigError, match="task must be one of causal_lm"):
+        build_workload(f"hf:{bad}")
+    bad.write_text("name: x\ntask: causal_lm\nconfig: {model_type: gpt2}\nweights: hub\n")
+    with pytest.raises(ConfigError, match="unknown key"):
+        build_workload(f"hf:{bad}")
+    with pytest.raises(ConfigError, match="--seq-len must be from 1 to the model's 1024"):
+        with torch.device("meta"):
+            build_workload("hf:gpt2", seq_len=4096)
+
+
+@pytest.mark.parametrize("argv,frag", [
+    (["--model-arg", "depth"], "--model-arg 'depth': use KEY=VALUE"),
+    (["--seq-len", "0"], "--seq-len must be from 1"),
+])
+def test_measure_rejects_bad_arguments_in_one_line(argv, frag):
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", "hf:gpt2",
+                        "--batch", "1", *argv], capture_output=True, text=True)
+    assert r.returncode == 2 and frag in r.stderr and "Traceback" not in r.stderr
+
+
+def _records(name):
+    return [json.loads(x) for x in (ROOT / "traces/h200_hf" / name).read_text().splitlines()]
+
+
+def test_the_committed_h200_transformer_runs_are_the_set_the_readme_names():
+    main = _records("main.jsonl")
+    assert len(main) == 30 and all(r["fits"] and r["optimizer"] == "adamw" for r in main)
+    assert {r["model"] for r in main} == {f"hf:{n}" for n in PARAMS}
+    assert {r["dtype"] for r in main} == {"fp32", "autocast-bf16"}
+    assert len(_records("heldout.jsonl")) == 12
+
+
+@pytest.mark.parametrize("name", ["main.jsonl", "heldout.jsonl"])
+def test_adamw_state_is_two_fp32_moments_per_parameter_on_the_h200(name):
+    """Before a step (gradients freed), the GPU holds the fp32 weights, AdamW's two fp32
+    moments, the batch and what the framework keeps resident (cuBLAS workspaces, buffers):
+    3 x 4 bytes per parameter under autocast too (fp32 master weights)."""
+    for r in _records(name):
+        p, start = r["parameters"], r["phases"]["start"]
+        b = r["batch_size"]
+        if r["input_kind"] == "tokens":
+            batch = b * r["input_shape"][0] * 8  # int64 ids; the labels are the same tensor
+        else:
+            batch = b * 3 * r["input_shape"][1] * r["input_shape"][2] * 4 + b * 8
+        resident = start - batch - 3 * 4 * p
+        assert 0 <= resident <= 128 * 2**20, (r["model"], resident)

@@ -1,0 +1,219 @@
+"""What one training step runs: a model with its example batch and loss (``Workload``),
+and the step with its optimizer and precision (``training_step``).
+
+NOTE [workloads]
+Model specs:
+- ``zoo:NAME`` and ``torchvision:NAME``: image classifiers (NOTE in models.py): a batch of
+  3xHxW images and 1,000 classes, cross-entropy on the logits;
+- ``hf:NAME`` or ``hf:PATH.yaml``: a transformers model from a config in the repository
+  (NOTE [hf models] in hf.py); its task sets the batch (token ids of ``seq_len``, or
+  images) and the loss is the model's own;
+- ``package.module:factory``: any importable callable that returns an nn.Module, called
+  with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
+  (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
+  cross-entropy of the output's last dimension against random labels (one per image, or
+  one per token).
+
+Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
+("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
+forward pass and the loss under ``torch.autocast`` (which casts each op's inputs and
+caches the casts of the weights for the step), and for fp16 a ``torch.amp.GradScaler``
+that scales the loss and unscales the gradients before the step.
+
+Optimizers (``optimizer``): ``sgd`` (lr 1e-3, no momentum: no state), ``adam`` and
+``adamw`` (PyTorch's defaults, lr 1e-3: two moments per parameter in the parameter's
+dtype, allocated at the first step, and the foreach implementation on CUDA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16", "fp16", "autocast-bf16", "autocast-fp16")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Workload:
+    """NOTE [workloads]: a model, what a batch of it is, and its loss."""
+
+    model: nn.Module
+    name: str
+    kind: str  # 'image' or 'tokens'
+    shape: tuple[int, ...]  # per sample: (C, H, W) or (seq_len,)
+    classes: int  # classes (image) or vocabulary (tokens)
+    hf_task: str | None = None  # NOTE [hf models]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def batch(self, n: int, device, dtype: torch.dtype = torch.float32,
+              seed: int = 0) -> dict[str, torch.Tensor]:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        if self.kind == "image":
+            x = torch.randn(n, *self.shape, generator=g).to(device, dtype)
+            y = torch.randint(0, self.classes, (n,), generator=g).to(device)
+            return {"pixel_values" if self.hf_task else "x": x, "labels": y}
+        ids = torch.randint(0, self.classes, (n, *self.shape), generator=g).to(device)
+        return {"input_ids": ids, "labels": ids} if self.hf_task else {"x": ids, "labels": ids}
+
+    def loss(self, runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.hf_task:
+            return runner(**batch).loss
+        out = runner(batch["x"])
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]).float()
+                               if out.dtype in (torch.float16, torch.bfloat16)
+                               else out.reshape(-1, out.shape[-1]),
+                               batch["labels"].reshape(-1))
+
+
+_INPUT = re.compile(r"^(image):(\d+)[,x](\d+)[,x](\d+)(?::(\d+))?$|^(tokens):(\d+):(\d+)$")
+
+
+def parse_input(text: str) -> tuple[str, tuple[int, ...], int]:
+    """``image:3,224,224[:1000]`` or ``tokens:SEQ:VOCAB`` -> (kind, shape, classes)."""
+    m = _INPUT.match(text.strip()) if isinstance(text, str) else None
+    if not m:
+        raise ConfigError(f"input {text!r}: use image:C,H,W[:CLASSES] or tokens:SEQ:VOCAB")
+    if m.group(1):
+        shape = tuple(int(m.group(k)) for k in (2, 3, 4))
+        classes = int(m.group(5) or 1000)
+        kind = "image"
+    else:
+        shape, classes, kind = (int(m.group(7)),), int(m.group(8)), "tokens"
+    if min(shape) < 1 or classes < 1:
+        raise ConfigError(f"input {text!r}: sizes must be at least 1")
+    return kind, shape, classes
+
+
+def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None = None,
+                   model_kwargs: dict[str, Any] | None = None) -> Workload:
+    """NOTE [workloads]: the model of ``spec`` with its batch and loss."""
+    kind, _, name = spec.partition(":")
+    if kind in ("zoo", "torchvision"):
+        from .models import build_model
+        if model_kwargs or seq_len or input_spec:
+            raise ConfigError(f"{spec}: zoo and torchvision models take no --model-arg, "
+                              "--seq-len or --input")
+        model, shape, display = build_model(spec)
+        return Workload(model, display, "image", tuple(shape), 1000)
+    if kind == "hf" and name:
+        from . import hf
+        if input_spec:
+            raise ConfigError(f"{spec}: an hf: model's input comes from its config; use "
+                              "--seq-len for a language model")
+        model, hspec = hf.build(name, model_kwargs)
+        cfg = model.config
+        if hspec["task"] == "image_classification":
+            if seq_len:
+                raise ConfigError(f"{spec}: an image model takes no --seq-len")
+            size = cfg.image_size
+            return Workload(model, hspec["name"], "image", (cfg.num_channels, size, size),
+                            cfg.num_labels, hspec["task"], {"config": hspec["config"]})
+        most = getattr(cfg, "max_position_embeddings", None) or cfg.n_positions
+        seq = seq_len or min(512, most)
+        if not 1 <= seq <= most:
+            raise ConfigError(f"{spec}: --seq-len must be from 1 to the model's "
+                              f"{most} positions, got {seq}")
+        return Workload(model, hspec["name"], "tokens", (seq,), cfg.vocab_size,
+                        hspec["task"], {"config": hspec["config"]})
+    if kind and name and re.fullmatch(r"[A-Za-z_][\w.]*", kind) and name.isidentifier():
+        if input_spec is None:
+            raise ConfigError(f"{spec}: a factory's model needs --input image:C,H,W or "
+                              "tokens:SEQ:VOCAB")
+        ikind, shape, classes = parse_input(input_spec)
+        if seq_len:
+            raise ConfigError(f"{spec}: give the sequence length in --input tokens:SEQ:VOCAB")
+        try:
+            module = importlib.import_module(kind)
+        except ImportError as exc:
+            raise ConfigError(f"{spec}: cannot import {kind} ({exc})") from None
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise ConfigError(f"{spec}: {kind} has no callable {name}")
+        try:
+            model = fn(**(model_kwargs or {}))
+        except TypeError as exc:
+            raise ConfigError(f"{spec}: {exc}") from None
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"{spec}: {name}() returned {type(model).__name__}, not an "
+                              "nn.Module")
+        return Workload(model, f"{kind}.{name}", ikind, shape, classes)
+    raise ConfigError(f"model {spec!r}: use torchvision:NAME, zoo:NAME, hf:NAME or "
+                      "package.module:factory")
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-3)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    raise ConfigError(f"optimizer {name!r}: one of {', '.join(OPTIMIZERS)}")
+
+
+@dataclass
+class Step:
+    """NOTE [workloads]: one training step of a workload, ready to run."""
+
+    workload: Workload
+    runner: Callable
+    optimizer: torch.optim.Optimizer
+    batch: dict[str, torch.Tensor]
+    autocast: torch.dtype | None
+    scaler: Any
+    device_type: str
+    context: Callable[[], Any] = contextlib.nullcontext
+
+    def forward(self) -> torch.Tensor:
+        """Forward pass and loss (under autocast where asked)."""
+        with self.context():
+            if self.autocast is not None:
+                with torch.autocast(self.device_type, dtype=self.autocast):
+                    return self.workload.loss(self.runner, self.batch)
+            return self.workload.loss(self.runner, self.batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def update(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def __call__(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.backward(self.forward())
+        self.update()
+
+
+def training_step(workload: Workload, batch_size: int, device, precision: str = "fp32",
+                  optimizer: str = "sgd", runner: Callable | None = None,
+                  context: Callable[[], Any] = contextlib.nullcontext) -> Step:
+    """NOTE [workloads]: move the model to ``device`` in ``precision`` and make its step;
+    ``runner`` wraps the model (the vDNN runtime) where given."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {optimizer!r}: one of {', '.join(OPTIMIZERS)}")
+    device = torch.device(device)
+    pure = DTYPES.get(precision, torch.float32)
+    workload.model.to(device, pure).train()
+    auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
+    scaler = torch.amp.GradScaler(device.type) if precision == "autocast-fp16" else None
+    batch = workload.batch(batch_size, device, pure)
+    opt = make_optimizer(optimizer, workload.model.parameters())
+    return Step(workload, runner or workload.model, opt, batch, auto, scaler, device.type,
+                context)

@@ -96,7 +96,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         network = str(Path(base) / network)
     with in_file(args.config, "network"):
         trace = build_trace(network, cfg.batch_size, gpu, cfg.dtype)
-    plan, search = search_plan(trace, gpu, budget, method=args.method)
+    plan, search = search_plan(trace, gpu, budget, method=args.method,
+                               headroom=not args.no_headroom)
     GiB = 2**30
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
@@ -554,6 +555,9 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--method", choices=["auto", "milp", "greedy"], default="auto",
                     help="the exact MILP (NOTE [milp planner]), the greedy search (NOTE "
                     "[planner]), or both where the MILP is tractable (default)")
+    pn.add_argument("--no-headroom", action="store_true",
+                    help="check plans of PyTorch traces with their own workspaces, not twice "
+                    "them (NOTE [autotune headroom])")
     pn.set_defaults(fn=cmd_plan)
 
     mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")

@@ -118,15 +118,55 @@ def split_structures(trace: Trace, gpu: GPU):
                    st.layer_index(last) + 1)
 
 
+# NOTE [autotune headroom]
+# Under cudnn.benchmark, PyTorch picks each convolution's algorithm at its first call
+# (aten/src/ATen/native/cudnn/Conv_v8.cpp): it allocates one workspace the size of the
+# largest candidate's, halving the request until the caching allocator grants it, and
+# drops every candidate whose workspace exceeds what it got. The fastest algorithm, with
+# workspace W, survives for sure only if 2W can be allocated at that moment (the request
+# that succeeds is more than half the room); with less room a slower algorithm may win,
+# which the profiled trace does not know (measured: the MILP's VGG-16 (256) plan under a
+# 12 GiB cap ran 25% over its prediction, and 1% under a 20 GiB cap;
+# docs/beyond-vdnn.md). So for PyTorch traces the planner checks every plan with each
+# layer's workspaces at AUTOTUNE_FACTOR times their size; the plan's predicted memory and
+# time are then the trace's own. ``headroom=False`` plans without it.
+AUTOTUNE_FACTOR = 2
+
+
+def scale_workspaces(trace: Trace, factor: float) -> Trace:
+    """``trace`` with every algorithm's workspaces times ``factor`` (exact for 2, then
+    1/2)."""
+    layers = tuple(replace(x, algos=tuple(
+        replace(a, fwd_workspace_bytes=int(a.fwd_workspace_bytes * factor),
+                bwd_workspace_bytes=int(a.bwd_workspace_bytes * factor)) for a in x.algos))
+        for x in trace.layers)
+    return replace(trace, layers=layers)
+
+
 def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
-                method: str = "auto") -> tuple[Plan | None, Search]:
+                method: str = "auto", headroom: bool = True) -> tuple[Plan | None, Search]:
     """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none).
     ``method``: 'greedy' (this module's search), 'milp' (NOTE [milp planner]) or 'auto'
     (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
-    faster engine-checked answer; the greedy search alone above it)."""
+    faster engine-checked answer; the greedy search alone above it). ``headroom``: NOTE
+    [autotune headroom], for PyTorch traces with any workspace."""
     if method not in METHODS:
         raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
                           f"{short_repr(method)}")
+    if not (headroom and trace.pytorch and any(
+            a.workspace_bytes for x in trace.layers for a in x.algos)):
+        return _search_plan(trace, gpu, budget, max_steps, method)
+    plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget,
+                                max_steps, method)
+    search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size (NOTE "
+                           "[autotune headroom])")
+    if plan is not None and plan.trace is not None:
+        plan = replace(plan, trace=scale_workspaces(plan.trace, 1 / AUTOTUNE_FACTOR))
+    return plan, search
+
+
+def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str
+                 ) -> tuple[Plan | None, Search]:
     from . import milp
 
     search = Search()

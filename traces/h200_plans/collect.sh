@@ -3,7 +3,9 @@
 #   bash traces/h200_plans/collect.sh OUT [greedy|milp|all]
 # Each run in a fresh process: the uncapped baselines, then each plan under a 12 GiB cap:
 # the greedy search's plans (*_b256_12GiB.plan.yaml -> *_planned.json) and the MILP's
-# (*_b256_12GiB.milp.yaml -> *_milp.json; vdnnsim plan --method milp).
+# (*_b256_12GiB.milp.yaml -> *_milp.json; vdnnsim plan --method milp). The
+# *.milp-noheadroom.yaml plans (MILP plans made before NOTE [autotune headroom]) were measured
+# the same way into *_milp_noheadroom.json; vgg16's also under --memory-cap-gb 20.
 set -u
 OUT=$1
 WHICH=${2:-all}

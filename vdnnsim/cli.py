@@ -493,7 +493,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     what = args.what
     if what in ("networks", "all"):
+        from .gpu.hf import shipped
         print("networks: " + ", ".join(ZOO))
+        print("hf models (vdnnsim measure --model; vdnnsim[hf]): "
+              + ", ".join(f"hf:{n}" for n in shipped()))
     if what in ("gpus", "all"):
         print("gpus:")
         for n in preset_names():

@@ -16,6 +16,7 @@ from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
+from .optimizer import with_optimizer
 from .policies import get_policy, liveness
 from .policies.builtin import COMMON_OPTIONS
 from .results import RunResult
@@ -234,7 +235,8 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
         if os.path.exists(candidate):
             network = candidate
     with in_file(source, "network"):
-        trace = build_trace(network, cfg.batch_size, g, cfg.dtype)
+        trace = with_optimizer(build_trace(network, cfg.batch_size, g, cfg.dtype),
+                               cfg.optimizer)
     capacity = cfg.memory_bytes  # parsed to bytes by RunConfig
     with in_file(source, "policies" if cfg.policies else "policy"):
         for p in cfg.policy_list:

@@ -80,6 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .config import load_config
     from .errors import ConfigError, in_file
     from .hardware import _capacity
+    from .optimizer import with_optimizer
     from .planner import plan_to_dict, search_plan
     from .yamlio import write_text_atomic
 
@@ -95,7 +96,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not Path(network).is_absolute() and (Path(base) / network).exists():
         network = str(Path(base) / network)
     with in_file(args.config, "network"):
-        trace = build_trace(network, cfg.batch_size, gpu, cfg.dtype)
+        trace = with_optimizer(build_trace(network, cfg.batch_size, gpu, cfg.dtype),
+                               cfg.optimizer)
     plan, search = search_plan(trace, gpu, budget, method=args.method,
                                headroom=not args.no_headroom)
     GiB = 2**30

@@ -776,11 +776,17 @@ class Simulation:
         if self.sem.one_side_stream and self._copy["d2h"].last is not None:
             waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
         self._next_waits = ()
-        if trace.step_ns or waits:
-            self._push(self.compute, _Op(self.compute, "step", "", "optimizer step",
-                                         trace.step_ns, waits=waits))
-        return
-        yield  # a generator, as every host step
+        if trace.step_ns or waits or trace.step_workspace_bytes:
+            op = _Op(self.compute, "step", "", "optimizer step", trace.step_ns, waits=waits)
+            held = False
+            if trace.step_workspace_bytes:  # NOTE [optimizer state]
+                w = self._workspace(trace.step_workspace_bytes, self._stamp(op, 0), op, "",
+                                    "step")
+                if w is not None:
+                    held = yield from w
+            self._push(self.compute, op)
+            if held:
+                self.pool.free(("workspace", ""), self._stamp(op, 1))
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool

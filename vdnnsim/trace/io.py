@@ -70,7 +70,9 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             "tensors": tensors, "layers": layers,
             **({"step_ns": trace.step_ns} if trace.step_ns else {}),
             **({"resident_bytes": trace.resident_bytes} if trace.resident_bytes else {}),
-            **({"host_step_ns": trace.host_step_ns} if trace.host_step_ns else {})}
+            **({"host_step_ns": trace.host_step_ns} if trace.host_step_ns else {}),
+            **({"step_workspace_bytes": trace.step_workspace_bytes}
+               if trace.step_workspace_bytes else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -146,7 +148,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
-                 spec.step_ns, spec.resident_bytes, spec.host_step_ns)
+                 spec.step_ns, spec.resident_bytes, spec.host_step_ns,
+                 spec.step_workspace_bytes)
 
 
 def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:

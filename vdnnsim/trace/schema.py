@@ -143,3 +143,6 @@ class TraceSpec(_Strict):
     resident_bytes: Bytes = Field(0, description=(
         "Device memory the framework holds from before the first layer to the end, beyond "
         "the weights and the input: BLAS workspaces, batch-norm running statistics."))
+    step_workspace_bytes: Bytes = Field(0, description=(
+        "Temporary device memory the optimizer step takes while it runs (AdamW's foreach "
+        "intermediates; NOTE [optimizer state])."))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# NOTE [optimizer state], checked on the H200 (device machine, repository root, simpy and
+# pydantic importable): the models of traces/h200 at one committed batch size each, SGD and
+# AdamW, each run a fresh process; records OUT/<model>_b<batch>_<optimizer>.json.
+#   bash traces/h200_optim/collect.sh OUT
+set -u
+OUT=$1
+for mb in resnet50:128 vgg16:64 mobilenet_v2:128 densenet121:64; do
+  m=${mb%%:*}; b=${mb##*:}
+  for o in sgd adamw; do
+    python3 -m vdnnsim measure --model torchvision:$m --batch $b --optimizer $o --json \
+      > $OUT/${m}_b${b}_$o.json 2>>$OUT/errors.log
+  done
+done

@@ -1,0 +1,47 @@
+"""The optimizer a training step runs, as the simulator sees it (``optimizer:`` in run
+configs, ``with_optimizer``).
+
+NOTE [optimizer state]
+A trace's step (``step_ns``, ``host_step_ns``) is the step it was profiled or synthesized
+with: plain SGD (no momentum, no state), PyTorch's foreach update, which reads each
+parameter and its gradient and writes the parameter: 3 bytes moved per parameter byte.
+Adam and AdamW (PyTorch's defaults: foreach, no amsgrad) keep two moments per parameter in
+the parameter's dtype from the first step on, so the trace gains twice its weight bytes
+as ``resident_bytes``; their update (lerp of the first moment, mul and addcmul of the
+second, sqrt into a new list, two in-place divides and adds of it, addcdiv into the
+parameters; AdamW also decays the parameters) moves 20 bytes per parameter byte, and the
+sqrt's list is one temporary the size of the parameters while the step runs
+(``step_workspace_bytes``). The step's GPU time is scaled by the bytes moved (20 / 3,
+the same achieved bandwidth as the traced SGD step); its host time is kept (one foreach
+launch per op either way, a few more ops). These are counts of the optimizer's code
+(torch 2.11), not fits; the H200 measurements that check them are in
+docs/validation.md ("Optimizers"). A measured fact they agree with: on every H200
+transformer run (traces/h200_hf), the memory before a step is 12 bytes a parameter (fp32
+weights and two moments) plus the batch and the framework's own, and the step adds
+exactly one parameter-sized temporary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .errors import ConfigError
+from .trace.model import Trace
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SGD_BYTES = 3  # bytes moved per parameter byte by the foreach SGD step
+ADAM_BYTES = 20  # by the foreach Adam/AdamW step
+ADAM_STATE = 2  # moments per parameter
+ADAM_TEMP = 1  # parameter-sized temporaries while the step runs
+
+
+def with_optimizer(trace: Trace, optimizer: str) -> Trace:
+    """NOTE [optimizer state]: ``trace`` trained with ``optimizer`` instead of SGD."""
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer {optimizer!r}: one of {', '.join(OPTIMIZERS)}")
+    if optimizer == "sgd":
+        return trace
+    w = trace.weight_bytes
+    return replace(trace, resident_bytes=trace.resident_bytes + ADAM_STATE * w,
+                   step_workspace_bytes=trace.step_workspace_bytes + ADAM_TEMP * w,
+                   step_ns=round(trace.step_ns * ADAM_BYTES / SGD_BYTES))

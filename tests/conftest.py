@@ -11,6 +11,12 @@ from vdnnsim.trace import Trace, trace_from_dict
 
 MB = 10**6
 
+try:  # transformers, for hf: models (vdnnsim[hf]); tests that need it skip without it
+    import transformers  # noqa: F401
+    HAS_HF = True
+except ImportError:
+    HAS_HF = False
+
 
 def hand_gpu(memory_bytes: int = 10**12, bw: float = 1e9, latency_ns: int = 0,
              duplex: bool = True) -> GPU:

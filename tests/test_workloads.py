@@ -17,12 +17,9 @@ torch = pytest.importorskip("torch")
 from vdnnsim.errors import ConfigError  # noqa: E402
 from vdnnsim.gpu.workload import build_workload, parse_input, training_step  # noqa: E402
 
+from .conftest import HAS_HF  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import transformers  # noqa: F401
-    HAS_HF = True
-except ImportError:
-    HAS_HF = False
 needs_hf = pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 
 # parameter counts of the published models (GPT-2's 124,439,808 and 354,823,168, BERT-base

@@ -344,12 +344,23 @@ def cmd_trace(args: argparse.Namespace) -> int:
             from .errors import ConfigError
             raise ConfigError("give a network or --model, not both")
         _need_torch()
-        from .gpu.profile import synthesize_model
         if not args.batch_size:
             from .errors import ConfigError
             raise ConfigError("--model needs --batch-size")
-        trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu, args.dtype),
-                                args.model)
+        if args.model.split(":")[0] in ("torchvision", "zoo"):
+            from .gpu.profile import synthesize_model
+            if args.dtype not in ("fp32", "fp16", "bf16") or args.seq_len:
+                from .errors import ConfigError
+                raise ConfigError(f"{args.model}: --dtype fp32, fp16 or bf16, and no "
+                                  "--seq-len")
+            trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu,
+                                                     args.dtype), args.model)
+        else:  # NOTE [op probe]: any model, its memory only
+            from .gpu.aten_probe import memory_trace
+            trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
+                                                 args.seq_len), args.model)
+            print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so times and "
+                  "slowdowns from it mean nothing yet", file=sys.stderr)
     elif args.network:
         trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
     else:
@@ -366,6 +377,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         timed = (f"timed for {gpu.name} by {how}"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
                  else f"times as recorded ({trace.source.kind})")
+        if trace.source.cost_model == "none":
+            timed = "memory only, not timed (NOTE [op probe])"
         print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0
@@ -529,10 +542,15 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("trace", help="synthesize a trace file from a network and a GPU preset")
     t.add_argument("network", nargs="?", default=None, help="zoo name or network spec YAML")
     t.add_argument("--model", default=None, help="torchvision:NAME or zoo:NAME, built on the "
-                   "meta device (needs torch) instead of a network")
+                   "meta device (needs torch) instead of a network; hf:NAME or "
+                   "package.module:factory give a memory trace (NOTE [op probe])")
+    t.add_argument("--seq-len", type=int, default=None, help="an hf: language model's "
+                   "sequence length")
     t.add_argument("--batch-size", "-b", type=int, default=None)
     t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it")
-    t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
+                                                       "autocast-fp16"],
+                   help="autocast-*: hf: and factory models only")
     t.add_argument("--output", "-o", required=True, help="trace YAML to write ('-': stdout)")
     t.set_defaults(fn=cmd_trace)
 

@@ -1,0 +1,345 @@
+"""A layer graph of any model, observed op by op on the meta device (``probe_ops``).
+
+NOTE [op probe]
+torch.fx cannot trace most transformers models (their forward passes branch on
+configuration and shapes, and transformers 5 ships no tracer of its own), so this probe
+runs one forward pass and its loss under a TorchDispatchMode on the meta device and makes
+every ATen op that returns a tensor a layer: the unit is the op, not the module (a GPT-2
+step is some 700 of them). As in NOTE [probe], tensors are matched by storage: an op's
+output that shares an input's storage (a view, an in-place op) is an alias; a parameter is
+no tensor but the ``weight_bytes`` of the first op that reads it (tied weights count once);
+what autograd saves comes from saved-tensor hooks. Autograd packs an op's inputs before
+the op runs and its outputs after, so a pack is given to the next op when that op reads
+it, else to the op before. Secondary outputs (layer norm's statistics, attention's
+log-sum-exp) exist only where saved, as ``extra`` tensors of their op. What this leaves
+out: the times (every layer is 0 ns: a memory trace; NOTE [op probe] is not yet in the
+kernel model), the temporaries inside a backward kernel, and which SDPA kernel the GPU
+would pick (the meta device runs PyTorch's choice for meta tensors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from .graph import Probe, ProbeNode, Saved
+
+# ops whose backward reads their own output (``result`` in PyTorch's derivatives.yaml):
+# a pack of that output right after them is theirs (NOTE [op probe]); other outputs
+# (layer norm's statistics, dropout's mask, attention's log-sum-exp) always are
+SAVES_RESULT = frozenset({
+    "_log_softmax", "_softmax", "_safe_softmax", "tanh", "sigmoid", "exp", "relu",
+    "threshold", "hardtanh", "elu", "silu_backward", "rsqrt", "sqrt", "native_dropout",
+    "native_layer_norm", "native_batch_norm", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention", "_native_batch_norm_legit_functional",
+    "max_pool2d_with_indices", "tanh_", "sigmoid_", "relu_", "exp_"})
+
+
+def _sid(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, params: dict[int, int], data: dict[int, str]):
+        super().__init__()
+        self.params = params  # storage -> bytes
+        self.used: set[int] = set()
+        self.act: dict[int, str] = dict(data)  # storage -> tensor id
+        self.size: dict[str, int] = {}
+        self.grad: dict[str, bool] = {v: False for v in data.values()}
+        self.nodes: list[ProbeNode] = []
+        self.pending: list[tuple[int, int]] = []  # (storage, bytes) packed, not yet given
+        self.extra = 0
+        self.hold: list[Any] = []  # every tensor made: a freed storage's address is reused
+        self.last_outs: set[int] = set()  # the previous op's output storages
+        self.last_main = -1
+        self.last_op = ""
+
+    def same(self, copy: torch.Tensor, original: torch.Tensor) -> None:
+        """``copy`` (made unrecorded) stands for ``original``."""
+        self.hold.append(copy)
+        s = _sid(original)
+        if s in self.act:
+            self.act[_sid(copy)] = self.act[s]
+        elif s in self.params:
+            self.params[_sid(copy)] = 0
+
+    def pack(self, t: torch.Tensor) -> None:
+        self.hold.append(t)
+        self.pending.append((_sid(t), _nbytes(t)))
+
+    def _give(self, node: ProbeNode | None, storages: list[tuple[int, int]], role: str) -> None:
+        if node is None:
+            return
+        for s, nbytes in storages:
+            if s in self.params:
+                continue  # weights are resident: nothing to keep
+            tid = self.act.get(s)
+            if tid is None:  # a secondary output, made by ``node``: kept only as saved
+                self.extra += 1
+                tid = f"{node.name}:saved{self.extra}"
+                self.act[s] = tid
+                self.size[tid] = nbytes
+                r = "extra"
+            else:
+                r = role if tid in node.inputs or tid == node.name else "input"
+            if all(x.tensor != tid for x in node.saved):
+                node.saved.append(Saved(tid, self.size.get(tid, nbytes), r))
+                if r == "input" and tid not in node.inputs and tid != node.name:
+                    node.inputs.append(tid)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.hold.append(out)
+        ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+        if not outs:
+            return out
+        main = outs[0]
+        s = _sid(main)
+        if s in self.params:  # a view of a weight (its transpose, say): still the weight
+            return out
+        inputs, weight = [], 0
+        for a in ins:
+            sa = _sid(a)
+            if sa in self.act and self.act[sa] not in inputs:
+                inputs.append(self.act[sa])
+            elif sa in self.params and sa not in self.used:
+                self.used.add(sa)
+                weight += self.params[sa]
+        grad = main.dtype.is_floating_point and (
+            any(self.grad.get(t, False) for t in inputs)
+            or any(_sid(a) in self.params for a in ins))
+        name = f"{func.__name__.split('.')[0]}_{len(self.nodes)}"
+        alias = self.act.get(s)
+        if alias is not None and alias not in inputs:
+            alias = None  # a storage made before and not read here: treat as new
+        op = func.__name__.split(".")[0]
+        # a view shares its base's gradient as flatten does (NOTE [pytorch semantics]); an
+        # in-place op's backward writes a new one
+        kind = "flatten" if alias is not None and not op.endswith("_") else op
+        node = ProbeNode(name, kind, str(func), inputs,
+                         self.size[alias] if alias else _nbytes(main), tuple(main.shape),
+                         grad, alias, weight_bytes=weight)
+        here = {_sid(a) for a in ins}
+        before, mine = [], []
+        given: set[int] = set()
+        for p in self.pending:  # NOTE [op probe]: whose pack is it?
+            prev_out = p[0] in self.last_outs
+            if prev_out and p[0] not in given and (p[0] != self.last_main
+                                                   or self.last_op in SAVES_RESULT):
+                given.add(p[0])
+                before.append(p)
+            elif p[0] in here:
+                mine.append(p)
+            else:
+                before.append(p)
+        self.pending = []
+        self.last_outs = {_sid(o) for o in outs}
+        self.last_main = s
+        self.last_op = func.__name__.split(".")[0]
+        self._give(self.nodes[-1] if self.nodes else None, before, "output")
+        self.nodes.append(node)
+        if alias is None:
+            self.act[s] = name
+        self.size[name] = node.out_nbytes
+        self.grad[name] = grad
+        self._give(node, mine, "input")
+        return out
+
+
+@contextlib.contextmanager
+def _as_cuda(rec: _Recorder | None = None):
+    """NOTE [op probe]: dropout and attention as CUDA runs them. On a CUDA tensor PyTorch's
+    dropout is the fused ``native_dropout`` (a bool mask, saved for backward); on the meta
+    device it takes the generic path (a float mask and a multiply), four times the mask's
+    bytes. SDPA on the meta device always takes the math path."""
+    import torch.nn.functional as F
+    plain = F.dropout
+
+    def fused(x, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return x
+        return torch.native_dropout(x, p, True)[0]
+
+    plain_sdpa = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        # NOTE [op probe]: the kernel CUDA's SDPA picks on an H100/H200 (PyTorch 2.11,
+        # in priority order): flash (16-bit, no mask), memory-efficient (any float dtype,
+        # masks, no grouped-query heads), else the math path (the meta device's own, which
+        # keeps the score matrices)
+        auto = _Autocast.active
+        if auto is not None:  # autocast's cast, which a Python function does not get
+            with torch._C.DisableTorchFunction():
+                q, k, v = (auto._cast(t, auto.dtype) for t in (q, k, v))
+        gqa = enable_gqa and k.shape[-3] != q.shape[-3]
+        if q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None \
+                and q.shape[-1] <= 256:
+            if gqa:  # flash reads the shared key/value heads in place: repeat them
+                # unrecorded, as views of the originals (NOTE [op probe])
+                from torch.utils._python_dispatch import _disable_current_modes
+                n = q.shape[-3] // k.shape[-3]
+                with _disable_current_modes():
+                    k2, v2 = k.repeat_interleave(n, -3), v.repeat_interleave(n, -3)
+                if rec is not None:
+                    rec.same(k2, k)
+                    rec.same(v2, v)
+                k, v = k2, v2
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+        if not gqa and k.shape[-3] == q.shape[-3]:
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
+        return plain_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    F.dropout = fused
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.dropout = plain
+        F.scaled_dot_product_attention = plain_sdpa
+
+
+# NOTE [op probe]: CUDA autocast's op lists (PyTorch's autocast_mode.cpp), the part that
+# transformer and CNN training reach: run in the low-precision dtype, or in fp32
+AUTOCAST_LOW = frozenset({
+    "linear", "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "mv", "einsum",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "prelu",
+    "scaled_dot_product_attention", "chain_matmul", "linalg_vecdot"})
+AUTOCAST_FP32 = frozenset({
+    "layer_norm", "group_norm", "softmax", "log_softmax", "cross_entropy", "nll_loss",
+    "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div", "binary_cross_entropy_with_logits",
+    "exp", "log", "pow", "rsqrt", "reciprocal", "softplus", "norm", "cumsum", "sum", "prod",
+    "logsumexp", "cosine_similarity"})
+
+
+class _Autocast(torch.overrides.TorchFunctionMode):
+    """NOTE [op probe]: CUDA's autocast, which the meta device (and a machine without a
+    GPU) does not run: each listed function's floating-point tensor arguments are cast
+    (``.to``, differentiable, as autocast's casts are), the low-precision casts of
+    parameters cached for the forward pass as autocast caches them."""
+
+    active: _Autocast | None = None
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def __enter__(self):
+        _Autocast.active = self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _Autocast.active = None
+        return super().__exit__(*exc)
+
+    def _cast(self, a: Any, dtype: torch.dtype) -> Any:
+        if not (isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != dtype):
+            return a
+        if isinstance(a, torch.nn.Parameter) and dtype == self.dtype:
+            c = self.cache.get(id(a))
+            if c is None:
+                c = self.cache[id(a)] = a.to(dtype)
+            return c
+        return a.to(dtype)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in AUTOCAST_LOW:
+            target = self.dtype
+        elif name in AUTOCAST_FP32:
+            target = torch.float32
+        else:
+            return func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            args = tuple(self._cast(a, target) for a in args)
+            kwargs = {k: self._cast(v, target) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
+              autocast: torch.dtype | None = None) -> Probe:
+    """NOTE [op probe]: ``model`` and ``batch`` on the meta device; ``loss_fn(model,
+    batch)`` the step's forward pass and loss (a Workload's ``loss``)."""
+    params = {}
+    for p in model.parameters():
+        params[_sid(p)] = _nbytes(p)
+    first = next(iter(batch.values()))
+    data = {_sid(first): "data"}
+    rec = _Recorder(params, data)
+    rec.size["data"] = _nbytes(first)
+    ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), _as_cuda(rec):
+        with rec, ctx:
+            loss = loss_fn(model, batch)
+    rec._give(rec.nodes[-1] if rec.nodes else None, rec.pending, "output")
+    out = rec.act.get(_sid(loss), rec.nodes[-1].name)
+    return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
+                 tuple(first.shape), _live(rec.nodes, out), out)
+
+
+def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
+    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps; an
+    output nothing reads is freed at once in PyTorch, where the trace would hold it as a
+    network output until the backward pass."""
+    keep = {out}
+    for n in reversed(nodes):
+        if n.name in keep or any(s.tensor in keep for s in n.saved) or \
+                any(s.role == "extra" for s in n.saved) and n.saved:
+            keep.add(n.name)
+            keep.update(n.inputs)
+            if n.alias_of:
+                keep.add(n.alias_of)
+        for s in n.saved:
+            if n.name in keep:
+                keep.add(s.tensor)
+    return [n for n in nodes if n.name in keep]
+
+
+def probe_stats(p: Probe) -> dict[str, Any]:
+    """What a probe holds, for people."""
+    return {"layers": len(p.nodes), "weight_bytes": sum(n.weight_bytes for n in p.nodes),
+            "saved": sum(len(n.saved) for n in p.nodes)}
+
+
+def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
+                 seq_len: int | None = None, model_kwargs: dict[str, Any] | None = None,
+                 input_spec: str | None = None) -> dict[str, Any]:
+    """NOTE [op probe]: the trace file (a dict) of a workload (NOTE [workloads]) built on
+    the meta device: every op a layer, its memory as PyTorch's on CUDA would be, its times
+    0 (a memory trace). ``precision``: fp32, bf16/fp16 (pure) or autocast-bf16/fp16."""
+    from ..errors import ConfigError
+    from .profile import assemble
+    from .workload import DTYPES, PRECISIONS, build_workload
+
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    with torch.device("meta"):
+        work = build_workload(spec, seq_len, input_spec, model_kwargs)
+    pure = DTYPES.get(precision, torch.float32)
+    work.model.to(pure).train()
+    batch = work.batch(batch_size, "meta", pure)
+    auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
+    p = probe_ops(work.model, batch, work.loss, work.name, auto)
+    d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
+                 source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
+                         "note": f"memory only (NOTE [op probe]): every layer 0 ns; "
+                                 f"{spec}, {precision}"})
+    buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
+    matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
+    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0)
+    return d

@@ -79,7 +79,8 @@ def test_runtime_and_simulator_move_the_same_bytes():
 
 
 def test_cpu_profile_is_a_trace_the_simulator_replays():
-    data = profile_model("zoo:alexnet", 2, trials=1, device="cpu")
+    data = profile_model("zoo:alexnet", 2, trials=3, device="cpu")  # a median: one trial can
+    # read 0 ns for a small conv when the machine is busy (timestamps cost subtracted)
     t = trace_from_dict(data, "alexnet")
     assert t.source.kind == "profiled" and t.pytorch and t.step_ns > 0
     assert all(layer.algos[0].fwd_ns > 0 for layer in t.layers if layer.kind == "conv")

@@ -553,7 +553,8 @@ class Report:
         return sum(s.rounds for _, s in self.solutions)
 
 
-def grids(trace: Trace, start: int = 0) -> list[tuple[int, ...]]:
+def grids(trace: Trace, start: int = 0) -> list[int]:
+    """NOTE [milp planner]: the chunk counts tried for layers start..n-1."""
     m = len(trace.layers) - start
     ks = sorted({2, 4, 8, 16, round(m ** 0.5)})
     return [k for k in ks if 2 <= k <= m]

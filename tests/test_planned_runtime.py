@@ -140,9 +140,13 @@ def test_a_split_plan_changes_only_the_split_layers_weight_gradients(device, no_
         split_params |= {f"{i}.weight", f"{i}.bias"}
     for k in base:
         if k in split_params:
-            # a sum over the batch regrouped into ``parts`` partial sums: float32 rounding
-            scale = base[k].abs().max().item()
-            assert torch.allclose(base[k], got[k], rtol=0, atol=1e-5 * max(scale, 1e-3)), k
+            # a sum over the batch regrouped into ``parts`` partial sums: float32 rounding;
+            # on CUDA cuDNN also picks the weight-gradient algorithm by batch size, so the
+            # slices reduce in yet another order (seen on the H200: below 1e-4 of the
+            # largest entry, above 1e-5)
+            scale = max(base[k].abs().max().item(), 1e-3)
+            worst = (base[k] - got[k]).abs().max().item() / scale
+            assert worst <= (1e-5 if device == "cpu" else 1e-4), (k, worst)
         else:
             assert torch.equal(base[k], got[k]), k
 

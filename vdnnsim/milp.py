@@ -490,14 +490,12 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower)."""
     lv = liveness(trace)
-    margin: dict[tuple, float] = {}
-    fails: dict[tuple, int] = {}
     chunk_at = {j: s for s, (f, l_) in enumerate(chunks) for j in range(f, l_ + 1)}
     last = Solution(None, math.inf, None, 0, False, "infeasible")
+    built = build(trace, gpu, budget, chunks, {})  # a cut moves one row's bound
+    prog, algo_vars, chunk_vars = built.program, built.algo_vars, built.chunk_vars
+    off_vars, cands, slot = built.off_vars, built.cands, built.slot
     for rnd in range(1, rounds + 1):
-        built = build(trace, gpu, budget, chunks, margin)
-        prog, algo_vars, chunk_vars = built.program, built.algo_vars, built.chunk_vars
-        off_vars, cands, slot = built.off_vars, built.cands, built.slot
         x, optimal = prog.solve(time_limit_s)
         if x is None:
             last.note = ("no solution within the budget" if rnd == 1 else
@@ -535,10 +533,9 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
             key = ("recompute", i)
         else:
             key = ("bwd", i)
-        fails[key] = fails.get(key, 0) + 1
         missing = max(oom.requested_bytes - oom.free_bytes,
                       oom.requested_bytes - oom.largest_free_bytes, 2**21)
-        margin[key] = margin.get(key, 0.0) + missing
+        prog.hi[built.mem_rows[key][0]] -= missing / GIB
     last.note = f"still out of memory after {rounds} cut(s)"
     return last
 

@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .graph import Probe, ProbeNode, Saved
+from .graph import Probe, ProbeNode, Saved, _nbytes, _sid
 
 # ops whose backward reads their own output (``result`` in PyTorch's derivatives.yaml):
 # a pack of that output right after them is theirs (NOTE [op probe]); other outputs
@@ -37,14 +37,6 @@ SAVES_RESULT = frozenset({
     "native_layer_norm", "native_batch_norm", "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_flash_attention", "_native_batch_norm_legit_functional",
     "max_pool2d_with_indices", "tanh_", "sigmoid_", "relu_", "exp_"})
-
-
-def _sid(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes()
 
 
 class _Recorder(TorchDispatchMode):
@@ -308,12 +300,6 @@ def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
             if n.name in keep:
                 keep.add(s.tensor)
     return [n for n in nodes if n.name in keep]
-
-
-def probe_stats(p: Probe) -> dict[str, Any]:
-    """What a probe holds, for people."""
-    return {"layers": len(p.nodes), "weight_bytes": sum(n.weight_bytes for n in p.nodes),
-            "saved": sum(len(n.saved) for n in p.nodes)}
 
 
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",

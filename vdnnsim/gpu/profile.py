@@ -58,8 +58,8 @@ from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
 from .kernels import count_kernels
 from .models import ZooModule, build_model
+from .workload import DTYPES  # noqa: F401  (re-exported: calibrate, tests)
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 OUT_OF_PLACE = {operator.iadd: operator.add}
 
 

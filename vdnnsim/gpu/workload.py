@@ -70,10 +70,10 @@ class Workload:
         if self.hf_task:
             return runner(**batch).loss
         out = runner(batch["x"])
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]).float()
-                               if out.dtype in (torch.float16, torch.bfloat16)
-                               else out.reshape(-1, out.shape[-1]),
-                               batch["labels"].reshape(-1))
+        logits = out.reshape(-1, out.shape[-1])
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        return F.cross_entropy(logits, batch["labels"].reshape(-1))
 
 
 _INPUT = re.compile(r"^(image):(\d+)[,x](\d+)[,x](\d+)(?::(\d+))?$|^(tokens):(\d+):(\d+)$")

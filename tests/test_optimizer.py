@@ -90,3 +90,28 @@ def test_a_config_with_adamw_runs_from_the_command_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "vdnnsim", "run", str(cfg)], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "baseline_p" in r.stdout
+
+
+def test_a_trace_profiled_with_adamw_replays_with_it_only(tmp_path):
+    """A trace whose step was measured with AdamW (vdnnsim profile --optimizer adamw) says
+    so, keeps it through a file, is not scaled again, and refuses another optimizer."""
+    from vdnnsim.trace import load_trace, save_trace
+
+    t = replace(_chain(), optimizer="adamw", resident_bytes=8 * MB)
+    path = tmp_path / "t.yaml.gz"  # NOTE [gzip]
+    save_trace(t, path)
+    back = load_trace(path)
+    assert back.optimizer == "adamw" and back == t
+    assert with_optimizer(back, "adamw") is back
+    with pytest.raises(ConfigError, match="replays with optimizer adamw only"):
+        with_optimizer(back, "sgd")
+    assert with_optimizer(_chain(), "adamw").optimizer == "adamw"
+
+
+def test_a_broken_gzip_trace_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "t.yaml.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "run", str(bad)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.startswith("vdnnsim: error:") and len(r.stderr.splitlines()) == 1

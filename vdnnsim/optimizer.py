@@ -3,8 +3,11 @@ configs, ``with_optimizer``).
 
 NOTE [optimizer state]
 A trace's step (``step_ns``, ``host_step_ns``) is the step it was profiled or synthesized
-with: plain SGD (no momentum, no state), PyTorch's foreach update, which reads each
-parameter and its gradient and writes the parameter: 3 bytes moved per parameter byte.
+with, its ``optimizer``. Mostly that is plain SGD (no momentum, no state), PyTorch's
+foreach update, which reads each parameter and its gradient and writes the parameter: 3
+bytes moved per parameter byte. (``vdnnsim profile --optimizer adamw`` of any model, NOTE
+[block timing], measures the step itself instead: its times, its moments, counted into
+``resident_bytes``, and its temporaries; such a trace replays with that optimizer only.)
 Adam and AdamW (PyTorch's defaults: foreach, no amsgrad) keep two moments per parameter in
 the parameter's dtype from the first step on, so the trace gains twice its weight bytes
 as ``resident_bytes``; their update (lerp of the first moment, mul and addcmul of the
@@ -36,12 +39,17 @@ ADAM_TEMP = 1  # parameter-sized temporaries while the step runs
 
 
 def with_optimizer(trace: Trace, optimizer: str) -> Trace:
-    """NOTE [optimizer state]: ``trace`` trained with ``optimizer`` instead of SGD."""
+    """NOTE [optimizer state]: ``trace`` trained with ``optimizer`` instead of SGD (a trace
+    profiled with ``optimizer`` already is returned as it is)."""
     if optimizer not in OPTIMIZERS:
         raise ConfigError(f"optimizer {optimizer!r}: one of {', '.join(OPTIMIZERS)}")
-    if optimizer == "sgd":
+    if optimizer == trace.optimizer:
         return trace
+    if trace.optimizer != "sgd":
+        raise ConfigError(f"{trace.name}: the trace's step is {trace.optimizer}'s (it was "
+                          f"profiled with it); it replays with optimizer {trace.optimizer} "
+                          f"only, not {optimizer}")
     w = trace.weight_bytes
     return replace(trace, resident_bytes=trace.resident_bytes + ADAM_STATE * w,
                    step_workspace_bytes=trace.step_workspace_bytes + ADAM_TEMP * w,
-                   step_ns=round(trace.step_ns * ADAM_BYTES / SGD_BYTES))
+                   step_ns=round(trace.step_ns * ADAM_BYTES / SGD_BYTES), optimizer=optimizer)

@@ -4,12 +4,14 @@ formatting that names the file and the key path."""
 from __future__ import annotations
 
 import gc
+import gzip
 import json
 import math
 import os
 import re
 import secrets
 import stat
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
@@ -89,9 +91,9 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         raise error(f"{shown(p)}: is a directory, not a YAML file")
     if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
         raise error(f"{shown(p)}: not a regular file")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # NOTE [gzip]: a name ending in .gz is read through gzip
+        text = _gunzip(p) if p.suffix == ".gz" else p.read_text()
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:
         raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
     data = _parse(text, p, error)
     if ("\\u" in text or "\\U" in text) and not _all_text(data):
@@ -262,13 +264,31 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
         raise
 
 
+GUNZIP_BYTES = 2**30  # NOTE [gzip]: a trace of millions of layers, far past any real one
+
+
+def _gunzip(p: Path) -> str:
+    """NOTE [gzip]: a compressed file's text, at most GUNZIP_BYTES of it (a small file can
+    expand to any size)."""
+    with gzip.open(p, "rb") as f:
+        raw = f.read(GUNZIP_BYTES + 1)
+    if len(raw) > GUNZIP_BYTES:
+        raise OSError(f"more than {GUNZIP_BYTES:,} bytes once decompressed")
+    return raw.decode("utf-8")
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` whole or not at all; NOTE [gzip]: compressed where the name ends in
+    .gz (profiled transformer traces are megabytes of YAML, a tenth of that gzipped)."""
     try:  # before any file exists: a name with a lone surrogate (from JSON) is not UTF-8
-        text.encode("utf-8")
+        data = text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ConfigError(f"{shown(path)}: cannot write: the text holds "
                           f"{text[exc.start:exc.end]!r}, which is not Unicode text") from None
-    write_atomic(path, lambda f: f.write(text))
+    if str(path).endswith(".gz"):
+        write_atomic(path, lambda f: f.write(gzip.compress(data, mtime=0)), binary=True)
+    else:
+        write_atomic(path, lambda f: f.write(text))
 
 
 # NOTE [large files]

@@ -72,7 +72,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             **({"resident_bytes": trace.resident_bytes} if trace.resident_bytes else {}),
             **({"host_step_ns": trace.host_step_ns} if trace.host_step_ns else {}),
             **({"step_workspace_bytes": trace.step_workspace_bytes}
-               if trace.step_workspace_bytes else {})}
+               if trace.step_workspace_bytes else {}),
+            **({"optimizer": trace.optimizer} if trace.optimizer != "sgd" else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -149,7 +150,7 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
-                 spec.step_workspace_bytes)
+                 spec.step_workspace_bytes, spec.optimizer)
 
 
 def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:

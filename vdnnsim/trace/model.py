@@ -119,6 +119,7 @@ class Trace:
     resident_bytes: int = 0  # held by the framework all run long (BLAS workspaces, buffers)
     host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
     step_workspace_bytes: int = 0  # held while the step runs (NOTE [optimizer state])
+    optimizer: str = "sgd"  # whose step the step fields are (NOTE [optimizer state])
 
     @property
     def pytorch(self) -> bool:

@@ -146,3 +146,7 @@ class TraceSpec(_Strict):
     step_workspace_bytes: Bytes = Field(0, description=(
         "Temporary device memory the optimizer step takes while it runs (AdamW's foreach "
         "intermediates; NOTE [optimizer state])."))
+    optimizer: Literal["sgd", "adam", "adamw"] = Field("sgd", description=(
+        "The optimizer whose step step_ns, host_step_ns, step_workspace_bytes and the "
+        "moments in resident_bytes are (NOTE [optimizer state]); sgd unless profiled with "
+        "another."))

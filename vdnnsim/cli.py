@@ -395,7 +395,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("vdnnsim profile needs a CUDA GPU (none is visible); without one, "
                           "vdnnsim trace --model ... --gpu PRESET synthesizes a trace")
-    data = profile_model(args.model, args.batch_size, args.dtype, args.trials, args.device)
+    kwargs = _model_kwargs(args.model_arg)
+    layerwise = args.model.split(":")[0] in ("torchvision", "zoo") and \
+        args.dtype in ("fp32", "fp16", "bf16") and args.optimizer == "sgd" and \
+        not (kwargs or args.seq_len or args.input)
+    if layerwise:
+        data = profile_model(args.model, args.batch_size, args.dtype, args.trials, args.device)
+    else:  # NOTE [block timing]: any model, op by op for memory, block by block for time
+        from .gpu.profile_ops import profile_workload
+        data = profile_workload(args.model, args.batch_size, args.dtype, args.seq_len,
+                                args.input, kwargs, args.trials, args.device,
+                                optimizer=args.optimizer)
     trace = trace_from_dict(data, args.model)
     save_trace(trace, args.output)
     print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
@@ -527,6 +537,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    """NOTE [workloads]: what builds a model beside its spec (profile, measure)."""
+    p.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
+                   help="a keyword argument of the factory, or a config key of an hf: model "
+                   "(repeatable)")
+    p.add_argument("--input", default=None, help="a factory's input: image:C,H,W[:CLASSES] "
+                   "or tokens:SEQ:VOCAB")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="sequence length of an hf: language model (default: up to 512)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vdnnsim", description="Simulate GPU memory and time of DNN training "
                 "under vDNN-style offload/prefetch policies.")
@@ -614,9 +635,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_reproduce)
 
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")
-    pf.add_argument("--model", required=True, help="torchvision:NAME or zoo:NAME")
+    pf.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME (layer by "
+                    "layer), hf:NAME or package.module:factory (op by op, timed per block: "
+                    "NOTE [block timing])")
+    _workload_args(pf)
     pf.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
-    pf.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    pf.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
+                    help="the step to profile (sgd: the simulator scales it for Adam, NOTE "
+                    "[optimizer state]; adam/adamw: measured, the trace replays with it only)")
+    pf.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",
+                                                        "autocast-bf16", "autocast-fp16"])
     pf.add_argument("--trials", type=int, default=5, help="timed training steps (each layer's time is the median)")
     pf.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     pf.add_argument("--output", "-o", required=True, help="trace YAML to write")
@@ -626,13 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME, hf:NAME "
                     "(transformers, from a config in the repository) or package.module:factory "
                     "(NOTE [workloads])")
-    ms.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
-                    help="a keyword argument of the factory, or a config key of an hf: model "
-                    "(repeatable)")
-    ms.add_argument("--input", default=None, help="a factory's input: image:C,H,W[:CLASSES] "
-                    "or tokens:SEQ:VOCAB")
-    ms.add_argument("--seq-len", type=int, default=None,
-                    help="sequence length of an hf: language model (default: up to 512)")
+    _workload_args(ms)
     ms.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
     ms.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     ms.add_argument("--policy", default="baseline",

@@ -20,11 +20,13 @@ would pick (the meta device runs PyTorch's choice for meta tensors).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
 from .graph import Probe, ProbeNode, Saved, _nbytes, _sid
 
@@ -35,13 +37,17 @@ SAVES_RESULT = frozenset({
     "_log_softmax", "_softmax", "_safe_softmax", "tanh", "sigmoid", "exp", "relu",
     "threshold", "hardtanh", "elu", "silu_backward", "rsqrt", "sqrt", "native_dropout",
     "native_layer_norm", "native_batch_norm", "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention", "_native_batch_norm_legit_functional",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
+    "_native_batch_norm_legit_functional",
     "max_pool2d_with_indices", "tanh_", "sigmoid_", "relu_", "exp_"})
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, params: dict[int, int], data: dict[int, str]):
+    def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
+        self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
+        self.region = 0  # NOTE [block timing]: the block the ops now run in
+        self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
         self.used: set[int] = set()
         self.act: dict[int, str] = dict(data)  # storage -> tensor id
@@ -63,6 +69,10 @@ class _Recorder(TorchDispatchMode):
             self.act[_sid(copy)] = self.act[s]
         elif s in self.params:
             self.params[_sid(copy)] = 0
+
+    def _dead(self, s: int, name: str) -> None:
+        if self.act.get(s) == name:
+            del self.act[s]
 
     def pack(self, t: torch.Tensor) -> None:
         self.hold.append(t)
@@ -90,7 +100,8 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        self.hold.append(out)
+        if self.hold_all:
+            self.hold.append(out)
         ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
         if not outs:
@@ -121,6 +132,15 @@ class _Recorder(TorchDispatchMode):
         node = ProbeNode(name, kind, str(func), inputs,
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
                          grad, alias, weight_bytes=weight)
+        node.attrs["block"] = self.region
+        node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
+        node.attrs["_dtype"] = main.dtype
+        counter = flop_registry.get(getattr(func, "overloadpacket", None))
+        if counter is not None:
+            try:
+                node.flops = int(counter(*args, **(kwargs or {}), out_val=out))
+            except Exception:  # noqa: BLE001  a counter's own shape rules; 0 is honest
+                node.flops = 0
         here = {_sid(a) for a in ins}
         before, mine = [], []
         given: set[int] = set()
@@ -142,6 +162,9 @@ class _Recorder(TorchDispatchMode):
         self.nodes.append(node)
         if alias is None:
             self.act[s] = name
+            if not self.hold_all:  # its address may be reused once it dies
+                self.finalizers.append(
+                    weakref.finalize(main.untyped_storage(), self._dead, s, name))
         self.size[name] = node.out_nbytes
         self.grad[name] = grad
         self._give(node, mine, "input")
@@ -264,24 +287,70 @@ class _Autocast(torch.overrides.TorchFunctionMode):
 
 
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
-              autocast: torch.dtype | None = None) -> Probe:
-    """NOTE [op probe]: ``model`` and ``batch`` on the meta device; ``loss_fn(model,
-    batch)`` the step's forward pass and loss (a Workload's ``loss``)."""
+              autocast: torch.dtype | None = None, blocks: list[torch.nn.Module] = ()
+              ) -> Probe:
+    """NOTE [op probe]: ``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
+    profiler, NOTE [block timing]: nothing emulated, autocast real); ``loss_fn(model,
+    batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
+    ``attrs['block']`` is the region of ``blocks`` it ran in (``block_regions``)."""
     params = {}
     for p in model.parameters():
         params[_sid(p)] = _nbytes(p)
     first = next(iter(batch.values()))
     data = {_sid(first): "data"}
-    rec = _Recorder(params, data)
+    meta = first.device.type == "meta"
+    rec = _Recorder(params, data, hold_all=meta)
     rec.size["data"] = _nbytes(first)
-    ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
-    with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), _as_cuda(rec):
-        with rec, ctx:
-            loss = loss_fn(model, batch)
+    if meta:
+        ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
+        emulate = _as_cuda(rec)
+    else:
+        ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
+            else contextlib.nullcontext()
+        emulate = contextlib.nullcontext()
+    handles = block_regions(blocks, lambda r: setattr(rec, "region", r))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
+            with rec, ctx:
+                loss = loss_fn(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
     rec._give(rec.nodes[-1] if rec.nodes else None, rec.pending, "output")
+    for f in rec.finalizers:  # they hold the recorder, which holds the saved tensors
+        f.detach()
+    rec.hold.clear()
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), _live(rec.nodes, out), out)
+
+
+def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """NOTE [block timing]: a model's blocks, the items of its ModuleList with the most
+    parameters (GPT-2's ``h``, BERT's and ViT's ``encoder.layer``, Llama's ``layers``);
+    none where it has no such list."""
+    best: list[torch.nn.Module] = []
+    most = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            n = sum(p.numel() for p in m.parameters())
+            if n > most:
+                best, most = list(m), n
+    return best
+
+
+def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
+    """NOTE [block timing]: call ``enter(r)`` where region ``r`` begins: block k's forward
+    begins region k + 1 (the block and whatever runs before the next block), the last
+    block's end begins region len(blocks) + 1 (the head and the loss); region 0 is all
+    before block 0. Returns the hook handles."""
+    handles = []
+    for k, b in enumerate(blocks):
+        handles.append(b.register_forward_pre_hook(lambda m, a, k=k: enter(k + 1)))
+    if blocks:
+        handles.append(blocks[-1].register_forward_hook(
+            lambda m, a, o: enter(len(blocks) + 1)))
+    return handles
 
 
 def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
@@ -320,7 +389,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     work.model.to(pure).train()
     batch = work.batch(batch_size, "meta", pure)
     auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
-    p = probe_ops(work.model, batch, work.loss, work.name, auto)
+    p = probe_ops(work.model, batch, work.loss, work.name, auto, find_blocks(work.model))
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "

@@ -1,0 +1,162 @@
+"""NOTE [block timing]: the profiler of any model: the op probe on a real device, block
+regions, the split of measured block times over ops, ``vdnnsim profile --model hf:...``.
+On a CPU (the wall clock standing in for events) everywhere; the last test on a CUDA GPU
+only, against vdnnsim's own measurement harness."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.cli import main  # noqa: E402
+from vdnnsim.gpu import aten_probe  # noqa: E402
+from vdnnsim.gpu.aten_probe import block_regions, find_blocks, probe_ops  # noqa: E402
+from vdnnsim.gpu.profile import assemble  # noqa: E402
+from vdnnsim.gpu.profile_ops import split_times  # noqa: E402
+from vdnnsim.optimizer import with_optimizer  # noqa: E402
+from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
+
+from .conftest import HAS_HF  # noqa: E402
+
+needs_hf = pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+TINY_GPT2 = ["--model-arg", "n_layer=2", "--model-arg", "n_embd=64", "--model-arg",
+             "n_head=4", "--model-arg", "vocab_size=500"]
+
+
+class _Net(nn.Module):
+    def __init__(self, n: int = 3, d: int = 32):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(),
+                                                  nn.Linear(4 * d, d)) for _ in range(n))
+        self.small = nn.ModuleList([nn.Linear(d, d), nn.Linear(d, d)])  # fewer parameters
+        self.out = nn.Linear(d, 10)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = x + b(x)
+        return self.out(x)
+
+
+def _loss(m, b):
+    return nn.functional.cross_entropy(m(b["x"]), b["y"])
+
+
+def test_blocks_are_the_largest_module_list():
+    net = _Net()
+    assert find_blocks(net) == list(net.blocks)
+    assert find_blocks(nn.Sequential(nn.Linear(2, 2))) == []
+
+
+def test_regions_follow_the_blocks():
+    net = _Net(n=3)
+    seen = []
+    handles = block_regions(find_blocks(net), seen.append)
+    net(torch.randn(2, 32))
+    for h in handles:
+        h.remove()
+    assert seen == [1, 2, 3, 4]
+    b = {"x": torch.randn(4, 32), "y": torch.randint(0, 10, (4,))}
+    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    regions = [n.attrs["block"] for n in p.nodes]
+    assert regions == sorted(regions) and set(regions) == {0, 1, 2, 3, 4}
+    # each block region holds its two linears (addmm), the head its linear and the loss
+    assert [n.op for n in p.nodes if n.attrs["block"] == 2].count("aten.addmm.default") == 2
+    assert any("log_softmax" in n.op for n in p.nodes if n.attrs["block"] == 4)
+
+
+def test_probe_without_holding_outputs_is_the_same_graph(monkeypatch):
+    """On a real device the recorder lets dead outputs go (a finalizer forgets their
+    storage); the graph must be what holding every output gives."""
+    net = _Net(n=2)
+    b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
+
+    def graph(hold: bool):
+        real = aten_probe._Recorder.__init__
+
+        def init(self, params, data, hold_all=True):
+            real(self, params, data, hold_all=hold)
+        monkeypatch.setattr(aten_probe._Recorder, "__init__", init)
+        p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+        monkeypatch.undo()
+        return [(n.name, n.inputs, [(s.tensor, s.nbytes, s.role) for s in n.saved],
+                 n.out_nbytes, n.alias_of) for n in p.nodes]
+    assert graph(False) == graph(True)
+
+
+def test_split_keeps_each_region_total_and_replays_a_gpu_bound_step():
+    """Each region's measured GPU and host times are spread over its ops and sum back;
+    replayed by the engine with the host far ahead, the passes end where the profile's
+    did."""
+    net = _Net(n=2)
+    b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
+    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    t = {"fwd_ms": [1.0, 2.0, 3.0, 0.5], "bwd_ms": [0.25, 4.0, 6.0, 1.0],
+         "host_fwd_ms": [0.01, 0.02, 0.03, 0.04], "host_bwd_ms": [0.04, 0.03, 0.02, 0.01]}
+    times, hosts = split_times(p.nodes, t, resolve_gpu("h200"))
+    for r in range(4):
+        ops = [n for n in p.nodes if n.attrs["block"] == r]
+        for k, key in ((0, "fwd_ms"), (1, "bwd_ms")):
+            assert sum(times[n.name][k] for n in ops) == pytest.approx(t[key][r] * 1e6,
+                                                                       abs=len(ops))
+            assert sum(hosts[n.name][k] for n in ops) == pytest.approx(
+                t["host_" + key][r] * 1e6, abs=len(ops))
+    trace = trace_from_dict(assemble(p, times=times, hosts=hosts), "net")
+    r = run_trace(trace, resolve_gpu("h200"), "eager", record=False)
+    assert r.forward_time_ns / 1e6 == pytest.approx(sum(t["fwd_ms"]), rel=0.01)
+    assert r.iteration_time_s * 1e3 == pytest.approx(sum(t["fwd_ms"]) + sum(t["bwd_ms"]),
+                                                     rel=0.01)
+    mm = [n for n in p.nodes if n.flops]
+    assert mm and all(times[n.name][0] > 0 for n in mm)  # a matmul is never free
+    views = [n for n in p.nodes if n.alias_of is not None and n.kind == "flatten"]
+    assert all(times[n.name][:2] == (0, 0) for n in views)
+
+
+@needs_hf
+def test_profile_cli_on_cpu(tmp_path, capsys):
+    out = tmp_path / "g.yaml.gz"
+    rc = main(["profile", "--model", "hf:gpt2", *TINY_GPT2, "--seq-len", "16", "-b", "2",
+               "--device", "cpu", "--trials", "1", "-o", str(out)])
+    assert rc == 0
+    t = load_trace(out)
+    assert t.source.kind == "profiled" and t.layers
+    blocks = {layer.attrs["block"] for layer in t.layers}
+    assert blocks == {0, 1, 2, 3}
+    assert sum(layer.algos[0].fwd_ns for layer in t.layers) > 0
+    r = run_trace(with_optimizer(t, "adamw"), resolve_gpu("h200"), "eager", record=False)
+    assert not r.oom and r.iteration_time_s > 0
+
+
+def test_profile_cli_bad_input(tmp_path, capsys):
+    rc = main(["profile", "--model", "hf:no-such-model", "-b", "2", "--device", "cpu",
+               "-o", str(tmp_path / "x.yaml")])
+    assert rc == 2
+    assert "no-such-model" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@needs_hf
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "autocast-bf16"])
+def test_profiled_gpt2_predicts_its_measurement(precision):
+    """On the GPU: a profiled GPT-2 (4 layers) replayed against vdnnsim measure's own run
+    of the same step, in another order (the profile first)."""
+    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.profile_ops import profile_workload
+
+    kw = {"n_layer": 4}
+    d = profile_workload("hf:gpt2", 8, precision, 256, model_kwargs=kw)
+    gc.collect()  # nothing of the profile may stay on the GPU (measure collects too)
+    assert torch.cuda.memory_allocated() < 2**27  # the cuBLAS workspaces stay (resident)
+    rec = measure("hf:gpt2", 8, dtype=precision, optimizer="adamw", seq_len=256,
+                  model_kwargs=kw)
+    trace = with_optimizer(trace_from_dict(d, "gpt2"), "adamw")
+    sim = run_trace(trace, resolve_gpu("h200"), "eager", record=False)
+    assert sim.peak_memory_bytes == pytest.approx(rec["peak_allocated_bytes"], rel=0.02)
+    assert sim.iteration_time_s * 1e3 == pytest.approx(rec["iteration_ms"], rel=0.15)

@@ -4,7 +4,7 @@ bf16 autocast, with AdamW; and a held-out set of three models of other shapes.
 
 On the device machine, from the repository root, with simpy/pydantic importable:
 
-    python3 traces/h200_hf/collect.py OUT [main|heldout|all] [--only NAME]
+    python3 traces/h200_hf/collect.py OUT [main|heldout|all|extra] [--only NAME]
 
 One process per model (its runs one after another, the cache emptied between them); one
 JSON record per run, a line each, in OUT/<set>.jsonl, written as each run ends.
@@ -36,15 +36,22 @@ HELDOUT = [
     (f"{HELD}/deit-style-small.yaml", "batch", (64, 256), None),
 ]
 PRECISIONS = ("fp32", "autocast-bf16")
+# the precisions issue 14 names beside those (session 9): fp16 autocast with its GradScaler,
+# and pure bf16; one size of two main models ("all" leaves them out)
+EXTRA = [
+    ("hf:gpt2", "seq", (512,), 8),
+    ("hf:google/vit-base-patch16-224", "batch", (64,), None),
+]
+EXTRA_PRECISIONS = ("autocast-fp16", "bf16")
 
 
 def runs(which: str):
-    sets = {"main": MAIN, "heldout": HELDOUT}
-    for name in ("main", "heldout"):
-        if which in (name, "all"):
+    sets = {"main": MAIN, "heldout": HELDOUT, "extra": EXTRA}
+    for name in ("main", "heldout", "extra"):
+        if which == name or which == "all" and name != "extra":
             for spec, axis, sizes, other in sets[name]:
                 for size in sizes:
-                    for precision in PRECISIONS:
+                    for precision in EXTRA_PRECISIONS if name == "extra" else PRECISIONS:
                         if axis == "seq":
                             yield name, spec, other, size, precision
                         else:

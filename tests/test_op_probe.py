@@ -105,9 +105,9 @@ def test_an_output_nothing_reads_is_dropped():
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():
     """traces/h200_hf/meta_check.py: issue 14's meta-device target is 3% median and 8% max
-    for peak allocated memory. The main set meets it; the held-out set's median does and
-    its worst run (RoBERTa-style, bf16 autocast, +8.9%) does not: that bound is what the
-    docs claim."""
+    for peak allocated memory, met on both sets since autocast's cross-entropy is emulated
+    as CUDA runs it (a 16-bit log_softmax; before, the masked LMs in bf16 were over by up
+    to 8.9%). The worst run is Llama-style 1B in fp32 at 2048 tokens (-2.2%)."""
     sys.path.insert(0, str(ROOT / "traces" / "h200_hf"))
     try:
         import meta_check
@@ -118,4 +118,27 @@ def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():
         errs.setdefault(name, []).append(abs(got / want - 1))
     assert len(errs["main"]) == 30 and len(errs["heldout"]) == 12
     assert statistics.median(errs["main"]) <= 0.03 and max(errs["main"]) <= 0.08
-    assert statistics.median(errs["heldout"]) <= 0.03 and max(errs["heldout"]) <= 0.10
+    assert statistics.median(errs["heldout"]) <= 0.03 and max(errs["heldout"]) <= 0.08
+
+
+def test_autocast_cross_entropy_keeps_a_16_bit_log_softmax():
+    """NOTE [op probe]: under CUDA's autocast a bf16 logits tensor's cross-entropy saves a
+    bf16 log_softmax and nll_loss an fp32 copy of it (as the H200 ran BERT's masked-LM
+    loss); an fp32 input takes the plain path."""
+    from vdnnsim.gpu.aten_probe import _Autocast
+
+    lin = nn.Linear(16, 100).to("meta")
+    y = torch.zeros(8, dtype=torch.long, device="meta")
+
+    def ops(model_out_dtype):
+        p, _ = _probe(lin, torch.empty(8, 16, device="meta"),
+                      lambda z: nn.functional.cross_entropy(z.to(model_out_dtype), y),
+                      torch.bfloat16)
+        return [(n.op.split(".")[1], n.out_nbytes) for n in p.nodes]
+    low = ops(torch.bfloat16)
+    names = [o for o, _ in low]
+    i = names.index("_log_softmax")
+    assert low[i][1] == 8 * 100 * 2  # bf16
+    assert names[i + 1] == "_to_copy" and low[i + 1][1] == 8 * 100 * 4  # then fp32
+    assert "_log_softmax" in [o for o, _ in ops(torch.float32)]
+    assert _Autocast.active is None

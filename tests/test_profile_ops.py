@@ -160,3 +160,33 @@ def test_profiled_gpt2_predicts_its_measurement(precision):
     sim = run_trace(trace, resolve_gpu("h200"), "eager", record=False)
     assert sim.peak_memory_bytes == pytest.approx(rec["peak_allocated_bytes"], rel=0.02)
     assert sim.iteration_time_s * 1e3 == pytest.approx(rec["iteration_ms"], rel=0.15)
+
+
+def test_committed_profiles_predict_the_h200_runs():
+    """Issue 14's targets on the committed profiles (traces/h200_hf/profiled) against the
+    runs measured after them: peak allocated memory 2% median / 5% max (met on every set);
+    step time 5% median (met on the main set) / 15% max (missed on the host-bound runs,
+    pinned here: docs/validation.md, "Transformers, profiled")."""
+    import statistics
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "traces" / "h200_hf"
+    sys.path.insert(0, str(here))
+    try:
+        from profiled_check import rows
+        got = list(rows("all"))
+    finally:
+        sys.path.remove(str(here))
+    assert len(got) == 46
+    for which in ("main", "heldout", "extra"):
+        mem = [abs(sim.peak_memory_bytes / r["peak_allocated_bytes"] - 1)
+               for name, r, _, sim, _ in got if name == which]
+        assert statistics.median(mem) <= 0.02 and max(mem) <= 0.05, which
+    main_t = [abs(sim.iteration_time_s * 1e3 / r["iteration_ms"] - 1)
+              for name, r, _, sim, _ in got if name == "main"]
+    assert statistics.median(main_t) <= 0.05
+    assert 0.15 < max(main_t) < 0.20  # Llama-1B bf16 at 512 tokens (docs/validation.md)
+    # the replay against the profile's own plain step: the model's part of a miss
+    replay = [abs(sim.iteration_time_s * 1e3 / plain - 1) for _, _, _, sim, plain in got]
+    assert statistics.median(replay) <= 0.01 and max(replay) <= 0.10

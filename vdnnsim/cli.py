@@ -98,6 +98,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with in_file(args.config, "network"):
         trace = with_optimizer(build_trace(network, cfg.batch_size, gpu, cfg.dtype),
                                cfg.optimizer)
+    from .policies.blocks import block_regions
+    if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
+        return _plan_blocks(args, trace, gpu, budget)
     plan, search = search_plan(trace, gpu, budget, method=args.method,
                                headroom=not args.no_headroom)
     GiB = 2**30
@@ -138,6 +141,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
             plan_to_dict(trace, gpu, budget, plan, predicted), sort_keys=False))
         print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
               f"policy_options: {{file: {args.output}}}", file=sys.stderr)
+    return 0
+
+
+def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) -> int:
+    """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit."""
+    import yaml
+
+    from .api import run_trace
+    from .planner import block_plan_to_dict, plan_blocks
+    from .yamlio import write_text_atomic
+
+    GiB = 2**30
+    plan = plan_blocks(trace, gpu, budget)
+    head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+    print(f"{head}: {len(plan.tried)} simulations, {plan.total} blocks")
+    for k, fits, peak, ns in plan.tried:
+        print(f"  {k:3d} block(s) offloaded: {'fits' if fits else 'out of memory'}, "
+              f"peak {peak / GiB:.2f} GiB, {ns / 1e6:.1f} ms")
+    base = run_trace(trace, gpu, "eager", record=False)
+    if not plan.fits:
+        print(f"{head}: no plan found that fits, even with every block offloaded")
+        return 1
+    print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: "
+          f"{plan.iteration_time_ns / 1e6:.1f} ms, {plan.iteration_time_ns / base.iteration_time_ns:.2f}x "
+          f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "
+          f"{base.peak_memory_bytes / GiB:.2f} GiB)")
+    if args.output:
+        write_text_atomic(args.output, yaml.safe_dump(
+            block_plan_to_dict(trace, gpu, budget, plan), sort_keys=False))
+        print(f"wrote {_shown(args.output)}: run it with vdnnsim measure --plan "
+              f"{args.output}", file=sys.stderr)
     return 0
 
 
@@ -447,12 +481,17 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.plan:  # NOTE [planned runtime]
         from pathlib import Path
 
-        from .planner import FORMAT
+        from .planner import BLOCK_FORMAT, FORMAT
         from .yamlio import read_yaml
         plan = read_yaml(Path(args.plan), ConfigError)
-        if not isinstance(plan, dict) or plan.get("format") != FORMAT or \
-                not isinstance(plan.get("layers"), list):
-            raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT})")
+        block = isinstance(plan, dict) and plan.get("format") == BLOCK_FORMAT
+        if block and not (isinstance(plan.get("blocks"), int) and not
+                          isinstance(plan.get("blocks"), bool) and plan["blocks"] >= 0):
+            raise ConfigError(f"{args.plan}: a block plan's blocks must be a count from 0")
+        if not block and (not isinstance(plan, dict) or plan.get("format") != FORMAT or
+                          not isinstance(plan.get("layers"), list)):
+            raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT} or "
+                              f"{BLOCK_FORMAT})")
         if plan.get("batch_size") != args.batch_size:
             raise ConfigError(f"{args.plan}: planned for batch {plan.get('batch_size')}, not "
                               f"{args.batch_size}")
@@ -596,9 +635,11 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("config", help="run config YAML (its network, batch size and GPU)")
     pn.add_argument("--budget", required=True, help="memory budget, e.g. '12 GiB'")
     pn.add_argument("--output", "-o", default=None, help="plan file to write (YAML)")
-    pn.add_argument("--method", choices=["auto", "milp", "greedy"], default="auto",
+    pn.add_argument("--method", choices=["auto", "milp", "greedy", "blocks"], default="auto",
                     help="the exact MILP (NOTE [milp planner]), the greedy search (NOTE "
-                    "[planner]), or both where the MILP is tractable (default)")
+                    "[planner]), or both where the MILP is tractable (default); blocks: the "
+                    "fewest offloaded blocks of a transformer (NOTE [block plan]; the default "
+                    "for a trace with blocks)")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them (NOTE [autotune headroom])")

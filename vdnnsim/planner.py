@@ -395,3 +395,50 @@ def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any
 
 register("planned", planned, "replay a plan file written by vdnnsim plan (option file; "
          "NOTE [planner])")
+
+
+# NOTE [block plan]
+# For a trace with blocks (NOTE [block offload]) the plan is a count: the fewest blocks,
+# offloaded from the first on, whose engine replay fits the budget (the engine judges; a
+# block more never costs memory, so the first count that fits is the one), written as a
+# ``vdnnsim-block-plan`` file that `vdnnsim measure --plan` runs with the block runtime
+# (vdnnsim/gpu/block_offload.py). No algorithms to choose (one per op, as profiled), no
+# recompute or batch split yet.
+BLOCK_FORMAT = "vdnnsim-block-plan"
+
+
+@dataclass
+class BlockPlan:
+    blocks: int  # offloaded, from the first block on
+    total: int  # blocks the model has
+    fits: bool
+    peak_memory_bytes: int
+    iteration_time_ns: int
+    tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
+
+
+def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
+    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` bytes."""
+    from .api import run_trace
+    from .policies.blocks import block_regions
+
+    total = max(0, len(block_regions(trace)) - 2)
+    if not total:
+        raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
+                          "tags: profile or trace it from a model)")
+    tried = []
+    r = None
+    for k in range(total + 1):
+        r = run_trace(trace, gpu, "vdnn_blocks", {"blocks": k}, budget, record=False)
+        tried.append((k, r.fits, r.peak_memory_bytes, r.iteration_time_ns))
+        if r.fits:
+            return BlockPlan(k, total, True, r.peak_memory_bytes, r.iteration_time_ns, tried)
+    return BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
+
+
+def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> dict[str, Any]:
+    return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
+            "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
+            "blocks": plan.blocks, "total_blocks": plan.total,
+            "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,
+                          "iteration_time_ns": plan.iteration_time_ns}}

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from ..planner import BLOCK_FORMAT
+from .block_offload import BlockOffload
 from .profile import software
 from .runtime import VDNN
 from .workload import DTYPES, build_workload, training_step
@@ -60,7 +62,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
         record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
-                                                    "predicted", "split", "recompute")}
+                                                    "predicted", "split", "recompute",
+                                                    "blocks")}
     work = runtime = step = None
     try:
         if memory_cap_bytes:
@@ -69,20 +72,24 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
         record.update(input_kind=work.kind, input_shape=list(work.shape),
                       parameters=sum(p.numel() for p in work.model.parameters()))
-        if policy not in ("baseline", "save_on_cpu") and (work.kind != "image"
-                                                          or work.hf_task):
-            raise ValueError(f"policy {policy!r} runs image models only so far (the vDNN "
-                             "runtime probes an image input); baseline and save_on_cpu "
-                             "run any model")
+        blocks = plan is not None and plan.get("format") == BLOCK_FORMAT
+        if policy not in ("baseline", "save_on_cpu") and not blocks and (
+                work.kind != "image" or work.hf_task):
+            raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
+                             "probes an image input); baseline, save_on_cpu and a block plan "
+                             "(vdnnsim plan of a profiled trace, NOTE [block runtime]) run "
+                             "any model")
         ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
             if policy == "save_on_cpu" else contextlib.nullcontext
         work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
         if policy.startswith("vdnn"):
             runtime = VDNN(work.model, work.shape, policy)
+        elif blocks:  # NOTE [block runtime]
+            runtime = BlockOffload(work.model, int(plan["blocks"]))
         elif plan is not None:
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
-        step = training_step(work, batch_size, dev, dtype, optimizer, runner=runtime,
-                             context=ctx)
+        step = training_step(work, batch_size, dev, dtype, optimizer,
+                             runner=None if blocks else runtime, context=ctx)
 
         def run_step() -> None:
             step()
@@ -136,17 +143,19 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         torch.cuda.reset_peak_memory_stats(dev)
         step.update()
         phases["step_peak"] = torch.cuda.max_memory_allocated(dev)
-        if isinstance(runtime, VDNN):
+        if runtime is not None:
             runtime.end_iteration()
         torch.cuda.synchronize(dev)
         reserved.append(torch.cuda.max_memory_reserved(dev))
         record["phases"] = phases
         record["reserved_one_step_bytes"] = max(reserved)
-        if isinstance(runtime, VDNN):  # per step: warm-up, timed and the phase step
+        if runtime is not None:  # per step: warm-up, timed and the phase step
             record.update({k: v // (warmup + iters + 1) for k, v in runtime.stats.items()})
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     finally:
+        if isinstance(runtime, BlockOffload):
+            runtime.remove()
         del work, runtime, step
         gc.collect()
         torch.cuda.empty_cache()

@@ -34,5 +34,5 @@ def get_policy(name: str) -> tuple[PolicyFn, dict[str, Any]]:
 
 
 def _load() -> None:
-    from . import builtin, recompute, uvm  # noqa: F401  (register the built-in policies)
+    from . import blocks, builtin, recompute, uvm  # noqa: F401  (register the built-in policies)
     from .. import planner  # noqa: F401  (and the planned one)

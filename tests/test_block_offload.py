@@ -1,0 +1,143 @@
+"""NOTE [block offload], NOTE [block plan], NOTE [block runtime]: whole transformer blocks
+offloaded, in the simulator (on the committed H200 profiles, anywhere) and on a CUDA GPU
+(the runtime; skipped without one)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.errors import ConfigError
+from vdnnsim.planner import BLOCK_FORMAT, plan_blocks
+from vdnnsim.policies.blocks import block_regions
+from vdnnsim.trace import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILED = ROOT / "traces" / "h200_hf" / "profiled"
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_trace(PROFILED / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz")
+
+
+def test_each_block_offloaded_lowers_the_peak_and_costs_time(gpt2):
+    gpu = resolve_gpu("h200")
+    assert len(block_regions(gpt2)) == 14  # embeddings, 12 blocks, head
+    runs = [run_trace(gpt2, gpu, "vdnn_blocks", {"blocks": k}, record=False)
+            for k in (0, 4, 8, 12)]
+    eager = run_trace(gpt2, gpu, "eager", record=False)
+    assert runs[0].peak_memory_bytes == eager.peak_memory_bytes
+    assert runs[0].offloaded_bytes == 0
+    peaks = [r.peak_memory_bytes for r in runs]
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] < 0.6 * peaks[0]
+    moved = [r.offloaded_bytes for r in runs]
+    assert moved == sorted(moved) and all(r.prefetched_bytes == r.offloaded_bytes for r in runs)
+    assert runs[-1].iteration_time_ns > runs[0].iteration_time_ns
+
+
+def test_the_block_plan_is_the_fewest_blocks_that_fit(gpt2):
+    gpu = resolve_gpu("h200")
+    budget = 9 * GiB
+    plan = plan_blocks(gpt2, gpu, budget)
+    assert plan.fits and 0 < plan.blocks < plan.total == 12
+    assert not run_trace(gpt2, gpu, "vdnn_blocks", {"blocks": plan.blocks - 1}, budget,
+                         record=False).fits
+    assert run_trace(gpt2, gpu, "vdnn_blocks", {"blocks": plan.blocks}, budget,
+                     record=False).fits
+    via = run_trace(gpt2, gpu, "vdnn_blocks", {"budget": budget}, budget, record=False)
+    assert via.fits and via.iteration_time_ns == plan.iteration_time_ns
+
+
+def test_block_policy_rejects_bad_options_and_traces(gpt2):
+    gpu = resolve_gpu("h200")
+    for bad in ({"blocks": -1}, {"blocks": "x"}, {"blocks": True}, {"blocks": 2, "budget": 1},
+                {"nope": 1}):
+        with pytest.raises(ConfigError):
+            run_trace(gpt2, gpu, "vdnn_blocks", bad, record=False)
+    from vdnnsim.api import build_trace
+    vgg = build_trace("vgg16", 32, gpu)
+    with pytest.raises(ConfigError, match="no blocks"):
+        run_trace(vgg, gpu, "vdnn_blocks", {}, record=False)
+
+
+def test_vdnnsim_plan_writes_a_block_plan(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "network": str(PROFILED / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"),
+        "batch_size": 8, "gpu": "h200", "optimizer": "adamw", "policy": "eager"}))
+    out = tmp_path / "plan.yaml"
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
+                        "9 GiB", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    plan = yaml.safe_load(out.read_text())
+    assert plan["format"] == BLOCK_FORMAT and plan["total_blocks"] == 12
+    assert 0 < plan["blocks"] < 12 and plan["optimizer"] == "adamw"
+    assert "offload the first" in r.stdout
+
+
+torch = pytest.importorskip("torch")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _grads(offload: int | None, precision: str = "fp32"):
+    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.workload import build_workload, training_step
+
+    torch.manual_seed(0)
+    kw = {"n_layer": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    with torch.device("cuda"):
+        work = build_workload("hf:gpt2", 256, None, kw)
+    rt = BlockOffload(work.model, offload) if offload is not None else None
+    step = training_step(work, 8, "cuda", precision, "sgd")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    step.optimizer.zero_grad(set_to_none=True)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    # fp32 SDPA takes the memory-efficient kernel, whose backward is not deterministic (two
+    # plain steps differed on the H200): the math kernel's is
+    with sdpa_kernel(SDPBackend.MATH) if precision == "fp32" else contextlib.nullcontext():
+        step.backward(step.forward())
+    if rt is not None:
+        rt.end_iteration()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    grads = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()
+             if p.grad is not None}
+    stats = dict(rt.stats) if rt is not None else {}
+    if rt is not None:
+        rt.remove()
+    del work, step, rt
+    gc.collect()
+    torch.cuda.empty_cache()
+    return grads, peak, stats
+
+
+@cuda
+def test_offloaded_blocks_give_bit_identical_gradients_in_fp32():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    base, peak0, _ = _grads(None)
+    again, _, _ = _grads(None)
+    same = all(torch.equal(base[n], again[n]) for n in base)
+    assert same, "two plain steps differ: the kernels are not deterministic here"
+    off, peak4, stats = _grads(4)
+    assert stats["offloaded_bytes"] > 0 and stats["late_fetches"] <= stats["offloaded_bytes"]
+    assert set(off) == set(base)
+    assert all(torch.equal(base[n], off[n]) for n in base)
+    assert peak4 < peak0
+
+
+@cuda
+def test_offloaded_blocks_run_under_autocast():
+    base, _, _ = _grads(None, "autocast-bf16")
+    off, _, stats = _grads(2, "autocast-bf16")
+    assert stats["offloaded_bytes"] > 0
+    assert all(torch.equal(base[n], off[n]) for n in base)

@@ -1,0 +1,181 @@
+"""vDNN for any block-structured model on the GPU: whole blocks offloaded.
+
+NOTE [block runtime]
+The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
+(NOTE [op probe]). This one needs only the model's blocks (``find_blocks``) and autograd's
+saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
+it (a parameter, autocast's cast of one, a CPU tensor or the step's batch excepted) is
+copied whole, its storage
+once however many views of it are saved, to pinned host memory on a side stream that
+first waits for the compute stream; the GPU tensor is marked as used by that stream
+(``record_stream``), so the caching allocator reuses its memory only once the copy is done,
+and once nothing else holds it. In the backward pass, when the backward of block k begins
+(a pre-hook on the autograd node of block k's output), the storages of block k - 1 are
+prefetched on a second side stream (vDNN's prefetch, one block ahead) and block k's own
+if they are not back yet; unpacking a saved tensor makes the compute stream wait for its
+copy and rebuilds the view on the prefetched storage. A storage is known by its address
+and, since a freed address is soon reused within a block, by a weak reference to it (the
+first version keyed by address alone and gave a new tensor an old tensor's copy: wrong
+gradients, caught by the bit-identity test). The copies move the bytes exactly,
+so gradients are bit-identical to a step without offload wherever the kernels themselves
+are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
+them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
+plan]). Not done: recompute, offloading the regions outside the blocks.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from .aten_probe import find_blocks
+
+
+def _weight_cast(t: torch.Tensor) -> bool:
+    """A cast of a parameter (autocast's): its cache holds it to the end of the forward
+    pass, so offloading it would free nothing (NOTE [block offload] skips it too)."""
+    fn = t.grad_fn
+    if fn is None or fn.name() != "ToCopyBackward0":
+        return False
+    nxt = fn.next_functions
+    return bool(nxt) and nxt[0][0] is not None and nxt[0][0].name() == \
+        "torch::autograd::AccumulateGrad"
+
+
+class _Entry:
+    """One offloaded storage: its host copy and, once prefetched, its GPU copy."""
+
+    __slots__ = ("host", "nbytes", "done", "gpu", "ready", "storage", "__weakref__")
+
+    def __init__(self, host: torch.Tensor, nbytes: int, done: torch.cuda.Event,
+                 storage: torch.UntypedStorage):
+        self.host, self.nbytes, self.done = host, nbytes, done
+        self.storage = weakref.ref(storage)  # which storage: an address is reused
+        self.gpu: torch.Tensor | None = None
+        self.ready: torch.cuda.Event | None = None
+
+
+class BlockOffload:
+    """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
+
+    def __init__(self, model: nn.Module, offload: int, keep: tuple[torch.Tensor, ...] = ()):
+        self.blocks = find_blocks(model)
+        if not self.blocks:
+            raise ValueError(f"{type(model).__name__} has no blocks (no nn.ModuleList of "
+                             "layers) to offload")
+        if not 0 <= offload <= len(self.blocks):
+            raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
+        self.offload = offload
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.keep = {t.untyped_storage().data_ptr() for t in keep}
+        self.d2h = torch.cuda.Stream()
+        self.h2d = torch.cuda.Stream()
+        # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
+        # tensor packed with it, and its memory (host and GPU copies) goes with it
+        self.entries: list[weakref.WeakValueDictionary] = [
+            weakref.WeakValueDictionary() for _ in self.blocks]
+        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "late_fetches": 0}
+        self._ctx: Any = None
+        self._hooked: dict[int, Any] = {}
+        self.handles = []
+        for k, b in enumerate(self.blocks):
+            self.handles.append(b.register_forward_pre_hook(lambda m, a, k=k: self._enter(k)))
+            self.handles.append(b.register_forward_hook(
+                lambda m, a, out, k=k: self._exit(k, out)))
+
+    # -- forward ----------------------------------------------------------------------------
+    def _enter(self, k: int) -> None:
+        if k < self.offload and torch.is_grad_enabled():
+            self._ctx = torch.autograd.graph.saved_tensors_hooks(
+                lambda t, k=k: self._pack(k, t), self._unpack)
+            self._ctx.__enter__()
+
+    def _exit(self, k: int, out: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        t = out if isinstance(out, torch.Tensor) else \
+            next((o for o in out if isinstance(o, torch.Tensor)), None) \
+            if isinstance(out, (tuple, list)) else None
+        fn = getattr(t, "grad_fn", None)
+        if fn is not None and k <= self.offload and id(fn) not in self._hooked:
+            self._hooked[id(fn)] = fn  # held until the step ends: ids stay unique
+            fn.register_prehook(lambda g, k=k: self._backward_starts(k))
+
+    def _pack(self, k: int, t: torch.Tensor) -> Any:
+        if not t.is_cuda:
+            return t
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in self.params or key in self.keep or storage.nbytes() == 0 or _weight_cast(t):
+            return t
+        entry = self.entries[k].get(key)
+        if entry is not None and entry.storage() is not storage:
+            entry = None  # a storage that died, its address given to this one
+        if entry is None:
+            host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=True)
+            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            self.d2h.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.d2h):
+                host.copy_(raw, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record()
+            raw.record_stream(self.d2h)  # its memory is reused only after the copy
+            entry = _Entry(host, storage.nbytes(), done, storage)
+            self.entries[k][key] = entry
+            self.stats["offloaded_bytes"] += storage.nbytes()
+        return (entry, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+                t.device)
+
+    # -- backward ---------------------------------------------------------------------------
+    def _fetch_one(self, entry: _Entry) -> None:
+        # allocated on the copy stream, which waits only for the entry's offload: the
+        # prefetch overlaps the compute it was issued behind. (Allocating for the compute
+        # stream instead, the copy waiting for all work queued before it, was tried on the
+        # H200: reserved 25.5 against 27.2 GiB at Llama-1B batch 2 with 8 blocks offloaded,
+        # but 253 against 208 ms, and 32.6 GiB allocated with 12 blocks: not kept.)
+        self.h2d.wait_event(entry.done)
+        with torch.cuda.stream(self.h2d):
+            gpu = torch.empty(entry.nbytes, dtype=torch.uint8, device="cuda")
+            gpu.copy_(entry.host, non_blocking=True)
+            entry.ready = torch.cuda.Event()
+            entry.ready.record()
+        gpu.record_stream(torch.cuda.current_stream())  # the compute stream reads it
+        entry.gpu = gpu
+        self.stats["prefetched_bytes"] += entry.nbytes
+
+    def _fetch(self, k: int) -> None:
+        for entry in list(self.entries[k].values()):
+            if entry.gpu is None:
+                self._fetch_one(entry)
+
+    def _backward_starts(self, k: int) -> None:
+        if k < self.offload:
+            self._fetch(k)  # should be back already, but for the topmost
+        if 0 < k <= self.offload:
+            self._fetch(k - 1)
+
+    def _unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        entry, dtype, offset, shape, stride, device = packed
+        if entry.gpu is None:  # not prefetched: fetch now (the compute stream waits)
+            self.stats["late_fetches"] += 1
+            self._fetch_one(entry)
+        torch.cuda.current_stream().wait_event(entry.ready)
+        return torch.empty(0, dtype=dtype, device=device).set_(
+            entry.gpu.untyped_storage(), offset, shape, stride)
+
+    def end_iteration(self) -> None:
+        """After a step: every copy done, the step's bookkeeping dropped."""
+        torch.cuda.current_stream().wait_stream(self.d2h)
+        torch.cuda.current_stream().wait_stream(self.h2d)
+        self._hooked.clear()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []

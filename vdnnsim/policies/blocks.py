@@ -1,0 +1,108 @@
+"""vDNN for block-structured models: offload whole blocks (``vdnn_blocks``).
+
+NOTE [block offload]
+A transformer's trace from the op probe (NOTE [op probe], NOTE [block timing]) has
+thousands of op layers, each tagged with its region (``attrs['block']``: 0 before the first
+block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block, as
+in the runtime (vdnnsim/gpu/block_offload.py): an offloaded block sends everything its
+ops save for the backward pass (its input and its intermediates, the tensors autograd
+keeps; never the weights or the batch, nor what every block reads, like a rotary table:
+only tensors made in the block or last read by it, and not autocast's casts of the
+weights, which its cache holds to the end of the forward pass anyway) to host memory
+during the forward pass, and gets
+it back while the backward pass of the block above runs (vDNN's prefetch, one block
+ahead). In the plan the block's buffers are offloaded together at the last op that reads
+any of them in the forward pass, and prefetched at the first op of the next region's
+backward; as in the paper's vDNN_all the earliest blocks go first when only some are
+offloaded (their buffers are needed last). Options: ``blocks`` (how many, from the first
+block on; default every block), or ``budget`` (bytes, or a capacity like '22 GiB': the
+fewest blocks whose replay fits it, NOTE [block plan] in planner.py's ``plan_blocks``).
+The runtime's own host costs are not modelled (plan.runtime is false): its pack and
+unpack hooks are a Python call per saved tensor, a few thousand a step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..hardware import GPU
+from ..trace.model import Trace
+from .builtin import algo_choice, check_options
+from .plan import Plan, liveness
+from .registry import register
+
+
+def block_regions(trace: Trace) -> list[list[int]]:
+    """NOTE [block offload]: each region's layer indices, region 0 first (empty lists for
+    regions with no ops); [] where the trace has no block tags."""
+    tags = [layer.attrs.get("block") for layer in trace.layers]
+    if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in tags):
+        return []
+    out: list[list[int]] = [[] for _ in range(max(tags) + 1)]
+    for i, t in enumerate(tags):
+        out[t].append(i)
+    return out
+
+
+def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
+    """NOTE [block offload]: the first ``blocks`` blocks offloaded."""
+    regions = block_regions(trace)
+    if len(regions) < 3:
+        raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
+                          "block tags: profile or trace it with vdnnsim from a model)")
+    lv = liveness(trace)
+    n = len(trace.layers)
+    skip = {b for b, t in trace.buffers.items() if t.kind == "input"}
+    offload: list[list[str]] = [[] for _ in range(n)]
+    prefetch = [-1] * n
+    taken: set[str] = set()
+    region = {i: r for r, idx in enumerate(regions) for i in idx}
+    # autocast's casts of the weights: its cache holds them to the end of the forward pass,
+    # so an offload would free nothing (the runtime keeps them too)
+    skip |= {lv.root[layer.outputs[0]] for layer in trace.layers
+             if layer.kind == "_to_copy" and layer.weight_bytes and not layer.inputs}
+    for r in range(1, min(blocks, len(regions) - 2) + 1):
+        # the block's own tensors: made in it, or last read in it (its input); not what
+        # every block reads (a rotary table, a mask), which no block's offload can free
+        bufs = list(dict.fromkeys(
+            b for i in regions[r] for t in trace.layers[i].saved
+            if (b := lv.root[t]) not in skip and b not in taken and lv.size[b] and lv.kept(b)
+            and r in (region.get(lv.producer.get(b, -1)), region.get(lv.fwd_last[b]))))
+        if not bufs:
+            continue
+        at = max(max(lv.fwd_last[b], lv.producer.get(b, -1)) for b in bufs)
+        written = {lv.root[t] for t in trace.layers[at].outputs}
+        bufs = [b for b in bufs if b not in written]  # never copy what the layer overwrites
+        above = next((regions[q] for q in range(r + 1, len(regions)) if regions[q]), None)
+        if not bufs or above is None or max(above) <= at:
+            continue
+        taken.update(bufs)
+        offload[at].extend(bufs)
+        prefetch[max(above)] = at  # the first op of the next region's backward pass
+    return Plan(name, "layer_wise", algo_choice(trace, "p"), tuple(tuple(o) for o in offload),
+                tuple(prefetch), sync=False)
+
+
+def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+    opts = dict(options)
+    blocks = opts.pop("blocks", None)
+    budget = opts.pop("budget", None)
+    check_options("vdnn_blocks", opts, set())
+    if blocks is not None and budget is not None:
+        raise ConfigError("policy vdnn_blocks: give blocks or budget, not both")
+    regions = block_regions(trace)
+    total = max(0, len(regions) - 2)
+    if budget is not None:
+        from ..planner import plan_blocks
+        return block_plan(trace, plan_blocks(trace, gpu, budget).blocks)
+    if blocks is None:
+        blocks = total
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= 10**6:
+        raise ConfigError(f"policy vdnn_blocks: option blocks must be a count of blocks from "
+                          f"0, got {blocks!r}")
+    return block_plan(trace, blocks)
+
+
+register("vdnn_blocks", vdnn_blocks, "offload whole blocks of a transformer (NOTE [block "
+         "offload]): the first `blocks` of them, or the fewest that fit `budget`")

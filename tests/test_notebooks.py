@@ -12,9 +12,9 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_there_are_the_four_notebooks():
+def test_there_are_the_five_notebooks():
     assert {p.stem for p in NOTEBOOKS} == {"batch_size_sweep", "policy_comparison",
-                                           "k40_vs_h200", "validation"}
+                                           "k40_vs_h200", "validation", "llama_24gb"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -41,6 +41,9 @@ def test_tensor_and_layer_names_never_collide_with_the_engines(framework, policy
         path = tmp_path / "plan.yaml"
         path.write_text(yaml.safe_dump(plan_to_dict(t, GPU, GPU.memory_bytes, plan, {})))
         opts = {"file": str(path)}
+    if policy == "vdnn_blocks":  # NOTE [block offload]: each layer its own region
+        t = replace(t, layers=tuple(replace(x, attrs={**x.attrs, "block": i})
+                                    for i, x in enumerate(t.layers)))
     r = run_trace(t, GPU, policy, opts)
     # the run completes; each of the eight layers' weights and gradients are counted once
     assert r.weight_bytes == 2 * 8 * U

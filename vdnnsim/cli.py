@@ -159,10 +159,10 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
     for k, fits, peak, ns in plan.tried:
         print(f"  {k:3d} block(s) offloaded: {'fits' if fits else 'out of memory'}, "
               f"peak {peak / GiB:.2f} GiB, {ns / 1e6:.1f} ms")
-    base = run_trace(trace, gpu, "eager", record=False)
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         return 1
+    base = run_trace(trace, gpu, "eager", record=False)
     print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: "
           f"{plan.iteration_time_ns / 1e6:.1f} ms, {plan.iteration_time_ns / base.iteration_time_ns:.2f}x "
           f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "

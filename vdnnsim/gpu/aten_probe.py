@@ -366,6 +366,18 @@ def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     return best
 
 
+def block_output(out: Any) -> torch.Tensor | None:
+    """NOTE [block timing]: the hidden state a block returns (a tensor, a tuple's first
+    tensor, a model output's ``last_hidden_state``)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        return next((o for o in out if isinstance(o, torch.Tensor)), None)
+    if isinstance(out, dict):
+        return next((o for o in out.values() if isinstance(o, torch.Tensor)), None)
+    return getattr(out, "last_hidden_state", None)
+
+
 def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
     """NOTE [block timing]: call ``enter(r)`` where region ``r`` begins: block k's forward
     begins region k + 1 (the block and whatever runs before the next block), the last

@@ -4,8 +4,8 @@ NOTE [block runtime]
 The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
 (NOTE [op probe]). This one needs only the model's blocks (``find_blocks``) and autograd's
 saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
-it (a parameter, autocast's cast of one, a CPU tensor or the step's batch excepted) is
-copied whole, its storage
+it (a parameter, autocast's cast of one or a CPU tensor excepted; the batch is read before
+the first block, so no block saves it) is copied whole, its storage
 once however many views of it are saved, to pinned host memory on a side stream that
 first waits for the compute stream; the GPU tensor is marked as used by that stream
 (``record_stream``), so the caching allocator reuses its memory only once the copy is done,
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .aten_probe import find_blocks
+from .aten_probe import block_output, find_blocks
 
 
 def _weight_cast(t: torch.Tensor) -> bool:
@@ -61,7 +61,7 @@ class _Entry:
 class BlockOffload:
     """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
 
-    def __init__(self, model: nn.Module, offload: int, keep: tuple[torch.Tensor, ...] = ()):
+    def __init__(self, model: nn.Module, offload: int):
         self.blocks = find_blocks(model)
         if not self.blocks:
             raise ValueError(f"{type(model).__name__} has no blocks (no nn.ModuleList of "
@@ -70,7 +70,6 @@ class BlockOffload:
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
         self.offload = offload
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self.keep = {t.untyped_storage().data_ptr() for t in keep}
         self.d2h = torch.cuda.Stream()
         self.h2d = torch.cuda.Stream()
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
@@ -97,10 +96,7 @@ class BlockOffload:
         if self._ctx is not None:
             self._ctx.__exit__(None, None, None)
             self._ctx = None
-        t = out if isinstance(out, torch.Tensor) else \
-            next((o for o in out if isinstance(o, torch.Tensor)), None) \
-            if isinstance(out, (tuple, list)) else None
-        fn = getattr(t, "grad_fn", None)
+        fn = getattr(block_output(out), "grad_fn", None)
         if fn is not None and k <= self.offload and id(fn) not in self._hooked:
             self._hooked[id(fn)] = fn  # held until the step ends: ids stay unique
             fn.register_prehook(lambda g, k=k: self._backward_starts(k))
@@ -110,7 +106,7 @@ class BlockOffload:
             return t
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        if key in self.params or key in self.keep or storage.nbytes() == 0 or _weight_cast(t):
+        if key in self.params or storage.nbytes() == 0 or _weight_cast(t):
             return t
         entry = self.entries[k].get(key)
         if entry is not None and entry.storage() is not storage:

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from .aten_probe import block_regions, find_blocks, probe_ops
+from .aten_probe import block_output, block_regions, find_blocks, probe_ops
 from .profile import _Clock, assemble, resident_bytes, software
 from .workload import DTYPES, PRECISIONS, build_workload, training_step
 
@@ -55,15 +55,6 @@ def _hidden(args: tuple, kwargs: dict) -> torch.Tensor | None:
         if isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad:
             return a
     return None
-
-
-def _first_tensor(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)):
-        return next((o for o in out if isinstance(o, torch.Tensor)), None)
-    return getattr(out, "last_hidden_state", None) if not isinstance(out, dict) else \
-        next((o for o in out.values() if isinstance(o, torch.Tensor)), None)
 
 
 def time_blocks(step: Any, blocks: list[torch.nn.Module], trials: int, cuda: bool,
@@ -96,7 +87,7 @@ def time_blocks(step: Any, blocks: list[torch.nn.Module], trials: int, cuda: boo
         def post(m, args, out):
             if on[0]:
                 fwd.append((n - 1, clock.mark(), host()))
-                mark_bwd(_first_tensor(out), n - 2)
+                mark_bwd(block_output(out), n - 2)
         handles.append(blocks[-1].register_forward_hook(post))
 
     def run(timed: bool) -> dict[str, Any]:

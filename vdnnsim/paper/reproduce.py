@@ -16,8 +16,9 @@ from .claims import CLAIMS, STUDIES, Frames, build_claims
 
 
 def default_studies_dir() -> Path:
-    here = Path(__file__).resolve().parents[2] / "configs" / "paper"
-    return here if here.exists() else Path("configs") / "paper"
+    """The paper studies shipped in the package (vdnnsim/data/paper; the repository's
+    configs/paper links there), so that an installed wheel reproduces the paper too."""
+    return Path(__file__).resolve().parents[1] / "data" / "paper"
 
 
 COSTS = ("preset", "published")

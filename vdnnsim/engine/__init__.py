@@ -1,0 +1,3 @@
+"""The discrete-event engine: the simulation (sim.py), its allocators (allocator.py,
+caching.py), the plan it replays (plan.py), the unified-memory replay (uvm.py) and the
+invariant checker (invariants.py). docs/architecture.md describes how they fit."""

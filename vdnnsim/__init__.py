@@ -1,17 +1,39 @@
 """vdnnsim: a trace-driven simulator of GPU memory during DNN training, with vDNN-style
-offload and prefetch policies."""
+offload and prefetch policies.
 
-from .api import build_trace, oracle_time_ns, run_trace, simulate
-from .errors import ConfigError, TraceError, UnknownNameError, VdnnError
-from .hardware import GPU, Link, gpu_preset, preset_names
-from .policies import policy_names
-from .results import RunResult
-from .study import sweep
-from .trace import Trace, load_trace, save_trace
+The public names below are imported on first use (PEP 562), so that `vdnnsim` on the
+command line starts without importing the engine, pandas and the policies: its Ctrl-C
+handler is in place within milliseconds of the start (NOTE [interrupt]), and a command
+that needs none of them starts faster.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "GPU", "Link", "RunResult", "Trace", "TraceError",
-           "UnknownNameError", "VdnnError", "build_trace", "gpu_preset", "load_trace",
-           "oracle_time_ns", "policy_names", "preset_names", "run_trace", "save_trace",
-           "simulate", "sweep"]
+_WHERE = {
+    "build_trace": "api", "oracle_time_ns": "api", "run_trace": "api", "simulate": "api",
+    "ConfigError": "errors", "TraceError": "errors", "UnknownNameError": "errors",
+    "VdnnError": "errors",
+    "GPU": "hardware", "Link": "hardware", "gpu_preset": "hardware",
+    "preset_names": "hardware",
+    "policy_names": "policies", "RunResult": "results", "sweep": "study",
+    "Trace": "trace", "load_trace": "trace", "save_trace": "trace",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vdnnsim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -18,6 +18,15 @@ from .errors import VdnnError
 
 EXIT_USAGE = 2
 EXIT_BUG = 3  # NOTE [invariants]: the simulator broke its own rules
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+
+# NOTE [interrupt]
+# Ctrl-C anywhere (parsing, a solver, a Dask sweep, writing a file) ends the command with one
+# line on stderr and exit code 130, never a traceback. Files are written through
+# yamlio.write_atomic, whose temporary file is removed on any exception, KeyboardInterrupt
+# included, so an interrupted command leaves no partial file. Once interrupted, further
+# Ctrl-Cs are ignored while the interpreter shuts down (a second one during the teardown of
+# a Dask cluster would otherwise print the traceback the first one was caught to avoid).
 
 
 class _Parser(argparse.ArgumentParser):
@@ -740,6 +749,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (NOTE [user errors], NOTE [interrupt])."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        import signal
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: nothing more to ignore
+            pass
+        print("vdnnsim: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name from another locale is escaped, not a crash
         try:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]

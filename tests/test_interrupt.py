@@ -1,0 +1,95 @@
+"""Ctrl-C (NOTE [interrupt]): exit 130, one line on stderr, no traceback, no partial file.
+
+The subprocess tests send SIGINT to the command's whole process group, as a terminal does,
+while the command is busy: in the MILP solver, in a sweep's worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vdnnsim import cli
+from vdnnsim.yamlio import write_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix",
+                                reason="process groups and SIGINT are POSIX")
+
+
+def _interrupt(argv: list[str], after_s: float, cwd: Path) -> subprocess.CompletedProcess:
+    def child() -> None:  # a shell may start the tests with SIGINT ignored; a terminal does not
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    p = subprocess.Popen([sys.executable, "-m", "vdnnsim", *argv], cwd=cwd, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=child, start_new_session=True)
+    time.sleep(after_s)
+    if p.poll() is not None:
+        out, err = p.communicate()
+        pytest.fail(f"the command ended before it could be interrupted (rc {p.returncode}); "
+                    f"give it more work: {err[-500:]}")
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def _no_partial_files(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir()]
+
+
+def test_ctrl_c_in_the_milp_solver(tmp_path):
+    # ResNet-50 (256) as profiled on the H200: its MILP takes many seconds on any machine
+    trace = ROOT / "traces" / "h200_plans" / "resnet50_b256.yaml"
+    out = tmp_path / "plan.yaml"
+    proc = _interrupt(["plan", str(trace), "--budget", "12GiB", "--method", "milp",
+                       "-o", str(out)], 4.0, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "vdnnsim: interrupted\n"
+    assert _no_partial_files(tmp_path) == []
+
+
+def test_ctrl_c_in_a_sweep_with_worker_processes(tmp_path):
+    study = tmp_path / "big.yaml"
+    study.write_text("name: big\nsweep:\n  network: [vgg416, vgg316, vgg216, vgg116]\n"
+                     "  batch_size: [32, 64, 128, 256, 512, 1024]\n"
+                     "  gpu: [k40, titanx_maxwell, h200]\n"
+                     "  policy: [vdnn_dyn, vdnn_all_m, vdnn_conv_p, vdnn_all_p, vdnn_conv_m]\n")
+    proc = _interrupt(["sweep", str(study), "-o", str(tmp_path / "out.csv"), "--workers", "2",
+                       "--no-progress"], 2.0, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "vdnnsim: interrupted\n"
+    assert _no_partial_files(tmp_path) == ["big.yaml"]
+
+
+def test_main_turns_keyboard_interrupt_into_130(monkeypatch, capsys):
+    def busy(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_list", busy)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["list"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert err == "vdnnsim: interrupted\n"
+
+
+def test_an_interrupted_write_leaves_nothing(tmp_path):
+    target = tmp_path / "x.yaml"
+
+    def half_then_ctrl_c(f):
+        f.write("a: 1\n")
+        f.flush()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, half_then_ctrl_c)
+    assert list(tmp_path.iterdir()) == []

@@ -1,14 +1,19 @@
-# make demo: set up a virtual environment and run the built-in demo.
-# make test: set up with vdnnsim[dev,torch,hf] (test dependencies, torch, torchvision and
-#            transformers) and run the test suite.
-# make fuzz: a 10,000-case fuzzing campaign (bench/fuzz.py); failing inputs go to fuzz-failures/.
+# make demo:  set up a virtual environment and run the built-in demo.
+# make test:  set up with vdnnsim[dev,torch,hf] (test dependencies, torch, torchvision and
+#             transformers) and run the test suite on every core (pytest-xdist).
+# make quick: the tests without those marked slow (a minute or so), for the edit-test loop.
+# make wheel-check: build the wheel, install it into a fresh virtual environment and run the
+#             demo, reproduce and list from it, outside the source tree (.ci/run does this).
+# make fuzz:  the full fuzzing campaign, 10,000 cases of the test run's seed (the test run
+#             takes the first 1,500); bench/fuzz.py explores other seeds.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 CORE   := $(VENV)/.installed-core
 DEV    := $(VENV)/.installed-dev
+WHEEL_CHECK := build/wheel-check
 
-.PHONY: demo test bench fuzz clean
+.PHONY: demo test quick wheel-check bench fuzz clean
 
 $(CORE): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +29,17 @@ demo: $(CORE)
 	$(BIN)/vdnnsim run configs/demo.yaml
 
 test: $(DEV)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
+
+quick: $(DEV)
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not slow"
+
+wheel-check: $(CORE)
+	rm -rf $(WHEEL_CHECK)
+	$(BIN)/python -m pip wheel -q --no-deps -w $(WHEEL_CHECK)/dist .
+	$(PYTHON) -m venv $(WHEEL_CHECK)/venv
+	$(WHEEL_CHECK)/venv/bin/python -m pip install -q $(WHEEL_CHECK)/dist/vdnnsim-*.whl
+	bash bench/wheel_check.sh $(WHEEL_CHECK)/venv $(BIN)/vdnnsim
 
 bench: $(CORE)
 	$(BIN)/python bench/bench_engine.py
@@ -33,7 +48,7 @@ bench: $(CORE)
 	$(BIN)/python bench/bench_planner.py
 
 fuzz: $(DEV)
-	$(BIN)/python bench/fuzz.py --seed 1 --cases 10000 --out fuzz-failures
+	VDNNSIM_FUZZ_CASES=10000 $(BIN)/python -m pytest tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -159,6 +159,7 @@ def test_a_budget_nothing_fits_in_gives_no_plan():
     assert sol.plan is None and sol.engine_ns is None and "no solution" in sol.note
 
 
+@pytest.mark.slow
 def test_on_the_k40_the_milp_is_at_least_as_fast_as_vdnn_dyn_and_auto_takes_the_faster():
     """The paper's case, VGG-16 (256) in a 12 GB K40, every answer the engine's."""
     trace, gpu = _k40_vgg()

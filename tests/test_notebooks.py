@@ -17,6 +17,7 @@ def test_there_are_the_five_notebooks():
                                            "k40_vs_h200", "validation", "llama_24gb"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_is_stripped_and_runs(path):
     nb = nbformat.read(path, as_version=4)

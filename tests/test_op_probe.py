@@ -102,6 +102,7 @@ def test_an_output_nothing_reads_is_dropped():
     assert all(n.out_nbytes < 4_000_000 for n in p.nodes)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():
     """traces/h200_hf/meta_check.py: issue 14's meta-device target is 3% median and 8% max

@@ -94,6 +94,7 @@ def test_vdnnsim_plan_prints_and_writes_a_plan(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_resnet50_256_in_12_gib_on_the_h200_recomputes_and_replays(tmp_path):
     """The profiled ResNet-50 (256) under a 12 GiB cap: vDNN_all fits at 7x the uncapped
     step (measured 872 ms against 116 ms, issue 13); the planner's best is checkpointing

@@ -162,6 +162,7 @@ def test_profiled_gpt2_predicts_its_measurement(precision):
     assert sim.iteration_time_s * 1e3 == pytest.approx(rec["iteration_ms"], rel=0.15)
 
 
+@pytest.mark.slow
 def test_committed_profiles_predict_the_h200_runs():
     """Issue 14's targets on the committed profiles (traces/h200_hf/profiled) against the
     runs measured after them: peak allocated memory 2% median / 5% max (met on every set);

@@ -49,6 +49,7 @@ def test_probe_sees_what_autograd_saves_on_the_meta_device():
     assert by["layers_view"].alias_of == "layers_pool5"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:alexnet", "zoo:googlenet"])
 @pytest.mark.parametrize("policy", ["vdnn_all", "vdnn_conv"])
 def test_runtime_gradients_are_identical_on_cpu(spec, policy):

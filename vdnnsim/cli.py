@@ -213,26 +213,31 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from .report.table import format_slowdown
     from .study.maxbatch import max_batch
 
-    cap = None
-    if args.memory:
-        try:
-            cap = _capacity(args.memory)
-        except ValueError as exc:
-            from .errors import ConfigError
-            raise ConfigError(f"--memory: {exc}") from None
-    rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit)
+    cap = host = None
+    for flag, value in (("--memory", args.memory), ("--host-memory", args.host_memory)):
+        if value:
+            try:
+                n = _capacity(value)
+            except ValueError as exc:
+                from .errors import ConfigError
+                raise ConfigError(f"{flag}: {exc}") from None
+            cap, host = (n, host) if flag == "--memory" else (cap, n)
+    rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit,
+                      host_memory_bytes=host)
             for n in args.network for g in args.gpu for p in args.policy]
     if args.json:
         print(json.dumps([_clean(r) for r in rows], indent=2))
         return 0
+    # NOTE [maxbatch]: the bound is what stops the next batch size
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
-          f"{'peak GB':>8s} {'sims':>5s}")
+          f"{'peak GB':>8s} {'host GB':>8s} {'sims':>5s}  bound")
     for r in rows:
-        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f}"
-                 if r["max_batch_size"] else f"{'-':>9s} {'-':>8s}")
+        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f} "
+                 f"{r['peak_host_bytes'] / 1e9:8.2f}"
+                 if r["max_batch_size"] else f"{'-':>9s} {'-':>8s} {'-':>8s}")
         mark = "+" if r.get("at_limit") else " "
         print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"
-              f"{mark} {extra} {r['simulations']:5d}")
+              f"{mark} {extra} {r['simulations']:5d}  {r['bound']}")
     return 0
 
 
@@ -652,6 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--policy", "-p", action="append", default=None,
                     help="policy (repeatable; default vdnn_dyn)")
     mb.add_argument("--memory", default=None, help="pool capacity, e.g. '12 GiB'")
+    mb.add_argument("--host-memory", default=None, help="host memory offloads may pin, e.g. "
+                    "'64 GiB' (default: the preset's; NOTE [host memory])")
     mb.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     mb.add_argument("--limit", type=int, default=1 << 16, help="largest batch to try")
     mb.add_argument("--json", action="store_true")

@@ -38,6 +38,13 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
+def _writable(path: Any, folder: bool = False) -> None:
+    """-o/--output checked before the work that fills it (yamlio.check_writable)."""
+    if path and path != "-":
+        from .yamlio import check_writable
+        check_writable(path, folder)
+
+
 def _is_study(path: str) -> bool:
     from .yamlio import read_yaml
 
@@ -50,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_config
     from .report import format_table
 
+    _writable(args.chrome_trace)
     if _is_study(args.config):
         if args.chrome_trace:
             from .errors import ConfigError
@@ -84,6 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan_to_dict, search_plan
     from .yamlio import write_text_atomic
 
+    _writable(args.output)
     cfg, base = load_config(args.config)
     try:
         budget = _capacity(args.budget)
@@ -196,6 +205,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.output and not args.output.endswith((".csv", ".parquet")):
         from .errors import ConfigError
         raise ConfigError(f"{args.output}: write .csv or .parquet")
+    _writable(args.output)
     progress = not args.no_progress and sys.stderr.isatty()
     df = run_study(spec, base, progress, args.workers, args.scheduler)
     if args.output:
@@ -251,6 +261,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"{out}: write .png, .pdf or .svg")
+    _writable(out)
     if args.kind in ("memory", "timeline"):
         from .api import run_config
         from .config import load_config
@@ -336,6 +347,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .report import figures
     from .yamlio import write_atomic, write_text_atomic
 
+    _writable(args.output, folder=True)
     table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference,
                               costs=args.costs)
     if args.json:
@@ -377,6 +389,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .api import build_trace, resolve_gpu
     from .trace import save_trace, trace_from_dict
 
+    _writable(args.output)
     gpu = resolve_gpu(args.gpu)
     if args.model:
         if args.network:
@@ -424,6 +437,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    _writable(args.output)
     _need_torch()
     import torch
 
@@ -524,6 +538,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    _writable(args.output)
     _need_torch()
     import torch
 

@@ -201,11 +201,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .report.table import format_rows
     from .study import load_study, run_study, write_results
 
-    spec, base = load_study(args.study)
     if args.output and not args.output.endswith((".csv", ".parquet")):
         from .errors import ConfigError
         raise ConfigError(f"{args.output}: write .csv or .parquet")
     _writable(args.output)
+    spec, base = load_study(args.study)
     progress = not args.no_progress and sys.stderr.isatty()
     df = run_study(spec, base, progress, args.workers, args.scheduler)
     if args.output:
@@ -588,7 +588,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {n:15s} {g.display_name}: {g.memory_bytes / 2**30:.1f} GiB, "
                   f"{g.peak_flops['fp32'] / 1e12:.1f} TFLOP/s fp32, "
                   f"{g.mem_bw_bytes_per_s / 1e9:.0f} GB/s, link "
-                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s")
+                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s, host "
+                  f"{(g.host_memory_bytes or 0) / 2**30:.0f} GiB")
     if what in ("policies", "all"):
         print("policies:")
         for n in policy_names():

@@ -128,6 +128,19 @@ CONFIG_CASES = [
      ["vgg16", "batch size", "1 PiB"]),
     ("batch_beyond_floats", "network: vgg16\nbatch_size: " + "1" + "0" * 400 + "\n",
      ["vgg16", "batch size", "1 PiB"]),
+    # NOTE [whole numbers]: 1e12 (a string to YAML 1.1) is a whole number, past the scale
+    ("batch_1e12", "network: vgg16\nbatch_size: 1e12\n",
+     ["cfg.yaml", "batch size 1000000000000", "1 PiB"]),
+    ("batch_float_fraction", "network: vgg16\nbatch_size: 2.5e0\n",
+     ["cfg.yaml", "batch_size", "whole number", "2.5e0"]),
+    ("batch_infinite", "network: vgg16\nbatch_size: .inf\n",
+     ["cfg.yaml", "batch_size", "finite whole number"]),
+    ("latency_fraction", GOOD_CONFIG + "gpu: {preset: k40, link_latency_ns: 2.5}\n",
+     ["cfg.yaml", "gpu.link_latency_ns", "whole number", "2.5"]),
+    ("distance_fraction", "network: vgg16\nbatch_size: 2\npolicy: vdnn_all_m\n"
+     "policy_options: {distance: 1.5}\n", ["vdnn_all_m", "option distance", "1.5"]),
+    ("host_memory_zero", GOOD_CONFIG + "gpu: {preset: k40, host_memory_bytes: 0}\n",
+     ["cfg.yaml", "gpu.host_memory_bytes", "at least 1 byte"]),
     ("memory_words", GOOD_CONFIG + "memory_bytes: lots\n",
      ["cfg.yaml", "memory_bytes", "'lots'", "not a byte count"]),
     ("memory_negative_string", GOOD_CONFIG + "memory_bytes: '-5'\n",
@@ -235,6 +248,8 @@ NET_CASES = [
         "[3, 8, 8]", "[3, 8]")), ["net.yaml", "input"]),
     ("negative_stride", net("{name: c1, type: conv, out: 4, kernel: 3, stride: -1}"),
      ["net.yaml", "layers[0].stride"]),
+    ("fractional_out", net("{name: c1, type: conv, out: 4.5, kernel: 3}"),
+     ["net.yaml", "layers[0].out", "whole number", "4.5"]),
     ("output_beyond_simulation", net("{name: f, type: flatten}",
                                      "{name: fc, type: fc, out: 1000000000000000}"),
      ["net.yaml", "tiny", "1 PiB"]),
@@ -325,6 +340,9 @@ TRACE_CASES = [
     ("layer_without_times", drop_layer_key(0, "fwd_ns"),
      ["tr.yaml", "layers[0]", "fwd_ns and bwd_ns"]),
     ("negative_time", layer(0, fwd_ns=-1), ["tr.yaml", "layers[0].fwd_ns"]),
+    ("fractional_time", layer(0, fwd_ns=2.5),
+     ["tr.yaml", "layers[0].fwd_ns", "whole number", "2.5"]),
+    ("time_word", layer(0, fwd_ns="soon"), ["tr.yaml", "layers[0].fwd_ns", "'soon'"]),
     ("time_beyond_floats", layer(0, fwd_ns=10**400), ["tr.yaml", "layers[0].fwd_ns"]),
     ("no_layers", top(layers=[]), ["tr.yaml", "layers"]),
     ("zero_batch", top(batch_size=0), ["tr.yaml", "batch_size"]),
@@ -455,3 +473,167 @@ def test_trace_over_an_existing_file_keeps_it_on_error(tmp_path: Path) -> None:
     assert_user_error(vdnnsim(tmp_path, "trace", "vgg16", "--gpu", "k41", "-o", "x.yaml"),
                       "k41")
     assert files_under(tmp_path) == {"x.yaml": b"old\n"}
+
+
+# -- integers written as floats (NOTE [whole numbers]) ---------------------------------------
+
+@pytest.mark.parametrize("value, want", [
+    (12, 12), (12.0, 12), ("1e12", 10**12), ("12.8e9", 12_800_000_000), (" 1_000 ", 1000),
+    (2.5, "whole number, got 2.5"), ("2.5", "whole number"), (True, "boolean"),
+    ("abc", "'abc'"), (float("inf"), "finite"), ("-inf", "finite"), ("nan", "whole number"),
+    ("1e99999", "at most 4,000 digits"), (None, "None"), ([3], "[3]")])
+def test_one_rule_for_whole_numbers(value: Any, want: Any) -> None:
+    from vdnnsim.limits import whole_number
+    if isinstance(want, int):
+        got = whole_number(value, "n")
+        assert got == want and type(got) is int
+    else:
+        with pytest.raises(ValueError, match=re.escape(want)):
+            whole_number(value, "n")
+
+
+def test_whole_numbers_written_as_floats_are_accepted(tmp_path: Path) -> None:
+    """Every integer field takes the spellings bandwidths take: 1e1 (a string to YAML
+    1.1), 1.0e+4, 4.0."""
+    write_trace(tmp_path / "tr.yaml", layer(0, fwd_ns="1e3", bwd_ns=20.0))
+    (tmp_path / "net.yaml").write_text(net("{name: c1, type: conv, out: 4.0, kernel: 3e0}",
+                                           "{name: f, type: flatten}",
+                                           "{name: fc, type: fc, out: '1e1'}"))
+    (tmp_path / "cfg.yaml").write_text(
+        "network: net.yaml\nbatch_size: 1e1\npolicy: vdnn_all_m\n"
+        "policy_options: {distance: 1.0}\ngpu: {preset: k40, link_latency_ns: 1.0e+4}\n")
+    (tmp_path / "tr_cfg.yaml").write_text("network: tr.yaml\npolicy: vdnn_all_m\n")
+    for cfg, want in (("cfg.yaml", ("tiny", 10)), ("tr_cfg.yaml", ("hand", 1))):
+        proc = vdnnsim(tmp_path, "run", "--json", cfg)
+        assert proc.returncode == 0, proc.stderr
+        [record] = json.loads(proc.stdout)
+        assert (record["network"], record["batch_size"]) == want
+
+
+# -- a file of another kind where one kind is expected (NOTE [file kinds]) ------------------
+
+PLAN = {"format": "vdnnsim-plan", "version": 1, "network": "vgg16", "batch_size": 2,
+        "layers": []}
+MEASUREMENTS = [{"model": "torchvision:vgg16", "batch_size": 2, "policy": "baseline",
+                 "fits": False}]
+
+KIND_CASES = [
+    ("trace_as_config", ["run", "tr.yaml"],
+     ["tr.yaml: this is a vdnnsim trace, not a run config; name it as `network: tr.yaml` "
+      "in a run config"]),
+    ("spec_as_config", ["run", "net.yaml"],
+     ["net.yaml: this is a network spec, not a run config", "`network: net.yaml`"]),
+    ("trace_as_sweep", ["sweep", "tr.yaml"], ["tr.yaml: this is a vdnnsim trace"]),
+    ("config_as_network", ["run", "outer.yaml"],
+     ["outer.yaml: network: cfg.yaml: this is a run config, not a network spec or trace; "
+      "run it with `vdnnsim run cfg.yaml`"]),
+    ("config_to_trace", ["trace", "cfg.yaml", "-o", "out/x.yaml"],
+     ["cfg.yaml: this is a run config, not a network spec or trace"]),
+    ("study_to_plan", ["plan", "st.yaml", "--budget", "1 GiB"],
+     ["st.yaml: this is a study, not a run config", "`vdnnsim sweep st.yaml`"]),
+    ("study_to_plot_memory", ["plot", "memory", "st.yaml", "-o", "out/x.png"],
+     ["st.yaml: this is a study, not a run config"]),
+    ("plan_as_config", ["run", "plan.yaml"],
+     ["plan.yaml: this is a vdnnsim plan file, not a run config",
+      "`policy: planned` and `policy_options: {file: plan.yaml}`"]),
+    ("measurements_as_config", ["run", "m.json"],
+     ["m.json: this is a list of measurements (vdnnsim measure --json), not a run config",
+      "`vdnnsim validate TRACES m.json`"]),
+    ("calibration_as_config", ["run", "cal.json"],
+     ["cal.json: this is a vdnnsim calibration file, not a run config"]),
+    ("measurements_as_traces", ["validate", "m.json", "m.json"],
+     ["m.json: this is a list of measurements", "not a trace"]),
+    ("config_as_measurements", ["validate", "tr.yaml", "cfg.yaml"],
+     ["cfg.yaml: this is a run config, not a list of measurements"]),
+    ("trace_as_measurements", ["validate", "tr.yaml", "tr.yaml"],
+     ["tr.yaml: this is a vdnnsim trace, not a list of measurements"]),
+    ("measurements_folder", ["validate", "tr.yaml", "out"],
+     ["out: is a folder; expected a JSON file of measurement records"]),
+]
+
+
+@pytest.mark.parametrize("args, fragments", [c[1:] for c in KIND_CASES],
+                         ids=[c[0] for c in KIND_CASES])
+def test_a_file_of_another_kind_is_named(tmp_path: Path, args: list[str],
+                                         fragments: list[str]) -> None:
+    (tmp_path / "out").mkdir()
+    write_trace(tmp_path / "tr.yaml")
+    (tmp_path / "net.yaml").write_text(net(*GOOD_NET_LAYERS))
+    (tmp_path / "cfg.yaml").write_text(GOOD_CONFIG)
+    (tmp_path / "outer.yaml").write_text("network: cfg.yaml\n")
+    (tmp_path / "st.yaml").write_text("base: {network: vgg16}\nsweep: {batch_size: [1, 2]}\n")
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(PLAN))
+    (tmp_path / "m.json").write_text(json.dumps(MEASUREMENTS))
+    (tmp_path / "cal.json").write_text(json.dumps({"format": "vdnnsim-calibration",
+                                                   "records": []}))
+    before = files_under(tmp_path)
+    assert_user_error(vdnnsim(tmp_path, *args), *fragments)
+    assert files_under(tmp_path) == before
+
+
+def test_the_file_kinds_are_the_writers_formats() -> None:
+    """NOTE [file kinds] recognises files by the format names their writers put in."""
+    from vdnnsim.planner import BLOCK_FORMAT
+    from vdnnsim.planner import FORMAT as PLAN_FORMAT
+    from vdnnsim.trace.schema import FORMAT as TRACE_FORMAT
+    from vdnnsim.yamlio import FORMATS, file_kind
+
+    source = (Path(__file__).parents[1] / "vdnnsim" / "gpu" / "calibrate.py").read_text()
+    calibration = re.search(r'^FORMAT = "([^"]+)"', source, re.M).group(1)
+    assert FORMATS == {TRACE_FORMAT: "trace", PLAN_FORMAT: "plan", BLOCK_FORMAT: "plan",
+                       calibration: "calibration"}
+    assert file_kind({"network": "vgg16", "format": "x"}) == "run config"
+    assert file_kind([{"model": "m", "policy": "p"}]) is None  # no fits: not a record
+    assert file_kind([]) is None and file_kind("text") is None
+
+
+# -- -o/--output checked before the work -----------------------------------------------------
+
+OUTPUT_CASES = [
+    # the input is missing too: the output's error shows it is checked first
+    ("plan", ["plan", "missing.yaml", "--budget", "1 GiB", "-o", "nosuch/p.yaml"]),
+    ("sweep", ["sweep", "missing.yaml", "-o", "nosuch/r.csv"]),
+    ("plot", ["plot", "memory", "missing.yaml", "-o", "nosuch/x.png"]),
+    ("trace", ["trace", "vgg17", "-o", "nosuch/x.yaml"]),
+    ("profile", ["profile", "--model", "zoo:alexnet", "-b", "2", "-o", "nosuch/x.yaml"]),
+    ("calibrate", ["calibrate", "-o", "nosuch/x.json"]),
+    ("run_chrome_trace", ["run", "missing.yaml", "--chrome-trace", "nosuch/t.json"]),
+]
+
+
+@pytest.mark.parametrize("args", [c[1] for c in OUTPUT_CASES], ids=[c[0] for c in OUTPUT_CASES])
+def test_the_output_path_is_checked_before_the_work(tmp_path: Path, args: list[str]) -> None:
+    assert_user_error(vdnnsim(tmp_path, *args), "nosuch/", "folder nosuch does not exist")
+    assert files_under(tmp_path) == {}
+
+
+def test_plan_checks_its_output_before_searching(tmp_path: Path) -> None:
+    """The search prints as it goes: nothing on stdout means it never ran."""
+    (tmp_path / "cfg.yaml").write_text(GOOD_CONFIG)
+    (tmp_path / "out").mkdir()
+    for out, fragment in (("/missing/dir/p.yaml", "folder /missing/dir does not exist"),
+                          ("out", "out: is a directory, not a file name")):
+        assert_user_error(vdnnsim(tmp_path, "plan", "cfg.yaml", "--budget", "1 GiB", "-o",
+                                  out), fragment)
+    assert files_under(tmp_path) == {"cfg.yaml": GOOD_CONFIG.encode()}
+
+
+def test_reproduce_checks_its_folder_before_the_studies(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    assert_user_error(vdnnsim(tmp_path, "reproduce", "--studies", "missing", "-o",
+                              "f.txt/sub/out"), "cannot make this folder: f.txt is a file")
+    assert files_under(tmp_path) == {"f.txt": b"x"}
+
+
+def test_an_unwritable_folder_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root writes anywhere, so os.access stands in for a read-only folder."""
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.yamlio import check_writable, write_text_atomic
+
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    for call in (lambda: check_writable(tmp_path / "x.yaml"),
+                 lambda: check_writable(tmp_path / "new" / "dir", folder=True),
+                 lambda: write_text_atomic(tmp_path / "x.yaml", "x")):
+        with pytest.raises(ConfigError, match="is not writable"):
+            call()
+    assert list(tmp_path.iterdir()) == []

@@ -374,3 +374,51 @@ def test_a_block_a_copy_used_is_reused_only_once_the_host_sees_the_copy_done():
                             & (capped.timeline.kind == "wait")]
     assert "allocator: synchronize_and_free_events" in set(waits.name)
     assert capped.iteration_time_ns >= fast.iteration_time_ns
+
+
+@pytest.mark.parametrize("framework", ["torch7", "pytorch"])
+def test_host_memory_bounds_what_offloads_may_pin(framework):
+    """NOTE [host memory]: a host that holds the run's peak of pinned bytes fits it; one
+    byte less, and the offload that crosses it is the run's out-of-memory, whatever the GPU
+    pool says. Torch7's vdnn_all_m pins data, c1 and c2 (3U) by the end of the forward
+    pass; the offload of c2, issued at c3's start (2 ms), crosses a host of 3U - 1."""
+    from vdnnsim.report import format_table
+
+    t = chain_trace([{"id": f"c{i}", "size": U, "fwd": MS, "bwd": MS} for i in (1, 2, 3)],
+                    input_bytes=U, framework=framework)
+    peak = run_trace(t, GPU, "vdnn_all_m").peak_host_bytes
+    assert peak >= U
+    ok = run_trace(t, replace(GPU, host_memory_bytes=peak), "vdnn_all_m")
+    assert ok.fits and ok.peak_host_bytes == peak
+    r = run_trace(t, replace(GPU, host_memory_bytes=peak - 1), "vdnn_all_m")
+    assert not r.fits
+    o = r.oom
+    assert (o.phase, o.kind, o.reason, o.fragmented) == ("forward", "host", "host memory",
+                                                         False)
+    assert o.requested_bytes == U and o.free_bytes == U - 1
+    if framework == "torch7":
+        assert peak == 3 * U
+        assert (o.tensor, o.layer, o.time_ns) == ("c2", "c3", 2 * MS)
+    # the rest of the run is as without the bound: what it would have needed
+    assert (r.peak_memory_bytes, r.iteration_time_ns) == (ok.peak_memory_bytes,
+                                                          ok.iteration_time_ns)
+    s = r.summary()
+    assert (s["fits"], s["oom_reason"], s["oom_tensor"], s["host_capacity_bytes"]) == (
+        False, "host memory", o.tensor, peak - 1)
+    assert ok.summary()["oom_reason"] is None
+    row = format_table([r]).splitlines()[-1]
+    assert "no (host memory)" in row
+    assert f"{o.layer} forward: offload of {o.tensor} (host memory full)" in row
+    # no offload, no host memory: the baseline fits a host of one byte
+    assert run_trace(t, replace(GPU, host_memory_bytes=1), "baseline_p").fits
+
+
+def test_vdnn_dyn_reports_a_host_too_small_for_any_offload():
+    """A 4U pool needs vDNN_all; a 1U host cannot hold its offloads: no plan fits, and the
+    run says why (step 1, host memory), rather than fitting on the GPU alone."""
+    t = three_convs()
+    fits = run_trace(t, GPU, "vdnn_dyn", memory_bytes=4 * U)
+    assert fits.fits and fits.offloaded_bytes > 0
+    r = run_trace(t, replace(GPU, host_memory_bytes=U), "vdnn_dyn", memory_bytes=4 * U)
+    assert not r.fits and r.oom.reason == "host memory"
+    assert r.notes[0].startswith("step 1")

@@ -21,7 +21,7 @@ from .policies import get_policy, liveness
 from .policies.builtin import COMMON_OPTIONS
 from .results import RunResult
 from .trace import Trace, trace_from_dict
-from .yamlio import paused_gc, read_yaml
+from .yamlio import misplaced, paused_gc, read_yaml
 from .config import RunConfig
 
 
@@ -87,6 +87,10 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         if not path.suffix and not os.path.exists(path):
             zoo_network(str(network))  # raises the unknown-network error with the list
         data = read_yaml(path)
+        wrong = misplaced(data, path, "a network spec or trace",  # NOTE [file kinds]
+                          ("network spec", "trace"))
+        if wrong:
+            raise ConfigError(wrong)
         if is_network_file(data):
             spec, spec_file = network_from_dict(data, str(path)), f"{path}: "
         else:
@@ -208,7 +212,8 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
-        _spans=tuple(pool.spans or ()) if record else ())
+        _spans=tuple(pool.spans or ()) if record else (),
+        host_capacity_bytes=gpu.host_memory_bytes)
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

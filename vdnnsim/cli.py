@@ -47,6 +47,13 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
+def _writable(path: Any, folder: bool = False) -> None:
+    """-o/--output checked before the work that fills it (yamlio.check_writable)."""
+    if path and path != "-":
+        from .yamlio import check_writable
+        check_writable(path, folder)
+
+
 def _is_study(path: str) -> bool:
     from .yamlio import read_yaml
 
@@ -59,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_config
     from .report import format_table
 
+    _writable(args.chrome_trace)
     if _is_study(args.config):
         if args.chrome_trace:
             from .errors import ConfigError
@@ -93,6 +101,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan_to_dict, search_plan
     from .yamlio import write_text_atomic
 
+    _writable(args.output)
     cfg, base = load_config(args.config)
     try:
         budget = _capacity(args.budget)
@@ -201,10 +210,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .report.table import format_rows
     from .study import load_study, run_study, write_results
 
-    spec, base = load_study(args.study)
     if args.output and not args.output.endswith((".csv", ".parquet")):
         from .errors import ConfigError
         raise ConfigError(f"{args.output}: write .csv or .parquet")
+    _writable(args.output)
+    spec, base = load_study(args.study)
     progress = not args.no_progress and sys.stderr.isatty()
     df = run_study(spec, base, progress, args.workers, args.scheduler)
     if args.output:
@@ -222,26 +232,31 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     from .report.table import format_slowdown
     from .study.maxbatch import max_batch
 
-    cap = None
-    if args.memory:
-        try:
-            cap = _capacity(args.memory)
-        except ValueError as exc:
-            from .errors import ConfigError
-            raise ConfigError(f"--memory: {exc}") from None
-    rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit)
+    cap = host = None
+    for flag, value in (("--memory", args.memory), ("--host-memory", args.host_memory)):
+        if value:
+            try:
+                n = _capacity(value)
+            except ValueError as exc:
+                from .errors import ConfigError
+                raise ConfigError(f"{flag}: {exc}") from None
+            cap, host = (n, host) if flag == "--memory" else (cap, n)
+    rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit,
+                      host_memory_bytes=host)
             for n in args.network for g in args.gpu for p in args.policy]
     if args.json:
         print(json.dumps([_clean(r) for r in rows], indent=2))
         return 0
+    # NOTE [maxbatch]: the bound is what stops the next batch size
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
-          f"{'peak GB':>8s} {'sims':>5s}")
+          f"{'peak GB':>8s} {'host GB':>8s} {'sims':>5s}  bound")
     for r in rows:
-        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f}"
-                 if r["max_batch_size"] else f"{'-':>9s} {'-':>8s}")
+        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f} "
+                 f"{r['peak_host_bytes'] / 1e9:8.2f}"
+                 if r["max_batch_size"] else f"{'-':>9s} {'-':>8s} {'-':>8s}")
         mark = "+" if r.get("at_limit") else " "
         print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"
-              f"{mark} {extra} {r['simulations']:5d}")
+              f"{mark} {extra} {r['simulations']:5d}  {r['bound']}")
     return 0
 
 
@@ -255,6 +270,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"{out}: write .png, .pdf or .svg")
+    _writable(out)
     if args.kind in ("memory", "timeline"):
         from .api import run_config
         from .config import load_config
@@ -340,6 +356,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .report import figures
     from .yamlio import write_atomic, write_text_atomic
 
+    _writable(args.output, folder=True)
     table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference,
                               costs=args.costs)
     if args.json:
@@ -381,6 +398,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .api import build_trace, resolve_gpu
     from .trace import save_trace, trace_from_dict
 
+    _writable(args.output)
     gpu = resolve_gpu(args.gpu)
     if args.model:
         if args.network:
@@ -428,6 +446,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    _writable(args.output)
     _need_torch()
     import torch
 
@@ -528,6 +547,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    _writable(args.output)
     _need_torch()
     import torch
 
@@ -577,7 +597,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {n:15s} {g.display_name}: {g.memory_bytes / 2**30:.1f} GiB, "
                   f"{g.peak_flops['fp32'] / 1e12:.1f} TFLOP/s fp32, "
                   f"{g.mem_bw_bytes_per_s / 1e9:.0f} GB/s, link "
-                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s")
+                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s, host "
+                  f"{(g.host_memory_bytes or 0) / 2**30:.0f} GiB")
     if what in ("policies", "all"):
         print("policies:")
         for n in policy_names():
@@ -661,6 +682,8 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--policy", "-p", action="append", default=None,
                     help="policy (repeatable; default vdnn_dyn)")
     mb.add_argument("--memory", default=None, help="pool capacity, e.g. '12 GiB'")
+    mb.add_argument("--host-memory", default=None, help="host memory offloads may pin, e.g. "
+                    "'64 GiB' (default: the preset's; NOTE [host memory])")
     mb.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     mb.add_argument("--limit", type=int, default=1 << 16, help="largest batch to try")
     mb.add_argument("--json", action="store_true")

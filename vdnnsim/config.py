@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .hardware import Capacity, GPUOverrides
 from .limits import OptionValue
 from .limits import batch_size as batch_size_value
-from .yamlio import parse_model, read_yaml
+from .yamlio import misplaced, parse_model, read_yaml
 
 
 class GPUConfig(GPUOverrides):
@@ -83,6 +83,9 @@ def load_config(path: str | os.PathLike) -> tuple[RunConfig, Path]:
 
 def config_from_dict(data: Any, source: str = "<config>") -> RunConfig:
     """A key set to null is as if it were absent (its default), as in a study."""
+    wrong = misplaced(data, source, "a run config", ("run config",))  # NOTE [file kinds]
+    if wrong:
+        raise ConfigError(wrong)
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if v is not None}
     return parse_model(RunConfig, data, source, ConfigError)

@@ -66,6 +66,21 @@ class Host:
     layer_kernels_bwd: float = 1.0
 
 
+# NOTE [host memory]
+# What offloaded buffers land in: the host's memory, pinned (cudaMallocHost, as vDNN and
+# save_on_cpu(pin_memory=True) take it). A run whose pinned host bytes at some moment
+# exceed ``host_memory_bytes`` does not fit, as one that runs out of GPU memory: the engine
+# records the first offload that overflows the host as the run's out-of-memory (kind
+# 'host', reason 'host memory', NOTE [out of memory]), so ``fits`` is false, the table's
+# "out of memory at" column names that offload, and vdnn_dyn and the planners, which ask
+# the same question of their passes, look for a plan that fits both. Each preset gives
+# its typical host's memory, per GPU where a host serves several (gpus.yaml says where
+# each comes from); the gpu override ``host_memory_bytes`` (``--host-memory`` for
+# maxbatch) sets another. All of it counts as pinnable, an upper bound: an OS and a
+# framework keep some. The unified-memory policies (NOTE [uvm]) migrate pages into
+# pageable memory, which the OS can swap; their host bytes are not checked.
+
+
 @dataclass(frozen=True)
 class GPU:
     name: str
@@ -81,6 +96,8 @@ class GPU:
     sm_count: int = 0  # streaming multiprocessors (NOTE [kernel model]); 0: unknown
     calibration: str = ""  # fitted kernel model, relative to vdnnsim/data (NOTE [kernel model])
     cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold (NOTE [resident memory])
+    host_memory_bytes: int | None = None  # NOTE [host memory]; None: no limit
+
 
     def flops(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -138,6 +155,9 @@ class _GPUSpec(BaseModel):
     calibration: str = Field("", description="Fitted kernel-time model (NOTE [kernel model]).")
     cublas_workspace_bytes: int = Field(0, ge=0, description="cuBLAS workspaces PyTorch "
                                         "holds once a model has run a matmul.")
+    host_memory_bytes: Bytes = Field(gt=0, description="The typical host's memory (per GPU "
+                                     "where it serves several) that offloads may pin (NOTE "
+                                     "[host memory]).")
     source: str = Field(description="Where the numbers come from.")
 
 
@@ -169,6 +189,8 @@ class GPUOverrides(BaseModel):
     peak_flops_scale: Annotated[float, BeforeValidator(limits.flops_scale)] | None = Field(
         None, description="Scale compute peak.")
     mem_bw_bytes_per_s: Bandwidth | None = Field(None, description="DRAM bandwidth.")
+    host_memory_bytes: Capacity | None = Field(
+        None, description="Host memory offloads may pin, e.g. '64 GiB' (NOTE [host memory]).")
 
 
 @lru_cache(maxsize=1)
@@ -184,7 +206,7 @@ def _presets() -> dict[str, GPU]:
                         s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
                         Link(**s.link.model_dump()), s.source,
                         Host(**s.host.model_dump(exclude={"source"})), s.sm_count,
-                        s.calibration, s.cublas_workspace_bytes)
+                        s.calibration, s.cublas_workspace_bytes, s.host_memory_bytes)
     return out
 
 
@@ -232,6 +254,8 @@ def apply_overrides(gpu: GPU, o: GPUOverrides) -> GPU:
     g = replace(gpu, link=link)
     if o.memory_bytes is not None:
         g = replace(g, memory_bytes=o.memory_bytes)
+    if o.host_memory_bytes is not None:
+        g = replace(g, host_memory_bytes=o.host_memory_bytes)
     if o.mem_bw_bytes_per_s is not None:
         g = replace(g, mem_bw_bytes_per_s=o.mem_bw_bytes_per_s)
     if o.peak_flops_scale is not None:

@@ -68,13 +68,59 @@ def bandwidth(value: Any) -> float:
                     "1 MB/s is slower than any DMA link, 1 PB/s faster than any memory")
 
 
+# NOTE [whole numbers]
+# One rule for every integer a file gives (batch sizes, counts, latencies and times in ns,
+# layer hyper-parameters, policy options), as for byte counts and bandwidths: an integer,
+# or a number that is exactly one, written as a float (1.0e+12) or as a string YAML 1.1
+# leaves unparsed (1e12, 12.8e9: no dot or no sign in the exponent); not a boolean, not a
+# fraction (2.5), not infinity. The value is then checked against its own bounds, which
+# name the cause (a batch of 1e12 images is past NOTE [simulated scale], not malformed).
+MAX_WHOLE_DIGITS = 4000  # an exponent past this is no count; int() of it would take long
+
+
+def whole_number(value: Any, what: str = "") -> int:
+    """NOTE [whole numbers]: ``value`` as an int, or a ValueError naming ``what`` (the
+    field's key path names it where ``what`` is empty)."""
+    if type(value) is int:  # the common case, first
+        return value
+    must = f"{what} must be" if what else "expected"
+    if isinstance(value, bool):
+        raise ValueError(f"{must} a whole number, got a boolean ({value})")
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{must} a finite whole number, got {value}")
+        if not value.is_integer():
+            raise ValueError(f"{must} a whole number, got {value!r}")
+        return int(value)
+    if isinstance(value, str):
+        from decimal import Decimal, InvalidOperation
+        text = value.strip().replace("_", "")
+        try:
+            d = Decimal(text) if text.isascii() else None
+        except (InvalidOperation, ValueError):
+            d = None
+        if d is None or d.is_nan():
+            raise ValueError(f"{must} a whole number, got {short_repr(value)}")
+        if d.is_infinite():
+            raise ValueError(f"{must} a finite whole number, got {short_repr(value)}")
+        if d.adjusted() > MAX_WHOLE_DIGITS:
+            raise ValueError(f"{must} a whole number of at most {MAX_WHOLE_DIGITS:,} "
+                             f"digits, got {short_repr(value)}")
+        if d != d.to_integral_value():
+            raise ValueError(f"{must} a whole number, got {short_repr(value)}")
+        return int(d)
+    raise ValueError(f"{must} a whole number, got {short_repr(value)}")
+
+
+def whole(value: Any) -> int:
+    """NOTE [whole numbers] as a pydantic before-validator: the key path names the field."""
+    return whole_number(value)
+
+
 def latency_ns(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"a latency in ns must be a whole number, got "
-                             f"{short_repr(value)}")
+    value = whole_number(value, "a latency in ns")
     in_range(value, 0, MAX_LATENCY_NS, "a latency in ns", "a second per copy is a unit "
              "mistake")
     return value
@@ -86,12 +132,10 @@ def flops_scale(value: Any) -> float:
 
 
 def batch_size(value: Any) -> int:
-    """A whole, positive batch size (not a bool, not a float such as 1e-320). No upper
-    bound here: the network's bytes are checked against MAX_BYTES, which names the cause."""
-    if isinstance(value, bool):
-        raise ValueError(f"batch size must be a whole number, got a boolean ({value})")
-    if not isinstance(value, int):
-        raise ValueError(f"batch size must be a whole number, got {short_repr(value)}")
+    """A whole, positive batch size (NOTE [whole numbers]: 1e3 and 128.0 are whole; not a
+    bool, not a float such as 1e-320). No upper bound here: the network's bytes are
+    checked against MAX_BYTES, which names the cause."""
+    value = whole_number(value, "batch size")  # NOTE [whole numbers]
     if value < 1:
         raise ValueError(f"batch size must be at least 1, got "
                          f"{value if value > -10**30 else 'a large negative number'}")
@@ -100,10 +144,3 @@ def batch_size(value: Any) -> int:
 
 # A policy option's value: options are switches and names (NOTE [bounds]).
 OptionValue = bool | int | float | str | None
-
-
-def not_bool(value: Any) -> Any:
-    """YAML's ``true`` is not the number 1 (pydantic's int would take it as 1)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a whole number, got a boolean")
-    return value

@@ -45,6 +45,7 @@ class RunResult:
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
+    host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -114,12 +115,14 @@ class RunResult:
             "offloaded_bytes": self.offloaded_bytes,
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
+            "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": ns_to_s(self.stall_time_ns),
             "host_bound_time_s": ns_to_s(self.host_bound_time_ns),
             "oom_layer": (oom.layer or None) if oom else None,
             "oom_tensor": oom.tensor if oom else None,
             "oom_time_s": ns_to_s(oom.time_ns) if oom else None,
             "oom_fragmented": oom.fragmented if oom else None,
+            "oom_reason": oom.reason if oom else None,
             "notes": "; ".join(self.notes),
         }
 

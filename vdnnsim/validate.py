@@ -26,10 +26,10 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 
 from . import limits
 from .api import resolve_gpu, run_trace
-from .errors import ConfigError
+from .errors import ConfigError, VdnnError
 from .hardware import Capacity
 from .trace import Trace, load_trace
-from .yamlio import shown, validation_message
+from .yamlio import misplaced, read_yaml, shown, validation_message
 
 POLICY_MAP = {"baseline": "eager", "vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}
 TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
@@ -37,16 +37,21 @@ TARGETS = {"peak_allocated": (0.03, 0.08), "iteration_time": (0.10, 0.20)}
 
 def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
     p = Path(path)
+    if os.path.isdir(p):
+        raise ConfigError(f"{shown(p)}: is a folder; expected a JSON file of measurement "
+                          "records (a list of vdnnsim measure --json outputs)")
     if not os.path.isfile(p):
         raise ConfigError(f"{shown(p)}: no such file")
     try:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        _not_measurements(p)  # NOTE [file kinds]: a YAML trace or config, say so
         raise ConfigError(f"{shown(p)}: not JSON: {str(exc)[:200]}") from None
     except OSError as exc:
         raise ConfigError(f"{shown(p)}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise ConfigError(f"{shown(p)}: expected a JSON list of measurement records")
+        wrong = misplaced(data, p, "a list of measurements", ("measurements",))
+        raise ConfigError(wrong or f"{shown(p)}: expected a JSON list of measurement records")
     out = []
     for i, r in enumerate(data):
         try:
@@ -55,6 +60,17 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
             raise ConfigError(validation_message(f"{shown(p)}: [{i}]", exc, r)) from None
         out.append(rec.model_dump())
     return out
+
+
+def _not_measurements(p: Path) -> None:
+    """NOTE [file kinds]: a file that is not JSON may be YAML of another kind."""
+    try:
+        data = read_yaml(p)
+    except VdnnError:
+        return
+    wrong = misplaced(data, p, "a list of measurements", ("measurements",))
+    if wrong:
+        raise ConfigError(wrong)
 
 
 def _positive_finite(value: Any) -> float:

@@ -235,17 +235,41 @@ def _construct_plain(loader: Any, root: Any) -> Any:
     return top
 
 
+def check_writable(path: str | os.PathLike, folder: bool = False) -> None:
+    """Whether ``path`` can be written (``folder``: made, if need be, and written into),
+    as a ConfigError naming the cause. write_atomic checks it; a command that works for a
+    while before it writes (a plan's search, a sweep, a profile) checks it first, so that
+    a mistyped -o fails at once, not after the work."""
+    p = Path(path)
+    if "\0" in str(p):
+        raise ConfigError(f"{shown(p)}: cannot write: a file name cannot hold a NUL byte")
+    if folder:
+        q = p
+        while not os.path.exists(q) and q != q.parent:  # mkdir(parents=True) makes these
+            q = q.parent
+        if not os.path.isdir(q):
+            raise ConfigError(f"{shown(p)}: cannot make this folder: {shown(q)} is a file")
+        where = q
+    else:
+        where = p.parent
+        if str(where) and not os.path.isdir(where):
+            raise ConfigError(f"{shown(p)}: folder {shown(where)} does not exist")
+        if os.path.isdir(p):
+            raise ConfigError(f"{shown(p)}: is a directory, not a file name")
+    try:
+        writable = os.access(where, os.W_OK | os.X_OK)
+    except (OSError, ValueError):
+        writable = False
+    if not writable:
+        raise ConfigError(f"{shown(p)}: cannot write: folder {shown(where)} is not writable")
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
                  binary: bool = False) -> None:
     """Write a whole file or nothing: ``write`` fills a temporary file in the same folder,
     which is then renamed over ``path``."""
     p = Path(path)
-    if "\0" in str(p):
-        raise ConfigError(f"{shown(p)}: cannot write: a file name cannot hold a NUL byte")
-    if str(p.parent) and not os.path.isdir(p.parent):
-        raise ConfigError(f"{shown(p)}: folder {shown(p.parent)} does not exist")
-    if os.path.isdir(p):
-        raise ConfigError(f"{shown(p)}: is a directory, not a file name")
+    check_writable(p)
     # the temporary name stays short, so that any name the file system takes works
     tmp = str(p.parent / f".{p.name[:80]}.{secrets.token_hex(6)}.tmp")
     try:  # not mkstemp: its files are 0600, these get the umask's mode like any other
@@ -387,6 +411,63 @@ def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) 
     extra = f" (and {len(real) - 1} more)" if len(real) > 1 else ""
     where = f"{loc_path(loc)}: " if loc else ""  # a whole-document check names its keys
     return f"{source}: {where}{msg}{extra}"
+
+
+# NOTE [file kinds]
+# vdnnsim reads several kinds of file, and a path given in the wrong place (a trace as a
+# run config, a run config as `network:`, a plan or a measurements list as either) would
+# otherwise fail on the first key the expected kind needs ('format: required key is
+# missing'). Where it is cheap to tell, by the keys at the top, the message says what the
+# file is, what was expected, and where that kind of file goes. The format names are
+# those the writers put in (trace/schema.py FORMAT, planner.py FORMAT and BLOCK_FORMAT,
+# gpu/calibrate.py; tests/test_cli_errors.py checks they agree).
+FORMATS = {"vdnnsim-trace": "trace", "vdnnsim-plan": "plan", "vdnnsim-block-plan": "plan",
+           "vdnnsim-calibration": "calibration"}
+_KINDS = {"trace": "a vdnnsim trace", "plan": "a vdnnsim plan file",
+          "calibration": "a vdnnsim calibration file", "study": "a study",
+          "network spec": "a network spec", "run config": "a run config",
+          "measurements": "a list of measurements (vdnnsim measure --json)"}
+
+
+def file_kind(data: Any) -> str | None:
+    """What a loaded document is (a key of _KINDS), by its top-level keys; None: unknown."""
+    if isinstance(data, list):
+        head = data[:8]
+        if head and all(isinstance(r, dict) and {"model", "policy", "fits"} <= set(r)
+                        for r in head):
+            return "measurements"
+        return None
+    if not isinstance(data, dict):
+        return None
+    fmt = data.get("format")
+    if isinstance(fmt, str) and fmt in FORMATS:
+        return FORMATS[fmt]
+    if {"sweep", "zip", "runs", "base"} & set(data):
+        return "study"
+    if "layers" in data and "input" in data:
+        return "network spec"
+    if "network" in data:
+        return "run config"
+    return None
+
+
+def misplaced(data: Any, source: str | os.PathLike, expected: str,
+              accepted: tuple[str, ...]) -> str | None:
+    """NOTE [file kinds]: the message for a document of another known kind than the
+    ``accepted`` ones where ``expected`` (words: 'a run config') is wanted; else None."""
+    kind = file_kind(data)
+    if kind is None or kind in accepted:
+        return None
+    src = shown(source)
+    hint = {"trace": f"name it as `network: {src}` in a run config",
+            "network spec": f"name it as `network: {src}` in a run config",
+            "run config": f"run it with `vdnnsim run {src}`",
+            "study": f"run it with `vdnnsim run {src}` or `vdnnsim sweep {src}`",
+            "plan": f"replay it with `policy: planned` and `policy_options: {{file: {src}}}` "
+                    "in a run config",
+            "calibration": "a GPU preset's `calibration:` names it (docs/cost-model.md)",
+            "measurements": f"give it to `vdnnsim validate TRACES {src}`"}[kind]
+    return f"{src}: this is {_KINDS[kind]}, not {expected}; {hint}"
 
 
 def parse_model(model: type[BaseModel], data: Any, source: str,

@@ -6,7 +6,10 @@ When no free block inside the capacity can hold a request (too little free memor
 enough but fragmented), the pool records the first such failure (what, where, when) and
 then keeps going, placing the block above the capacity. The run still reports what the
 iteration *would* need (``peak_live_bytes``, ``peak_footprint_bytes``) and whether it fits
-(``oom is None``). Within capacity the pool never hands out an address past it.
+(``oom is None``). Within capacity the pool never hands out an address past it. The
+engine records an offload that the host's memory cannot hold the same way, as the first
+failure if none came before (kind 'host', NOTE [host memory]); ``OutOfMemory.reason``
+tells the three causes apart: 'capacity', 'fragmentation', 'host memory'.
 
 NOTE [transient]
 A layer's workspace is allocated just before its op and freed just after, with no other
@@ -51,11 +54,20 @@ class OutOfMemory:
     requested_bytes: int
     free_bytes: int
     largest_free_bytes: int
-    kind: str = "buffer"  # 'buffer' (a tensor of the trace) or the engine's key kind
+    kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
+    # 'host': an offload of ``tensor`` that the host's memory cannot hold (NOTE [host memory])
 
     @property
     def fragmented(self) -> bool:
         return self.free_bytes >= self.requested_bytes
+
+    @property
+    def reason(self) -> str:
+        """'host memory', 'fragmentation' (enough free bytes, no block large enough) or
+        'capacity' (too few free bytes)."""
+        if self.kind == "host":
+            return "host memory"
+        return "fragmentation" if self.fragmented else "capacity"
 
 
 def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,

@@ -62,7 +62,7 @@ import simpy
 from ..hardware import GPU
 from ..trace.model import Trace
 from ..units import transfer_ns
-from .allocator import key_name
+from .allocator import OutOfMemory, key_name
 from .invariants import InvariantViolation, StreamClock
 from .plan import Liveness, Plan, liveness
 from .semantics import semantics_for
@@ -298,6 +298,7 @@ class Simulation:
         self.prefetched_bytes = 0
         self.host_bytes = 0
         self.peak_host_bytes = 0
+        self._host_cap = gpu.host_memory_bytes  # NOTE [host memory]; None: no limit
         self.end_ns = 0
         self.fwd_end_ns = 0
         self.host_ns = 0  # the host's clock (NOTE [host])
@@ -598,6 +599,12 @@ class Simulation:
         op = _Op(self._copy["d2h"], "offload", layer, buf, size=size,
                  waits=(before,) if before is not None else (), copy="d2h")
         self._sent[buf] = op
+        cap = self._host_cap
+        if cap is not None and self.host_bytes > cap and self.pool.oom is None:
+            # NOTE [host memory]: the first offload the host cannot hold, at its start
+            free = max(0, cap - (self.host_bytes - size))
+            self.pool.oom = OutOfMemory(buf, layer, "forward", self._stamp(op, 0), size, free,
+                                        free, "host")
         return self._push(op.stream, op)
 
     def _prefetch(self, buf: str, layer: str, on_demand: bool = False):

@@ -19,8 +19,8 @@ from ..yamlio import parse_model, read_yaml
 LayerType = Literal["conv", "fc", "relu", "threshold", "maxpool", "avgpool", "lrn",
                     "concat", "add", "bn", "dropout", "softmax", "flatten"]
 
-Whole = Annotated[int, BeforeValidator(limits.not_bool)]
-Positive = Annotated[int, BeforeValidator(limits.not_bool), Field(ge=1)]
+Whole = Annotated[int, BeforeValidator(limits.whole)]  # NOTE [whole numbers]
+Positive = Annotated[int, BeforeValidator(limits.whole), Field(ge=1)]
 
 _NEEDS_OUT = {"conv", "fc"}
 _NEEDS_KERNEL = {"conv", "maxpool", "avgpool"}

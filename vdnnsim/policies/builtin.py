@@ -24,7 +24,7 @@ from ..trace.model import Trace
 from .dyn import vdnn_dyn
 from .plan import PLACEMENTS, READINGS, Plan, find_prefetch_schedule, liveness, offload_sets, policy_marks
 from .registry import register
-from ..limits import short_repr
+from ..limits import short_repr, whole_number
 
 
 def algo_choice(trace: Trace, mode: str) -> tuple[int, ...]:
@@ -60,16 +60,25 @@ def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
     return value
 
 
+def _whole_or_none(value: Any) -> int | None:
+    """A count option (NOTE [whole numbers]: 2, 2.0 and '2e0' alike), or None."""
+    try:
+        return whole_number(value)
+    except ValueError:
+        return None
+
+
 def common_options(name: str, options: dict[str, Any], trace: Trace | None = None) -> Common:
     """The options every policy takes, popped from ``options``."""
     reading = options.pop("reading", "measured")
     if reading not in READINGS:
         raise ConfigError(f"policy {name}: option reading must be one of "
                           f"{', '.join(READINGS)}, got {short_repr(reading)}")
-    distance = options.pop("distance", 0)
-    if isinstance(distance, bool) or not isinstance(distance, int) or not 0 <= distance <= 10**6:
+    given = options.pop("distance", 0)
+    distance = _whole_or_none(given)
+    if distance is None or not 0 <= distance <= 10**6:
         raise ConfigError(f"policy {name}: option distance must be an integer from 0 "
-                          f"(findPrefetchLayer) to 1000000, got {short_repr(distance)}")
+                          f"(findPrefetchLayer) to 1000000, got {short_repr(given)}")
     placement = options.pop("placement", "best")
     if placement not in PLACEMENTS:
         raise ConfigError(f"policy {name}: option placement must be one of "

@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
 from ..trace.model import Trace
-from .builtin import algo_choice, check_options, common_options
+from .builtin import _whole_or_none, algo_choice, check_options, common_options
 from .plan import Plan
 from .registry import register
 
@@ -30,10 +30,11 @@ def uvm(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -
         raise ConfigError(f"policy {name}: option algo must be m or p, got {short_repr(algo)}")
     values = {}
     for key, (default, lo, hi) in _INTS.items():
-        v = opts.pop(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        given = opts.pop(key, default)
+        v = _whole_or_none(given)
+        if v is None or not lo <= v <= hi:
             raise ConfigError(f"policy {name}: option {key} must be an integer from {lo} to "
-                              f"{hi}, got {short_repr(v)}")
+                              f"{hi}, got {short_repr(given)}")
         values[key] = v
     check_options(name, opts, set(_INTS) | {"algo"})
     n = len(trace.layers)

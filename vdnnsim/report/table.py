@@ -13,7 +13,9 @@ def _gb(n: float | None) -> str:
 def _fit(r: RunResult) -> str:
     if r.fits:
         return "yes"
-    return "no (fragmented)" if r.oom and r.oom.fragmented else "no"
+    reason = r.oom.reason if r.oom else "capacity"
+    return {"fragmentation": "no (fragmented)", "host memory": "no (host memory)"}.get(
+        reason, "no")
 
 
 def format_table(results: list[RunResult], title: str | None = None) -> str:
@@ -30,7 +32,8 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
         where = ""
         if r.oom:
             o = r.oom
-            where = f"{o.layer} {o.phase}: {o.tensor}" if o.layer else f"{o.phase}: {o.tensor}"
+            what = f"offload of {o.tensor} (host memory full)" if o.kind == "host" else o.tensor
+            where = f"{o.layer} {o.phase}: {what}" if o.layer else f"{o.phase}: {what}"
         rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes), _gb(r.avg_memory_bytes),
                      f"{r.iteration_time_s:.3f}", format_slowdown(r.slowdown),
                      _gb(r.offloaded_bytes), f"{r.stall_time_ns / 1e9:.3f}", where])
@@ -55,7 +58,8 @@ def format_rows(df, title: str | None = None) -> str:
     varying = [c for c in df.columns if c not in ("network", "batch_size", "gpu", "policy")
                and c in ("memory_bytes", "policy_options", "dtype", "link_bw_bytes_per_s",
                          "h2d_bw_bytes_per_s", "d2h_bw_bytes_per_s", "link_latency_ns",
-                         "duplex", "peak_flops_scale", "mem_bw_bytes_per_s")
+                         "duplex", "peak_flops_scale", "mem_bw_bytes_per_s",
+                         "host_memory_bytes")
                and df[c].astype(str).nunique() > 1]
     if varying:
         df = df.assign(policy=[f"{p} {' '.join(f'{c}={r[c]}' for c in varying)}"

@@ -10,6 +10,18 @@ simulator models (over 1 PiB in all, NOTE [simulated scale]) counts as not fitti
 the search goes on below it: the answer is then the largest batch size that fits among
 those it can model, and the record names the smallest size found beyond it
 (``beyond_scale_at``). Batch size 1 beyond it is an error.
+
+Every answer says what bounds it (``bound``), from the simulated run at the next size
+(at batch 1 where nothing fits):
+- ``capacity``: that run needs more GPU memory than the pool has;
+- ``fragmentation``: its live bytes would fit, but no free block is large enough (NOTE
+  [out of memory]); a larger batch may then fit again, which the search does not look for;
+- ``host memory``: its offloads pin more than the host's memory (NOTE [host memory]);
+- ``scale``: the next size is beyond what the simulator models;
+- ``limit``: ``limit`` itself fits, and is the answer (``at_limit``); the search tries
+  no larger size.
+The record also gives the answer's pinned host bytes (``peak_host_bytes``) beside the
+host's (``host_capacity_bytes``).
 """
 
 from __future__ import annotations
@@ -19,11 +31,18 @@ from typing import Any
 from ..api import build_trace, resolve_gpu, run_trace
 from ..errors import ConfigError, ScaleError
 
+BOUNDS = ("capacity", "fragmentation", "host memory", "scale", "limit")
+
 
 def max_batch(network: str, gpu: str = "k40", policy: str = "vdnn_dyn", *,
               dtype: str = "fp32", gpu_overrides: dict[str, Any] | None = None,
               memory_bytes: int | None = None, policy_options: dict[str, Any] | None = None,
-              limit: int = 1 << 16) -> dict[str, Any]:
+              limit: int = 1 << 16, host_memory_bytes: int | str | None = None
+              ) -> dict[str, Any]:
+    """``host_memory_bytes``: the host's memory (NOTE [host memory]), as the gpu override
+    of that name."""
+    if host_memory_bytes is not None:
+        gpu_overrides = {**(gpu_overrides or {}), "host_memory_bytes": host_memory_bytes}
     g = resolve_gpu(gpu, gpu_overrides)
     tried: dict[int, Any] = {}
 
@@ -44,8 +63,10 @@ def max_batch(network: str, gpu: str = "k40", policy: str = "vdnn_dyn", *,
     record: dict[str, Any] = {"network": network, "gpu": g.name, "policy": policy,
                               "dtype": dtype}
     if not run(1).fits:
-        return {**record, "max_batch_size": 0, "simulations": len(tried)}
+        return {**record, "max_batch_size": 0, "bound": _bound(run(1)),
+                "host_capacity_bytes": g.host_memory_bytes, "simulations": len(tried)}
     result = _search(run, limit)
+    result["host_capacity_bytes"] = g.host_memory_bytes
     beyond = [b for b, r in tried.items() if r is _BEYOND]
     if beyond:
         result["beyond_scale_at"] = min(beyond)
@@ -56,15 +77,27 @@ def _search(run, limit: int) -> dict[str, Any]:
     lo, hi = 1, 2
     while hi <= limit and run(hi).fits:
         lo, hi = hi, hi * 2
-    if hi > limit:
-        return {"max_batch_size": lo, "at_limit": True, **_facts(run(lo))}
+    if hi > limit:  # every doubling up to the limit fits: the limit itself decides
+        if lo == limit or run(limit).fits:
+            return {"max_batch_size": limit, "at_limit": True, "bound": "limit",
+                    **_facts(run(limit))}
+        hi = limit
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if run(mid).fits:
             lo = mid
         else:
             hi = mid
-    return {"max_batch_size": lo, "at_limit": False, **_facts(run(lo))}
+    # hi = lo + 1, simulated: the doubling or the bisection found it does not fit
+    return {"max_batch_size": lo, "at_limit": False, "bound": _bound(run(hi)),
+            **_facts(run(lo))}
+
+
+def _bound(r) -> str:
+    """Why the run ``r`` (one that does not fit) does not."""
+    if r is _BEYOND:
+        return "scale"
+    return r.oom.reason
 
 
 class _Beyond:
@@ -76,4 +109,5 @@ _BEYOND = _Beyond()
 
 def _facts(r) -> dict[str, Any]:
     return {"slowdown": r.slowdown, "iteration_time_s": r.iteration_time_s,
-            "peak_memory_bytes": r.peak_memory_bytes, "capacity_bytes": r.capacity_bytes}
+            "peak_memory_bytes": r.peak_memory_bytes, "capacity_bytes": r.capacity_bytes,
+            "peak_host_bytes": r.peak_host_bytes}

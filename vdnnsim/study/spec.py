@@ -40,7 +40,8 @@ from ..yamlio import parse_bytes, parse_model, read_yaml, validation_message
 POINT_KEYS = ("network", "batch_size", "gpu", "dtype", "policy", "policy_options",
               "memory_bytes")
 GPU_KEYS = ("link_bw_bytes_per_s", "h2d_bw_bytes_per_s", "d2h_bw_bytes_per_s",
-            "link_latency_ns", "duplex", "peak_flops_scale", "mem_bw_bytes_per_s")
+            "link_latency_ns", "duplex", "peak_flops_scale", "mem_bw_bytes_per_s",
+            "host_memory_bytes")
 ALL_KEYS = POINT_KEYS + GPU_KEYS
 
 
@@ -121,6 +122,7 @@ class _Point(BaseModel):
     duplex: StrictBool | None = None
     peak_flops_scale: Annotated[float, BeforeValidator(limits.flops_scale)] | None = None
     mem_bw_bytes_per_s: Bandwidth | None = None
+    host_memory_bytes: Capacity | None = None
 
 
 def _value(key: str, value: Any, where: str) -> Any:

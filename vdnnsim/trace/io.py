@@ -7,12 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceError
-from ..yamlio import dump_yaml, parse_model, paused_gc, read_yaml, write_text_atomic
+from ..yamlio import (dump_yaml, misplaced, parse_model, paused_gc, read_yaml,
+                      write_text_atomic)
 from .model import Algo, Layer, Source, Tensor, Trace
 from .schema import FORMAT, VERSION, TraceSpec
 
 
 def trace_from_dict(data: Any, source: str = "<trace>") -> Trace:
+    if not (isinstance(data, dict) and "format" in data):  # NOTE [file kinds]
+        wrong = misplaced(data, source, "a trace", ("trace",))
+        if wrong:
+            raise TraceError(wrong)
     with paused_gc():  # NOTE [paused gc]
         spec: TraceSpec = parse_model(TraceSpec, data, source, TraceError)
         return _build(spec, source)

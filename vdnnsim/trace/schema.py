@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..yamlio import parse_bytes
-from ..limits import not_bool, short_repr
+from ..limits import short_repr, whole
 
 FORMAT = "vdnnsim-trace"
 VERSION = 1
@@ -21,8 +21,9 @@ VERSION = 1
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 # Times turn into floats in the reports; 10**18 ns (31 years) is far past any real layer
 # and keeps them finite.
-# the bounds before the validator: pydantic then checks them in its core, not in Python
-Nanos = Annotated[int, Field(ge=0, le=10**18), BeforeValidator(not_bool)]
+# the bounds before the validator: pydantic then checks them in its core, not in Python;
+# the validator: NOTE [whole numbers]
+Nanos = Annotated[int, Field(ge=0, le=10**18), BeforeValidator(whole)]
 
 
 def _exact_int(value: Any) -> Any:
@@ -92,10 +93,10 @@ class LayerSpec(_Strict):
     host_fwd_ns: Nanos = Field(0, description="The host's time to issue the forward pass "
                                "(Python, dispatch, kernel launches); 0: not known.")
     host_bwd_ns: Nanos = Field(0, description="The host's time to issue the backward pass.")
-    kernels_fwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(not_bool)] | None = \
+    kernels_fwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(whole)] | None = \
         Field(None, description="GPU commands (kernels, memsets, copies) the forward pass "
               "issues; absent: not known.")
-    kernels_bwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(not_bool)] | None = \
+    kernels_bwd: Annotated[int, Field(ge=0, le=10**6), BeforeValidator(whole)] | None = \
         Field(None, description="And the backward pass.")
     algos: list[AlgoSpec] | None = Field(None, description="Algorithm options (conv).")
     attrs: Annotated[dict[str, Any], BeforeValidator(_small_attrs)] = Field(
@@ -131,7 +132,7 @@ class TraceSpec(_Strict):
     version: Annotated[Literal[1], BeforeValidator(_exact_int)] = Field(
         description="Schema version; this reader knows 1.")
     name: str = Field(description="Network name.")
-    batch_size: Annotated[int, BeforeValidator(not_bool)] = Field(ge=1, le=2**50, description="Batch size the sizes and times are "
+    batch_size: Annotated[int, BeforeValidator(whole)] = Field(ge=1, le=2**50, description="Batch size the sizes and times are "
                             "for (at most 2**50: a batch that large cannot fit 1 PiB).")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
     source: SourceSpec = Field(default_factory=SourceSpec, description="Provenance.")

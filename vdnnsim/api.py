@@ -208,7 +208,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
-        _spans=tuple(pool.spans or ()) if record else ())
+        _spans=tuple(pool.spans or ()) if record else (), timed=trace.timed)
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

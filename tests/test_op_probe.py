@@ -143,3 +143,154 @@ def test_autocast_cross_entropy_keeps_a_16_bit_log_softmax():
     assert names[i + 1] == "_to_copy" and low[i + 1][1] == 8 * 100 * 4  # then fp32
     assert "_log_softmax" in [o for o, _ in ops(torch.float32)]
     assert _Autocast.active is None
+
+
+# -- NOTE [op values]: a forward pass that reads values ----------------------------------
+class _Branch(nn.Module):
+    """Picks its path by a mask it makes (as transformers' masking code does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        mask = torch.ones(x.shape[0], device=x.device)
+        if mask.sum() == mask.numel():  # all ones: CUDA takes this path
+            return self.lin(x).relu()
+        return self.lin(x).tanh()
+
+
+class _Positions(nn.Module):
+    """Token positions from a padding mask of the batch, sized by the batch's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(50, 8)
+        self.pos = nn.Embedding(64, 8)
+
+    def forward(self, ids):
+        mask = (ids != 0).long()
+        pos = torch.cumsum(mask, 1) * mask
+        h = self.tok(ids) + self.pos(pos)
+        if (ids == 0).any():  # depends on the batch: its CPU values answer it
+            h = h * 2
+        n = int(ids.max()) + 1  # a tensor sized by a value of the batch
+        return h * torch.ones(n, 1, device=ids.device)[:1]
+
+
+class _FromActivations(nn.Module):
+    def __init__(self, how: str):
+        super().__init__()
+        self.lin, self.how = nn.Linear(8, 8), how
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.how == "item":
+            return y * 2 if y.sum() > 0 else y
+        if self.how == "mask":
+            return y[y > 0]
+        if self.how == "numpy":  # outside ATen: no op to name, the meta device's own words
+            return y * float(y.detach().numpy().sum())
+        m = torch.ones(4, device=x.device)  # values, until a write from the activations
+        m.mul_(y.sum())
+        return y.relu() if m.sum() > 0 else y
+
+
+def _nodes(p):
+    """The probe's graph with each op named by its place (a meta factory op dispatches a
+    ``detach`` the CPU's does not, which shifts the ops' numbers)."""
+    at = {n.name: f"{n.kind}#{i}" for i, n in enumerate(p.nodes)}
+
+    def rn(t):
+        head, sep, tail = t.partition(":")
+        return at.get(head, head) + sep + tail
+    return [(n.kind, n.out_nbytes, n.out_shape, tuple(map(rn, n.inputs)),
+             rn(n.alias_of or ""), tuple((rn(s.tensor), s.nbytes, s.role) for s in n.saved))
+            for n in p.nodes]
+
+
+def test_a_mask_made_in_the_model_takes_the_path_cuda_would():
+    p, _ = _probe(_Branch().to("meta"), torch.empty(4, 8, device="meta"), lambda y: y.sum())
+    assert [n.kind for n in p.nodes] == ["addmm", "relu", "sum"]
+
+
+def test_values_of_the_batch_are_those_of_a_cpu_run():
+    """NOTE [op values]: on the meta device with the batch's CPU values, the probe records
+    what it records running the same module on the CPU for real."""
+    ids = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(1))
+    ids[0, -2:] = 0
+    torch.manual_seed(0)
+    cpu = _Positions()
+    meta = _Positions().to("meta")
+
+    def loss(m, b):
+        return m(b["x"]).sum()
+    real = probe_ops(cpu, {"x": ids}, loss, "t")
+    got = probe_ops(meta, {"x": ids.to("meta")}, loss, "t", values={"x": ids})
+    assert _nodes(got) == _nodes(real)
+    ones = next(n for n in got.nodes if n.kind == "ones")
+    assert ones.out_shape == (int(ids.max()) + 1, 1)
+    assert "mul" in [n.kind for n in got.nodes[-4:]]  # the branch on a zero token taken
+
+
+@pytest.mark.parametrize("how,op", [("item", "aten::_local_scalar_dense"),
+                                    ("mask", "aten::index"),
+                                    ("stale", "aten::_local_scalar_dense"),
+                                    ("numpy", "can't convert meta device type tensor")])
+def test_a_value_of_the_activations_is_one_line_naming_the_op(how, op):
+    from vdnnsim.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        _probe(_FromActivations(how).to("meta"), torch.empty(4, 8, device="meta"),
+               lambda y: y.sum())
+    msg = str(e.value)
+    assert op in msg and "vdnnsim profile" in msg and "\n" not in msg
+
+
+class _ValueNet(nn.Module):
+    def __init__(self, vocab: int = 50):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(vocab, 8), nn.Linear(8, vocab)
+
+    def forward(self, x):
+        h = self.emb(x)
+        return self.out(h * 2 if h.sum() > 0 else h)
+
+
+def value_net():
+    """A factory (NOTE [workloads]) whose forward pass reads its activations' value."""
+    return _ValueNet()
+
+
+def test_a_value_dependent_factory_model_is_one_line_naming_the_op():
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.hardware import gpu_preset
+    with pytest.raises(ConfigError) as e:
+        memory_trace("tests.test_op_probe:value_net", 2, gpu_preset("h200"),
+                     input_spec="tokens:6:50")
+    msg = str(e.value)
+    assert msg.startswith("tests.test_op_probe.value_net: its forward pass reads a tensor's "
+                          "value (aten::_local_scalar_dense") and "\n" not in msg
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_opt_traces_on_the_meta_device(tmp_path, capsys):
+    """Issue 25: OPT's masking code asks whether its all-ones mask is all ones (an
+    ``item`` on the meta device, a RuntimeError before NOTE [op values]); answered from the
+    mask's CPU values, the causal mask is left to SDPA's is_causal, as on CUDA: attention
+    reads q, k and v only, and no S x S mask is made."""
+    from vdnnsim.api import run_trace
+    from vdnnsim.cli import main
+    from vdnnsim.hardware import gpu_preset
+    from vdnnsim.trace import load_trace
+    out = tmp_path / "opt.yaml"
+    code = main(["trace", "--model", f"hf:{ROOT / 'tests' / 'hf' / 'opt-tiny.yaml'}", "-b",
+                 "2", "--seq-len", "32", "--gpu", "h200", "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    t = load_trace(out)
+    attn = [x for x in t.layers if x.kind == "_scaled_dot_product_efficient_attention"]
+    assert len(attn) == 2 and all(len(x.inputs) == 3 for x in attn)
+    assert not [x for x in t.tensors.values() if x.shape and x.shape[-2:] == (32, 32)]
+    assert {x.attrs["block"] for x in t.layers} == {0, 1, 2, 3}  # two blocks, head, loss
+    r = run_trace(t, gpu_preset("h200"), "eager")
+    assert r.fits and not r.timed and r.peak_memory_bytes > r.weight_bytes

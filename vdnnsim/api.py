@@ -213,7 +213,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
-        host_capacity_bytes=gpu.host_memory_bytes)
+        host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed)
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

@@ -119,6 +119,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .policies.blocks import block_regions
     if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
         return _plan_blocks(args, trace, gpu, budget)
+    if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
+        raise ConfigError(f"{args.config}: network: {cfg.network} is a memory-only trace "
+                          f"(every layer 0 ns), and --method {args.method} picks the fastest "
+                          "plan by times it does not have; plan by memory with --method "
+                          "blocks (a model with blocks), or plan a timed trace (vdnnsim "
+                          "profile on a GPU)")
     plan, search = search_plan(trace, gpu, budget, method=args.method,
                                headroom=not args.no_headroom)
     GiB = 2**30
@@ -147,10 +153,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"plan: {len(moved)} buffer(s) offloaded ({r.offloaded_bytes / GiB:.2f} GiB), "
           f"{len(leaner)} layer(s) on a leaner algorithm, {len(plan.recompute)} checkpointed "
           f"segment(s)" + "".join(f", {a}..{b} split in {k}" for a, b, k in plan.split))
+    from .report.table import format_seconds, format_slowdown
     print(f"{'policy':10s} {'fits':4s} {'peak GiB':>8s} {'iter ms':>9s} {'slowdown':>8s}")
     for p, x in (("planned", r), *ref.items()):
         print(f"{p:10s} {'yes' if x.fits else 'no':4s} {x.peak_memory_bytes / GiB:8.2f} "
-              f"{x.iteration_time_ns / 1e6:9.1f} {x.slowdown:7.2f}x")
+              f"{format_seconds(x.iteration_time_s * 1e3, 1):>9s} "
+              f"{format_slowdown(x.slowdown):>8s}")
     if args.output:
         import yaml
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
@@ -168,23 +176,35 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
 
     from .api import run_trace
     from .planner import block_plan_to_dict, plan_blocks
+    from .report.table import UNTIMED_NOTE, format_slowdown
     from .yamlio import write_text_atomic
 
     GiB = 2**30
     plan = plan_blocks(trace, gpu, budget)
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+    timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
     print(f"{head}: {len(plan.tried)} simulations, {plan.total} blocks")
     for k, fits, peak, ns in plan.tried:
         print(f"  {k:3d} block(s) offloaded: {'fits' if fits else 'out of memory'}, "
-              f"peak {peak / GiB:.2f} GiB, {ns / 1e6:.1f} ms")
+              f"peak {peak / GiB:.2f} GiB" + (f", {ns / 1e6:.1f} ms" if timed else ""))
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
+        if not timed:
+            print(UNTIMED_NOTE)
         return 1
     base = run_trace(trace, gpu, "eager", record=False)
-    print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: "
-          f"{plan.iteration_time_ns / 1e6:.1f} ms, {plan.iteration_time_ns / base.iteration_time_ns:.2f}x "
-          f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "
-          f"{base.peak_memory_bytes / GiB:.2f} GiB)")
+    if timed:
+        ratio = (plan.iteration_time_ns / base.iteration_time_ns if base.iteration_time_ns
+                 else float("nan"))
+        print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: "
+              f"{plan.iteration_time_ns / 1e6:.1f} ms, {format_slowdown(ratio)} "
+              f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "
+              f"{base.peak_memory_bytes / GiB:.2f} GiB)")
+    else:
+        print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: peak "
+              f"{plan.peak_memory_bytes / GiB:.2f} GiB (the step without a cap: peak "
+              f"{base.peak_memory_bytes / GiB:.2f} GiB)")
+        print(UNTIMED_NOTE)
     if args.output:
         write_text_atomic(args.output, yaml.safe_dump(
             block_plan_to_dict(trace, gpu, budget, plan), sort_keys=False))
@@ -420,8 +440,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
             from .gpu.aten_probe import memory_trace
             trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
                                                  args.seq_len), args.model)
-            print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so times and "
-                  "slowdowns from it mean nothing yet", file=sys.stderr)
+            print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its runs "
+                  "show memory, not times (NOTE [memory-only traces])", file=sys.stderr)
     elif args.network:
         trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
     else:

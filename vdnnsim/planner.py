@@ -440,5 +440,6 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> 
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
-            "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,
-                          "iteration_time_ns": plan.iteration_time_ns}}
+            "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
+                          # only traces]: no time where the trace has none
+                          "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

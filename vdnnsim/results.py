@@ -13,6 +13,8 @@ from .engine.allocator import OutOfMemory
 from .engine.sim import Op
 from .units import ns_to_s
 
+NAN = float("nan")
+
 if TYPE_CHECKING:  # pandas is imported where a table is built: `vdnnsim trace` never needs it
     import pandas as pd
 
@@ -46,6 +48,7 @@ class RunResult:
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
     host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
+    timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -90,37 +93,45 @@ class RunResult:
 
     @property
     def iteration_time_s(self) -> float:
-        return ns_to_s(self.iteration_time_ns)
+        """NaN where the trace is memory only (NOTE [memory-only traces])."""
+        return ns_to_s(self.iteration_time_ns) if self.timed else NAN
 
     @property
     def slowdown(self) -> float:
-        return self.iteration_time_ns / self.oracle_time_ns if self.oracle_time_ns else float("nan")
+        """NaN where the oracle time is 0 or the trace is memory only."""
+        if not (self.timed and self.oracle_time_ns):
+            return NAN
+        return self.iteration_time_ns / self.oracle_time_ns
 
     def summary(self) -> dict[str, Any]:
-        """One flat record (the JSON and sweep-row form)."""
+        """One flat record (the JSON and sweep-row form). A memory-only trace's run
+        (``timed`` false) has NaN for every time and for the time-weighted averages
+        (NOTE [memory-only traces]); JSON writes them null."""
         oom = self.oom
+        t = (lambda v: v) if self.timed else (lambda v: NAN)
         return {
             "network": self.network, "batch_size": self.batch_size, "dtype": self.dtype,
             "gpu": self.gpu, "policy": self.policy, "fits": self.fits,
             "capacity_bytes": self.capacity_bytes,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_footprint_bytes": self.peak_footprint_bytes,
-            "avg_memory_bytes": round(self.avg_memory_bytes),
+            "avg_memory_bytes": t(round(self.avg_memory_bytes)),
             "weight_bytes": self.weight_bytes,
             "peak_managed_bytes": self.peak_memory_bytes - self.weight_bytes,
-            "avg_managed_bytes": round(self.avg_memory_bytes - self.weight_bytes),
+            "avg_managed_bytes": t(round(self.avg_memory_bytes - self.weight_bytes)),
+            "timed": self.timed,
             "iteration_time_s": self.iteration_time_s,
-            "oracle_time_s": ns_to_s(self.oracle_time_ns),
+            "oracle_time_s": t(ns_to_s(self.oracle_time_ns)),
             "slowdown": self.slowdown,
             "offloaded_bytes": self.offloaded_bytes,
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
             "host_capacity_bytes": self.host_capacity_bytes,
-            "stall_time_s": ns_to_s(self.stall_time_ns),
-            "host_bound_time_s": ns_to_s(self.host_bound_time_ns),
+            "stall_time_s": t(ns_to_s(self.stall_time_ns)),
+            "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),
             "oom_layer": (oom.layer or None) if oom else None,
             "oom_tensor": oom.tensor if oom else None,
-            "oom_time_s": ns_to_s(oom.time_ns) if oom else None,
+            "oom_time_s": t(ns_to_s(oom.time_ns)) if oom else None,
             "oom_fragmented": oom.fragmented if oom else None,
             "oom_reason": oom.reason if oom else None,
             "notes": "; ".join(self.notes),

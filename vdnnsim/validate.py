@@ -146,7 +146,7 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
                 raise ConfigError(f"{shown(measurements)}: {m['model']} batch "
                                   f"{m['batch_size']} {m['policy']} has no "
                                   f"{RESERVED[reserved]} (measured before it was recorded)")
-            pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]
+            pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]  # NaN: memory only
             row.update(measured_alloc_gb=ma / 2**30, predicted_alloc_gb=pa / 2**30,
                        alloc_err=(pa - ma) / ma, measured_reserved_gb=mr / 2**30,
                        predicted_reserved_gb=pr / 2**30, reserved_err=(pr - mr) / mr,
@@ -175,6 +175,14 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def _ms(v: float) -> str:  # NaN: a memory-only trace's (NOTE [memory-only traces])
+    return f"{'-':>8s}" if v != v else f"{v:8.1f}"
+
+
+def _pct(v: float) -> str:
+    return f"{'-':>6s}" if v != v else f"{v:+6.1%}"
+
+
 def format_validation(df: pd.DataFrame) -> str:
     lines = ["model        batch  policy     cap GiB  fits (meas/pred)  alloc GiB meas/pred   err"
              "   reserved GiB meas/pred   err     ms meas/pred        err"]
@@ -187,7 +195,7 @@ def format_validation(df: pd.DataFrame) -> str:
                          f"  {r.measured_alloc_gb:7.2f} / {r.predicted_alloc_gb:7.2f}"
                          f"  {r.alloc_err:+6.1%}   {r.measured_reserved_gb:7.2f} / "
                          f"{r.predicted_reserved_gb:7.2f}  {r.reserved_err:+6.1%}"
-                         f"  {r.measured_ms:8.1f} / {r.predicted_ms:8.1f}  {r.time_err:+6.1%}")
+                         f"  {r.measured_ms:8.1f} / {_ms(r.predicted_ms)}  {_pct(r.time_err)}")
         else:
             lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits}")
     s = summarize(df)

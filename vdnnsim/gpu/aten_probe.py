@@ -42,7 +42,134 @@ SAVES_RESULT = frozenset({
     "max_pool2d_with_indices", "tanh_", "sigmoid_", "relu_", "exp_"})
 
 
+# NOTE [op values]
+# The meta device has shapes and no values, so a model whose forward pass reads a value
+# (``.item()``, a Python ``if`` on a tensor, ``nonzero``, a boolean mask: transformers' OPT
+# asks whether its all-ones attention mask is all ones before it picks SDPA's causal path)
+# cannot run there as it is. On the meta device the probe keeps real values beside the
+# tensors whose values it can know: the batch (made on the CPU, then moved), anything
+# made on the CPU, what a factory op makes (``ones``, ``arange``), and whatever an op
+# makes from tensors that all have values. Each such op runs a second time on those CPU
+# copies, after its meta run and unrecorded, for outputs of at most VALUE_LIMIT elements
+# (a B x S mask, not a B x H x S x S one), so it costs little: a transformer's mask and
+# position arithmetic, never its weights or activations, which have no values (random
+# weights on the meta device). An op the meta device cannot run (``item``, ``nonzero``,
+# ``equal``...) is then answered from the copies, its tensor outputs moved to the meta
+# device; an in-place op that writes a tensor with values from one without drops the
+# values of every tensor on that storage. A value the probe cannot know (one that comes
+# from the weights or the activations) ends the probe in one line naming the op and what
+# to do instead (run the model for real on a GPU: ``vdnnsim profile``), as does an op the
+# meta device has no kernel for. Random values (the batch's tokens, dropout) are as a
+# seeded run's on the CPU: another sample, the same shapes.
+VALUE_LIMIT = 1 << 22  # elements of a tensor whose values the probe keeps (16 MiB in fp32)
+VALUE_OPS = frozenset({  # ops that exist to read values: the message says so
+    "_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim",
+    "unique_consecutive", "equal", "is_nonzero", "allclose", "bincount", "histc",
+    "repeat_interleave", "nonzero_static", "argwhere", "masked_scatter", "item"})
+
+
+class _ValueError(Exception):
+    """NOTE [op values]: the probe cannot go on; the message is the user's line."""
+
+
+class _Values:
+    """NOTE [op values]: CPU copies beside the meta tensors whose values are known."""
+
+    def __init__(self, known: dict[torch.Tensor, torch.Tensor]):
+        self.of: dict[int, torch.Tensor] = {}  # id(meta tensor) -> its values on the CPU
+        self.on: dict[int, set[int]] = {}  # storage -> ids of the tensors with values on it
+        self.hold: list[torch.Tensor] = []  # the meta tensors, so that no id is reused
+        for t, v in known.items():
+            self._put(t, v)
+
+    def _put(self, t: torch.Tensor, v: torch.Tensor) -> None:
+        if t.shape != v.shape or t.dtype != v.dtype:
+            return  # the meta kernel and the CPU's disagree: no values, not wrong ones
+        self.hold.append(t)
+        self.of[id(t)] = v
+        self.on.setdefault(_sid(t), set()).add(id(t))
+
+    def get(self, t: torch.Tensor) -> torch.Tensor | None:
+        return self.of.get(id(t)) if t.device.type == "meta" else t
+
+    def _drop(self, t: torch.Tensor) -> None:
+        for i in self.on.pop(_sid(t), ()):
+            self.of.pop(i, None)
+
+    @staticmethod
+    def _cpu(a: Any) -> Any:
+        return torch.device("cpu") if isinstance(a, torch.device) and a.type == "meta" else a
+
+    def run(self, func, args: tuple, kwargs: dict, name: str) -> Any:
+        """``func`` on the meta device, with values where its inputs have them."""
+        from torch.utils._pytree import tree_map
+        ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        known = all(self.get(a) is not None for a in ins)
+        cpu_args = cpu_kwargs = None
+        if known:
+            cpu_args, cpu_kwargs = tree_map(
+                lambda a: self.get(a) if isinstance(a, torch.Tensor) else self._cpu(a),
+                (args, kwargs))
+        try:
+            out = func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as exc:
+            if not known:
+                raise _ValueError(self._why(func, exc, name)) from None
+            # NOTE [op values]: an op the meta device cannot run, answered on the CPU
+            try:
+                cpu_out = func(*cpu_args, **cpu_kwargs)
+            except (RuntimeError, NotImplementedError, ValueError, IndexError) as cpu_exc:
+                raise _ValueError(self._why(func, cpu_exc, name)) from None
+            stays = str(kwargs.get("device", "meta")) != "meta"  # asked for the CPU
+            out = tree_map(lambda c: c if stays or not isinstance(c, torch.Tensor)
+                           else c.to("meta"), cpu_out)
+            for o, c in zip(tree_leaves(out), tree_leaves(cpu_out)):
+                if isinstance(o, torch.Tensor) and o.device.type == "meta":
+                    self._put(o, c)
+            return out
+        outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+        if known and any(o.device.type == "meta" for o in outs) \
+                and all(o.numel() <= VALUE_LIMIT for o in outs):
+            try:
+                cpu_out = func(*cpu_args, **cpu_kwargs)
+            except (RuntimeError, NotImplementedError):
+                cpu_out = None
+            if cpu_out is not None:
+                for o, c in zip(tree_leaves(out), tree_leaves(cpu_out)):
+                    if isinstance(o, torch.Tensor) and isinstance(c, torch.Tensor) \
+                            and o.device.type == "meta":
+                        self._put(o, c)
+                return out
+        schema = getattr(func, "_schema", None)  # a write the copies did not follow
+        for arg, a in zip(schema.arguments if schema else (), args):
+            if arg.alias_info is not None and arg.alias_info.is_write \
+                    and isinstance(a, torch.Tensor):
+                self._drop(a)
+        for k, a in kwargs.items():
+            if isinstance(a, torch.Tensor) and k == "out":
+                self._drop(a)
+        return out
+
+    @staticmethod
+    def _why(func, exc: BaseException, name: str) -> str:
+        op = func.__name__.split(".")[0]
+        msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        if op in VALUE_OPS or any(w in msg for w in ("data-dependent", "item()", "no data",
+                                                     "nonzero")):
+            return (f"{name}: its forward pass reads a tensor's value (aten::{op}: .item(), "
+                    "an if on a tensor, nonzero or a boolean mask) that the meta device "
+                    "does not have, as it comes from the weights or the activations (NOTE "
+                    "[op values]); trace it on a GPU with vdnnsim profile, or change the "
+                    "model to take the value from its config")
+        return (f"{name}: the meta device cannot run aten::{op} ({msg}); trace it on a "
+                "GPU with vdnnsim profile")
+
+
 class _Recorder(TorchDispatchMode):
+    values: _Values | None = None  # NOTE [op values]: on the meta device, set by probe_ops
+    name = ""  # the model's, for the message
+    failed: str | None = None  # the message, once a value was asked for in vain
+
     def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
@@ -99,7 +226,14 @@ class _Recorder(TorchDispatchMode):
                     node.inputs.append(tid)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        if self.values is None:
+            out = func(*args, **(kwargs or {}))
+        else:  # NOTE [op values]
+            try:
+                out = self.values.run(func, args, kwargs or {}, self.name)
+            except _ValueError as exc:
+                self.failed = self.failed or str(exc)
+                raise
         if self.hold_all:
             self.hold.append(out)
         ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
@@ -314,19 +448,25 @@ class _Autocast(torch.overrides.TorchFunctionMode):
 
 
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
-              autocast: torch.dtype | None = None, blocks: list[torch.nn.Module] = ()
-              ) -> Probe:
+              autocast: torch.dtype | None = None, blocks: list[torch.nn.Module] = (),
+              values: dict[str, torch.Tensor] | None = None) -> Probe:
     """NOTE [op probe]: ``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
     profiler, NOTE [block timing]: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
-    ``attrs['block']`` is the region of ``blocks`` it ran in (``block_regions``)."""
+    ``attrs['block']`` is the region of ``blocks`` it ran in (``block_regions``).
+    ``values``: on the meta device, the batch's own values on the CPU, by key (NOTE [op
+    values]); a model that reads a value the probe cannot know is a ConfigError."""
+    from ..errors import ConfigError
     params = {}
     for p in model.parameters():
         params[_sid(p)] = _nbytes(p)
     first = next(iter(batch.values()))
     data = {_sid(first): "data"}
     meta = first.device.type == "meta"
+    known = {batch[k]: v for k, v in (values or {}).items()
+             if k in batch and v.numel() <= VALUE_LIMIT}
     rec = _Recorder(params, data, hold_all=meta)
+    rec.values, rec.name = (_Values(known) if meta else None), name
     rec.size["data"] = _nbytes(first)
     if meta:
         ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
@@ -340,9 +480,19 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx:
                 loss = loss_fn(model, batch)
+    except Exception as exc:  # NOTE [op values]: whatever the model made of it, one line
+        if rec.failed:
+            raise ConfigError(rec.failed) from None
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        if meta and "meta" in text:  # a value asked for outside ATen (Tensor.numpy())
+            raise ConfigError(f"{name}: its forward pass needs what the meta device does not "
+                              f"have ({text}); trace it on a GPU with vdnnsim profile") from None
+        raise
     finally:
         for h in handles:
             h.remove()
+    if rec.failed:  # the model caught it and went on: a path CUDA would not take
+        raise ConfigError(rec.failed)
     rec._give(rec.nodes[-1] if rec.nodes else None, rec.pending, "output")
     for f in rec.finalizers:  # they hold the recorder, which holds the saved tensors
         f.detach()
@@ -426,9 +576,13 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     pure = DTYPES.get(precision, torch.float32)
     work.model.to(pure).train()
-    batch = work.batch(batch_size, "meta", pure)
+    values = work.batch(batch_size, "cpu", pure)  # NOTE [op values]: the batch's values
+    moved: dict[int, torch.Tensor] = {}  # a tensor under two keys (ids as labels) stays one
+    batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
+             for k, v in values.items()}
     auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
-    p = probe_ops(work.model, batch, work.loss, work.name, auto, find_blocks(work.model))
+    p = probe_ops(work.model, batch, work.loss, work.name, auto, find_blocks(work.model),
+                  values)
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "

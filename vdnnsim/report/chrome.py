@@ -61,6 +61,8 @@ def run_events(r, pid: int = 1) -> list[dict[str, Any]]:
 
 
 def chrome_trace(results) -> dict[str, Any]:
+    from .table import need_times
+    need_times(results, "timeline to write")  # NOTE [memory-only traces]
     events: list[dict[str, Any]] = []
     for pid, r in enumerate(results, start=1):
         events += run_events(r, pid)

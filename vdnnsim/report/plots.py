@@ -6,6 +6,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt  # matplotlib picks a headless backend where there is no display
 import pandas as pd
 
+from .table import need_times
+
 GB = 1e9
 COLORS = {"host": "tab:purple", "compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green",
           "stall": "tab:red", "wait": "tab:gray"}
@@ -14,6 +16,7 @@ TRACKS = ("host", "compute", "d2h", "h2d")
 
 def memory_over_time(results) -> plt.Figure:
     """Live GPU memory over one iteration, one line per run (policy)."""
+    need_times(results, "memory over time to draw")
     fig, ax = plt.subplots(figsize=(9, 4))
     for r in results:
         m = r.memory
@@ -35,6 +38,7 @@ def memory_over_time(results) -> plt.Figure:
 def stream_timeline(results) -> plt.Figure:
     """The host (issuing in colour, waiting in grey), compute, D2H, H2D and stalls per run,
     as horizontal bars (NOTE [host])."""
+    need_times(results, "timeline to draw")
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 1.3 * len(results) + 0.8),
                              sharex=True, squeeze=False)
     for ax, r in zip(axes[:, 0], results):
@@ -58,8 +62,12 @@ def stream_timeline(results) -> plt.Figure:
 
 def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
     """Peak memory and slowdown against ``x`` per policy (one panel pair per network and
-    GPU); runs that do not fit are hollow markers."""
+    GPU); runs that do not fit are hollow markers. A memory-only trace's runs (``timed``
+    false, NOTE [memory-only traces]) have no slowdown: their panel says so."""
+    from .table import UNTIMED_NOTE, untimed
     df = df[df.get("error").isna()] if "error" in df else df
+    if "timed" in df:
+        df = df.assign(slowdown=df.slowdown.where(~df.timed.map(untimed)))
     keys = list(dict.fromkeys(zip(df.network, df.gpu)))
     fig, axes = plt.subplots(2, len(keys), figsize=(4.5 * len(keys), 6.5), squeeze=False,
                              sharex="col")
@@ -75,6 +83,11 @@ def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
         cap = part.capacity_bytes.iloc[0] / GB if len(part) else None
         if cap:
             axes[0, col].axhline(cap, color="k", ls="--", lw=0.8)
+        if "timed" in part and part.timed.map(untimed).any():
+            axes[1, col].text(0.5, 0.5, UNTIMED_NOTE.replace(": ", ":\n"), ha="center",
+                              va="center", transform=axes[1, col].transAxes, color="tab:red")
+            if part.timed.map(untimed).all():  # no scale that reads as a slowdown of 0
+                axes[1, col].set_yticks([])
         axes[0, col].set_title(f"{net} on {gpu}")
         axes[0, col].set_ylabel("peak GB")
         axes[1, col].set_ylabel("slowdown")

@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..results import RunResult
 from ..units import GB
 
 
+# NOTE [memory-only traces]: under a table with a run whose times are not modelled
+UNTIMED_NOTE = "memory-only trace: times not modelled"
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
 def _gb(n: float | None) -> str:
-    return "-" if n is None else f"{n / GB:.2f}"
+    return "-" if _missing(n) else f"{n / GB:.2f}"
+
+
+def need_times(results, what: str) -> None:
+    """NOTE [memory-only traces]: a picture of time (a plot over time, a Chrome trace)
+    refuses runs without times, in one line."""
+    from ..errors import ConfigError
+    for r in results:
+        if not r.timed:
+            raise ConfigError(f"{r.network}: a memory-only trace (every layer 0 ns) has no "
+                              f"times, so no {what}; vdnnsim run gives each policy's peak "
+                              "memory")
+
+
+def format_seconds(s: float | None, digits: int = 3) -> str:
+    """A time cell: seconds, or '-' where not modelled (NaN, None: NOTE [memory-only
+    traces])."""
+    return "-" if _missing(s) else f"{s:.{digits}f}"
+
+
+def untimed(value: Any) -> bool:
+    """A results row's ``timed`` value says memory only: false (a bool, numpy's, or
+    'False' read back from a file); absent (results written before the column) or a
+    failed run's NaN does not."""
+    if isinstance(value, str):
+        return value.strip().lower() == "false"
+    return not _missing(value) and not bool(value)
 
 
 def _fit(r: RunResult) -> str:
@@ -24,7 +60,8 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
     r0 = results[0]
     cap = r0.capacity_bytes
     head = title or f"{r0.network} (batch {r0.batch_size}, {r0.dtype}) on {r0.gpu}"
-    lines = [f"{head}: pool {_gb(cap)} GB, oracle iteration {r0.oracle_time_ns / 1e9:.3f} s"]
+    oracle = f"{r0.oracle_time_ns / 1e9:.3f} s" if r0.timed else "-"
+    lines = [f"{head}: pool {_gb(cap)} GB, oracle iteration {oracle}"]
     cols = ["policy", "fits", "peak GB", "avg GB", "iter s", "slowdown", "offload GB",
             "stall s", "out of memory at"]
     rows = []
@@ -34,9 +71,11 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
             o = r.oom
             what = f"offload of {o.tensor} (host memory full)" if o.kind == "host" else o.tensor
             where = f"{o.layer} {o.phase}: {what}" if o.layer else f"{o.phase}: {what}"
-        rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes), _gb(r.avg_memory_bytes),
-                     f"{r.iteration_time_s:.3f}", format_slowdown(r.slowdown),
-                     _gb(r.offloaded_bytes), f"{r.stall_time_ns / 1e9:.3f}", where])
+        rows.append([r.policy, _fit(r), _gb(r.peak_memory_bytes),
+                     _gb(r.avg_memory_bytes if r.timed else None),
+                     format_seconds(r.iteration_time_s), format_slowdown(r.slowdown),
+                     _gb(r.offloaded_bytes),
+                     format_seconds(r.stall_time_ns / 1e9 if r.timed else None), where])
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
     right = {2, 3, 4, 5, 6, 7}
 
@@ -45,6 +84,8 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
                          for i, (v, w) in enumerate(zip(row, widths))).rstrip()
 
     lines += [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+    if not all(r.timed for r in results):
+        lines.append(UNTIMED_NOTE)
     notes = [f"  {r.policy}: {n}" for r in results for n in r.notes]
     if notes:
         lines += ["notes:"] + notes
@@ -65,16 +106,21 @@ def format_rows(df, title: str | None = None) -> str:
         df = df.assign(policy=[f"{p} {' '.join(f'{c}={r[c]}' for c in varying)}"
                                for p, (_, r) in zip(df.policy, df.iterrows())])
     rows = []
+    memory_only = False
     for r in df.itertuples():
         err = getattr(r, "error", None)
         if isinstance(err, str):
             rows.append([str(r.network), str(r.batch_size), str(r.gpu), str(r.policy),
                          "-", "-", "-", "-", "-", "-", err])
             continue
+        no_times = untimed(getattr(r, "timed", None))
+        memory_only |= no_times
         rows.append([str(r.network), str(r.batch_size), str(r.gpu), str(r.policy),
                      "yes" if r.fits else "no", _gb(r.peak_memory_bytes),
-                     _gb(r.avg_memory_bytes), f"{r.iteration_time_s:.3f}",
-                     format_slowdown(r.slowdown), _gb(r.offloaded_bytes), ""])
+                     _gb(None if no_times else r.avg_memory_bytes),
+                     format_seconds(None if no_times else r.iteration_time_s),
+                     format_slowdown(float("nan") if no_times else r.slowdown),
+                     _gb(r.offloaded_bytes), ""])
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
               for i, c in enumerate(cols)]
     right = {5, 6, 7, 8, 9}
@@ -84,9 +130,12 @@ def format_rows(df, title: str | None = None) -> str:
                          for i, (v, w) in enumerate(zip(row, widths))).rstrip()
 
     head = [title] if title else []
-    return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+    foot = [UNTIMED_NOTE] if memory_only else []
+    return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+                     + foot)
 
 
-def format_slowdown(slowdown: float) -> str:
-    """A slowdown as '1.17x'; '-' where the oracle time is 0 and it is undefined (NaN)."""
-    return "-" if slowdown != slowdown else f"{slowdown:.2f}x"
+def format_slowdown(slowdown: float | None) -> str:
+    """A slowdown as '1.17x'; '-' where it is undefined (NaN, None): the oracle time is 0,
+    or the trace is memory only (NOTE [memory-only traces])."""
+    return "-" if _missing(slowdown) else f"{slowdown:.2f}x"

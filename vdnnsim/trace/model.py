@@ -15,6 +15,16 @@ written before it, so the execution order is a topological order of the DAG.
   with their own times and workspaces; other layers have one, called ``default``.
 * ``requires_grad`` tensors get a gradient buffer of their own size during backward; the
   network input does not.
+
+NOTE [memory-only traces]
+A trace whose ``source.cost_model`` is ``none`` (the op probe's, NOTE [op probe]) has every
+layer at 0 ns: its memory is modelled, its times are not. ``Trace.timed`` is false for it,
+and every result of it carries that (``RunResult.timed``): the run's peak memory and fits
+stand, while its times, slowdown and time-weighted average memory are NaN in Python and
+null in JSON, "-" in tables with the footnote ``UNTIMED_NOTE`` (report/table.py), refused
+by the plots of time and by the planners that pick the fastest plan. A copy still takes
+its time over the link, so an untimed run's iteration time is not 0 but the copies'
+alone: a number that looks real and is not, hence hidden rather than shown.
 """
 
 from __future__ import annotations
@@ -120,6 +130,11 @@ class Trace:
     host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
     step_workspace_bytes: int = 0  # held while the step runs (NOTE [optimizer state])
     optimizer: str = "sgd"  # whose step the step fields are (NOTE [optimizer state])
+
+    @property
+    def timed(self) -> bool:
+        """NOTE [memory-only traces]: false where the layers' times are not modelled."""
+        return self.source.cost_model != "none"
 
     @property
     def pytorch(self) -> bool:

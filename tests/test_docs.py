@@ -353,3 +353,16 @@ def test_extras_check_reads_both_spellings():
     assert dc.check_extras("pip install 'vdnnsim[hf]' and '.[dev,torch]'") == []
     assert len(dc.check_extras("vdnnsim[dev,gpu] and .[cuda]")) == 2
     assert dc.check_extras("a list [x] or foo.[y] or ab[z]") == []
+
+
+def test_refresh_pastes_what_the_commands_print(tmp_path, env):
+    doc = tmp_path / "t.md"
+    doc.write_text("<!-- output: vdnnsim list networks -->\n```\nnetworks: old\n...\n```\n\n"
+                   "<!-- file: /tmp/vdnn_docs/a.txt -->\n```text\nhello\n```\n\n"
+                   "```\n$ cat /tmp/vdnn_docs/a.txt\nbye\n$ vdnnsim list gpus\n...\n```\n")
+    changed = dc.refresh(doc, env, tmp_path / "ws" / "vdnn_docs")
+    assert len(changed) == 2, changed
+    text = doc.read_text()
+    assert "networks: alexnet, overfeat" in text and "networks: old" not in text
+    assert "$ cat /tmp/vdnn_docs/a.txt\nhello\n$ vdnnsim list gpus\n...\n```" in text
+    assert dc.refresh(doc, env, tmp_path / "ws2" / "vdnn_docs") == []  # now it holds

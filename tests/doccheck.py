@@ -426,6 +426,26 @@ def policy_options() -> dict[str, set[str]]:
     return out
 
 
+def config_policy_problems(data: dict, options: dict[str, set[str]]) -> list[str]:
+    """A run config or study (as YAML data) names real policies, with options they take
+    (``options``: each policy's); options given without a policy must be some policy's."""
+    problems = []
+    for d in [data, data.get("base"), *(data.get("runs") or [])]:
+        if not isinstance(d, dict):
+            continue
+        named = list(d.get("policies") or ([d["policy"]] if "policy" in d else []))
+        if d is data:
+            named += list((data.get("sweep") or {}).get("policy") or [])
+        problems += [f"no policy {p!r}" for p in named if p not in options]
+        opts = set(d.get("policy_options") or {})
+        for p in (p for p in named if p in options):
+            if opts - options[p]:
+                problems.append(f"policy {p} has no option(s) {sorted(opts - options[p])}")
+        if opts and not named and not any(opts <= o for o in options.values()):
+            problems.append(f"no policy takes the option(s) {sorted(opts)}")
+    return problems
+
+
 # -- command lines in documents ---------------------------------------------------------------
 
 def logical_lines(body: str) -> list[tuple[int, str]]:

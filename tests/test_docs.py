@@ -40,7 +40,7 @@ def _output(cmd: str, env):
 
 
 def test_the_docs_declare_outputs():
-    assert len(OUTPUTS) >= 5 and len(SESSIONS) >= 5
+    assert len(OUTPUTS) >= 30 and len(SESSIONS) >= 3
 
 
 @pytest.mark.parametrize("block", OUTPUTS, ids=[f"{b.doc}: {b.arg}" for b in OUTPUTS])
@@ -207,22 +207,11 @@ def _configs_in_yaml_blocks():
 
 
 def test_policies_and_options_in_yaml_exist():
-    from vdnnsim.policies.registry import policy_names
     options = dc.policy_options()
-    problems = []
-    for b, data in _configs_in_yaml_blocks():
-        sections = [data, data.get("base") or {}, *(data.get("runs") or [])]
-        for d in filter(lambda d: isinstance(d, dict), sections):
-            named = d.get("policies") or ([d["policy"]] if "policy" in d else [])
-            named += (data.get("sweep") or {}).get("policy", []) if d is data else []
-            for p in named:
-                if p not in policy_names():
-                    problems.append(f"{b.where}: no policy {p!r}")
-            opts = d.get("policy_options") or {}
-            for p in (named or policy_names()):
-                unknown = set(opts) - options.get(p, set())
-                if unknown and (named or not any(set(opts) <= o for o in options.values())):
-                    problems.append(f"{b.where}: policy {p} has no option(s) {sorted(unknown)}")
+    checked = list(_configs_in_yaml_blocks())
+    assert len(checked) >= 8
+    problems = [f"{b.where}: {p}" for b, data in checked
+                for p in dc.config_policy_problems(data, options)]
     assert not problems, "\n".join(problems)
 
 
@@ -347,6 +336,17 @@ def test_plain_blocks_and_gpu_commands_are_caught():
     assert dc.expected_exit(["vdnnsim: error: x"]) == 2
     assert dc.expected_exit(["vdnnsim run: error: x", "..."]) == 2
     assert dc.expected_exit(["wrote x"]) == 0
+
+
+def test_config_policy_problems():
+    options = {"a": {"sync"}, "b": {"sync", "file"}}
+    assert dc.config_policy_problems({"policy": "a", "policy_options": {"sync": 1}}, options) == []
+    assert dc.config_policy_problems({"policies": ["a", "c"]}, options)  # no policy c
+    assert dc.config_policy_problems({"policy": "a", "policy_options": {"file": 1}}, options)
+    assert dc.config_policy_problems({"policy_options": {"file": 1}}, options) == []  # b takes it
+    assert dc.config_policy_problems({"policy_options": {"nope": 1}}, options)
+    assert dc.config_policy_problems({"sweep": {"policy": ["a", "z"]}}, options)
+    assert dc.config_policy_problems({"runs": [{"policy": "z"}]}, options)
 
 
 def test_extras_check_reads_both_spellings():

@@ -232,6 +232,17 @@ def test_all_marks_name_every_one():
     assert seen
 
 
+def test_error_messages_quoted_in_prose_are_shown_by_a_transcript():
+    """An error line quoted in a sentence is one a checked transcript prints."""
+    shown = {line for b in BLOCKS if b.is_transcript and b.mark != "not run"
+             for step in dc.transcript_steps(b) for line in step.want}
+    quoted = [(doc, span) for doc, text in DOCS.items() for span in dc.code_spans(text)
+              if dc.ERROR_LINE.match(span) and not span.endswith(("...", ": "))]
+    assert quoted
+    missing = [f"{doc}: `{span}`" for doc, span in quoted if span not in shown]
+    assert not missing, "quoted but not in any transcript:\n" + "\n".join(missing)
+
+
 def test_hf_models_named_exist():
     from vdnnsim.gpu.hf import shipped
     known = set(shipped())

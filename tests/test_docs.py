@@ -96,6 +96,17 @@ def test_gpu_commands_are_marked_not_run_and_parse():
     assert not problems, "\n".join(problems)
 
 
+def test_every_mark_is_one_the_checker_knows():
+    """A misspelt mark would leave its block unchecked."""
+    comments = [(doc, line) for doc, text in DOCS.items() for line in text.splitlines()
+                if line.startswith("<!--")]
+    assert comments
+    unknown = [f"{doc}: {line}" for doc, line in comments if not dc.MARK.match(line)]
+    assert not unknown, "\n".join(unknown)
+    assert dc.MARK.match("<!-- output: vdnnsim list -->")
+    assert not dc.MARK.match("<!-- outptu: vdnnsim list -->")
+
+
 def test_not_run_marks_give_a_reason():
     for b in BLOCKS:
         if b.mark == "not run":

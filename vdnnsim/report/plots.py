@@ -27,7 +27,8 @@ TIMELINE_LEGEND = (("host", "host issuing work"), ("wait", "host waiting for the
 # card had the memory (NOTE [out of memory] in docs/policies.md: the pool keeps going).
 MARKERS = "osD^vPX*<>"
 STYLES = ("-", "--", "-.", (0, (4, 1, 1, 1, 1, 1)))  # ":" is kept for runs that do not fit
-NOT_FIT = "does not fit (drawn as if it had the memory)"
+AS_IF = "drawn as if it had the memory"
+NOT_FIT = f"does not fit ({AS_IF})"
 
 
 def memory_over_time(results) -> plt.Figure:
@@ -70,8 +71,10 @@ def stream_timeline(results) -> plt.Figure:
                 ax.broken_barh([(s / 1e6, d / 1e6) for s, d in zip(sel.start_ns, sel.dur_ns)],
                                (top - row - 0.4, 0.8), color=color)
         ax.set_yticks([3, 2, 1, 0], ["host", "compute", "D2H", "H2D"], fontsize=7)
-        fit = "" if r.fits else (f"; DOES NOT FIT: out of memory at {r.oom.layer} "
-                                 f"{r.oom.phase}, {NOT_FIT}")
+        o = r.oom
+        where = "" if o is None else (f"{o.layer} {o.phase}: {o.tensor}" if o.layer
+                                      else f"{o.phase}: {o.tensor}")  # as the run table says
+        fit = "" if r.fits else f"; DOES NOT FIT: out of memory at {where} ({AS_IF})"
         ax.set_title(f"{r.policy}: {r.iteration_time_s * 1e3:.1f} ms, stalls "
                      f"{r.stall_time_ns / 1e6:.1f} ms, waiting for the host "
                      f"{r.host_bound_time_ns / 1e6:.1f} ms{fit}", fontsize=8, loc="left",
@@ -121,8 +124,10 @@ def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
         for cap in caps:
             axes[0, col].axhline(cap, color="k", ls="--", lw=0.8, zorder=1)
         if caps:
-            handles.append(Line2D([], [], color="k", ls="--", lw=0.8, label="pool capacity "
-                                  + ", ".join(f"{c:.2f}" for c in caps) + " GB"))
+            shown = (", ".join(f"{c:.2f}" for c in caps) + " GB" if len(caps) <= 3
+                     else f"({len(caps)} values, {caps[0]:.2f}-{caps[-1]:.2f} GB)")
+            handles.append(Line2D([], [], color="k", ls="--", lw=0.8,
+                                  label=f"pool capacity {shown}"))
         axes[0, col].set_title(f"{net} on {gpu}")
         axes[0, col].set_ylabel("peak GB")
         axes[1, col].set_ylabel("slowdown (iteration / oracle)")

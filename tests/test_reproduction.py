@@ -9,6 +9,7 @@ docs/reproduction.md (vdnnsim reproduce -o docs/reproduction).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,39 @@ def test_headline_numbers_that_hold():
 def test_claim_tolerances(unit, paper, tol, value, ok):
     c = Claim("x", "k40", "x", paper, unit, tol, lambda f: 0.0)
     assert c.met(value) is ok
+
+
+def test_each_row_has_one_unit_and_performance_is_a_loss(table):
+    """No column mixes a percentage with a ratio: every row names its unit, every
+    performance claim is a % loss (never an 'x' slowdown), and the markdown table prints
+    bare numbers beside the unit, differences of percentages in points."""
+    from vdnnsim.paper import table_markdown
+    assert set(table.unit_label) == {"GB", "% loss", "% cut", "% on host", "count", "yes/no"}
+    for r in table.itertuples():
+        if "loss" in r.id or "slow" in r.claim or "performance" in r.claim:
+            assert r.unit_label == "% loss", r.id
+        assert "slower" not in r.claim and not re.search(r"\d(\.\d+)?x\b", r.claim + r.tolerance)
+    md = table_markdown(table)
+    head = "| claim | unit | paper | vdnnsim | diff | tolerance | met |"
+    assert md.count(head) == 2
+    for line in md.splitlines():
+        if not line.startswith("| ") or line == head:
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        unit, paper, value, diff = cells[1:5]
+        for cell in (paper, value):
+            assert re.fullmatch(r"-?[\d.]+|yes|no", cell), line  # the unit is in its own column
+        assert diff.endswith(" pts") == unit.startswith("%"), line
+    row = table[table.id == "speed.vgg16_128_all_m_loss"].iloc[0]
+    assert row.claim == "VGG-16 (128) performance loss, vDNN_all(m)" and "61% slower" in row.note
+
+
+def test_a_percentage_claim_must_say_what_it_is_of():
+    assert Claim("speed.x_loss", "k40", "x", 1, "%", 5, lambda f: 0.0).unit_label == "% loss"
+    assert Claim("reduction.x", "k40", "x", 1, "%", 5, lambda f: 0.0).unit_label == "% cut"
+    assert Claim("x", "k40", "x", 1, "at most GB", 0.1, lambda f: 0.0).unit_label == "GB"
+    with pytest.raises(ValueError, match="percentage is of"):
+        Claim("other.x", "k40", "x", 1, "%", 5, lambda f: 0.0).unit_label
 
 
 def test_reduction_reference_readings(table):

@@ -98,33 +98,42 @@ def reproduce(studies_dir: str | os.PathLike | None = None,
     for c in claims:
         value = float(c.measure(frames))
         rows.append({"id": c.id, "version": c.version, "gpu": c.gpu, "claim": c.what,
-                     "unit": c.unit, "paper": c.paper, "vdnnsim": value,
+                     "unit": c.unit, "unit_label": c.unit_label, "paper": c.paper, "vdnnsim": value,
                      "difference": value - c.paper, "tolerance": c.tolerance_text(),
                      "met": c.met(value), "note": c.note})
     return pd.DataFrame(rows), frames
 
 
-def _fmt(v: float, unit: str) -> str:
+def _fmt(v: float, unit: str, signed: bool = False) -> str:
+    sign = "+" if signed and v else ""
     if unit in ("GB", "at most GB"):
-        return f"{v:.2f}"
+        return f"{v:{sign}.2f}"
     if unit == "%":
-        return f"{v:.1f}"
+        return f"{v:{sign}.1f}"
     if unit == "yes/no":
         return "yes" if v else "no"
-    return f"{v:g}"
+    return f"{v:{sign}g}"
+
+
+UNITS_LEGEND = ("Units: GB = 10^9 bytes; % loss = 1 - oracle time / iteration time (a "
+                "performance loss, never a slowdown ratio); % cut = memory saved against the "
+                "baseline; % on host = offloaded / (offloaded + GPU peak); a difference of "
+                "percentages is in points (pts).")
 
 
 def table_markdown(table: pd.DataFrame) -> str:
-    head = "| claim | paper | vdnnsim | diff | tolerance | met |"
+    """One table per paper version; each row carries its unit, so the paper, vdnnsim and
+    diff columns hold numbers of that one unit (NOTE [reproduction metrics])."""
+    head = "| claim | unit | paper | vdnnsim | diff | tolerance | met |"
     lines = []
     for version, part in table.groupby("version", sort=False):
-        lines += ["", f"**{version}**", "", head, "|---|---:|---:|---:|---|:---:|"]
+        lines += ["", f"**{version}**", "", head, "|---|---|---:|---:|---:|---|:---:|"]
         for r in part.itertuples():
-            unit = {"GB": " GB", "at most GB": " GB", "%": "%"}.get(r.unit, "")
-            diff = "" if r.unit in ("yes/no",) else _fmt(r.difference, r.unit)
-            lines.append(f"| {r.claim} | {_fmt(r.paper, r.unit)}{unit} | "
-                         f"{_fmt(r.vdnnsim, r.unit)}{unit} | {diff} | {r.tolerance} | "
+            diff = "" if r.unit == "yes/no" else _fmt(r.difference, r.unit, signed=True) + (
+                " pts" if r.unit == "%" else "")
+            lines.append(f"| {r.claim} | {r.unit_label} | {_fmt(r.paper, r.unit)} | "
+                         f"{_fmt(r.vdnnsim, r.unit)} | {diff} | {r.tolerance} | "
                          f"{'yes' if r.met else '**no**'} |")
     met = int(table.met.sum())
-    lines += ["", f"{met} of {len(table)} claims within tolerance."]
+    lines += ["", UNITS_LEGEND, "", f"{met} of {len(table)} claims within tolerance."]
     return "\n".join(lines).lstrip()

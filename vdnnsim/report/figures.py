@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt  # matplotlib picks a headless backend where there is no display
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Rectangle
 
 POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_m",
                 "vdnn_conv_p", "vdnn_dyn"]
@@ -50,6 +51,7 @@ def _grouped(ax, df: pd.DataFrame, value, policies: list[str], ylabel: str,
     cases = _cases(df)
     width = 0.8 / len(policies)
     x = np.arange(len(cases))
+    any_misfit = False
     for k, p in enumerate(policies):
         vals, fits = [], []
         for n, b in cases:
@@ -61,6 +63,11 @@ def _grouped(ax, df: pd.DataFrame, value, policies: list[str], ylabel: str,
             if not ok:  # what the run would need, had the card been large enough
                 bar.set_hatch("///")
                 bar.set_alpha(0.45)
+        any_misfit |= not all(fits)
+    if any_misfit:  # the legend says what hatching means (a proxy of no size)
+        ax.add_patch(Rectangle((x[0], 0), 0, 0, facecolor="white", edgecolor="0.3",
+                               hatch="///", label="hatched, faded: does not fit (what it "
+                               "would need)"))
     points = [(x[cases.index((n, b))] + (policies.index(p) - (len(policies) - 1) / 2) * width,
                v) for f, g, n, b, p, v, _ in PAPER_POINTS
               if f == figure and g == gpu and (n, b) in cases and p in policies]
@@ -98,14 +105,14 @@ def offload_traffic(df: pd.DataFrame, gpu: str) -> plt.Figure:
 
 def normalized_performance(df: pd.DataFrame, gpu: str) -> plt.Figure:
     d = df[df.gpu == gpu]
-    fig, ax = plt.subplots(figsize=(11, 3.8))
+    fig, ax = plt.subplots(figsize=(11, 4.6))
     _grouped(ax, d, lambda r: 1 / r.slowdown, POLICY_ORDER,
              "performance / oracle", "performance", gpu)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylim(0, 1.1)
     ax.set_title(f"Normalized performance on {gpu} (oracle: fastest algorithms, "
                  "enough memory)")
-    ax.legend(ncol=4, fontsize=8)
+    ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # not on bars
     fig.tight_layout()
     return fig
 

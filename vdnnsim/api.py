@@ -70,7 +70,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         raise ConfigError(f"build_trace needs a vdnnsim.GPU (vdnnsim.gpu_preset(name)), got "
                           f"{type(gpu).__name__}")
     if batch_size is not None:
-        batch_size = _user_value(limits.batch_size, batch_size, "batch_size")
+        batch_size = _user_value(limits.api_batch_size, batch_size, "batch_size")
     if not isinstance(network, (str, os.PathLike, NetworkSpec, Trace)):
         raise ConfigError(f"network must be a zoo name, a path, a NetworkSpec or a Trace, "
                           f"got {type(network).__name__}")

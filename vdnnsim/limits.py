@@ -75,6 +75,9 @@ def bandwidth(value: Any) -> float:
 # leaves unparsed (1e12, 12.8e9: no dot or no sign in the exponent); not a boolean, not a
 # fraction (2.5), not infinity. The value is then checked against its own bounds, which
 # name the cause (a batch of 1e12 images is past NOTE [simulated scale], not malformed).
+# The rule is for numbers written in files; a Python caller passes Python ints
+# (``api_batch_size``): a string or a float batch size given to ``vdnnsim.simulate`` is a
+# caller's mistake, as it was before the rule.
 MAX_WHOLE_DIGITS = 4000  # an exponent past this is no count; int() of it would take long
 
 
@@ -140,6 +143,14 @@ def batch_size(value: Any) -> int:
         raise ValueError(f"batch size must be at least 1, got "
                          f"{value if value > -10**30 else 'a large negative number'}")
     return value
+
+
+def api_batch_size(value: Any) -> int:
+    """A batch size passed to the Python API: an int (not a bool, a float or a string:
+    NOTE [whole numbers] is for files), then ``batch_size``'s bounds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"batch size must be an int, got {short_repr(value)}")
+    return batch_size(value)
 
 
 # A policy option's value: options are switches and names (NOTE [bounds]).

@@ -180,3 +180,31 @@ def test_adamw_state_is_two_fp32_moments_per_parameter_on_the_h200(name):
             batch = b * 3 * r["input_shape"][1] * r["input_shape"][2] * 4 + b * 8
         resident = start - batch - 3 * 4 * p
         assert 0 <= resident <= 128 * 2**20, (r["model"], resident)
+
+
+def test_trace_takes_the_workload_flags_of_profile_and_measure(tmp_path, capsys):
+    """Issue 26, CLI parity: a factory model is traced from the command line with the
+    same --model-arg/--input/--optimizer as profile and measure take."""
+    from vdnnsim import cli
+    from vdnnsim.trace import load_trace
+    out = tmp_path / "lin.yaml"
+    assert cli.main(["trace", "--model", "torch.nn:Linear", "--model-arg", "in_features=12",
+                     "--model-arg", "out_features=7", "--input", "image:1,1,12:7", "-b", "3",
+                     "--gpu", "h200", "--optimizer", "adamw", "-o", str(out)]) == 0
+    t = load_trace(out)
+    assert t.optimizer == "adamw" and t.batch_size == 3 and not t.timed
+    weights = (12 * 7 + 7) * 4
+    assert sum(layer.weight_bytes for layer in t.layers) == weights
+    # the flags reach the model: another width is another trace
+    assert cli.main(["trace", "--model", "torch.nn:Linear", "--model-arg", "in_features=12",
+                     "--model-arg", "out_features=9", "--input", "image:1,1,12:9", "-b", "3",
+                     "--gpu", "h200", "-o", str(tmp_path / "l9.yaml")]) == 0
+    t9 = load_trace(tmp_path / "l9.yaml")
+    assert sum(layer.weight_bytes for layer in t9.layers) == (12 * 9 + 9) * 4
+    assert t9.optimizer == "sgd"
+    capsys.readouterr()
+    assert cli.main(["trace", "vgg16", "--input", "image:3,2,2", "-o", "-"]) == 2
+    assert "go with --model" in capsys.readouterr().err
+    assert cli.main(["trace", "--model", "zoo:alexnet", "--model-arg", "x=1", "-b", "2",
+                     "-o", str(tmp_path / "z.yaml")]) == 2
+    assert "--model-arg" in capsys.readouterr().err

@@ -430,23 +430,31 @@ def cmd_trace(args: argparse.Namespace) -> int:
             raise ConfigError("--model needs --batch-size")
         if args.model.split(":")[0] in ("torchvision", "zoo"):
             from .gpu.profile import synthesize_model
-            if args.dtype not in ("fp32", "fp16", "bf16") or args.seq_len:
+            if args.dtype not in ("fp32", "fp16", "bf16") or args.seq_len or args.input \
+                    or args.model_arg:
                 from .errors import ConfigError
                 raise ConfigError(f"{args.model}: --dtype fp32, fp16 or bf16, and no "
-                                  "--seq-len")
+                                  "--seq-len, --input or --model-arg")
             trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu,
                                                      args.dtype), args.model)
         else:  # NOTE [op probe]: any model, its memory only
             from .gpu.aten_probe import memory_trace
             trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
-                                                 args.seq_len), args.model)
+                                                 args.seq_len, _model_kwargs(args.model_arg),
+                                                 args.input), args.model)
             print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its runs "
                   "show memory, not times (NOTE [memory-only traces])", file=sys.stderr)
     elif args.network:
+        if args.seq_len or args.input or args.model_arg:
+            from .errors import ConfigError
+            raise ConfigError("--seq-len, --input and --model-arg go with --model")
         trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
     else:
         from .errors import ConfigError
         raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
+    if args.optimizer != "sgd":  # NOTE [optimizer state]: its moments and step temporary
+        from .optimizer import with_optimizer
+        trace = with_optimizer(trace, args.optimizer)
     if args.output == "-":
         from .trace import trace_to_dict
         from .yamlio import dump_yaml
@@ -627,7 +635,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
-    """NOTE [workloads]: what builds a model beside its spec (profile, measure)."""
+    """NOTE [workloads]: what builds a model beside its spec (trace, profile, measure: the
+    same flags, so that a model traced without a GPU is the one profiled and measured)."""
     p.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
                    help="a keyword argument of the factory, or a config key of an hf: model "
                    "(repeatable)")
@@ -654,8 +663,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default=None, help="torchvision:NAME or zoo:NAME, built on the "
                    "meta device (needs torch) instead of a network; hf:NAME or "
                    "package.module:factory give a memory trace (NOTE [op probe])")
-    t.add_argument("--seq-len", type=int, default=None, help="an hf: language model's "
-                   "sequence length")
+    _workload_args(t)
+    t.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
+                   help="the optimizer whose state and step the trace holds (NOTE "
+                   "[optimizer state])")
     t.add_argument("--batch-size", "-b", type=int, default=None)
     t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",

@@ -294,3 +294,44 @@ def test_opt_traces_on_the_meta_device(tmp_path, capsys):
     assert {x.attrs["block"] for x in t.layers} == {0, 1, 2, 3}  # two blocks, head, loss
     r = run_trace(t, gpu_preset("h200"), "eager")
     assert r.fits and not r.timed and r.peak_memory_bytes > r.weight_bytes
+
+
+class _Reused(nn.Module):
+    """A module called twice, a nested one, and ops in the model's own forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+
+    def forward(self, x):
+        return self.a(self.b(self.a(x)) * 2)
+
+
+def test_every_op_carries_the_path_of_the_module_it_ran_in():
+    """NOTE [module paths]: the innermost module, both calls of a reused one, the model's
+    own forward as "", the loss outside it; the paths reach the trace's layer attrs."""
+    from vdnnsim.gpu.aten_probe import OUTSIDE
+    with torch.device("meta"):
+        model = _Reused()
+    x = torch.randn(4, 8, device="meta", requires_grad=False)
+    p = probe_ops(model, {"x": x}, lambda m, b: m(b["x"]).sum(), "t")
+    got = [(n.kind, n.attrs["module"]) for n in p.nodes if n.kind != "flatten"]
+    assert got == [("addmm", "a"), ("addmm", "b.0"), ("relu", "b.1"), ("mul", ""),
+                   ("addmm", "a"), ("sum", OUTSIDE)], got
+    d = assemble(p, source={"kind": "synthesized", "gpu": "h200", "cost_model": "none"})
+    assert [layer["attrs"]["module"] for layer in d["layers"]][:2] == ["a", "b.0"]
+
+
+def test_a_forward_that_raises_leaves_no_module_path_behind():
+    from vdnnsim.gpu.aten_probe import OUTSIDE, module_paths
+    seen = []
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(3, 3))
+    handles = module_paths(model, seen.append)
+    try:
+        with pytest.raises(RuntimeError):
+            model(torch.randn(1, 2))
+    finally:
+        for h in handles:
+            h.remove()
+    assert seen[-1] == OUTSIDE and seen[:3] == ["", "0", ""]

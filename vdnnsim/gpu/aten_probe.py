@@ -174,6 +174,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
         self.region = 0  # NOTE [block timing]: the block the ops now run in
+        self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
         self.used: set[int] = set()
@@ -267,6 +268,7 @@ class _Recorder(TorchDispatchMode):
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
                          grad, alias, weight_bytes=weight)
         node.attrs["block"] = self.region
+        node.attrs["module"] = self.module  # NOTE [module paths]
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
         node.attrs["_dtype"] = main.dtype
         counter = flop_registry.get(getattr(func, "overloadpacket", None))
@@ -476,6 +478,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
             else contextlib.nullcontext()
         emulate = contextlib.nullcontext()
     handles = block_regions(blocks, lambda r: setattr(rec, "region", r))
+    handles += module_paths(model, lambda path: setattr(rec, "module", path))
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx:
@@ -500,6 +503,43 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), _live(rec.nodes, out), out)
+
+
+# NOTE [module paths]
+# Every op of the probe carries the path of the innermost module whose forward pass it ran
+# in (``attrs['module']``: ``layer1.0.conv1``, ``model.layers.3.self_attn``; "" is the
+# model's own forward, OUTSIDE what runs outside it, the loss), the name a user knows it by
+# and the unit that profiles (torch.profiler ranges named by the same paths) and plans are
+# to speak in. A module called twice tags the ops of both calls; a module shared under two
+# names (tied or re-entrant) has the first name ``named_modules`` gives it; a submodule
+# whose weights a parent uses without calling it (MultiheadAttention's ``out_proj``) has no
+# ops of its own, they are the parent's. The hooks run whether or not the forward pass
+# raises (``always_call``), so the path is never left stale.
+OUTSIDE = "<outside>"
+
+
+def module_paths(model: torch.nn.Module, enter) -> list[Any]:
+    """NOTE [module paths]: call ``enter(path)`` whenever the innermost running module
+    changes (``OUTSIDE`` once the model's forward pass has returned). Returns the hook
+    handles."""
+    stack: list[str] = []
+
+    def pre(path: str):
+        def hook(m, args):
+            stack.append(path)
+            enter(path)
+        return hook
+
+    def post(m, args, out):
+        if stack:
+            stack.pop()
+        enter(stack[-1] if stack else OUTSIDE)
+
+    handles = []
+    for path, m in model.named_modules():
+        handles.append(m.register_forward_pre_hook(pre(path)))
+        handles.append(m.register_forward_hook(post, always_call=True))
+    return handles
 
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -6,7 +6,7 @@ A trace's step (``step_ns``, ``host_step_ns``) is the step it was profiled or sy
 with, its ``optimizer``. Mostly that is plain SGD (no momentum, no state), PyTorch's
 foreach update, which reads each parameter and its gradient and writes the parameter: 3
 bytes moved per parameter byte. (``vdnnsim profile --optimizer adamw`` of any model, NOTE
-[block timing], measures the step itself instead: its times, its moments, counted into
+[module timing], measures the step itself instead: its times, its moments, counted into
 ``resident_bytes``, and its temporaries; such a trace replays with that optimizer only.)
 Adam and AdamW (PyTorch's defaults: foreach, no amsgrad) keep two moments per parameter in
 the parameter's dtype from the first step on, so the trace gains twice its weight bytes

@@ -173,7 +173,7 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
-        self.region = 0  # NOTE [block timing]: the block the ops now run in
+        self.region = 0  # NOTE [blocks]: the block the ops now run in
         self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
@@ -453,7 +453,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
               autocast: torch.dtype | None = None, blocks: list[torch.nn.Module] = (),
               values: dict[str, torch.Tensor] | None = None) -> Probe:
     """NOTE [op probe]: ``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
-    profiler, NOTE [block timing]: nothing emulated, autocast real); ``loss_fn(model,
+    profiler, NOTE [module timing]: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
     ``attrs['block']`` is the region of ``blocks`` it ran in (``block_regions``).
     ``values``: on the meta device, the batch's own values on the CPU, by key (NOTE [op
@@ -542,8 +542,16 @@ def module_paths(model: torch.nn.Module, enter) -> list[Any]:
     return handles
 
 
+# NOTE [blocks]
+# A transformer's blocks, the items of its largest ModuleList, are the unit of block offload
+# (NOTE [block offload]), of block plans and of the block runtime; each op of the probe is
+# tagged with its region (``attrs['block']``: 0 before the first block, one region a block,
+# the head with the loss last). Time is no longer measured by blocks (NOTE [module timing]
+# measures every module), so a model without such a list is timed as well as one with it.
+
+
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """NOTE [block timing]: a model's blocks, the items of its ModuleList with the most
+    """NOTE [blocks]: a model's blocks, the items of its ModuleList with the most
     parameters (GPT-2's ``h``, BERT's and ViT's ``encoder.layer``, Llama's ``layers``);
     none where it has no such list."""
     best: list[torch.nn.Module] = []
@@ -557,7 +565,7 @@ def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def block_output(out: Any) -> torch.Tensor | None:
-    """NOTE [block timing]: the hidden state a block returns (a tensor, a tuple's first
+    """NOTE [blocks]: the hidden state a block returns (a tensor, a tuple's first
     tensor, a model output's ``last_hidden_state``)."""
     if isinstance(out, torch.Tensor):
         return out
@@ -569,7 +577,7 @@ def block_output(out: Any) -> torch.Tensor | None:
 
 
 def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
-    """NOTE [block timing]: call ``enter(r)`` where region ``r`` begins: block k's forward
+    """NOTE [blocks]: call ``enter(r)`` where region ``r`` begins: block k's forward
     begins region k + 1 (the block and whatever runs before the next block), the last
     block's end begins region len(blocks) + 1 (the head and the loss); region 0 is all
     before block 0. Returns the hook handles."""

@@ -1,36 +1,35 @@
 """The profiler for any model (``vdnnsim profile --model hf:NAME | package.module:factory``):
-the op probe run on the GPU for memory, whole training steps timed block by block.
+the op probe run on the GPU for memory, training steps timed by torch.profiler per module.
 
-NOTE [block timing]
+NOTE [module timing]
 Memory: the op probe (NOTE [op probe]) runs the step's forward pass and loss once on the
 GPU itself, on the real batch, so nothing is emulated: CUDA's dropout, the SDPA kernel the
 GPU picks and autocast's casts and weight cache are the real ones. Its recorder holds only
 what autograd saves; an output that dies leaves its storage's entry (a finalizer), so the
-probe needs no more memory than the step.
-Time: the unit is the block (``find_blocks``: the items of the model's largest ModuleList,
-a transformer's layers), not the op: an event and a host clock reading at each region
-boundary (NOTE in aten_probe.py's ``block_regions``: region 0 before the first block, one
-region a block, the head with the loss last) in the forward pass, and from a pre-hook on
-the autograd node of each block's input (and of the last block's output) in the backward
-pass, inside whole training steps after warm-up, instrumented and plain steps alternating,
-each region's time the median over the steps and the marks' own cost taken off as in NOTE
-[layer timing] and NOTE [host timing] (a few dozen marks a step, not thousands). A region's
-host time is split equally over its ops, its GPU time in proportion to a roofline estimate
-of each op (max(flops / peak, bytes / bandwidth) of the op's dtype on the trace's GPU
+probe needs no more memory than the step. Each op carries the path of the module it ran
+in (NOTE [module paths]).
+Time: after warm-up, ``trials`` plain steps (nothing hooked) are measured, then ``trials``
+steps under torch.profiler with a ``record_function`` range around every module call
+(NOTE [kineto attribution] in kineto.py): each GPU kernel's time goes to the module whose
+call launched it in the forward pass, and in the backward pass to the module of the
+forward op that made the autograd node (their sequence numbers), so every model's backward
+pass is timed module by module, whether or not it keeps its blocks in a ModuleList (the
+block profiler before it lost the backward pass of those that do not). The optimizer step
+and zero_grad are the trace's step; the loss and what runs outside the model is the probe's
+ops outside it. A module's median time over the steps is spread over its ops by a roofline
+estimate (max(flops / peak, bytes / bandwidth) of the op's dtype on the trace's GPU
 preset; a view gets nothing; in the backward pass an op with flops counts twice, an op
-that needs no gradient not at all). The split is an estimate and only moves time within a
-block: the blocks' forward and backward times, and so the step, are measured; where a
-replay offloads a block's tensors, the overlap inside the block follows the estimate.
-(Where the host set the pace, a region's GPU span holds the GPU's waits for the host, and
-a replay that also issues each op at its host time could count them twice; a split fitted
-so that the replay ends each region on time was tried on the 46 committed profiles and
-changed their replays by 0.3% at the median: not kept.)
-The optimizer step is the workload's own (``optimizer``): its GPU and host
-times, the bytes of the state it keeps on the GPU (AdamW's moments, into
-``resident_bytes``) and the allocator's peak while it runs beyond what it started with
-(``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer state] counts it), so the
-trace is that optimizer's. Workspaces inside a kernel are not measured (the op probe sees
-none).
+that needs no gradient not at all): for a CNN almost every module is one op, a
+transformer's attention or MLP a few. A module the probe saw no op of (its work all views)
+gives its time to the nearest enclosing module that has some. Host time per module is the
+profiler's (a module's range, the backward ops of its nodes) scaled so that each pass's
+total is what the host took to issue it in the plain steps: the profiler's own cost per op
+(about a microsecond) taken off in proportion. The optimizer step is the workload's own
+(``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
+(AdamW's moments, into ``resident_bytes``) and the allocator's peak while it runs beyond
+what it started with (``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer
+state] counts it), so the trace is that optimizer's. Workspaces inside a kernel are not
+measured (the op probe sees none). The profile then checks itself (NOTE [profile check]).
 """
 
 from __future__ import annotations
@@ -41,141 +40,155 @@ from typing import Any
 
 import torch
 
-from .aten_probe import block_output, block_regions, find_blocks, probe_ops
+from .aten_probe import OUTSIDE, find_blocks, probe_ops
 from .profile import _Clock, assemble, resident_bytes, software
 from .workload import DTYPES, PRECISIONS, build_workload, training_step
 
 MATMUL_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-def _hidden(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The hidden state a block is called with: its first floating-point tensor argument
-    that needs a gradient."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad:
-            return a
-    return None
-
-
-def time_blocks(step: Any, blocks: list[torch.nn.Module], trials: int, cuda: bool,
-                warmup: int = 3) -> dict[str, Any]:
-    """NOTE [block timing]: per region (0 .. len(blocks) + 1) the median forward and
-    backward GPU and host ms of whole training steps, the marks' cost taken off; and the
-    step's own times."""
+def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
+    """NOTE [module timing]: ``trials`` plain training steps, nothing hooked or profiled:
+    each step's span on the GPU's clock (its wall time on a CPU) and the host's time to
+    issue its forward pass, backward pass and the rest (zero_grad, the optimizer)."""
     clock = _Clock(cuda)
     host = time.perf_counter_ns
-    n = len(blocks) + 2  # regions
-    on = [False]
-    fwd: list[tuple[int, Any, int]] = []
-    bwd: list[tuple[int, Any, int]] = []
-    hooked: dict[int, Any] = {}
-
-    def mark_bwd(t: torch.Tensor | None, region: int) -> None:
-        fn = getattr(t, "grad_fn", None)
-        if fn is not None and id(fn) not in hooked:
-            hooked[id(fn)] = fn
-            fn.register_prehook(lambda g: bwd.append((region, clock.mark(), host())))
-
-    handles = []
-    for k, b in enumerate(blocks):
-        def pre(m, args, kwargs, k=k):
-            if on[0]:
-                fwd.append((k + 1, clock.mark(), host()))
-                mark_bwd(_hidden(args, kwargs), k)
-        handles.append(b.register_forward_pre_hook(pre, with_kwargs=True))
-    if blocks:
-        def post(m, args, out):
-            if on[0]:
-                fwd.append((n - 1, clock.mark(), host()))
-                mark_bwd(block_output(out), n - 2)
-        handles.append(blocks[-1].register_forward_hook(post))
-
-    def run(timed: bool) -> dict[str, Any]:
-        on[0] = timed
-        fwd.clear()
-        bwd.clear()
-        hooked.clear()
+    out: dict[str, list[float]] = {k: [] for k in ("step", "fwd", "bwd", "hf", "hb", "hs")}
+    for _ in range(trials):
         h0 = host()
+        s = clock.mark()
         step.optimizer.zero_grad(set_to_none=True)
-        s, hs = clock.mark(), host()
-        fwd.append((0, s, hs))
+        h1 = host()
+        f = clock.mark()
         loss = step.forward()
-        f_end, hf = clock.mark(), host()
-        bwd.append((n - 1, f_end, hf))
+        h2 = host()
+        b = clock.mark()
         step.backward(loss)
         del loss
-        b_end, hb = clock.mark(), host()
+        h3 = host()
+        u = clock.mark()
         step.update()
-        e, he = clock.mark(), host()
-        return {"fwd": list(fwd) + [(None, f_end, hf)],
-                "bwd": list(bwd) + [(None, b_end, hb)], "s": s, "f_end": f_end,
-                "b_end": b_end, "end": e, "h": (hs - h0, hf - hs, hb - hf, he - hb)}
+        e = clock.mark()
+        h4 = host()
+        if cuda:
+            e.synchronize()
+        out["step"].append(clock.ms(s, e))
+        out["fwd"].append(clock.ms(f, b))
+        out["bwd"].append(clock.ms(b, u))
+        out["hf"].append((h2 - h1) / 1e6)
+        out["hb"].append((h3 - h2) / 1e6)
+        out["hs"].append(((h1 - h0) + (h4 - h3)) / 1e6)
+    return out
 
-    try:
-        for _ in range(warmup):
-            run(True)
-        gf: list[list[float]] = [[] for _ in range(n)]
-        gb: list[list[float]] = [[] for _ in range(n)]
-        hfs: list[list[float]] = [[] for _ in range(n)]
-        hbs: list[list[float]] = [[] for _ in range(n)]
-        ph: dict[str, list[float]] = {k: [] for k in (
-            "if", "ib", "pf", "pb", "hif", "hib", "hpf", "hpb", "step", "hstep", "plain",
-            "mf", "mb")}
-        for _ in range(trials):  # instrumented and plain steps alternate
-            for timed in (True, False):
-                r = run(timed)
+
+def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
+                 warmup: int = 3) -> dict[str, Any]:
+    """NOTE [module timing]: per module path the median forward and backward GPU and host
+    ns of ``trials`` training steps profiled by torch.profiler, the optimizer's, what
+    could not be placed, and the plain steps measured beside them."""
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from .kineto import attribute, load_trace, module_ranges, step_range
+
+    for _ in range(warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    plain = _plain_steps(step, trials, cuda)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with tempfile.TemporaryDirectory(prefix="vdnnsim-profile-") as d:
+        with module_ranges(model), profile(activities=acts) as prof:
+            for k in range(trials):
+                with step_range(k):
+                    step()
                 if cuda:
-                    r["end"].synchronize()
-                key = "i" if timed else "p"
-                ph[key + "f"].append(clock.ms(r["s"], r["f_end"]))
-                ph[key + "b"].append(clock.ms(r["f_end"], r["b_end"]))
-                ph["h" + key + "f"].append(r["h"][1] / 1e6)
-                ph["h" + key + "b"].append(r["h"][2] / 1e6)
-                if not timed:
-                    ph["step"].append(clock.ms(r["b_end"], r["end"]))
-                    ph["hstep"].append((r["h"][0] + r["h"][3]) / 1e6)
-                    ph["plain"].append(clock.ms(r["s"], r["end"]))
-                    continue
-                ph["mf"].append(len(r["fwd"]) - 1)
-                ph["mb"].append(len(r["bwd"]) - 1)
-                for seq, g, hh in ((r["fwd"], gf, hfs), (r["bwd"], gb, hbs)):
-                    for (k, a, ha), (_, b, hb) in zip(seq, seq[1:]):
-                        g[k].append(clock.ms(a, b))
-                        hh[k].append((hb - ha) / 1e6)
-    finally:
-        for h in handles:
-            h.remove()
-        hooked.clear()
-    m = {k: statistics.median(v) for k, v in ph.items()}
-    over = {"f": max(0.0, m["if"] - m["pf"]) / max(1, m["mf"]),
-            "b": max(0.0, m["ib"] - m["pb"]) / max(1, m["mb"]),
-            "hf": max(0.0, m["hif"] - m["hpf"]) / max(1, m["mf"]),
-            "hb": max(0.0, m["hib"] - m["hpb"]) / max(1, m["mb"])}
+                    torch.cuda.synchronize()
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        att = attribute(load_trace(path))
+    steps = att.steps[-trials:]
 
-    def med(v: list[float], o: float) -> float:
-        return max(0.0, statistics.median(v) - o) if v else 0.0
-    return {"fwd_ms": [med(v, over["f"]) for v in gf], "bwd_ms": [med(v, over["b"]) for v in gb],
-            "host_fwd_ms": [med(v, over["hf"]) for v in hfs],
-            "host_bwd_ms": [med(v, over["hb"]) for v in hbs],
-            "step_ms": m["step"], "host_step_ms": m["hstep"], "plain_ms": m["plain"],
-            "plain_fwd_ms": m["pf"], "plain_bwd_ms": m["pb"],
-            "host_fwd_pass_ms": m["hpf"], "host_bwd_pass_ms": m["hpb"],
-            "mark_ms": over}
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else 0.0
+
+    paths = list(dict.fromkeys(p for s in steps for p in s.modules))
+    mods: dict[str, dict[str, float]] = {}
+    for path in paths:
+        got = [s.modules.get(path) for s in steps]
+        mods[path] = {
+            "fwd": med([m.forward.device_ns if m else 0 for m in got]),
+            "bwd": med([m.backward.device_ns if m else 0 for m in got]),
+            "hf": med([m.forward.host_ns if m else 0 for m in got]),
+            "hb": med([m.backward.host_ns if m else 0 for m in got])}
+    mods[OUTSIDE] = {"fwd": med([s.outside.forward.device_ns for s in steps]),
+                     "bwd": med([s.outside.backward.device_ns for s in steps]),
+                     "hf": med([s.outside.forward.host_ns for s in steps]),
+                     "hb": med([s.outside.backward.host_ns for s in steps])}
+    total = med([s.device_total_ns for s in steps])
+    lost = med([s.unattributed.device_ns for s in steps])
+    return {"modules": mods, "time_source": att.time_source,
+            "step_ns": med([s.optimizer.device_ns + s.zero_grad.device_ns for s in steps]),
+            "host_step_ns": med([s.optimizer.host_ns + s.zero_grad.host_ns for s in steps]),
+            "device_total_ns": total, "unattributed_ns": lost,
+            "outside_steps_ns": att.outside_steps.device_ns, "warnings": att.warnings,
+            "profiled_wall_ms": med([s.wall_ns / 1e6 for s in steps]),
+            "plain_ms": med(plain["step"]), "plain_min_ms": min(plain["step"]),
+            "plain_max_ms": max(plain["step"]), "plain_fwd_ms": med(plain["fwd"]),
+            "plain_bwd_ms": med(plain["bwd"]), "host_fwd_pass_ms": med(plain["hf"]),
+            "host_bwd_pass_ms": med(plain["hb"]), "host_rest_ms": med(plain["hs"])}
 
 
-def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any
+def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
+    """NOTE [module timing]: ``time_modules``' per-module times as ``split_times``' regions
+    (a module path each): the time of a path without ops of its own in the probe (a module
+    whose work is all views, or ops the probe does not record) goes to its nearest enclosing
+    path that has some, and so on up to the model ("") and what ran outside it; the host
+    times are scaled so that each pass's total is the plain steps' (the profiler's own cost
+    per op, some microseconds, taken off in proportion)."""
+    have = {n.attrs.get("module", OUTSIDE) for n in nodes}
+    acc: dict[str, list[float]] = {}
+    for path, v in t["modules"].items():
+        target = path
+        while target not in have and target not in ("", OUTSIDE):
+            target = target.rpartition(".")[0] if "." in target else ""
+        if target not in have:
+            target = "" if "" in have else OUTSIDE
+        if target not in have:
+            target = next(iter(have))
+        a = acc.setdefault(target, [0.0, 0.0, 0.0, 0.0])
+        for k, key in enumerate(("fwd", "bwd", "hf", "hb")):
+            a[k] += v[key]
+    scale = []
+    for k, key in ((2, "host_fwd_pass_ms"), (3, "host_bwd_pass_ms")):
+        got = sum(a[k] for a in acc.values())
+        scale.append(min(1.0, t[key] * 1e6 / got) if got else 1.0)
+    return {"fwd_ms": {r: a[0] / 1e6 for r, a in acc.items()},
+            "bwd_ms": {r: a[1] / 1e6 for r, a in acc.items()},
+            "host_fwd_ms": {r: a[2] * scale[0] / 1e6 for r, a in acc.items()},
+            "host_bwd_ms": {r: a[3] * scale[1] / 1e6 for r, a in acc.items()}}
+
+
+def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block"
                 ) -> tuple[dict[str, tuple[int, int, int, int]], dict[str, tuple[int, int]]]:
-    """NOTE [block timing]: each region's measured times over its ops, in proportion to a
-    roofline estimate (GPU) and equally (host)."""
+    """NOTE [module timing]: each region's measured times (``t``'s lists by region index,
+    or mappings by region) over its ops, in proportion to a roofline estimate (GPU) and
+    equally (host); an op's region is ``attrs[key]``."""
     def cost(n: Any) -> float:
         if n.alias_of is not None and n.kind == "flatten":
             return 0.0
         dt = MATMUL_DTYPES.get(n.attrs.get("_dtype"), "fp32")
         return max(n.flops / gpu.flops(dt), n.attrs.get("_bytes", n.out_nbytes)
                    / gpu.mem_bw_bytes_per_s)
-    regions: dict[int, list[Any]] = {}
+    regions: dict[Any, list[Any]] = {}
     for n in nodes:
-        regions.setdefault(int(n.attrs.get("block", 0)), []).append(n)
+        regions.setdefault(n.attrs.get(key, 0), []).append(n)
+
+    def at(what: str, r: Any) -> float:
+        v = t[what]
+        return v.get(r, 0.0) if isinstance(v, dict) else v[r]
     times: dict[str, tuple[int, int, int, int]] = {}
     hosts: dict[str, tuple[int, int]] = {}
     for r, ops in regions.items():
@@ -185,8 +198,8 @@ def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any
             if not sum(w):
                 w[-1] = 1.0  # nothing to go by: the region's last op takes it
         sf, sb = sum(fw), sum(bw)
-        f_ns, b_ns = t["fwd_ms"][r] * 1e6, t["bwd_ms"][r] * 1e6
-        hf, hb = t["host_fwd_ms"][r] * 1e6 / len(ops), t["host_bwd_ms"][r] * 1e6 / len(ops)
+        f_ns, b_ns = at("fwd_ms", r) * 1e6, at("bwd_ms", r) * 1e6
+        hf, hb = at("host_fwd_ms", r) * 1e6 / len(ops), at("host_bwd_ms", r) * 1e6 / len(ops)
         for n, a, c in zip(ops, fw, bw):
             times[n.name] = (round(f_ns * a / sf), round(b_ns * c / sb), 0, 0)
             hosts[n.name] = (round(hf), round(hb))
@@ -194,7 +207,7 @@ def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any
 
 
 def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
-    """NOTE [block timing]: the bytes of the optimizer's state on the device, and the
+    """NOTE [module timing]: the bytes of the optimizer's state on the device, and the
     step's temporaries (the allocator's peak during it beyond what it started with)."""
     step.optimizer.zero_grad(set_to_none=True)
     step.backward(step.forward())
@@ -214,14 +227,55 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
     return state, temp
 
 
+# NOTE [profile check]
+# A profile checks itself before it is written, so that a trace that lost part of the step
+# (the backward pass of a model whose blocks the block profiler did not find lost 17-68% of
+# its time, silently) cannot be written. Two checks: the attribution must place at least
+# ATTRIBUTED of the GPU time of the profiled steps (what no rule could place is counted,
+# never dropped: NOTE [kineto attribution]), and on a GPU the trace, replayed by the engine
+# as it is written (policy eager, no cap), must end within the step's own repeatability of
+# the median plain step measured in the same process: the plain steps' spread (max - min
+# over the median), and no less than CHECK_FLOOR. A profile that fails either is an error
+# naming both numbers (vdnnsim profile exits 2 and writes nothing); ``check=False``
+# (``--no-check``) writes it anyway, with the failure in its note. On a CPU only the first
+# check applies: there the wall clock of a shared machine is the op's time and the replay
+# has no GPU to be true to.
+ATTRIBUTED = 0.98
+CHECK_FLOOR = 0.10
+
+
+def check_profile(d: dict[str, Any], t: dict[str, Any], gpu: Any, cuda: bool) -> str | None:
+    """NOTE [profile check]: None if the profile accounts for the step, else why not."""
+    total = t["device_total_ns"] + t["outside_steps_ns"]
+    lost = t["unattributed_ns"] + t["outside_steps_ns"]
+    if total and lost > (1 - ATTRIBUTED) * total:
+        return (f"{lost / total:.1%} of the profiled steps' GPU time could not be given to "
+                f"a module, the loss or the optimizer (at most {1 - ATTRIBUTED:.0%})")
+    if not cuda:
+        return None
+    from ..api import run_trace
+    from ..trace import trace_from_dict
+    r = run_trace(trace_from_dict(d, "profile"), gpu, "eager", record=False)
+    replay = r.iteration_time_ns / 1e6
+    plain = t["plain_ms"]
+    band = max(CHECK_FLOOR, (t["plain_max_ms"] - t["plain_min_ms"]) / plain if plain else 0)
+    if plain and abs(replay / plain - 1) > band:
+        return (f"the trace replays in {replay:.2f} ms where a plain step took {plain:.2f} ms "
+                f"(median of the steps measured beside the profile, "
+                f"{t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}): {replay / plain - 1:+.1%}, "
+                f"more than the {band:.0%} the step repeats within")
+    return None
+
+
 def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                      seq_len: int | None = None, input_spec: str | None = None,
                      model_kwargs: dict[str, Any] | None = None, trials: int = 5,
-                     device: str = "cuda", gpu: Any = None, optimizer: str = "sgd"
-                     ) -> dict[str, Any]:
-    """NOTE [block timing]: the trace (a dict) of one training step of any workload (NOTE
-    [workloads]), profiled on ``device``; ``gpu`` the preset whose roofline splits a
-    block's time over its ops (default h200)."""
+                     device: str = "cuda", gpu: Any = None, optimizer: str = "sgd",
+                     check: bool = True) -> dict[str, Any]:
+    """NOTE [module timing]: the trace (a dict) of one training step of any workload (NOTE
+    [workloads]), profiled on ``device`` by torch.profiler; ``gpu`` the preset whose
+    roofline splits a module's time over its ops and that replays the profile for its
+    check (default h200; NOTE [profile check])."""
     from ..api import resolve_gpu
     from ..errors import ConfigError
 
@@ -233,34 +287,45 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)
     blocks = find_blocks(work.model)
-    t = time_blocks(step, blocks, trials, cuda)
-    if not cuda:  # a CPU runs each op as it is called: its wall clock is the op's time
-        for k in ("host_fwd_ms", "host_bwd_ms"):
-            t[k] = [0.0] * len(t[k])
-        t["host_step_ms"] = 0.0
+    t = time_modules(step, work.model, trials, cuda)
     state, temp = step_memory(step, cuda)
     p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast, blocks)
-    times, hosts = split_times(p.nodes, t, gpu)
+    regions = module_regions(p.nodes, t)
+    host_step_ns = t["host_step_ns"]
+    if not cuda:  # a CPU runs each op as it is called: its wall clock is the op's time
+        for k in ("host_fwd_ms", "host_bwd_ms"):
+            regions[k] = {r: 0.0 for r in regions[k]}
+        host_step_ns = 0
+    times, hosts = split_times(p.nodes, regions, gpu, key="module")
     pure = DTYPES.get(precision, torch.float32)
     resident = resident_bytes(work.model) if cuda else \
         sum(b.numel() * b.element_size() for b in work.model.buffers())
     name = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
+    placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
     src = {"kind": "profiled", "gpu": name, "software": software(),
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "
-                   f"memory op by op on the GPU, time per block (NOTE [block timing]), "
-                   f"{len(blocks)} blocks, medians of {trials} steps; a plain step took "
-                   f"{t['plain_ms']:.2f} ms (forward {t['plain_fwd_ms']:.2f}, backward "
-                   f"{t['plain_bwd_ms']:.2f}); the host issued the forward pass in "
-                   f"{t['host_fwd_pass_ms']:.2f} ms and the backward in "
-                   f"{t['host_bwd_pass_ms']:.2f} ms"}
-    d = assemble(p, times=times, source=src, step_ns=round(t["step_ms"] * 1e6),
+                   f"memory op by op on the GPU, time by module from torch.profiler (NOTE "
+                   f"[module timing]), {len(t['modules'])} module paths, {placed:.1%} of the "
+                   f"GPU time placed, medians of {trials} steps; a plain step took "
+                   f"{t['plain_ms']:.2f} ms ({t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}; "
+                   f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
+                   f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "
+                   f"backward in {t['host_bwd_pass_ms']:.2f} ms"}
+    d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
                  dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
-                 hosts=hosts, host_step_ns=round(t["host_step_ms"] * 1e6))
+                 hosts=hosts, host_step_ns=round(host_step_ns))
     if resident + state:
         d["resident_bytes"] = resident + state
     if temp:
         d["step_workspace_bytes"] = temp
     d["optimizer"] = optimizer
+    why = check_profile(d, t, gpu, cuda)
+    if why:
+        if check:
+            raise ConfigError(f"{spec}: the profile does not account for the step (NOTE "
+                              f"[profile check]): {why}; nothing written (--no-check writes "
+                              "it anyway)")
+        d["source"]["note"] += f"; NOT CHECKED: {why}"
     return d

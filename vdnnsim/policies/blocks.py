@@ -1,7 +1,7 @@
 """vDNN for block-structured models: offload whole blocks (``vdnn_blocks``).
 
 NOTE [block offload]
-A transformer's trace from the op probe (NOTE [op probe], NOTE [block timing]) has
+A transformer's trace from the op probe (NOTE [op probe], NOTE [blocks]) has
 thousands of op layers, each tagged with its region (``attrs['block']``: 0 before the first
 block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block, as
 in the runtime (vdnnsim/gpu/block_offload.py): an offloaded block sends everything its

@@ -1,0 +1,74 @@
+"""The held-out timm set (README.md): each profile replayed by the engine (eager, h200
+preset) against the median of the fresh-process measurements of its model.
+
+    python traces/h200_timm/check.py [PROFILES_DIR ...]   (default: every session's)
+
+Prints one row a profile: the measured median and band (min-max of the processes), the
+replay and its error, the peak allocated memory predicted and measured; then the median
+and max of the absolute errors per folder.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.trace import load_trace  # noqa: E402
+
+
+def measurements() -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for f in sorted(HERE.glob("session*/measure*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if "iteration_ms" in r:
+                out.setdefault(r["model"], []).append(r)
+    return out
+
+
+def check(folder: Path, meas: dict[str, list[dict]], gpu) -> list[tuple[float, float]]:
+    errs = []
+    print(f"{folder.relative_to(HERE)}:")
+    print("| model | measured ms (band, n) | replay ms | error | peak pred GiB | peak meas GiB "
+          "| error |")
+    print("|---|---|---|---|---|---|---|")
+    for f in sorted(folder.glob("*.yaml.gz")):
+        m = f.name.split(".")[0]
+        runs = meas.get(m, [])
+        if not runs:
+            continue
+        t = load_trace(f)
+        r = run_trace(t, gpu, "eager", record=False)
+        ms = [x["iteration_ms"] for x in runs]
+        peak = statistics.median(x["peak_allocated_bytes"] for x in runs)
+        med = statistics.median(ms)
+        et = r.iteration_time_ns / 1e6 / med - 1
+        em = r.peak_memory_bytes / peak - 1
+        errs.append((abs(et), abs(em)))
+        print(f"| {m} | {med:.1f} ({min(ms):.1f}-{max(ms):.1f}, {len(ms)}) | "
+              f"{r.iteration_time_ns / 1e6:.1f} | {et:+.1%} | {r.peak_memory_bytes / 2**30:.2f} | "
+              f"{peak / 2**30:.2f} | {em:+.1%} |")
+    if errs:
+        t_, m_ = zip(*errs)
+        print(f"step time |error| median {statistics.median(t_):.1%}, max {max(t_):.1%}; "
+              f"peak allocated median {statistics.median(m_):.1%}, max {max(m_):.1%}")
+    return errs
+
+
+def main() -> None:
+    gpu = resolve_gpu("h200")
+    meas = measurements()
+    folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
+        p for p in HERE.glob("session*/*") if p.is_dir())
+    for d in folders:
+        check(d, meas, gpu)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
-"""NOTE [block timing]: the profiler of any model: the op probe on a real device, block
-regions, the split of measured block times over ops, ``vdnnsim profile --model hf:...``.
+"""NOTE [module timing]: the profiler of any model: the op probe on a real device, block
+regions, the split of measured module times over ops, the profile's own check (NOTE
+[profile check]), ``vdnnsim profile --model hf:...``.
 On a CPU (the wall clock standing in for events) everywhere; the last test on a CUDA GPU
 only, against vdnnsim's own measurement harness."""
 
@@ -17,7 +18,7 @@ from vdnnsim.cli import main  # noqa: E402
 from vdnnsim.gpu import aten_probe  # noqa: E402
 from vdnnsim.gpu.aten_probe import block_regions, find_blocks, probe_ops  # noqa: E402
 from vdnnsim.gpu.profile import assemble  # noqa: E402
-from vdnnsim.gpu.profile_ops import split_times  # noqa: E402
+from vdnnsim.gpu.profile_ops import check_profile, module_regions, split_times  # noqa: E402
 from vdnnsim.optimizer import with_optimizer  # noqa: E402
 from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
 
@@ -191,3 +192,57 @@ def test_committed_profiles_predict_the_h200_runs():
     # the replay against the profile's own plain step: the model's part of a miss
     replay = [abs(sim.iteration_time_s * 1e3 / plain - 1) for _, _, _, sim, plain in got]
     assert statistics.median(replay) <= 0.01 and max(replay) <= 0.10
+
+
+def _module_times(mods, host_fwd=1.0, host_bwd=1.0):
+    return {"modules": mods, "host_fwd_pass_ms": host_fwd, "host_bwd_pass_ms": host_bwd}
+
+
+def test_a_module_without_ops_gives_its_time_to_the_nearest_one_with_some():
+    """NOTE [module timing]: every measured ns lands on an op: a path the probe saw no op
+    of goes up to its nearest enclosing path that has some; host times are scaled to the
+    plain steps' issue times, never up."""
+    net = _Net(n=2)
+    b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
+    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    have = {n.attrs["module"] for n in p.nodes}
+    assert {"inp", "blocks.0.0", "blocks.0.1", "out", aten_probe.OUTSIDE} <= have
+    ms = 1e6
+    mods = {"blocks.0.0": {"fwd": 2 * ms, "bwd": 4 * ms, "hf": 0.4 * ms, "hb": 0.2 * ms},
+            "blocks.0.2.nothing": {"fwd": 1 * ms, "bwd": 1 * ms, "hf": 0.4 * ms, "hb": 0.2 * ms},
+            "blocks.1": {"fwd": 3 * ms, "bwd": 5 * ms, "hf": 0.2 * ms, "hb": 0.6 * ms},
+            aten_probe.OUTSIDE: {"fwd": 0.5 * ms, "bwd": 0.5 * ms, "hf": 0, "hb": 0}}
+    r = module_regions(p.nodes, _module_times(mods, host_fwd=0.5, host_bwd=2.0))
+    assert r["fwd_ms"]["blocks.0.0"] == 2 and r["fwd_ms"]["blocks.0.2"] == 1
+    assert "blocks.1" not in r["fwd_ms"] and r["bwd_ms"][""] == 5  # no op of its own
+    assert sum(r["fwd_ms"].values()) == pytest.approx(6.5)
+    assert sum(r["host_fwd_ms"].values()) == pytest.approx(0.5)  # 1.0 measured, scaled down
+    assert sum(r["host_bwd_ms"].values()) == pytest.approx(1.0)  # under 2.0: kept
+    times, hosts = split_times(p.nodes, r, resolve_gpu("h200"), key="module")
+    assert sum(v[0] for v in times.values()) == pytest.approx(6.5e6, abs=len(times))
+    assert sum(v[1] for v in times.values()) == pytest.approx(10.5e6, abs=len(times))
+
+
+def test_the_profile_check_refuses_a_profile_that_loses_time():
+    """NOTE [profile check]: lost GPU time, or a replay off the plain steps by more than
+    they repeat, is the reason the profile is refused; within both it passes."""
+    net = _Net(n=2)
+    b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
+    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    fwd = {n.name: (1_000_000, 2_000_000, 0, 0) for n in p.nodes}
+    d = assemble(p, times=fwd, source={"kind": "profiled", "gpu": "h200"})
+    n = len(p.nodes)
+    base = {"device_total_ns": 3e6 * n, "outside_steps_ns": 0, "unattributed_ns": 0}
+    gpu = resolve_gpu("h200")
+    r = run_trace(trace_from_dict(d, "t"), gpu, "eager", record=False)
+    ms = r.iteration_time_ns / 1e6
+    ok = {**base, "plain_ms": ms * 1.05, "plain_min_ms": ms, "plain_max_ms": ms * 1.06}
+    assert check_profile(d, ok, gpu, cuda=True) is None
+    lost = {**ok, "unattributed_ns": 0.05 * base["device_total_ns"]}
+    assert "could not be given to a module" in check_profile(d, lost, gpu, cuda=True)
+    slow = {**ok, "plain_ms": ms * 2, "plain_min_ms": ms * 1.95, "plain_max_ms": ms * 2.05}
+    why = check_profile(d, slow, gpu, cuda=True)
+    assert why and "replays in" in why and "-50.0%" in why
+    noisy = {**slow, "plain_min_ms": ms * 1.2, "plain_max_ms": ms * 3.2}  # repeats within 100%
+    assert check_profile(d, noisy, gpu, cuda=True) is None
+    assert check_profile(d, slow, gpu, cuda=False) is None  # a CPU: the attribution only

@@ -23,8 +23,10 @@ that needs no gradient not at all): for a CNN almost every module is one op, a
 transformer's attention or MLP a few. A module the probe saw no op of (its work all views)
 gives its time to the nearest enclosing module that has some. Host time per module is the
 profiler's (a module's range, the backward ops of its nodes) scaled so that each pass's
-total is what the host took to issue it in the plain steps: the profiler's own cost per op
-(about a microsecond) taken off in proportion. The optimizer step is the workload's own
+total is what the host took to issue it in the plain steps (the profiler's ranges add about
+a microsecond an op and miss the autograd engine's work between backward ops: the total is
+the plain steps', the profiler says how it divides); the optimizer's host time is the plain
+steps' too. The optimizer step is the workload's own
 (``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
 (AdamW's moments, into ``resident_bytes``) and the allocator's peak while it runs beyond
 what it started with (``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer
@@ -146,8 +148,10 @@ def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
     (a module path each): the time of a path without ops of its own in the probe (a module
     whose work is all views, or ops the probe does not record) goes to its nearest enclosing
     path that has some, and so on up to the model ("") and what ran outside it; the host
-    times are scaled so that each pass's total is the plain steps' (the profiler's own cost
-    per op, some microseconds, taken off in proportion)."""
+    times are scaled so that each pass's total is the plain steps' issue time (the
+    profiler's ranges cost it some microseconds an op, and miss the autograd engine's own
+    work between backward ops: the plain steps' total is the measured one, the profiler
+    says how it divides)."""
     have = {n.attrs.get("module", OUTSIDE) for n in nodes}
     acc: dict[str, list[float]] = {}
     for path, v in t["modules"].items():
@@ -164,7 +168,7 @@ def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
     scale = []
     for k, key in ((2, "host_fwd_pass_ms"), (3, "host_bwd_pass_ms")):
         got = sum(a[k] for a in acc.values())
-        scale.append(min(1.0, t[key] * 1e6 / got) if got else 1.0)
+        scale.append(t[key] * 1e6 / got if got else 1.0)
     return {"fwd_ms": {r: a[0] / 1e6 for r, a in acc.items()},
             "bwd_ms": {r: a[1] / 1e6 for r, a in acc.items()},
             "host_fwd_ms": {r: a[2] * scale[0] / 1e6 for r, a in acc.items()},
@@ -291,7 +295,8 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     state, temp = step_memory(step, cuda)
     p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast, blocks)
     regions = module_regions(p.nodes, t)
-    host_step_ns = t["host_step_ns"]
+    host_step_ns = t["host_rest_ms"] * 1e6  # zero_grad and the optimizer, as the plain
+    # steps issued them (NOTE [module timing])
     if not cuda:  # a CPU runs each op as it is called: its wall clock is the op's time
         for k in ("host_fwd_ms", "host_bwd_ms"):
             regions[k] = {r: 0.0 for r in regions[k]}

@@ -74,6 +74,83 @@ def test_bf16_autocast_takes_flash_attention_and_casts_the_weights_once():
     assert casts and len([n for n in casts if n.out_shape == (64, 64)]) == 1  # q's weight
 
 
+class _Heads3d(nn.Module):
+    """SAM's ViT (timm's samvit): SDPA on 3-D q, k and v (batch x heads first), with a
+    relative-position bias as the mask where asked, its output viewed back into heads."""
+
+    def __init__(self, mask: bool, h: int = 2, d: int = 8, n: int = 16):
+        super().__init__()
+        self.h, self.d = h, d
+        self.qkv = nn.Linear(h * d, 3 * h * d)
+        self.bias = nn.Parameter(torch.zeros(n, n)) if mask else None
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.d).permute(2, 0, 3, 1, 4) \
+            .reshape(3, b * self.h, n, self.d).unbind(0)
+        o = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+        return o.view(b, self.h, n, self.d).transpose(1, 2).reshape(b, n, -1)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_3d_attention_takes_the_math_path_as_cuda_does(mask, autocast):
+    """Issue 26's timm sweep (samvit_base_patch16): CUDA's fused SDPA kernels take only
+    4-D q, k and v, so 3-D ones run the math path. The probe gave them to the fused
+    kernels' meta functions, whose outputs the model could not view back (an error
+    blaming aten::view in fp32, a traceback under bf16 autocast)."""
+    with torch.device("meta"):
+        m = _Heads3d(mask)
+        x = torch.empty(2, 16, 16)
+    p, trace = _probe(m.train(), x, lambda y: y.float().sum(), autocast)
+    kinds = [n.kind for n in p.nodes]
+    assert not [k for k in kinds if k.startswith("_scaled_dot_product")], kinds
+    assert "_safe_softmax" in kinds
+    assert _scores(trace, 2 * 2, 1, 16)  # the math path keeps (batch x heads) x N x N
+
+
+class _Sdpa(nn.Module):
+    """One attention call of 4-D q, k, v: 2 heads, head dims ``d`` (q, k) and ``dv``,
+    ``sq`` queries against 16 keys."""
+
+    def __init__(self, d: int, dv: int, sq: int, causal: bool):
+        super().__init__()
+        self.d, self.dv, self.sq, self.causal = d, dv, sq, causal
+        self.q, self.k, self.v = nn.Linear(8, 2 * d), nn.Linear(8, 2 * d), nn.Linear(8, 2 * dv)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x[:, :self.sq]).view(b, self.sq, 2, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, 2, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, 2, self.dv).transpose(1, 2)
+        o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return o.transpose(1, 2).reshape(b, self.sq, -1)
+
+
+@pytest.mark.parametrize("d,dv,sq,causal,dtype,kernel", [
+    (16, 16, 16, True, torch.float32, "efficient"),
+    (6, 6, 16, False, torch.float32, None),  # head dim not a multiple of 4
+    (12, 12, 16, True, torch.bfloat16, "flash"),  # flash has no such rule
+    (12, 12, 16, False, torch.float32, "efficient"),
+    (12, 12, 16, False, None, "efficient"),  # bf16 autocast: 12 is no multiple of 8...
+    (16, 8, 16, False, torch.bfloat16, "efficient"),  # flash wants one head dim
+    (16, 16, 8, True, torch.bfloat16, "efficient"),  # flash: causal over equal lengths only
+    (16, 16, 8, False, torch.bfloat16, "flash"),
+])
+def test_attention_takes_the_kernel_cudas_sdpa_picks(d, dv, sq, causal, dtype, kernel):
+    """NOTE [op probe]: sdp_utils' gates for the fused kernels on an H100/H200."""
+    auto = None
+    if dtype is None:  # ...but flash takes it, under autocast as in pure bf16
+        dtype, auto, kernel = torch.float32, torch.bfloat16, "flash"
+    with torch.device("meta"):
+        m = _Sdpa(d, dv, sq, causal).to(dtype)
+        x = torch.empty(2, 16, 8, dtype=dtype)
+    p, _ = _probe(m.train(), x, lambda y: y.float().sum(), auto)
+    fused = [n.kind for n in p.nodes if n.kind.startswith("_scaled_dot_product")]
+    assert fused == ([f"_scaled_dot_product_{kernel}_attention"] if kernel else [])
+    assert kernel or "_safe_softmax" in [n.kind for n in p.nodes]
+
+
 def test_dropout_keeps_a_bool_mask_as_cuda_does_and_log_softmax_its_output():
     with torch.device("meta"):
         m = nn.Sequential(nn.Linear(32, 32), nn.Dropout(0.1), nn.Linear(32, 10))

@@ -328,14 +328,22 @@ def _as_cuda(rec: _Recorder | None = None):
         # NOTE [op probe]: the kernel CUDA's SDPA picks on an H100/H200 (PyTorch 2.11,
         # in priority order): flash (16-bit, no mask), memory-efficient (any float dtype,
         # masks, no grouped-query heads), else the math path (the meta device's own, which
-        # keeps the score matrices)
+        # keeps the score matrices). Both fused kernels take only 4-D q, k and v of one
+        # batch size (sdp_utils' check_tensor_shapes: SAM's ViT passes 3-D ones, batch x
+        # heads first, and gets the math path); flash wants one head dim of at most 256 and
+        # no causal mask over unequal lengths; memory-efficient wants q's and k's head dims
+        # equal and q's and v's multiples of 8 (16-bit) or 4 (fp32)
         auto = _Autocast.active
         if auto is not None:  # autocast's cast, which a Python function does not get
             with torch._C.DisableTorchFunction():
                 q, k, v = (auto._cast(t, auto.dtype) for t in (q, k, v))
-        gqa = enable_gqa and k.shape[-3] != q.shape[-3]
-        if q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None \
-                and q.shape[-1] <= 256:
+        fused = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] \
+            and k.shape[1] == v.shape[1]
+        gqa = fused and enable_gqa and k.shape[-3] != q.shape[-3]
+        low = q.dtype in (torch.float16, torch.bfloat16)
+        dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
+        if fused and low and attn_mask is None and dq == dk == dv <= 256 \
+                and not (is_causal and q.shape[-2] != k.shape[-2]):
             if gqa:  # flash reads the shared key/value heads in place: repeat them
                 # unrecorded, as views of the originals (NOTE [op probe])
                 from torch.utils._python_dispatch import _disable_current_modes
@@ -348,7 +356,9 @@ def _as_cuda(rec: _Recorder | None = None):
                 k, v = k2, v2
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-        if not gqa and k.shape[-3] == q.shape[-3]:
+        align = 8 if low else 4
+        if fused and not gqa and k.shape[-3] == q.shape[-3] and dq == dk \
+                and dq % align == 0 and dv % align == 0:
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
         return plain_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,

@@ -1,6 +1,7 @@
 """Issue 26's timm sweep: trace and run each model of README.md's held-out list.
 
     PYTHONPATH=. python traces/timm_sweep/sweep.py [--only NAME ...] [--jobs N] [--out DIR]
+        [--dtype PRECISION]
 
 For each model, in fresh subprocesses with a timeout: ``vdnnsim trace --model
 timm:create_model --model-arg model_name=NAME --input image:3,H,W[:CLASSES] -b 2 --gpu
@@ -8,9 +9,11 @@ h200 -o OUT.yaml``, then ``vdnnsim run`` of a config naming that trace (policy e
 Each step is classified: ok; error (exit 2 and one stderr line ``vdnnsim: error: ...``);
 traceback (any other exit, 'Traceback' in stderr, or an error with more than that one
 line); timeout. A model's outcome is its first step that was not ok. Writes
-``results.csv`` beside this file (or under --out) and prints a summary. The model's own
+``results.csv`` beside this file (or under --out; ``results-PRECISION.csv`` for a
+``--dtype`` other than fp32, passed to the trace) and prints a summary. The model's own
 parameter bytes (built on the meta device, in a subprocess) are written beside the
-trace's weight bytes, so that a trace that lost its weights shows.
+trace's weight bytes, and ``note`` says where they differ, so that a trace that lost its
+weights shows.
 
 ``--check-pick`` recomputes the list by README.md's rule and says whether it is the list.
 """
@@ -32,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TIMEOUT = 120
 FIELDS = ["model", "input", "outcome", "stage", "seconds", "layers", "trace_weight_mb",
-          "param_mb", "peak_gb", "error"]
+          "param_mb", "peak_gb", "error", "note"]
 
 
 def listed() -> list[tuple[str, str]]:
@@ -75,8 +78,9 @@ def call(argv: list[str], timeout: float) -> tuple[str, float, str, str]:
 
 
 def weights(path: Path) -> int:
-    """The trace's weight bytes (the sum of its layers' ``weight_bytes``)."""
-    return sum(int(m) for m in re.findall(r"^\s+weight_bytes: (\d+)$", path.read_text(), re.M))
+    """The trace's weight bytes (the sum of its layers' ``weight_bytes``, in block or flow
+    style: a large trace is written in flow style)."""
+    return sum(int(m) for m in re.findall(r"\bweight_bytes\"?: (\d+)", path.read_text()))
 
 
 PARAMS = ("import sys, torch, timm\n"
@@ -85,13 +89,13 @@ PARAMS = ("import sys, torch, timm\n"
           "print(sum(p.numel() * p.element_size() for p in m.parameters()))\n")
 
 
-def sweep_one(model: str, spec: str, work: Path) -> dict:
+def sweep_one(model: str, spec: str, work: Path, dtype: str = "fp32") -> dict:
     row = dict(model=model, input=spec, outcome="ok", stage="", seconds=0.0, layers="",
-               trace_weight_mb="", param_mb="", peak_gb="", error="")
+               trace_weight_mb="", param_mb="", peak_gb="", error="", note="")
     out = work / f"{model}.yaml"
     outcome, dt, stdout, err = call(
         ["-m", "vdnnsim", "trace", "--model", "timm:create_model", "--model-arg",
-         f"model_name={model}", "--input", spec, "-b", "2", "--gpu", "h200", "-o", str(out)],
+         f"model_name={model}", "--input", spec, "-b", "2", "--gpu", "h200", "--dtype", dtype, "-o", str(out)],
         TIMEOUT)
     row["seconds"] = dt
     if outcome != "ok":
@@ -99,7 +103,8 @@ def sweep_one(model: str, spec: str, work: Path) -> dict:
         return row
     m = re.search(r", (\d+) layers,", stdout)
     row["layers"] = int(m.group(1)) if m else ""
-    row["trace_weight_mb"] = f"{weights(out) / 1e6:.1f}"
+    traced = weights(out)
+    row["trace_weight_mb"] = f"{traced / 1e6:.1f}"
     cfg = work / f"{model}.cfg.yaml"
     cfg.write_text(f"network: {out}\ngpu: h200\npolicy: eager\n")
     outcome, dt, stdout, err = call(["-m", "vdnnsim", "run", str(cfg)], TIMEOUT)
@@ -111,7 +116,10 @@ def sweep_one(model: str, spec: str, work: Path) -> dict:
     row["peak_gb"] = m.group(1) if m else ""
     outcome, _, stdout, err = call(["-c", PARAMS, model], TIMEOUT)
     if outcome == "ok":
-        row["param_mb"] = f"{int(stdout.split()[-1]) / 1e6:.1f}"
+        params = int(stdout.split()[-1])
+        row["param_mb"] = f"{params / 1e6:.1f}"
+        if dtype == "fp32" and traced != params:  # 16-bit: the casts' bytes differ
+            row["note"] = f"trace's weights {traced - params:+,} bytes off the parameters'"
     return row
 
 
@@ -120,6 +128,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", help="just these models of the list")
     ap.add_argument("--jobs", type=int, default=1, help="models at a time (at most 2)")
     ap.add_argument("--out", type=Path, default=HERE, help="where results.csv goes")
+    ap.add_argument("--dtype", default="fp32", help="vdnnsim trace's --dtype")
     ap.add_argument("--check-pick", action="store_true")
     a = ap.parse_args()
     rows = listed()
@@ -132,14 +141,15 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp, \
             ThreadPoolExecutor(max(1, min(a.jobs, 2))) as pool:
-        for r in pool.map(lambda r: sweep_one(*r, Path(tmp)), rows):
+        for r in pool.map(lambda r: sweep_one(*r, Path(tmp), a.dtype), rows):
             results.append(r)
             print(f"{r['model']:32} {r['outcome']:9} {r['seconds']:6.1f} s "
                   f"{r['layers']!s:>5} layers  {r['error']}", flush=True)
     for r in results:
         r["seconds"] = f"{r['seconds']:.1f}"
     a.out.mkdir(parents=True, exist_ok=True)
-    with open(a.out / "results.csv", "w", newline="") as f:
+    name = "results.csv" if a.dtype == "fp32" else f"results-{a.dtype}.csv"
+    with open(a.out / name, "w", newline="") as f:
         w = csv.DictWriter(f, FIELDS, lineterminator="\n")
         w.writeheader()
         w.writerows(results)

@@ -144,6 +144,11 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             model = fn(**(model_kwargs or {}))
         except TypeError as exc:
             raise ConfigError(f"{spec}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  the factory refused its arguments (timm:
+            # create_model of an unknown name, or one asked for weights that cannot be had)
+            why = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise ConfigError(f"{spec}: {name}() raised {type(exc).__name__}"
+                              + (f": {why}" if why else "")) from None
         if not isinstance(model, nn.Module):
             raise ConfigError(f"{spec}: {name}() returned {type(model).__name__}, not an "
                               "nn.Module")

@@ -350,6 +350,76 @@ def test_a_value_dependent_factory_model_is_one_line_naming_the_op():
                           "value (aten::_local_scalar_dense") and "\n" not in msg
 
 
+class _Picky(nn.Module):
+    """Built for one size, refusing any other, as timm's ViTs do (an assert, a ValueError)."""
+
+    def __init__(self, how: str = "assert"):
+        super().__init__()
+        self.lin, self.how = nn.Linear(8, 8), how
+
+    def forward(self, x):
+        if self.how == "assert":
+            torch._assert(x.shape[-1] == 8, f"Input width ({x.shape[-1]}) doesn't match model (8).")
+        elif x.shape[-1] != 8:
+            raise ValueError("wrong width")
+        return self.lin(x)
+
+
+def two_heads():
+    """A factory (NOTE [workloads]) whose model returns two outputs (torchvision's
+    inception_v3 in training: its logits and the auxiliary head's)."""
+    return _TwoHeads()
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.a(x), self.b(x)
+
+
+@pytest.mark.parametrize("how,why", [
+    ("assert", "AssertionError: Input width (6) doesn't match model (8)."),
+    ("raise", "ValueError: wrong width")])
+def test_a_model_that_refuses_its_input_is_one_line(how, why):
+    """Issue 26's timm sweep: a timm ViT given another image size (--input image:3,100,100
+    for a 224 model) ended in the model's own AssertionError and a traceback."""
+    from vdnnsim.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        _probe(_Picky(how).to("meta"), torch.empty(4, 6, device="meta"), lambda y: y.sum())
+    msg = str(e.value)
+    assert msg.startswith(f"t: its forward pass failed on a batch of shape (4, 6) ({why}); "
+                          "check that the input (--input, --seq-len) is what the model takes")
+    assert "vdnnsim profile" in msg and "\n" not in msg
+
+
+def test_a_failure_in_vdnnsims_own_emulation_keeps_its_traceback(monkeypatch):
+    """NOTE [op values]: what raises in vdnnsim's stand-ins for CUDA is vdnnsim's bug, not
+    the user's input: no one-line error hides it."""
+    from vdnnsim.gpu import aten_probe
+
+    def broken(self, a, dtype):
+        raise KeyError("a bug of vdnnsim's")
+    monkeypatch.setattr(aten_probe._Autocast, "_cast", broken)
+    with pytest.raises(KeyError):
+        _probe(_Picky().to("meta"), torch.empty(4, 8, device="meta"), lambda y: y.sum(),
+               torch.bfloat16)
+
+
+def test_a_model_with_two_outputs_is_one_line_naming_what_it_returned():
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.hardware import gpu_preset
+    with pytest.raises(ConfigError) as e:
+        memory_trace("tests.test_op_probe:two_heads", 2, gpu_preset("h200"),
+                     input_spec="image:1,2,2:3")
+    assert str(e.value).startswith("tests.test_op_probe.two_heads: the model returned tuple, "
+                                   "not a tensor of logits")
+
+
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_opt_traces_on_the_meta_device(tmp_path, capsys):
     """Issue 25: OPT's masking code asks whether its all-ones mask is all ones (an

@@ -493,6 +493,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx:
                 loss = loss_fn(model, batch)
+    except ConfigError:
+        raise
     except Exception as exc:  # NOTE [op values]: whatever the model made of it, one line
         if rec.failed:
             raise ConfigError(rec.failed) from None
@@ -500,6 +502,13 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         if meta and "meta" in text:  # a value asked for outside ATen (Tensor.numpy())
             raise ConfigError(f"{name}: its forward pass needs what the meta device does not "
                               f"have ({text}); trace it on a GPU with vdnnsim profile") from None
+        if not _from_vdnnsim(exc.__traceback__):  # the model refused its input
+            raise ConfigError(
+                f"{name}: its forward pass failed on a batch of shape {tuple(first.shape)} "
+                f"({type(exc).__name__}{': ' + text if text else ''}); check that the input "
+                "(--input, --seq-len) is what the model takes"
+                + ("; if it runs on a GPU, trace it there with vdnnsim profile" if meta else "")
+            ) from None
         raise
     finally:
         for h in handles:
@@ -513,6 +522,29 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), _live(rec.nodes, out), out)
+
+
+# NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
+# function it called with arguments it refuses (timm's assert that the image is the size
+# the model was built for), is the user's input: one line. One from vdnnsim's own code, its
+# stand-ins for CUDA (NOTE [op probe]: SDPA, dropout, the autocast loss) or the recorder's
+# bookkeeping, is vdnnsim's bug and keeps its traceback; the frames that only pass an op on
+# (the dispatch and autocast modes, the module hooks) do not count.
+_PASSING = frozenset({"__torch_dispatch__", "run", "__torch_function__", "hook", "post",
+                      "<lambda>"})
+
+
+def _from_vdnnsim(tb) -> bool:
+    import os
+    import traceback
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = traceback.extract_tb(tb)
+    i = 0
+    while i < len(frames) and frames[i].filename.startswith(root):
+        i += 1  # probe_ops and the workload's loss, which call the model
+    inner = frames[i:]
+    return not inner or inner[-1].filename.startswith(root) or any(
+        f.filename.startswith(root) and f.name not in _PASSING for f in inner)
 
 
 # NOTE [module paths]

@@ -74,6 +74,83 @@ def test_bf16_autocast_takes_flash_attention_and_casts_the_weights_once():
     assert casts and len([n for n in casts if n.out_shape == (64, 64)]) == 1  # q's weight
 
 
+class _Heads3d(nn.Module):
+    """SAM's ViT (timm's samvit): SDPA on 3-D q, k and v (batch x heads first), with a
+    relative-position bias as the mask where asked, its output viewed back into heads."""
+
+    def __init__(self, mask: bool, h: int = 2, d: int = 8, n: int = 16):
+        super().__init__()
+        self.h, self.d = h, d
+        self.qkv = nn.Linear(h * d, 3 * h * d)
+        self.bias = nn.Parameter(torch.zeros(n, n)) if mask else None
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.h, self.d).permute(2, 0, 3, 1, 4) \
+            .reshape(3, b * self.h, n, self.d).unbind(0)
+        o = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+        return o.view(b, self.h, n, self.d).transpose(1, 2).reshape(b, n, -1)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_3d_attention_takes_the_math_path_as_cuda_does(mask, autocast):
+    """Issue 26's timm sweep (samvit_base_patch16): CUDA's fused SDPA kernels take only
+    4-D q, k and v, so 3-D ones run the math path. The probe gave them to the fused
+    kernels' meta functions, whose outputs the model could not view back (an error
+    blaming aten::view in fp32, a traceback under bf16 autocast)."""
+    with torch.device("meta"):
+        m = _Heads3d(mask)
+        x = torch.empty(2, 16, 16)
+    p, trace = _probe(m.train(), x, lambda y: y.float().sum(), autocast)
+    kinds = [n.kind for n in p.nodes]
+    assert not [k for k in kinds if k.startswith("_scaled_dot_product")], kinds
+    assert "_safe_softmax" in kinds
+    assert _scores(trace, 2 * 2, 1, 16)  # the math path keeps (batch x heads) x N x N
+
+
+class _Sdpa(nn.Module):
+    """One attention call of 4-D q, k, v: 2 heads, head dims ``d`` (q, k) and ``dv``,
+    ``sq`` queries against 16 keys."""
+
+    def __init__(self, d: int, dv: int, sq: int, causal: bool):
+        super().__init__()
+        self.d, self.dv, self.sq, self.causal = d, dv, sq, causal
+        self.q, self.k, self.v = nn.Linear(8, 2 * d), nn.Linear(8, 2 * d), nn.Linear(8, 2 * dv)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x[:, :self.sq]).view(b, self.sq, 2, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, 2, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, 2, self.dv).transpose(1, 2)
+        o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return o.transpose(1, 2).reshape(b, self.sq, -1)
+
+
+@pytest.mark.parametrize("d,dv,sq,causal,dtype,kernel", [
+    (16, 16, 16, True, torch.float32, "efficient"),
+    (6, 6, 16, False, torch.float32, None),  # head dim not a multiple of 4
+    (12, 12, 16, True, torch.bfloat16, "flash"),  # flash has no such rule
+    (12, 12, 16, False, torch.float32, "efficient"),
+    (12, 12, 16, False, None, "efficient"),  # bf16 autocast: 12 is no multiple of 8...
+    (16, 8, 16, False, torch.bfloat16, "efficient"),  # flash wants one head dim
+    (16, 16, 8, True, torch.bfloat16, "efficient"),  # flash: causal over equal lengths only
+    (16, 16, 8, False, torch.bfloat16, "flash"),
+])
+def test_attention_takes_the_kernel_cudas_sdpa_picks(d, dv, sq, causal, dtype, kernel):
+    """NOTE [op probe]: sdp_utils' gates for the fused kernels on an H100/H200."""
+    auto = None
+    if dtype is None:  # ...but flash takes it, under autocast as in pure bf16
+        dtype, auto, kernel = torch.float32, torch.bfloat16, "flash"
+    with torch.device("meta"):
+        m = _Sdpa(d, dv, sq, causal).to(dtype)
+        x = torch.empty(2, 16, 8, dtype=dtype)
+    p, _ = _probe(m.train(), x, lambda y: y.float().sum(), auto)
+    fused = [n.kind for n in p.nodes if n.kind.startswith("_scaled_dot_product")]
+    assert fused == ([f"_scaled_dot_product_{kernel}_attention"] if kernel else [])
+    assert kernel or "_safe_softmax" in [n.kind for n in p.nodes]
+
+
 def test_dropout_keeps_a_bool_mask_as_cuda_does_and_log_softmax_its_output():
     with torch.device("meta"):
         m = nn.Sequential(nn.Linear(32, 32), nn.Dropout(0.1), nn.Linear(32, 10))
@@ -271,6 +348,76 @@ def test_a_value_dependent_factory_model_is_one_line_naming_the_op():
     msg = str(e.value)
     assert msg.startswith("tests.test_op_probe.value_net: its forward pass reads a tensor's "
                           "value (aten::_local_scalar_dense") and "\n" not in msg
+
+
+class _Picky(nn.Module):
+    """Built for one size, refusing any other, as timm's ViTs do (an assert, a ValueError)."""
+
+    def __init__(self, how: str = "assert"):
+        super().__init__()
+        self.lin, self.how = nn.Linear(8, 8), how
+
+    def forward(self, x):
+        if self.how == "assert":
+            torch._assert(x.shape[-1] == 8, f"Input width ({x.shape[-1]}) doesn't match model (8).")
+        elif x.shape[-1] != 8:
+            raise ValueError("wrong width")
+        return self.lin(x)
+
+
+def two_heads():
+    """A factory (NOTE [workloads]) whose model returns two outputs (torchvision's
+    inception_v3 in training: its logits and the auxiliary head's)."""
+    return _TwoHeads()
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 3), nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.a(x), self.b(x)
+
+
+@pytest.mark.parametrize("how,why", [
+    ("assert", "AssertionError: Input width (6) doesn't match model (8)."),
+    ("raise", "ValueError: wrong width")])
+def test_a_model_that_refuses_its_input_is_one_line(how, why):
+    """Issue 26's timm sweep: a timm ViT given another image size (--input image:3,100,100
+    for a 224 model) ended in the model's own AssertionError and a traceback."""
+    from vdnnsim.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        _probe(_Picky(how).to("meta"), torch.empty(4, 6, device="meta"), lambda y: y.sum())
+    msg = str(e.value)
+    assert msg.startswith(f"t: its forward pass failed on a batch of shape (4, 6) ({why}); "
+                          "check that the input (--input, --seq-len) is what the model takes")
+    assert "vdnnsim profile" in msg and "\n" not in msg
+
+
+def test_a_failure_in_vdnnsims_own_emulation_keeps_its_traceback(monkeypatch):
+    """NOTE [op values]: what raises in vdnnsim's stand-ins for CUDA is vdnnsim's bug, not
+    the user's input: no one-line error hides it."""
+    from vdnnsim.gpu import aten_probe
+
+    def broken(self, a, dtype):
+        raise KeyError("a bug of vdnnsim's")
+    monkeypatch.setattr(aten_probe._Autocast, "_cast", broken)
+    with pytest.raises(KeyError):
+        _probe(_Picky().to("meta"), torch.empty(4, 8, device="meta"), lambda y: y.sum(),
+               torch.bfloat16)
+
+
+def test_a_model_with_two_outputs_is_one_line_naming_what_it_returned():
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.hardware import gpu_preset
+    with pytest.raises(ConfigError) as e:
+        memory_trace("tests.test_op_probe:two_heads", 2, gpu_preset("h200"),
+                     input_spec="image:1,2,2:3")
+    assert str(e.value).startswith("tests.test_op_probe.two_heads: the model returned tuple, "
+                                   "not a tensor of logits")
 
 
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")

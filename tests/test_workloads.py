@@ -115,6 +115,9 @@ def test_input_specs(text, expected):
     ("torch.nn:nothing_here", {"input_spec": "image:1,1,1"}, "has no callable nothing_here"),
     ("torch.nn:Linear", {"input_spec": "image:1,1,1", "model_kwargs": {"bogus": 1}},
      "unexpected keyword"),
+    ("torch.nn:Linear", {"input_spec": "image:1,1,1",  # issue 26: a factory that raises
+                         "model_kwargs": {"in_features": -1, "out_features": 2}},
+     "Linear() raised RuntimeError: Trying to create tensor with negative dimension"),
     ("builtins:dict", {"input_spec": "image:1,1,1", "model_kwargs": {"a": 4}},
      "dict() returned dict, not an nn.Module"),
     ("hf:no-such-model", {}, "no such config (shipped: bert-base-uncased"),

@@ -328,14 +328,22 @@ def _as_cuda(rec: _Recorder | None = None):
         # NOTE [op probe]: the kernel CUDA's SDPA picks on an H100/H200 (PyTorch 2.11,
         # in priority order): flash (16-bit, no mask), memory-efficient (any float dtype,
         # masks, no grouped-query heads), else the math path (the meta device's own, which
-        # keeps the score matrices)
+        # keeps the score matrices). Both fused kernels take only 4-D q, k and v of one
+        # batch size (sdp_utils' check_tensor_shapes: SAM's ViT passes 3-D ones, batch x
+        # heads first, and gets the math path); flash wants one head dim of at most 256 and
+        # no causal mask over unequal lengths; memory-efficient wants q's and k's head dims
+        # equal and q's and v's multiples of 8 (16-bit) or 4 (fp32)
         auto = _Autocast.active
         if auto is not None:  # autocast's cast, which a Python function does not get
             with torch._C.DisableTorchFunction():
                 q, k, v = (auto._cast(t, auto.dtype) for t in (q, k, v))
-        gqa = enable_gqa and k.shape[-3] != q.shape[-3]
-        if q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None \
-                and q.shape[-1] <= 256:
+        fused = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] \
+            and k.shape[1] == v.shape[1]
+        gqa = fused and enable_gqa and k.shape[-3] != q.shape[-3]
+        low = q.dtype in (torch.float16, torch.bfloat16)
+        dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]
+        if fused and low and attn_mask is None and dq == dk == dv <= 256 \
+                and not (is_causal and q.shape[-2] != k.shape[-2]):
             if gqa:  # flash reads the shared key/value heads in place: repeat them
                 # unrecorded, as views of the originals (NOTE [op probe])
                 from torch.utils._python_dispatch import _disable_current_modes
@@ -348,7 +356,9 @@ def _as_cuda(rec: _Recorder | None = None):
                 k, v = k2, v2
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-        if not gqa and k.shape[-3] == q.shape[-3]:
+        align = 8 if low else 4
+        if fused and not gqa and k.shape[-3] == q.shape[-3] and dq == dk \
+                and dq % align == 0 and dv % align == 0:
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
         return plain_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
@@ -483,6 +493,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx:
                 loss = loss_fn(model, batch)
+    except ConfigError:
+        raise
     except Exception as exc:  # NOTE [op values]: whatever the model made of it, one line
         if rec.failed:
             raise ConfigError(rec.failed) from None
@@ -490,6 +502,13 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         if meta and "meta" in text:  # a value asked for outside ATen (Tensor.numpy())
             raise ConfigError(f"{name}: its forward pass needs what the meta device does not "
                               f"have ({text}); trace it on a GPU with vdnnsim profile") from None
+        if not _from_vdnnsim(exc.__traceback__):  # the model refused its input
+            raise ConfigError(
+                f"{name}: its forward pass failed on a batch of shape {tuple(first.shape)} "
+                f"({type(exc).__name__}{': ' + text if text else ''}); check that the input "
+                "(--input, --seq-len) is what the model takes"
+                + ("; if it runs on a GPU, trace it there with vdnnsim profile" if meta else "")
+            ) from None
         raise
     finally:
         for h in handles:
@@ -503,6 +522,29 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), _live(rec.nodes, out), out)
+
+
+# NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
+# function it called with arguments it refuses (timm's assert that the image is the size
+# the model was built for), is the user's input: one line. One from vdnnsim's own code, its
+# stand-ins for CUDA (NOTE [op probe]: SDPA, dropout, the autocast loss) or the recorder's
+# bookkeeping, is vdnnsim's bug and keeps its traceback; the frames that only pass an op on
+# (the dispatch and autocast modes, the module hooks) do not count.
+_PASSING = frozenset({"__torch_dispatch__", "run", "__torch_function__", "hook", "post",
+                      "<lambda>"})
+
+
+def _from_vdnnsim(tb) -> bool:
+    import os
+    import traceback
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = traceback.extract_tb(tb)
+    i = 0
+    while i < len(frames) and frames[i].filename.startswith(root):
+        i += 1  # probe_ops and the workload's loss, which call the model
+    inner = frames[i:]
+    return not inner or inner[-1].filename.startswith(root) or any(
+        f.filename.startswith(root) and f.name not in _PASSING for f in inner)
 
 
 # NOTE [module paths]

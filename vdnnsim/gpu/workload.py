@@ -12,7 +12,7 @@ Model specs:
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
   cross-entropy of the output's last dimension against random labels (one per image, or
-  one per token).
+  one per token); the model returns one tensor (else a one-line error).
 
 Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
 ("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
@@ -70,6 +70,11 @@ class Workload:
         if self.hf_task:
             return runner(**batch).loss
         out = runner(batch["x"])
+        if not isinstance(out, torch.Tensor):  # issue 26: which of its outputs is the loss's
+            raise ConfigError(f"{self.name}: the model returned {type(out).__name__}, not a "
+                              "tensor of logits, and the loss (cross-entropy over the output's "
+                              "last dimension) needs one; make it return one (torchvision's "
+                              "inception_v3 and googlenet: --model-arg aux_logits=false)")
         logits = out.reshape(-1, out.shape[-1])
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
@@ -144,6 +149,11 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             model = fn(**(model_kwargs or {}))
         except TypeError as exc:
             raise ConfigError(f"{spec}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  the factory refused its arguments (timm:
+            # create_model of an unknown name, or one asked for weights that cannot be had)
+            why = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise ConfigError(f"{spec}: {name}() raised {type(exc).__name__}"
+                              + (f": {why}" if why else "")) from None
         if not isinstance(model, nn.Module):
             raise ConfigError(f"{spec}: {name}() returned {type(model).__name__}, not an "
                               "nn.Module")

@@ -475,6 +475,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     _writable(args.output)
+    # NOTE [module timing]: Kineto's own log lines ("gpuGetDeviceCount failed" where there
+    # is no GPU) are not the user's business; it reads this when torch starts it
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     _need_torch()
     import torch
 

@@ -100,8 +100,14 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
     if cuda:
         torch.cuda.synchronize()
     plain = _plain_steps(step, trials, cuda)
+    import warnings
+
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with tempfile.TemporaryDirectory(prefix="vdnnsim-profile-") as d:
+    with tempfile.TemporaryDirectory(prefix="vdnnsim-profile-") as d, \
+            warnings.catch_warnings():
+        # one profiling cycle, read whole: its note that a cycle's events are cleared at
+        # the end of the cycle is about schedules this does not use
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
         with module_ranges(model), profile(activities=acts) as prof:
             for k in range(trials):
                 with step_range(k):

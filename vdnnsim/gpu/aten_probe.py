@@ -177,7 +177,6 @@ class _Recorder(TorchDispatchMode):
         self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
-        self.used: set[int] = set()
         self.act: dict[int, str] = dict(data)  # storage -> tensor id
         self.size: dict[str, int] = {}
         self.grad: dict[str, bool] = {v: False for v in data.values()}
@@ -245,14 +244,13 @@ class _Recorder(TorchDispatchMode):
         s = _sid(main)
         if s in self.params:  # a view of a weight (its transpose, say): still the weight
             return out
-        inputs, weight = [], 0
+        inputs, reads = [], []  # reads: the weights' storages, given bytes by _live
         for a in ins:
             sa = _sid(a)
             if sa in self.act and self.act[sa] not in inputs:
                 inputs.append(self.act[sa])
-            elif sa in self.params and sa not in self.used:
-                self.used.add(sa)
-                weight += self.params[sa]
+            elif sa in self.params and sa not in reads:
+                reads.append(sa)
         grad = main.dtype.is_floating_point and (
             any(self.grad.get(t, False) for t in inputs)
             or any(_sid(a) in self.params for a in ins))
@@ -266,7 +264,8 @@ class _Recorder(TorchDispatchMode):
         kind = "flatten" if alias is not None and not op.endswith("_") else op
         node = ProbeNode(name, kind, str(func), inputs,
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
-                         grad, alias, weight_bytes=weight)
+                         grad, alias)
+        node.attrs["_reads"] = reads  # NOTE [op probe]: _live gives their bytes
         node.attrs["block"] = self.region
         node.attrs["module"] = self.module  # NOTE [module paths]
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
@@ -520,8 +519,9 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         f.detach()
     rec.hold.clear()
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
+    nodes, resident = _live(rec.nodes, out, params)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
-                 tuple(first.shape), _live(rec.nodes, out), out)
+                 tuple(first.shape), nodes, out, resident_weight_bytes=resident)
 
 
 # NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
@@ -632,14 +632,20 @@ def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
     return handles
 
 
-def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
-    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps; an
-    output nothing reads is freed at once in PyTorch, where the trace would hold it as a
-    network output until the backward pass."""
+def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
+          ) -> tuple[list[ProbeNode], int]:
+    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps, and
+    the bytes of the weights that none of them reads (resident: no gradient, no optimizer
+    state). An output nothing reads is freed at once in PyTorch, where the trace would hold
+    it as a network output until the backward pass. An in-place op (``alias_of``, not a
+    view) keeps its base's name, so no later op names it: it is kept when a later op reads
+    its base, for it wrote what that op reads. Each weight's bytes go to the first kept op
+    that reads it (tied weights once)."""
     keep = {out}
     for n in reversed(nodes):
         if n.name in keep or any(s.tensor in keep for s in n.saved) or \
-                any(s.role == "extra" for s in n.saved) and n.saved:
+                any(s.role == "extra" for s in n.saved) and n.saved or \
+                n.alias_of in keep and n.kind != "flatten":
             keep.add(n.name)
             keep.update(n.inputs)
             if n.alias_of:
@@ -647,7 +653,13 @@ def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
         for s in n.saved:
             if n.name in keep:
                 keep.add(s.tensor)
-    return [n for n in nodes if n.name in keep]
+    live = [n for n in nodes if n.name in keep]
+    given: set[int] = set()
+    for n in live:
+        fresh = [s for s in n.attrs.get("_reads", ()) if s not in given]
+        given.update(fresh)
+        n.weight_bytes = sum(params[s] for s in fresh)
+    return live, sum(params.values()) - sum(n.weight_bytes for n in live)
 
 
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
@@ -676,8 +688,12 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "
-                                 f"{spec}, {precision}"})
+                                 f"{spec}, {precision}" + (
+                                     f"; {p.resident_weight_bytes} bytes of weights that no "
+                                     "op the loss depends on reads are resident_bytes"
+                                     if p.resident_weight_bytes else "")})
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
-    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0)
+    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \
+        p.resident_weight_bytes  # NOTE [op probe]: held, no gradient, no optimizer state
     return d

@@ -6,9 +6,18 @@ configuration and shapes, and transformers 5 ships no tracer of its own), so thi
 runs one forward pass and its loss under a TorchDispatchMode on the meta device and makes
 every ATen op that returns a tensor a layer: the unit is the op, not the module (a GPT-2
 step is some 700 of them). As in NOTE [probe], tensors are matched by storage: an op's
-output that shares an input's storage (a view, an in-place op) is an alias; a parameter is
-no tensor but the ``weight_bytes`` of the first op that reads it (tied weights count once);
-what autograd saves comes from saved-tensor hooks. Autograd packs an op's inputs before
+output that shares an input's storage (a view, an in-place op) is an alias and keeps its
+base's name, so later ops read the base; what autograd saves comes from saved-tensor hooks.
+Only the ops the loss depends on stay (``_live``): an output nothing reads is freed at once
+by PyTorch. An in-place op (``x.add_(y)``, an LSTM cell's gates, a ``pos_embed`` added in
+place) stays, with its operands' producers, when a later op reads its base: that op reads
+what it wrote. A parameter is no tensor but the ``weight_bytes`` of the first op that reads
+it among those that stay (tied weights count once). A parameter no such op reads (read only
+by dropped ops, or by none) is resident on CUDA all the same, with no gradient and no
+optimizer state (the loss does not depend on it: its ``.grad`` stays None and AdamW keeps no
+moments for it), so its bytes go to the trace's ``resident_bytes``
+(``Probe.resident_weight_bytes``), not to a layer, whose ``weight_bytes`` the engine would
+also give a gradient and an optimizer's state. Autograd packs an op's inputs before
 the op runs and its outputs after, so a pack is given to the next op when that op reads
 it, else to the op before. Secondary outputs (layer norm's statistics, attention's
 log-sum-exp) exist only where saved, as ``extra`` tensors of their op. What this leaves
@@ -639,8 +648,9 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
     state). An output nothing reads is freed at once in PyTorch, where the trace would hold
     it as a network output until the backward pass. An in-place op (``alias_of``, not a
     view) keeps its base's name, so no later op names it: it is kept when a later op reads
-    its base, for it wrote what that op reads. Each weight's bytes go to the first kept op
-    that reads it (tied weights once)."""
+    its base, for it wrote what that op reads. An op that saves a tensor that stays stays
+    too (so a thrown-away head on a live activation is kept: an overestimate, left as it
+    was). Each weight's bytes go to the first kept op that reads it (tied weights once)."""
     keep = {out}
     for n in reversed(nodes):
         if n.name in keep or any(s.tensor in keep for s in n.saved) or \

@@ -179,6 +179,119 @@ def test_an_output_nothing_reads_is_dropped():
     assert all(n.out_nbytes < 4_000_000 for n in p.nodes)
 
 
+def _param_bytes(m):
+    return sum(p.numel() * p.element_size() for p in m.parameters())
+
+
+def _replays(trace):
+    from vdnnsim.api import resolve_gpu, run_trace
+    return run_trace(trace, resolve_gpu("h200"), "eager", record=False).peak_memory_bytes
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_an_lstm_keeps_all_its_weights(bidirectional):
+    """timm sweep: the cell adds its input projection to the gates in place (``add_``), and
+    that op's output keeps the gates' name; it and the addmm of W_ih were dropped, half the
+    weights with them (1,152 of 2,304 bytes; 2,304 of 4,608 both ways)."""
+    with torch.device("meta"):
+        m, x = nn.LSTM(8, 8, bidirectional=bidirectional), torch.empty(5, 2, 8)
+    p, trace = _probe(m, x, lambda y: y[0].sum())
+    assert trace.weight_bytes == _param_bytes(m) == (4608 if bidirectional else 2304)
+    assert p.resident_weight_bytes == 0
+    gates = [n for n in p.nodes if n.kind == "add_"]
+    assert gates and all(n.alias_of and n.alias_of in n.inputs for n in gates)
+    assert _replays(trace) > 0
+
+
+class _PosEmbed(nn.Module):
+    """timm's naflexvit: a position embedding added in place to the patch tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.pos = nn.Parameter(torch.empty(4, 8))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        x = self.proj(x).clone()
+        x.add_(self.pos * 2)  # the scaled embedding: an op that only the add_ reads
+        return self.head(x.relu())
+
+
+def test_a_parameter_added_in_place_to_an_activation_is_traced():
+    with torch.device("meta"):
+        m, x = _PosEmbed(), torch.empty(4, 8)
+    p, trace = _probe(m, x, lambda y: y.sum())
+    assert trace.weight_bytes == _param_bytes(m) and p.resident_weight_bytes == 0
+    add = next(n for n in p.nodes if n.kind == "add_")
+    scale = next(n for n in p.nodes if n.kind == "mul")
+    assert scale.name in add.inputs and scale.weight_bytes == 4 * 8 * 4
+    assert add.alias_of == next(n for n in p.nodes if n.kind == "clone").name
+    assert _replays(trace) > 0
+
+
+class _DeadWrite(nn.Module):
+    """An in-place write that no later op reads, of a parameter nothing else reads, and a
+    parameter read first by a thrown-away op and then by a kept one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.unread = nn.Parameter(torch.empty(4, 8))  # no op reads it
+        self.late = nn.Parameter(torch.empty(4, 8))
+        self.dead = nn.Linear(8, 5)
+
+    def forward(self, x):
+        self.dead(torch.ones_like(x))  # thrown away (what it saves nothing kept reads)
+        self.late * 3  # thrown away; ``late`` is read again below
+        y = self.a(x).clone()
+        out = y * 2 + self.late
+        y.add_(self.dead.weight.sum())  # written after its last read: dead
+        return out
+
+
+def test_weights_that_no_kept_op_reads_stay_resident():
+    """A dropped op's weights are resident on the GPU all the same (they are parameters);
+    with no gradient and no optimizer state (the loss does not depend on them) they are
+    the probe's resident_weight_bytes, which memory_trace adds to resident_bytes. A weight
+    that a kept op reads too is that op's."""
+    with torch.device("meta"):
+        m, x = _DeadWrite(), torch.empty(4, 8)
+    p, trace = _probe(m, x, lambda y: y.sum())
+    assert "add_" not in [n.kind for n in p.nodes]
+    assert not any(n.out_shape == (4, 5) for n in p.nodes)  # self.dead(x) is dropped
+    late = next(n for n in p.nodes if n.kind == "add")
+    assert late.weight_bytes == 4 * 8 * 4
+    dead = (8 * 5 + 5) * 4 + 4 * 8 * 4  # self.dead's weights and ``unread``
+    assert p.resident_weight_bytes == dead
+    assert trace.weight_bytes == (8 * 8 + 8 + 4 * 8) * 4 == _param_bytes(m) - dead
+
+
+def dead_head(**_):
+    """A factory (``tests.test_op_probe:dead_head``) with a head that nothing reads."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(12, 7), nn.Linear(12, 5)
+
+        def forward(self, x):
+            x = x.flatten(1)
+            self.b(torch.ones_like(x))  # (one reading x is kept, as it saves x: NOTE [op probe])
+            return self.a(x)
+    return M()
+
+
+def test_memory_trace_holds_unread_weights_as_resident_bytes():
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.gpu.aten_probe import memory_trace
+    gpu = resolve_gpu("h200")
+    d = memory_trace("tests.test_op_probe:dead_head", 3, gpu, input_spec="image:1,1,12:7")
+    trace = trace_from_dict(d, "t")
+    assert trace.weight_bytes == (12 * 7 + 7) * 4
+    assert trace.resident_bytes == (12 * 5 + 5) * 4 + gpu.cublas_workspace_bytes
+    assert f"{(12 * 5 + 5) * 4} bytes of weights" in d["source"]["note"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():

@@ -6,9 +6,18 @@ configuration and shapes, and transformers 5 ships no tracer of its own), so thi
 runs one forward pass and its loss under a TorchDispatchMode on the meta device and makes
 every ATen op that returns a tensor a layer: the unit is the op, not the module (a GPT-2
 step is some 700 of them). As in NOTE [probe], tensors are matched by storage: an op's
-output that shares an input's storage (a view, an in-place op) is an alias; a parameter is
-no tensor but the ``weight_bytes`` of the first op that reads it (tied weights count once);
-what autograd saves comes from saved-tensor hooks. Autograd packs an op's inputs before
+output that shares an input's storage (a view, an in-place op) is an alias and keeps its
+base's name, so later ops read the base; what autograd saves comes from saved-tensor hooks.
+Only the ops the loss depends on stay (``_live``): an output nothing reads is freed at once
+by PyTorch. An in-place op (``x.add_(y)``, an LSTM cell's gates, a ``pos_embed`` added in
+place) stays, with its operands' producers, when a later op reads its base: that op reads
+what it wrote. A parameter is no tensor but the ``weight_bytes`` of the first op that reads
+it among those that stay (tied weights count once). A parameter no such op reads (read only
+by dropped ops, or by none) is resident on CUDA all the same, with no gradient and no
+optimizer state (the loss does not depend on it: its ``.grad`` stays None and AdamW keeps no
+moments for it), so its bytes go to the trace's ``resident_bytes``
+(``Probe.resident_weight_bytes``), not to a layer, whose ``weight_bytes`` the engine would
+also give a gradient and an optimizer's state. Autograd packs an op's inputs before
 the op runs and its outputs after, so a pack is given to the next op when that op reads
 it, else to the op before. Secondary outputs (layer norm's statistics, attention's
 log-sum-exp) exist only where saved, as ``extra`` tensors of their op. What this leaves
@@ -177,7 +186,6 @@ class _Recorder(TorchDispatchMode):
         self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
-        self.used: set[int] = set()
         self.act: dict[int, str] = dict(data)  # storage -> tensor id
         self.size: dict[str, int] = {}
         self.grad: dict[str, bool] = {v: False for v in data.values()}
@@ -245,14 +253,13 @@ class _Recorder(TorchDispatchMode):
         s = _sid(main)
         if s in self.params:  # a view of a weight (its transpose, say): still the weight
             return out
-        inputs, weight = [], 0
+        inputs, reads = [], []  # reads: the weights' storages, given bytes by _live
         for a in ins:
             sa = _sid(a)
             if sa in self.act and self.act[sa] not in inputs:
                 inputs.append(self.act[sa])
-            elif sa in self.params and sa not in self.used:
-                self.used.add(sa)
-                weight += self.params[sa]
+            elif sa in self.params and sa not in reads:
+                reads.append(sa)
         grad = main.dtype.is_floating_point and (
             any(self.grad.get(t, False) for t in inputs)
             or any(_sid(a) in self.params for a in ins))
@@ -266,7 +273,8 @@ class _Recorder(TorchDispatchMode):
         kind = "flatten" if alias is not None and not op.endswith("_") else op
         node = ProbeNode(name, kind, str(func), inputs,
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
-                         grad, alias, weight_bytes=weight)
+                         grad, alias)
+        node.attrs["_reads"] = reads  # NOTE [op probe]: _live gives their bytes
         node.attrs["block"] = self.region
         node.attrs["module"] = self.module  # NOTE [module paths]
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
@@ -520,8 +528,9 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         f.detach()
     rec.hold.clear()
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
+    nodes, resident = _live(rec.nodes, out, params)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
-                 tuple(first.shape), _live(rec.nodes, out), out)
+                 tuple(first.shape), nodes, out, resident_weight_bytes=resident)
 
 
 # NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
@@ -632,14 +641,21 @@ def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
     return handles
 
 
-def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
-    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps; an
-    output nothing reads is freed at once in PyTorch, where the trace would hold it as a
-    network output until the backward pass."""
+def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
+          ) -> tuple[list[ProbeNode], int]:
+    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps, and
+    the bytes of the weights that none of them reads (resident: no gradient, no optimizer
+    state). An output nothing reads is freed at once in PyTorch, where the trace would hold
+    it as a network output until the backward pass. An in-place op (``alias_of``, not a
+    view) keeps its base's name, so no later op names it: it is kept when a later op reads
+    its base, for it wrote what that op reads. An op that saves a tensor that stays stays
+    too (so a thrown-away head on a live activation is kept: an overestimate, left as it
+    was). Each weight's bytes go to the first kept op that reads it (tied weights once)."""
     keep = {out}
     for n in reversed(nodes):
         if n.name in keep or any(s.tensor in keep for s in n.saved) or \
-                any(s.role == "extra" for s in n.saved) and n.saved:
+                any(s.role == "extra" for s in n.saved) and n.saved or \
+                n.alias_of in keep and n.kind != "flatten":
             keep.add(n.name)
             keep.update(n.inputs)
             if n.alias_of:
@@ -647,7 +663,13 @@ def _live(nodes: list[ProbeNode], out: str) -> list[ProbeNode]:
         for s in n.saved:
             if n.name in keep:
                 keep.add(s.tensor)
-    return [n for n in nodes if n.name in keep]
+    live = [n for n in nodes if n.name in keep]
+    given: set[int] = set()
+    for n in live:
+        fresh = [s for s in n.attrs.get("_reads", ()) if s not in given]
+        given.update(fresh)
+        n.weight_bytes = sum(params[s] for s in fresh)
+    return live, sum(params.values()) - sum(n.weight_bytes for n in live)
 
 
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
@@ -676,8 +698,12 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "
-                                 f"{spec}, {precision}"})
+                                 f"{spec}, {precision}" + (
+                                     f"; {p.resident_weight_bytes} bytes of weights that no "
+                                     "op the loss depends on reads are resident_bytes"
+                                     if p.resident_weight_bytes else "")})
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
-    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0)
+    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \
+        p.resident_weight_bytes  # NOTE [op probe]: held, no gradient, no optimizer state
     return d

@@ -78,6 +78,7 @@ class Probe:
     data_shape: tuple[int, ...]
     nodes: list[ProbeNode]
     output: str
+    resident_weight_bytes: int = 0  # NOTE [op probe]: weights no layer reads (no gradient)
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:

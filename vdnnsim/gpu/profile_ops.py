@@ -309,8 +309,9 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         host_step_ns = 0
     times, hosts = split_times(p.nodes, regions, gpu, key="module")
     pure = DTYPES.get(precision, torch.float32)
-    resident = resident_bytes(work.model) if cuda else \
-        sum(b.numel() * b.element_size() for b in work.model.buffers())
+    resident = (resident_bytes(work.model) if cuda else
+                sum(b.numel() * b.element_size() for b in work.model.buffers())) + \
+        p.resident_weight_bytes  # NOTE [op probe]: weights no kept op reads
     name = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
     src = {"kind": "profiled", "gpu": name, "software": software(),

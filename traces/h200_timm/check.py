@@ -1,5 +1,6 @@
 """The held-out timm set (README.md): each profile replayed by the engine (eager, h200
-preset) against the median of the fresh-process measurements of its model.
+preset) against the median of the fresh-process measurements of its model (PAIRS says
+which measurements each folder is judged against).
 
     python traces/h200_timm/check.py [PROFILES_DIR ...]   (default: every session's)
 
@@ -22,9 +23,16 @@ from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.trace import load_trace  # noqa: E402
 
 
-def measurements() -> dict[str, list[dict]]:
+# which measurements each folder of profiles is judged against: modules3/ was profiled on
+# the machine that then measured measure4.jsonl (same machine, minutes apart); the others
+# against the first set, measure.jsonl and measure3.jsonl (two machines)
+PAIRS = {"modules3": ("measure4.jsonl",)}
+FIRST = ("measure.jsonl", "measure3.jsonl")
+
+
+def measurements(folder: Path) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
-    for f in sorted(HERE.glob("session*/measure*.jsonl")):
+    for f in sorted(folder.parent / n for n in PAIRS.get(folder.name, FIRST)):
         for line in f.read_text().splitlines():
             r = json.loads(line)
             if "iteration_ms" in r:
@@ -65,11 +73,10 @@ def check(folder: Path, meas: dict[str, list[dict]], gpu) -> list[tuple[float, f
 
 def main() -> None:
     gpu = resolve_gpu("h200")
-    meas = measurements()
     folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
         p for p in HERE.glob("session*/*") if p.is_dir())
     for d in folders:
-        check(d, meas, gpu)
+        check(d, measurements(d), gpu)
 
 
 if __name__ == "__main__":

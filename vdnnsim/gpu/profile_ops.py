@@ -293,6 +293,11 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     gpu = gpu or resolve_gpu("h200")
     cuda = torch.device(device).type == "cuda"
+    # the step vdnnsim measure runs (NOTE [measurement]): cuDNN autotuned. Without it the
+    # profile timed cuDNN's heuristic algorithms, slower than measure's on every timm CNN
+    # of traces/h200_timm (session10: the profiles' own plain steps 0-12% over the
+    # measurements), which its check, against the same process's plain steps, cannot see
+    torch.backends.cudnn.benchmark = True
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)

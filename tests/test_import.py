@@ -70,6 +70,22 @@ def test_h200_trace_json_record(capsys, tmp_path):
     assert json.loads((tmp_path / "rec.json").read_text()) == rec
 
 
+def test_trace_record_joins_measurements(tmp_path):
+    """docs/gpu.md, "Importing": with what the trace cannot name added, the record is a
+    measurement record that vdnnsim validate reads."""
+    from vdnnsim.validate import load_measurements
+    rec = importers.import_file(H200_TRACE)
+    rec.update(model="zoo:tiny", batch_size=2, policy="baseline", fits=True)
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps([rec]))
+    (m,) = load_measurements(f)
+    assert m["iteration_ms"] == 13.15385 and m["peak_allocated_bytes"] == 68448768
+    del rec["model"]
+    f.write_text(json.dumps([rec]))
+    with pytest.raises(Exception, match="model"):
+        load_measurements(f)
+
+
 def test_module_table_is_cut_at_top(capsys):
     rec = importers.import_file(H200_TRACE)
     text = importers.format_record(rec, top=5)

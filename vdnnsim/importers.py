@@ -527,7 +527,7 @@ def _format_trace(rec: dict[str, Any], top: int) -> list[str]:
            else "cpu_op self times: no GPU activity in the trace")
     gpu = f" on {rec['gpu']}" if isinstance(rec["gpu"], str) else ""
     out = [f"{_shown(rec['file'])}: {KIND_TRACE}{gpu}, {len(steps)} step(s); device times "
-           f"from {src}; ms"]
+           f"from {src}; times in ms"]
     out.append(f"{'step':16s} {'wall':>9s} {'GPU busy':>9s} {'device':>9s} {'optimizer':>9s} "
                f"{'zero_grad':>9s} {'unattrib.':>9s} {'alloc MiB':>9s} {'resv MiB':>9s}")
 
@@ -536,13 +536,14 @@ def _format_trace(rec: dict[str, Any], top: int) -> list[str]:
                 f"{s['device_total_ms']:9.3f} {s['optimizer_ms']:9.3f} {s['zero_grad_ms']:9.3f} "
                 f"{s['unattributed_share']:9.1%} {_mib(a):>9s} {_mib(r):>9s}")
 
+    peaks = []
     for s in steps:
         mem = next(iter(s["memory"].values()), {}) if len(s["memory"]) == 1 else {}
-        out.append(row(s["name"], s, mem.get("peak_allocated_bytes"),
-                       mem.get("peak_reserved_bytes") or None))
+        peaks.append((mem.get("peak_allocated_bytes"), mem.get("peak_reserved_bytes") or None))
+        out.append(row(s["name"], s, *peaks[-1]))
     if steps:
-        out.append(row("median", rec["median"], rec["peak_allocated_bytes"],
-                       rec["peak_reserved_bytes"]))
+        med = [None if None in col else statistics.median(col) for col in zip(*peaks)]
+        out.append(row("median", rec["median"], *med))
         mods = rec["median"]["modules"]
         out.append("modules, median over the steps, by device time (us; host: CPU time, "
                    "mostly profiler overhead for small ops):")

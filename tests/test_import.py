@@ -320,7 +320,7 @@ def test_other_files_one_line_each(capsys, tmp_path):
     (tmp_path / "garbage.bin").write_bytes(b"\x00\x01\x02garbage\xff")
     refused(capsys, tmp_path / "garbage.bin", "binary data", "vdnnsim import takes")
     (tmp_path / "t.yaml").write_text("name: x\nlayers: []\n")
-    refused(capsys, tmp_path / "t.yaml", "neither JSON nor a pickle")
+    refused(capsys, tmp_path / "t.yaml", "text that is not JSON")
     (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 30)
     refused(capsys, tmp_path / "ckpt.pt", "a zip archive (a torch.save checkpoint?)")
     (tmp_path / "m.json").write_text('[{"model": "x"}]')

@@ -112,7 +112,7 @@ def _describe(head: bytes) -> str:
         return f"binary data (it starts {head[:8]!r})"
     if text.startswith("<"):
         return "XML or HTML text"
-    return "text that is neither JSON nor a pickle"
+    return "text that is not JSON"
 
 
 def _reason(exc: BaseException) -> str:

@@ -610,6 +610,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """NOTE [import]: a torch.profiler trace or a CUDA memory snapshot as validation data."""
+    from .importers import format_record, import_file, to_json
+    from .yamlio import write_text_atomic
+
+    _writable(args.output)
+    rec = import_file(args.file)
+    if args.output:
+        write_text_atomic(args.output, to_json(rec) + "\n")
+        print(f"wrote {_shown(args.output)}: {rec['kind']}", file=sys.stderr)
+    print(to_json(rec) if args.json else format_record(rec))
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from .hardware import gpu_preset, preset_names
     from .network import ZOO
@@ -800,6 +814,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default), or one step's own from an emptied cache")
     va.add_argument("--json", action="store_true")
     va.set_defaults(fn=cmd_validate)
+
+    im = sub.add_parser("import", help="read a torch.profiler trace or a CUDA memory "
+                        "snapshot pickle as validation data (NOTE [import])")
+    im.add_argument("file", help="Chrome trace JSON (.json, .json.gz) or a "
+                    "torch.cuda.memory._dump_snapshot pickle")
+    im.add_argument("--output", "-o", default=None, help="JSON record to write")
+    im.add_argument("--json", action="store_true", help="print the JSON record")
+    im.set_defaults(fn=cmd_import)
 
     ls = sub.add_parser("list", help="list networks, GPU presets and policies")
     ls.add_argument("what", nargs="?", default="all",

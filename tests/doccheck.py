@@ -615,7 +615,12 @@ def refresh(path: Path, env: dict[str, str], workspace: Path) -> list[str]:
     for b in sorted((b for b in blocks(text, doc) if b.line in new_bodies),
                     key=lambda b: -b.line):
         first = b.line if b.lang != "table" else b.line - 1  # the fence, or the row before
-        n = len(b.body.split("\n"))
+        if b.lang == "table":
+            n = len(b.body.split("\n"))
+        else:  # up to the closing fence: an empty block has no line ("".split gives one)
+            n = 0
+            while first + n < len(lines) and not lines[first + n].startswith("```"):
+                n += 1
         lines[first:first + n] = new_bodies[b.line].split("\n")
     path.write_text("\n".join(lines))
     return changed

@@ -387,3 +387,18 @@ def test_refresh_pastes_what_the_commands_print(tmp_path, env):
     assert "networks: alexnet, overfeat" in text and "networks: old" not in text
     assert "$ cat /tmp/vdnn_docs/a.txt\nhello\n$ vdnnsim list gpus\n...\n```" in text
     assert dc.refresh(doc, env, tmp_path / "ws2" / "vdnn_docs") == []  # now it holds
+
+
+def test_pasting_into_an_empty_output_block_keeps_the_rest_of_the_doc(tmp_path, monkeypatch):
+    """An empty block after an output mark is filled, and its closing fence and everything
+    after it stay (the fence was once taken by the paste, and the next paste the doc's
+    tail)."""
+    doc = tmp_path / "d.md"
+    doc.write_text("a\n\n<!-- output: python -c \"print('x')\" -->\n```\n```\n\ntail\n\n"
+                   "```\nkept\n```\n")
+    monkeypatch.setattr(dc, "ROOT", tmp_path)
+    env = dc.environment(tmp_path / "bin")
+    for _ in range(2):
+        dc.refresh(doc, env, tmp_path / "ws")
+    assert doc.read_text() == ("a\n\n<!-- output: python -c \"print('x')\" -->\n```\nx\n```"
+                               "\n\ntail\n\n```\nkept\n```\n")

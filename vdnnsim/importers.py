@@ -40,7 +40,6 @@ import io
 import json
 import os
 import pickle
-import stat
 import statistics
 import zlib
 from pathlib import Path
@@ -70,18 +69,10 @@ def _shown(p: Any) -> str:
 
 def import_file(path: str | os.PathLike) -> dict[str, Any]:
     """NOTE [import]: the record of a torch.profiler trace or a CUDA memory snapshot."""
+    from .gpu.kineto import regular_file
     p = Path(path)
     what = _shown(p)
-    try:
-        mode = os.stat(p).st_mode
-    except FileNotFoundError:
-        raise ConfigError(f"{what}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{what}: cannot read: {_reason(exc)}") from None
-    if stat.S_ISDIR(mode):
-        raise ConfigError(f"{what}: is a directory; {TAKES}")
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{what}: not a regular file; {TAKES}")
+    regular_file(p, what, f"not a file; {TAKES}", f"; {TAKES}")
     try:
         with open(p, "rb") as f:
             head = f.read(64)

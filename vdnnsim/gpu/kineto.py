@@ -169,17 +169,8 @@ def load_trace(path_or_obj: Any) -> dict[str, Any]:
                           f"(a dict), got {type(path_or_obj).__name__}")
     p = Path(path_or_obj)
     what = _shown(p)
-    try:
-        mode = os.stat(p).st_mode
-    except FileNotFoundError:
-        raise ConfigError(f"{what}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{what}: cannot read: {_reason(exc)}") from None
-    if stat.S_ISDIR(mode):
-        raise ConfigError(f"{what}: is a directory, not a torch.profiler trace "
-                          "(a Chrome trace JSON file from export_chrome_trace)")
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{what}: not a regular file")
+    regular_file(p, what, "not a torch.profiler trace (a Chrome trace JSON file from "
+                 "export_chrome_trace)")
     try:
         text = _read(p).decode("utf-8")
     except (OSError, EOFError, zlib.error) as exc:
@@ -194,6 +185,22 @@ def load_trace(path_or_obj: Any) -> dict[str, Any]:
         raise ConfigError(f"{what}: not JSON{where}; expected a torch.profiler trace "
                           "(Chrome trace JSON from export_chrome_trace)") from None
     return _check(data, what)
+
+
+def regular_file(p: Path, what: str, expected: str, suffix: str = "") -> None:
+    """A one-line ConfigError unless ``p`` is a regular file: missing, unreadable, a
+    directory (``expected`` says what was wanted instead) or a FIFO or device (reading one
+    could hang); ``suffix`` is added to the last two."""
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{what}: cannot read: {_reason(exc)}") from None
+    if stat.S_ISDIR(mode):
+        raise ConfigError(f"{what}: is a directory, {expected}")
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{what}: not a regular file{suffix}")
 
 
 def _reason(exc: BaseException) -> str:

@@ -3,10 +3,13 @@ preset) against the median of the fresh-process measurements of its model (PAIRS
 which measurements each folder is judged against).
 
     python traces/h200_timm/check.py [PROFILES_DIR ...]   (default: every session's)
+    python traces/h200_timm/check.py --meta               (needs torch and timm)
 
 Prints one row a profile: the measured median and band (min-max of the processes), the
 replay and its error, the peak allocated memory predicted and measured; then the median
-and max of the absolute errors per folder.
+and max of the absolute errors per folder. ``--meta`` instead builds each model's trace on
+the meta device with today's probe (``vdnnsim trace --model timm:create_model ...``) and
+sets its peak allocated memory beside the one-machine measurements (measure4.jsonl).
 """
 
 from __future__ import annotations
@@ -71,8 +74,37 @@ def check(folder: Path, meas: dict[str, list[dict]], gpu) -> list[tuple[float, f
     return errs
 
 
+MODELS = ("dla34", "cspresnet50", "res2net50_26w_4s", "rexnet_100", "hrnet_w18_small",
+          "poolformer_s12")
+
+
+def meta(gpu) -> None:
+    """Today's probe on the meta device against the measured peaks (memory only)."""
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.trace import trace_from_dict
+    meas: dict[str, list[dict]] = {}
+    for line in (HERE / "session10" / "measure4.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        meas.setdefault(r["model"], []).append(r)
+    errs = []
+    print("| model | peak pred GiB (meta device) | peak meas GiB | error |")
+    print("|---|---|---|---|")
+    for m in MODELS:
+        d = memory_trace("timm:create_model", 64, gpu, "fp32", None, {"model_name": m},
+                         "image:3,224,224")
+        r = run_trace(trace_from_dict(d, m), gpu, "eager", record=False)
+        peak = statistics.median(x["peak_allocated_bytes"] for x in meas[m])
+        e = r.peak_memory_bytes / peak - 1
+        errs.append(abs(e))
+        print(f"| {m} | {r.peak_memory_bytes / 2**30:.3f} | {peak / 2**30:.3f} | {e:+.2%} |")
+    print(f"peak allocated |error| median {statistics.median(errs):.2%}, max {max(errs):.2%}")
+
+
 def main() -> None:
     gpu = resolve_gpu("h200")
+    if sys.argv[1:] == ["--meta"]:
+        meta(gpu)
+        return
     folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
         p for p in HERE.glob("session*/*") if p.is_dir())
     for d in folders:

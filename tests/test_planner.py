@@ -180,3 +180,39 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
              for k in ("plan", "milp")]
     assert [{k: f[k] for k in ("split", "recompute", "layers")} for f in files] == \
         [{k: files[0][k] for k in ("split", "recompute", "layers")}] * 2
+
+
+def test_a_layer_plan_of_an_op_by_op_trace_is_marked_and_refused_by_measure(tmp_path, capsys):
+    """NOTE [plan layer names]: a plan naming the op probe's ATen ops says so, and
+    vdnnsim measure --plan refuses it in one line before building the model (it ran the
+    model and failed with 'no such run of layers'); an fx-named plan is not marked."""
+    pytest.importorskip("torch")
+    import dataclasses
+
+    import yaml
+
+    from vdnnsim.cli import main
+    from vdnnsim.engine.plan import Plan
+    from vdnnsim.planner import OP_LAYERS, layer_names, plan_to_dict
+
+    from .conftest import chain_trace, hand_gpu
+    fx = chain_trace([{"id": "c1", "fwd": 10, "bwd": 20}, {"id": "c2", "fwd": 10, "bwd": 20}],
+                     framework="pytorch")
+    ops = dataclasses.replace(fx, layers=tuple(
+        dataclasses.replace(x, attrs={**x.attrs, "module": f"features.{k}"})
+        for k, x in enumerate(fx.layers)))
+    assert layer_names(fx) == "fx" and layer_names(ops) == OP_LAYERS
+    gpu = hand_gpu()
+    n = len(ops.layers)
+    plan = Plan("planned", "layer_wise", (0,) * n, ((),) * n, (-1,) * n)
+    assert plan_to_dict(fx, gpu, 2**30, plan, {})["layer_names"] == "fx"
+    d = plan_to_dict(ops, gpu, 2**30, plan, {"peak_memory_bytes": 0, "iteration_time_ns": 0})
+    assert d["layer_names"] == OP_LAYERS
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(d))
+    capsys.readouterr()
+    rc = main(["measure", "--model", "torch.nn:Linear", "--model-arg", "in_features=2",
+               "--model-arg", "out_features=2", "--input", "image:1,1,2:2", "-b", "1",
+               "--plan", str(f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "NOTE [plan layer names]" in err and len(err.splitlines()) == 1

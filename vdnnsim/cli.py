@@ -159,6 +159,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"{p:10s} {'yes' if x.fits else 'no':4s} {x.peak_memory_bytes / GiB:8.2f} "
               f"{format_seconds(x.iteration_time_s * 1e3, 1):>9s} "
               f"{format_slowdown(x.slowdown):>8s}")
+    from .planner import OP_PLAN_CANNOT_RUN, layer_names
+    if layer_names(trace) == "ops":
+        print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
     if args.output:
         import yaml
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
@@ -531,10 +534,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     from .errors import ConfigError
     from .gpu.measure import measure
+    from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
 
     kwargs = _model_kwargs(args.model_arg)
-    if not torch.cuda.is_available():
-        raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
     cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
     plan = None
     if args.plan:  # NOTE [planned runtime]
@@ -554,11 +556,15 @@ def cmd_measure(args: argparse.Namespace) -> int:
         if plan.get("batch_size") != args.batch_size:
             raise ConfigError(f"{args.plan}: planned for batch {plan.get('batch_size')}, not "
                               f"{args.batch_size}")
+        if not block and plan.get("layer_names") == OP_LAYERS:
+            raise ConfigError(f"{args.plan}: {OP_PLAN_CANNOT_RUN}")
         if args.policy not in ("baseline", "planned"):
             raise ConfigError("--plan runs the plan's policy; leave --policy out")
         args.policy = "planned"
     elif args.policy == "planned":
         raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
+    if not torch.cuda.is_available():  # after the plan's checks: they need no GPU
+        raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
     try:
         rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
                       args.dtype, plan, args.optimizer, args.seq_len, args.input, kwargs)

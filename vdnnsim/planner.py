@@ -303,6 +303,29 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
 
 
 # -- the plan file ---------------------------------------------------------------------------
+# NOTE [plan layer names]
+# A layer plan names the trace's layers, and the runtime that executes it (the vDNN runtime,
+# NOTE [planned runtime]) finds them among the layers of its own torch.fx graph of the model:
+# the names of a torchvision or zoo trace (vdnnsim profile/trace of such a model, layer by
+# layer). An op-by-op trace (the op probe's: an hf: or factory model, NOTE [module paths])
+# names ATen ops (convolution_0) that no fx graph has, so its layer plans cannot run yet
+# (plans by module are issue 26's); they are marked ``layer_names: ops``, vdnnsim plan says
+# so when it writes one, and vdnnsim measure --plan refuses one in one line before it
+# builds the model (it once ran the model to fail with "no such run of layers"). A model
+# with blocks runs a block plan instead (NOTE [block plan]).
+OP_LAYERS = "ops"
+OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (an hf: or "
+                      "factory model's; NOTE [plan layer names]), which the vDNN runtime "
+                      "cannot find in its fx graph of the model: it predicts, but cannot "
+                      "run yet; for a model with blocks plan with --method blocks")
+
+
+def layer_names(trace: Trace) -> str:
+    """NOTE [plan layer names]: 'ops' for an op-by-op trace (its layers carry the module
+    path the op probe gives every op), else 'fx'."""
+    return OP_LAYERS if any("module" in x.attrs for x in trace.layers) else "fx"
+
+
 def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
                  predicted: dict[str, Any]) -> dict[str, Any]:
     if plan.trace is not None:  # NOTE [batch split]: the layers of the reshaped network
@@ -317,7 +340,7 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
         layers.append(d)
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
-            "sync": plan.sync, "predicted": predicted,
+            "layer_names": layer_names(trace), "sync": plan.sync, "predicted": predicted,
             "split": [list(x) for x in plan.split],
             "recompute": [[trace.layers[a].id, trace.layers[b].id] for a, b in plan.recompute],
             "layers": layers}

@@ -47,6 +47,18 @@ def _clean(record: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
+def _size_arg(flag: str, value: str | None) -> int | None:
+    """A byte count given on the command line ('12 GiB'), or a one-line error naming it."""
+    if not value:
+        return None
+    from .hardware import _capacity
+    try:
+        return _capacity(value)
+    except ValueError as exc:
+        from .errors import ConfigError
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
 def _writable(path: Any, folder: bool = False) -> None:
     """-o/--output checked before the work that fills it (yamlio.check_writable)."""
     if path and path != "-":
@@ -251,19 +263,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_maxbatch(args: argparse.Namespace) -> int:
-    from .hardware import _capacity
     from .report.table import format_slowdown
     from .study.maxbatch import max_batch
 
-    cap = host = None
-    for flag, value in (("--memory", args.memory), ("--host-memory", args.host_memory)):
-        if value:
-            try:
-                n = _capacity(value)
-            except ValueError as exc:
-                from .errors import ConfigError
-                raise ConfigError(f"{flag}: {exc}") from None
-            cap, host = (n, host) if flag == "--memory" else (cap, n)
+    cap = _size_arg("--memory", args.memory)
+    host = _size_arg("--host-memory", args.host_memory)
     rows = [max_batch(n, g, p, dtype=args.dtype, memory_bytes=cap, limit=args.limit,
                       host_memory_bytes=host)
             for n in args.network for g in args.gpu for p in args.policy]

@@ -65,6 +65,11 @@ def _shown(p: Any) -> str:
     return shown(p)
 
 
+def _reason(exc: BaseException) -> str:
+    from .gpu.kineto import _reason as reason
+    return reason(exc)
+
+
 # ---------------------------------------------------------------- which file
 
 def import_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -104,10 +109,6 @@ def _describe(head: bytes) -> str:
     if text.startswith("<"):
         return "XML or HTML text"
     return "text that is not JSON"
-
-
-def _reason(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 # ---------------------------------------------------------------- Kineto traces

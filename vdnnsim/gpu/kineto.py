@@ -204,7 +204,8 @@ def regular_file(p: Path, what: str, expected: str, suffix: str = "") -> None:
 
 
 def _reason(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+    """An OS error's reason, else the first line of the message (or the error's name)."""
+    return getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _check(data: Any, what: str) -> dict[str, Any]:

@@ -139,7 +139,6 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
     lost = med([s.unattributed.device_ns for s in steps])
     return {"modules": mods, "time_source": att.time_source,
             "step_ns": med([s.optimizer.device_ns + s.zero_grad.device_ns for s in steps]),
-            "host_step_ns": med([s.optimizer.host_ns + s.zero_grad.host_ns for s in steps]),
             "device_total_ns": total, "unattributed_ns": lost,
             "outside_steps_ns": att.outside_steps.device_ns, "warnings": att.warnings,
             "profiled_wall_ms": med([s.wall_ns / 1e6 for s in steps]),

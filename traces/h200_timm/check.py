@@ -29,13 +29,17 @@ from vdnnsim.trace import load_trace  # noqa: E402
 # which measurements each folder of profiles is judged against: modules3/ was profiled on
 # the machine that then measured measure4.jsonl (same machine, minutes apart); the others
 # against the first set, measure.jsonl and measure3.jsonl (two machines)
-PAIRS = {"modules3": ("measure4.jsonl",)}
+# session11: modules4/ was profiled on the machine that measured a/ (its round 1, after a
+# discarded process); rounds 2 and 3 (b/) came from the next machine, after its own
+PAIRS = {"modules3": ("measure4.jsonl",), "modules4": ("a/measure.jsonl", "b/measure.jsonl")}
 FIRST = ("measure.jsonl", "measure3.jsonl")
 
 
 def measurements(folder: Path) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for f in sorted(folder.parent / n for n in PAIRS.get(folder.name, FIRST)):
+        if not f.exists():
+            continue
         for line in f.read_text().splitlines():
             r = json.loads(line)
             if "iteration_ms" in r:
@@ -106,7 +110,7 @@ def main() -> None:
         meta(gpu)
         return
     folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
-        p for p in HERE.glob("session*/*") if p.is_dir())
+        p for p in HERE.glob("session*/*") if p.is_dir() and any(p.glob("*.yaml.gz")))
     for d in folders:
         check(d, measurements(d), gpu)
 

@@ -141,3 +141,47 @@ def test_offloaded_blocks_run_under_autocast():
     off, _, stats = _grads(2, "autocast-bf16")
     assert stats["offloaded_bytes"] > 0
     assert all(torch.equal(base[n], off[n]) for n in base)
+
+
+@cuda
+def test_blocks_by_path_of_a_factory_cnn_give_identical_gradients():
+    """NOTE [blocks]: a CNN with no ModuleList of blocks (timm's CSPResNet: stages of
+    Sequential blocks, found by its calls) offloads its blocks by the paths its meta-device
+    trace names, and its gradients are the plain step's to the bit."""
+    pytest.importorskip("timm")
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.planner import block_paths
+    from vdnnsim.trace import trace_from_dict
+
+    kw = {"model_name": "cspresnet50"}
+    d = memory_trace("timm:create_model", 8, resolve_gpu("h200"), "fp32", None, kw,
+                     "image:3,64,64")
+    paths = block_paths(trace_from_dict(d, "cspresnet50"))
+    assert paths and "stages.0.blocks.0" in paths
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+
+    def grads(offload):
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            work = build_workload("timm:create_model", None, "image:3,64,64", kw)
+        rt = BlockOffload(work.model, offload, paths) if offload else None
+        step = training_step(work, 8, "cuda", "fp32", "sgd")
+        step.optimizer.zero_grad(set_to_none=True)
+        step.backward(step.forward())
+        if rt is not None:
+            rt.end_iteration()
+        torch.cuda.synchronize()
+        out = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()
+               if p.grad is not None}
+        stats = dict(rt.stats) if rt is not None else {}
+        if rt is not None:
+            rt.remove()
+        return out, stats
+
+    base, _ = grads(0)
+    off, stats = grads(len(paths) // 2)
+    assert stats["offloaded_bytes"] > 0
+    assert set(off) == set(base) and all(torch.equal(base[n], off[n]) for n in base)

@@ -16,7 +16,7 @@ from torch import nn  # noqa: E402
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.cli import main  # noqa: E402
 from vdnnsim.gpu import aten_probe  # noqa: E402
-from vdnnsim.gpu.aten_probe import block_regions, find_blocks, probe_ops  # noqa: E402
+from vdnnsim.gpu.aten_probe import choose_blocks, find_blocks, module_paths, probe_ops  # noqa: E402,E501
 from vdnnsim.gpu.profile import assemble  # noqa: E402
 from vdnnsim.gpu.profile_ops import check_profile, module_regions, split_times  # noqa: E402
 from vdnnsim.optimizer import with_optimizer  # noqa: E402
@@ -57,15 +57,20 @@ def test_blocks_are_the_largest_module_list():
 
 def test_regions_follow_the_blocks():
     net = _Net(n=3)
-    seen = []
-    handles = block_regions(find_blocks(net), seen.append)
+    calls = []
+    handles = module_paths(net, lambda path: None, calls)
     net(torch.randn(2, 32))
     for h in handles:
         h.remove()
-    assert seen == [1, 2, 3, 4]
+    # every call with the call it ran in: the root, then its children in call order
+    assert calls[0] == ("", -1) and calls[1] == ("inp", 0)
+    assert [c for c in calls if c[0] == "blocks.1.0"] == [("blocks.1.0", 6)]
     b = {"x": torch.randn(4, 32), "y": torch.randint(0, 10, (4,))}
-    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    p = probe_ops(net, b, _loss, "net", None)
+    assert p.blocks == ["blocks.0", "blocks.1", "blocks.2"]  # the ModuleList's items
     regions = [n.attrs["block"] for n in p.nodes]
+    assert [n.attrs.get("block_path") for n in p.nodes if "block_path" in n.attrs] == \
+        p.blocks
     assert regions == sorted(regions) and set(regions) == {0, 1, 2, 3, 4}
     # each block region holds its two linears (addmm), the head its linear and the loss
     assert [n.op for n in p.nodes if n.attrs["block"] == 2].count("aten.addmm.default") == 2
@@ -84,7 +89,7 @@ def test_probe_without_holding_outputs_is_the_same_graph(monkeypatch):
         def init(self, params, data, hold_all=True):
             real(self, params, data, hold_all=hold)
         monkeypatch.setattr(aten_probe._Recorder, "__init__", init)
-        p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+        p = probe_ops(net, b, _loss, "net", None)
         monkeypatch.undo()
         return [(n.name, n.inputs, [(s.tensor, s.nbytes, s.role) for s in n.saved],
                  n.out_nbytes, n.alias_of) for n in p.nodes]
@@ -97,7 +102,7 @@ def test_split_keeps_each_region_total_and_replays_a_gpu_bound_step():
     did."""
     net = _Net(n=2)
     b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
-    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    p = probe_ops(net, b, _loss, "net", None)
     t = {"fwd_ms": [1.0, 2.0, 3.0, 0.5], "bwd_ms": [0.25, 4.0, 6.0, 1.0],
          "host_fwd_ms": [0.01, 0.02, 0.03, 0.04], "host_bwd_ms": [0.04, 0.03, 0.02, 0.01]}
     times, hosts = split_times(p.nodes, t, resolve_gpu("h200"))
@@ -204,7 +209,7 @@ def test_a_module_without_ops_gives_its_time_to_the_nearest_one_with_some():
     plain steps' issue times in the profiler's proportions."""
     net = _Net(n=2)
     b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
-    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    p = probe_ops(net, b, _loss, "net", None)
     have = {n.attrs["module"] for n in p.nodes}
     assert {"inp", "blocks.0.0", "blocks.0.1", "out", aten_probe.OUTSIDE} <= have
     ms = 1e6
@@ -229,7 +234,7 @@ def test_the_profile_check_refuses_a_profile_that_loses_time():
     they repeat, is the reason the profile is refused; within both it passes."""
     net = _Net(n=2)
     b = {"x": torch.randn(8, 32), "y": torch.randint(0, 10, (8,))}
-    p = probe_ops(net, b, _loss, "net", None, find_blocks(net))
+    p = probe_ops(net, b, _loss, "net", None)
     fwd = {n.name: (1_000_000, 2_000_000, 0, 0) for n in p.nodes}
     d = assemble(p, times=fwd, source={"kind": "profiled", "gpu": "h200"})
     n = len(p.nodes)

@@ -459,10 +459,22 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
     return BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
 
 
+def block_paths(trace: Trace) -> list[str] | None:
+    """NOTE [blocks]: the trace's blocks by module path, in order (None where its layers
+    carry none: a trace of an older probe, whose blocks were its largest ModuleList's)."""
+    from .policies.blocks import block_regions
+
+    regions = block_regions(trace)[1:-1]
+    paths = [trace.layers[r[0]].attrs.get("block_path") if r else None for r in regions]
+    return paths if paths and all(isinstance(p, str) for p in paths) else None
+
+
 def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> dict[str, Any]:
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
+            # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
+            "block_paths": block_paths(trace),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
                           # only traces]: no time where the trace has none
                           "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

@@ -186,7 +186,6 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
-        self.region = 0  # NOTE [blocks]: the block the ops now run in
         self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
@@ -279,7 +278,6 @@ class _Recorder(TorchDispatchMode):
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
                          grad, alias)
         node.attrs["_reads"] = reads  # NOTE [op probe]: _live gives their bytes
-        node.attrs["block"] = self.region
         node.attrs["module"] = self.module  # NOTE [module paths]
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
         node.attrs["_dtype"] = main.dtype
@@ -478,12 +476,13 @@ class _Autocast(torch.overrides.TorchFunctionMode):
 
 
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
-              autocast: torch.dtype | None = None, blocks: list[torch.nn.Module] = (),
+              autocast: torch.dtype | None = None,
               values: dict[str, torch.Tensor] | None = None) -> Probe:
     """NOTE [op probe]: ``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
     profiler, NOTE [module timing]: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
-    ``attrs['block']`` is the region of ``blocks`` it ran in (``block_regions``).
+    ``attrs['block']`` is its region among the blocks chosen from what the probe saw
+    (NOTE [blocks], ``Probe.blocks``).
     ``values``: on the meta device, the batch's own values on the CPU, by key (NOTE [op
     values]); a model that reads a value the probe cannot know is a ConfigError."""
     from ..errors import ConfigError
@@ -505,8 +504,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()
         emulate = contextlib.nullcontext()
-    handles = block_regions(blocks, lambda r: setattr(rec, "region", r))
-    handles += module_paths(model, lambda path: setattr(rec, "module", path))
+    calls: list[tuple[str, int]] = []  # NOTE [blocks]: every module call, and its caller
+    handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx:
@@ -539,8 +538,11 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     rec.hold.clear()
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
     nodes, resident = _live(rec.nodes, out, params)
+    blocks = choose_blocks(model, calls, nodes)
+    tag_blocks(nodes, blocks)
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
-                 tuple(first.shape), nodes, out, resident_weight_bytes=resident)
+                 tuple(first.shape), nodes, out, resident_weight_bytes=resident,
+                 blocks=blocks)
 
 
 # NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
@@ -579,22 +581,27 @@ def _from_vdnnsim(tb) -> bool:
 OUTSIDE = "<outside>"
 
 
-def module_paths(model: torch.nn.Module, enter) -> list[Any]:
+def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> list[Any]:
     """NOTE [module paths]: call ``enter(path)`` whenever the innermost running module
-    changes (``OUTSIDE`` once the model's forward pass has returned). Returns the hook
-    handles."""
-    stack: list[str] = []
+    changes (``OUTSIDE`` once the model's forward pass has returned); append each module
+    call to ``calls`` as (path, index in ``calls`` of the call it ran in, -1 for none)
+    (NOTE [blocks]). Returns the hook handles."""
+    stack: list[tuple[str, int]] = []
 
     def pre(path: str):
         def hook(m, args):
-            stack.append(path)
+            k = -1
+            if calls is not None:
+                k = len(calls)
+                calls.append((path, stack[-1][1] if stack else -1))
+            stack.append((path, k))
             enter(path)
         return hook
 
     def post(m, args, out):
         if stack:
             stack.pop()
-        enter(stack[-1] if stack else OUTSIDE)
+        enter(stack[-1][0] if stack else OUTSIDE)
 
     handles = []
     for path, m in model.named_modules():
@@ -604,17 +611,86 @@ def module_paths(model: torch.nn.Module, enter) -> list[Any]:
 
 
 # NOTE [blocks]
-# A transformer's blocks, the items of its largest ModuleList, are the unit of block offload
-# (NOTE [block offload]), of block plans and of the block runtime; each op of the probe is
-# tagged with its region (``attrs['block']``: 0 before the first block, one region a block,
-# the head with the loss last). Time is no longer measured by blocks (NOTE [module timing]
-# measures every module), so a model without such a list is timed as well as one with it.
+# The unit of block offload (NOTE [block offload]), of block plans and of the block runtime
+# is a *block*: a module the forward pass calls once, in sequence with the other blocks,
+# named by its module path. They are chosen from what the probe saw (``choose_blocks``):
+# every module call (``module_paths`` records them) and the ops each ran. A transformer's
+# blocks are the items of its largest ModuleList when that list holds at least half the
+# model's parameters (GPT-2's ``h``, Llama's ``layers``). Any other model (a CNN built by a
+# factory, a DLA tree; a list that holds less, like res2net's per-block ``convs``) is cut
+# along its call tree: start from the calls the root makes; while the unit with the most
+# ops holds more than 1/BLOCK_SHARE of the step's ops, open it into the calls it makes,
+# provided each of those modules is called once in the whole step (a module called twice,
+# such as a shared activation or ALBERT's one layer, cannot be hooked as one block); units
+# with no op are dropped. Fewer than MIN_BLOCKS units: no blocks. Each op is then tagged
+# with its region (``attrs['block']``: 0 before the first block, block k's ops and
+# whatever runs after them before the next block region k + 1, the head and the loss
+# after the last block N + 1) and the first op of a region with its block's path
+# (``attrs['block_path']``), which block plans carry and the runtime hooks by
+# (``get_submodule``). The blocks' order is the order the probe saw them called in, so a
+# block runs in the runtime where it ran in the probe. Time is measured per module (NOTE
+# [module timing]); blocks are only the unit of offload.
+MIN_BLOCKS = 3  # fewer units offload nothing worth a plan
+BLOCK_SHARE = 16  # a unit with more than 1/16 of the ops is opened into its calls
+
+
+def choose_blocks(model: torch.nn.Module, calls: list[tuple[str, int]],
+                  nodes: list[ProbeNode]) -> list[str]:
+    """NOTE [blocks]: the blocks' paths in call order; ``calls`` is every module call of
+    the step as (path, index of the call it was made in, -1 for none)."""
+    count: dict[str, int] = {}
+    for path, _ in calls:
+        count[path] = count.get(path, 0) + 1
+    kids: dict[int, list[int]] = {}
+    for i, (_, parent) in enumerate(calls):
+        kids.setdefault(parent, []).append(i)
+    ops: dict[str, int] = {}
+    for n in nodes:
+        m = n.attrs.get("module", OUTSIDE)
+        if m == OUTSIDE:
+            continue
+        parts = m.split(".") if m else []
+        for k in range(len(parts) + 1):
+            p = ".".join(parts[:k])
+            ops[p] = ops.get(p, 0) + 1
+    total = sum(1 for n in nodes)
+    params = sum(p.numel() for p in model.parameters())
+    best, most = [], 0
+    for path, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            k = sum(p.numel() for p in m.parameters())
+            if k > most:
+                best, most = [f"{path}.{j}" if path else str(j) for j in range(len(m))], k
+    if best and 2 * most >= params and all(count.get(p) == 1 for p in best):
+        order = [calls[i][0] for i in range(len(calls)) if calls[i][0] in set(best)]
+        if order == best:
+            return [p for p in best if ops.get(p)]
+    roots = [i for i, (path, parent) in enumerate(calls) if parent == -1]
+    units = [c for r in roots for c in kids.get(r, [])]
+    done: set[int] = set()
+    while True:
+        open_ = [u for u in units if u not in done]
+        if not open_:
+            break
+        u = max(open_, key=lambda i: ops.get(calls[i][0], 0))
+        if ops.get(calls[u][0], 0) * BLOCK_SHARE <= total:
+            break
+        ch = kids.get(u, [])
+        if not ch or any(count[calls[c][0]] != 1 for c in ch) or count[calls[u][0]] != 1:
+            done.add(u)
+            continue
+        k = units.index(u)
+        units[k:k + 1] = ch
+    paths = [calls[u][0] for u in units]
+    if any(count[p] != 1 for p in paths):  # the root's own calls, one called twice
+        paths = [p for p in paths if count[p] == 1]
+    paths = [p for p in paths if ops.get(p)]
+    return paths if len(paths) >= MIN_BLOCKS else []
 
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """NOTE [blocks]: a model's blocks, the items of its ModuleList with the most
-    parameters (GPT-2's ``h``, BERT's and ViT's ``encoder.layer``, Llama's ``layers``);
-    none where it has no such list."""
+    """The items of the model's ModuleList with the most parameters: the blocks of a plan
+    written before NOTE [blocks] chose them by call (it names no paths)."""
     best: list[torch.nn.Module] = []
     most = 0
     for m in model.modules():
@@ -623,6 +699,28 @@ def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
             if n > most:
                 best, most = list(m), n
     return best
+
+
+def tag_blocks(nodes: list[ProbeNode], paths: list[str]) -> None:
+    """NOTE [blocks]: each op's region by the module path it ran in, and each block's path
+    on the first op of its region."""
+    where = {p: k + 1 for k, p in enumerate(paths)}
+    last = 0
+    for n in nodes:
+        m = n.attrs.get("module", OUTSIDE)
+        r = None
+        if m != OUTSIDE:
+            parts = m.split(".") if m else []
+            for k in range(len(parts), 0, -1):
+                r = where.get(".".join(parts[:k]))
+                if r is not None:
+                    break
+        if r is None:  # between blocks: the region of the block before; after the last
+            r = len(paths) + 1 if last == len(paths) and paths else last
+        elif r != last:
+            n.attrs["block_path"] = paths[r - 1]
+        n.attrs["block"] = r
+        last = max(last, r)
 
 
 def block_output(out: Any) -> torch.Tensor | None:
@@ -635,20 +733,6 @@ def block_output(out: Any) -> torch.Tensor | None:
     if isinstance(out, dict):
         return next((o for o in out.values() if isinstance(o, torch.Tensor)), None)
     return getattr(out, "last_hidden_state", None)
-
-
-def block_regions(blocks: list[torch.nn.Module], enter) -> list[Any]:
-    """NOTE [blocks]: call ``enter(r)`` where region ``r`` begins: block k's forward
-    begins region k + 1 (the block and whatever runs before the next block), the last
-    block's end begins region len(blocks) + 1 (the head and the loss); region 0 is all
-    before block 0. Returns the hook handles."""
-    handles = []
-    for k, b in enumerate(blocks):
-        handles.append(b.register_forward_pre_hook(lambda m, a, k=k: enter(k + 1)))
-    if blocks:
-        handles.append(blocks[-1].register_forward_hook(
-            lambda m, a, o: enter(len(blocks) + 1)))
-    return handles
 
 
 def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
@@ -703,8 +787,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
     auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
-    p = probe_ops(work.model, batch, work.loss, work.name, auto, find_blocks(work.model),
-                  values)
+    p = probe_ops(work.model, batch, work.loss, work.name, auto, values)
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "

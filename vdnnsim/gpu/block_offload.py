@@ -2,7 +2,8 @@
 
 NOTE [block runtime]
 The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
-(NOTE [op probe]). This one needs only the model's blocks (``find_blocks``) and autograd's
+(NOTE [op probe]). This one needs only the model's blocks (NOTE [blocks], by the module
+paths the plan names; ``find_blocks`` for a plan without them) and autograd's
 saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
 it (a parameter, autocast's cast of one or a CPU tensor excepted; the batch is read before
 the first block, so no block saves it) is copied whole, its storage
@@ -61,8 +62,17 @@ class _Entry:
 class BlockOffload:
     """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
 
-    def __init__(self, model: nn.Module, offload: int):
-        self.blocks = find_blocks(model)
+    def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None):
+        if paths is None:  # a plan of an older probe: the largest ModuleList's items
+            self.blocks = find_blocks(model)
+        else:  # NOTE [blocks]: by the paths the plan's trace chose
+            self.blocks = []
+            for p in paths:
+                try:
+                    self.blocks.append(model.get_submodule(p))
+                except AttributeError:
+                    raise ValueError(f"the plan's block {p} is not a module of "
+                                     f"{type(model).__name__}") from None
         if not self.blocks:
             raise ValueError(f"{type(model).__name__} has no blocks (no nn.ModuleList of "
                              "layers) to offload")

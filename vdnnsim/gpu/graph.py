@@ -79,6 +79,7 @@ class Probe:
     nodes: list[ProbeNode]
     output: str
     resident_weight_bytes: int = 0  # NOTE [op probe]: weights no layer reads (no gradient)
+    blocks: list[str] = field(default_factory=list)  # NOTE [blocks]: their paths, in order
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:

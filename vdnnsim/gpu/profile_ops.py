@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from .aten_probe import OUTSIDE, find_blocks, probe_ops
+from .aten_probe import OUTSIDE, probe_ops
 from .profile import _Clock, assemble, resident_bytes, software
 from .workload import DTYPES, PRECISIONS, build_workload, training_step
 
@@ -300,10 +300,9 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)
-    blocks = find_blocks(work.model)
     t = time_modules(step, work.model, trials, cuda)
     state, temp = step_memory(step, cuda)
-    p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast, blocks)
+    p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast)
     regions = module_regions(p.nodes, t)
     host_step_ns = t["host_rest_ms"] * 1e6  # zero_grad and the optimizer, as the plain
     # steps issued them (NOTE [module timing])
@@ -328,7 +327,8 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                    f"{t['plain_ms']:.2f} ms ({t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}; "
                    f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
                    f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "
-                   f"backward in {t['host_bwd_pass_ms']:.2f} ms"}
+                   f"backward in {t['host_bwd_pass_ms']:.2f} ms"
+}
     d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
                  dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  hosts=hosts, host_step_ns=round(host_step_ns))

@@ -61,6 +61,9 @@ def test_h200_trace_json_record(capsys, tmp_path):
             + s["optimizer_ms"] + s["zero_grad_ms"] + s["unattributed_ms"]
         assert parts == pytest.approx(s["device_total_ms"], abs=1e-5)
         assert s["unattributed_share"] == 0.0 and s["gpu_busy_ms"] <= s["device_total_ms"]
+        # the device total holds the kernels' queued gaps (NOTE [kineto attribution]); the
+        # busy time is the kernels' union alone
+        assert 0 < s["gap_ms"] and s["gpu_busy_ms"] <= s["device_total_ms"] - s["gap_ms"] + 1e-6
     mods = rec["median"]["modules"]
     totals = [m["forward_ms"] + m["backward_ms"] for m in mods]
     assert totals == sorted(totals, reverse=True)

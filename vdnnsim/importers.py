@@ -5,9 +5,10 @@ Two kinds of file, told apart by their first bytes (a ``.gz`` file by its decomp
 ones), never by trusting the name:
 - A torch.profiler (Kineto) Chrome trace, JSON (``export_chrome_trace``), read by
   ``gpu.kineto.load_trace`` and split by ``gpu.kineto.attribute`` (NOTE [kineto
-  attribution]): per profiled step its wall time, GPU busy time, device total, per-module
-  forward/backward device and host time, optimizer and zero_grad time, the unattributed
-  share and the ``[memory]`` peaks; the record's ``iteration_ms`` is the median step's wall
+  attribution]): per profiled step its wall time, GPU busy time, device total (the
+  activities' queued gaps included, their sum beside it), per-module forward/backward
+  device and host time, optimizer and zero_grad time, the unattributed share and the
+  ``[memory]`` peaks; the record's ``iteration_ms`` is the median step's wall
   time and its peaks the largest over the steps, the keys of a ``vdnnsim measure --json``
   record, so that it stands beside one. A CPU trace's ``[memory]`` events count host
   allocations from the profiler's start, not a device's totals: it gives no peaks.
@@ -145,6 +146,7 @@ def import_trace(path: str | os.PathLike) -> dict[str, Any]:
         steps.append({
             "step": st.index, "name": st.name, "wall_ms": _ms(st.wall_ns),
             "gpu_busy_ms": _ms(st.device_busy_ns), "device_total_ms": _ms(total),
+            "gap_ms": _ms(st.gap_ns),
             "activities": st.activities,
             "optimizer_ms": _ms(st.optimizer.device_ns),
             "optimizer_host_ms": _ms(st.optimizer.host_ns),
@@ -189,7 +191,8 @@ def _module_row(name: str, mt: Any) -> dict[str, Any]:
             "forward_calls": mt.forward.calls, "backward_ops": mt.backward.calls}
 
 
-_STEP_KEYS = ("wall_ms", "gpu_busy_ms", "device_total_ms", "optimizer_ms", "optimizer_host_ms",
+_STEP_KEYS = ("wall_ms", "gpu_busy_ms", "device_total_ms", "gap_ms", "optimizer_ms",
+              "optimizer_host_ms",
               "zero_grad_ms", "zero_grad_host_ms", "unattributed_ms", "unattributed_share")
 _MODULE_KEYS = ("forward_ms", "forward_host_ms", "backward_ms", "backward_host_ms")
 
@@ -520,12 +523,14 @@ def _format_trace(rec: dict[str, Any], top: int) -> list[str]:
     gpu = f" on {rec['gpu']}" if isinstance(rec["gpu"], str) else ""
     out = [f"{_shown(rec['file'])}: {KIND_TRACE}{gpu}, {len(steps)} step(s); device times "
            f"from {src}; times in ms"]
-    out.append(f"{'step':16s} {'wall':>9s} {'GPU busy':>9s} {'device':>9s} {'optimizer':>9s} "
-               f"{'zero_grad':>9s} {'unattrib.':>9s} {'alloc MiB':>9s} {'resv MiB':>9s}")
+    out.append(f"{'step':16s} {'wall':>9s} {'GPU busy':>9s} {'device':>9s} {'gaps':>9s} "
+               f"{'optimizer':>9s} {'zero_grad':>9s} {'unattrib.':>9s} {'alloc MiB':>9s} "
+               f"{'resv MiB':>9s}")
 
     def row(name: str, s: dict[str, Any], a: Any, r: Any) -> str:
         return (f"{name[:16]:16s} {s['wall_ms']:9.3f} {s['gpu_busy_ms']:9.3f} "
-                f"{s['device_total_ms']:9.3f} {s['optimizer_ms']:9.3f} {s['zero_grad_ms']:9.3f} "
+                f"{s['device_total_ms']:9.3f} {s['gap_ms']:9.3f} {s['optimizer_ms']:9.3f} "
+                f"{s['zero_grad_ms']:9.3f} "
                 f"{s['unattributed_share']:9.1%} {_mib(a):>9s} {_mib(r):>9s}")
 
     peaks = []

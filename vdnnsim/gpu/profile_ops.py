@@ -14,20 +14,25 @@ steps under torch.profiler with a ``record_function`` range around every module 
 call launched it in the forward pass, and in the backward pass to the module of the
 forward op that made the autograd node (their sequence numbers), so every model's backward
 pass is timed module by module, whether or not it keeps its blocks in a ModuleList (the
-block profiler before it lost the backward pass of those that do not). The optimizer step
-and zero_grad are the trace's step; the loss and what runs outside the model is the probe's
-ops outside it. A module's median time over the steps is spread over its ops by a roofline
-estimate (max(flops / peak, bytes / bandwidth) of the op's dtype on the trace's GPU
-preset; a view gets nothing; in the backward pass an op with flops counts twice, an op
-that needs no gradient not at all): for a CNN almost every module is one op, a
-transformer's attention or MLP a few. A module the probe saw no op of (its work all views)
-gives its time to the nearest enclosing module that has some. Host time per module is the
-profiler's (a module's range, the backward ops of its nodes) scaled so that each pass's
-total is what the host took to issue it in the plain steps (the profiler's ranges add about
-a microsecond an op and miss the autograd engine's work between backward ops: the total is
-the plain steps', the profiler says how it divides); the optimizer's host time is the plain
-steps' too. The optimizer step is the workload's own
-(``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
+block profiler before it lost the backward pass of those that do not). A kernel's time
+includes its queued gap (the device idle before it once it was issued: dispatch after a
+queued kernel, launch latency on an idle stream), because kernel durations alone replayed
+GPU-bound models 3.6-5.8% short of their plain steps: the modules', the loss's, the
+optimizer's and the unattributed time all carry their kernels' gaps, so NOTE [profile
+check]'s shares are of GPU time with gaps on both sides, and the note says what share of
+the GPU time was gaps. The optimizer step and zero_grad are the trace's step; the loss and
+what runs outside the model is the probe's ops outside it. A module's median time over the
+steps is spread over its ops by a roofline estimate (max(flops / peak, bytes / bandwidth)
+of the op's dtype on the trace's GPU preset; a view gets nothing; in the backward pass an
+op with flops counts twice, an op that needs no gradient not at all): for a CNN almost
+every module is one op, a transformer's attention or MLP a few. A module the probe saw no
+op of (its work all views) gives its time to the nearest enclosing module that has some.
+Host time per module is the profiler's (a module's range, the backward ops of its nodes)
+scaled so that each pass's total is what the host took to issue it in the plain steps (the
+profiler's ranges add about a microsecond an op and miss the autograd engine's work
+between backward ops: the total is the plain steps', the profiler says how it divides);
+the optimizer's host time is the plain steps' too. The optimizer step is the workload's
+own (``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
 (AdamW's moments, into ``resident_bytes``) and the allocator's peak while it runs beyond
 what it started with (``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer
 state] counts it), so the trace is that optimizer's. Workspaces inside a kernel are not
@@ -86,8 +91,9 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
 def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
                  warmup: int = 3) -> dict[str, Any]:
     """NOTE [module timing]: per module path the median forward and backward GPU and host
-    ns of ``trials`` training steps profiled by torch.profiler, the optimizer's, what
-    could not be placed, and the plain steps measured beside them."""
+    ns of ``trials`` training steps profiled by torch.profiler (GPU time with its queued
+    gaps), the optimizer's, what could not be placed, the gaps' sum, and the plain steps
+    measured beside them."""
     import os
     import tempfile
 
@@ -140,6 +146,7 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
     return {"modules": mods, "time_source": att.time_source,
             "step_ns": med([s.optimizer.device_ns + s.zero_grad.device_ns for s in steps]),
             "device_total_ns": total, "unattributed_ns": lost,
+            "gap_ns": med([s.gap_ns for s in steps]),
             "outside_steps_ns": att.outside_steps.device_ns, "warnings": att.warnings,
             "profiled_wall_ms": med([s.wall_ns / 1e6 for s in steps]),
             "plain_ms": med(plain["step"]), "plain_min_ms": min(plain["step"]),
@@ -238,17 +245,18 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
 
 # NOTE [profile check]
 # A profile checks itself before it is written, so that a trace that lost part of the step
-# (the backward pass of a model whose blocks the block profiler did not find lost 17-68% of
-# its time, silently) cannot be written. Two checks: the attribution must place at least
-# ATTRIBUTED of the GPU time of the profiled steps (what no rule could place is counted,
-# never dropped: NOTE [kineto attribution]), and on a GPU the trace, replayed by the engine
-# as it is written (policy eager, no cap), must end within the step's own repeatability of
-# the median plain step measured in the same process: the plain steps' spread (max - min
-# over the median), and no less than CHECK_FLOOR. A profile that fails either is an error
-# naming both numbers (vdnnsim profile exits 2 and writes nothing); ``check=False``
-# (``--no-check``) writes it anyway, with the failure in its note. On a CPU only the first
-# check applies: there the wall clock of a shared machine is the op's time and the replay
-# has no GPU to be true to.
+# (the backward pass of a model whose blocks the block profiler did not find lost 17-68%
+# of its time, silently) cannot be written. Two checks: the attribution must place at
+# least ATTRIBUTED of the GPU time of the profiled steps (what no rule could place is
+# counted, never dropped; placed and lost time alike count their kernels' queued gaps:
+# NOTE [kineto attribution]), and on a GPU the trace, replayed by the engine as it is
+# written (policy eager, no cap; its times hold the gaps, as the device spends them in a
+# plain step), must end within the step's own repeatability of the median plain step
+# measured in the same process: the plain steps' spread (max - min over the median), and
+# no less than CHECK_FLOOR. A profile that fails either is an error naming both numbers
+# (vdnnsim profile exits 2 and writes nothing); ``check=False`` (``--no-check``) writes it
+# anyway, with the failure in its note. On a CPU only the first check applies: there the
+# wall clock of a shared machine is the op's time and the replay has no GPU to be true to.
 ATTRIBUTED = 0.98
 CHECK_FLOOR = 0.10
 
@@ -317,13 +325,15 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         p.resident_weight_bytes  # NOTE [op probe]: weights no kept op reads
     name = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
+    gaps = t["gap_ns"] / t["device_total_ns"] if t["device_total_ns"] else 0
     src = {"kind": "profiled", "gpu": name, "software": software(),
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "
                    f"memory op by op on the GPU, time by module from torch.profiler (NOTE "
                    f"[module timing]), {len(t['modules'])} module paths, {placed:.1%} of the "
-                   f"GPU time placed, medians of {trials} steps; a plain step took "
+                   f"GPU time placed ({gaps:.1%} of it idle gaps between kernels), "
+                   f"medians of {trials} steps; a plain step took "
                    f"{t['plain_ms']:.2f} ms ({t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}; "
                    f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
                    f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "

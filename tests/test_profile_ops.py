@@ -253,3 +253,41 @@ def test_the_profile_check_refuses_a_profile_that_loses_time():
     noisy = {**slow, "plain_min_ms": ms * 1.2, "plain_max_ms": ms * 3.2}  # repeats within 100%
     assert check_profile(d, noisy, gpu, cuda=True) is None
     assert check_profile(d, slow, gpu, cuda=False) is None  # a CPU: the attribution only
+
+
+class _Cnn(nn.Module):
+    """No ModuleList: a stem, two Sequential stages of blocks, a ReLU shared by every
+    call, a module called twice and a head (NOTE [blocks])."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.ReLU()
+        self.stages = nn.Sequential(*[nn.Sequential(*[nn.Conv2d(8, 8, 3, padding=1)
+                                                      for _ in range(3)]) for _ in range(2)])
+        self.twice = nn.Conv2d(8, 8, 1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.act(self.stem(x))
+        for s in self.stages:
+            for c in s:
+                x = self.act(c(x))
+        x = self.twice(self.twice(x))
+        return self.head(x.mean((2, 3)))
+
+
+def test_blocks_of_a_model_without_a_module_list_are_cut_from_its_calls():
+    net = _Cnn()
+    b = {"x": torch.randn(2, 3, 8, 8), "y": torch.randint(0, 10, (2,))}
+    p = probe_ops(net, b, _loss, "cnn", None)
+    # the stages opened into their convolutions; the shared ReLU (no parameters) and the
+    # module called twice are no blocks
+    assert p.blocks == ["stem"] + [f"stages.{i}.{j}" for i in range(2) for j in range(3)] + \
+        ["head"]
+    regions = [n.attrs["block"] for n in p.nodes]
+    assert regions == sorted(regions)
+    # the convolution called twice runs in the region of the block before it
+    twice = [n for n in p.nodes if n.attrs["module"] == "twice"]
+    assert len(twice) == 2 and {n.attrs["block"] for n in twice} == {7}
+    assert [n.attrs["block_path"] for n in p.nodes if "block_path" in n.attrs] == p.blocks

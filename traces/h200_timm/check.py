@@ -31,7 +31,10 @@ from vdnnsim.trace import load_trace  # noqa: E402
 # against the first set, measure.jsonl and measure3.jsonl (two machines)
 # session11: modules4/ was profiled on the machine that measured a/ (its round 1, after a
 # discarded process); rounds 2 and 3 (b/) came from the next machine, after its own
-PAIRS = {"modules3": ("measure4.jsonl",), "modules4": ("a/measure.jsonl", "b/measure.jsonl")}
+# (modules5/, profiled with the kernels' queued gaps on the machine that measured b/,
+# is judged against the same three processes)
+PAIRS = {"modules3": ("measure4.jsonl",), "modules4": ("a/measure.jsonl", "b/measure.jsonl"),
+         "modules5": ("a/measure.jsonl", "b/measure.jsonl")}
 FIRST = ("measure.jsonl", "measure3.jsonl")
 
 

@@ -311,8 +311,10 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
 # names ATen ops (convolution_0) that no fx graph has, so its layer plans cannot run yet
 # (plans by module are issue 26's); they are marked ``layer_names: ops``, vdnnsim plan says
 # so when it writes one, and vdnnsim measure --plan refuses one in one line before it
-# builds the model (it once ran the model to fail with "no such run of layers"). A model
-# with blocks runs a block plan instead (NOTE [block plan]).
+# builds the model (it once ran the model to fail with "no such run of layers"). What runs
+# on such a model is a block plan (NOTE [block plan]), which names its blocks by module path
+# (NOTE [blocks]: chosen from the step's calls, so a CNN built by a factory has them too);
+# ``vdnnsim plan --method auto`` writes one wherever the trace has blocks.
 OP_LAYERS = "ops"
 OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (an hf: or "
                       "factory model's; NOTE [plan layer names]), which the vDNN runtime "

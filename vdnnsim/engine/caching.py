@@ -17,6 +17,28 @@ The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed:
   (release_cached_blocks: synchronize_and_free_events, then empty the cache); then it is
   out of memory.
 
+NOTE [allocator costs]
+What the allocator's calls to the driver cost is not memory but time, and it is paid when
+the cache is released under a cap: each released segment is a cudaFree, which waits for the
+whole device (every stream drains), and each segment made again afterwards is a cudaMalloc.
+An uncapped step in its steady state makes no segment at all (the cache holds last step's),
+so the pool counts only the segments it released (``released``) and those it made after a
+release (``remade``); the engine charges the host ``segment_free_ns`` and
+``segment_malloc_ns`` for each (NOTE [host costs]: per preset, measured by
+bench/alloc_costs.py) and makes it wait for every stream before a release. On the H200 at a
+12 GiB cap, a planned cspresnet50 step retried four times and called cudaMalloc and
+cudaFree about 110 times each (traces/h200_timm/session11/plan256: 559 ms where the same
+plan without the cap took 457).
+
+NOTE [stream pools]
+PyTorch's allocator keeps each segment for the stream it was made on: a block freed to a
+segment of the copy stream is reused only by the copy stream's next allocation (blocks
+know their stream; the free lists are per pool and stream). The block runtime allocates its
+prefetched copies on its copy stream (vdnnsim/gpu/block_offload.py), so its plans
+(``Plan.prefetch_stream``) put them there; every other allocation is the compute
+stream's (the fx runtime allocates its prefetches before it enters its side stream). A
+release of the cache frees the fully free segments of every stream.
+
 NOTE [deferred free]
 A block that another stream used (``record_stream``: the vDNN runtime's copies) is, when
 freed, no longer allocated (torch.cuda.memory_allocated drops at once) but not reusable:
@@ -75,11 +97,16 @@ class CachingPool(Accounting):
         self._segments: dict[int, tuple[str, int]] = {}  # id -> (pool, size)
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
         self._ends: dict[int, dict[int, int]] = {}  # segment -> {end: offset} of free blocks
-        self._index: dict[str, list[tuple[int, int, int]]] = {"small": [], "large": []}
+        # free blocks per (pool, stream): a segment serves the stream it was made for
+        # (NOTE [stream pools])
+        self._index: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+        self._stream: dict[int, str] = {}  # segment -> the stream it was made for
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
         self._retired: dict[Key, tuple[int, int, int, str]] = {}  # NOTE [deferred free]
         self._next_seg = 0
         self.reserved_bytes = 0
+        self.released = 0  # NOTE [allocator costs]: segments given back (cudaFree)
+        self.remade = 0  # and segments made after a release (cudaMalloc in a steady state)
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
@@ -87,17 +114,19 @@ class CachingPool(Accounting):
     def _add_free(self, seg: int, off: int, size: int) -> None:
         self._free[seg][off] = size
         self._ends[seg][off + size] = off
-        bisect.insort(self._index[self._segments[seg][0]], (size, seg, off))
+        bisect.insort(self._index.setdefault((self._segments[seg][0], self._stream[seg]), []),
+                      (size, seg, off))
 
     def _take_free(self, seg: int, off: int) -> int:
         size = self._free[seg].pop(off)
         del self._ends[seg][off + size]
-        idx = self._index[self._segments[seg][0]]
+        idx = self._index[(self._segments[seg][0], self._stream[seg])]
         del idx[bisect.bisect_left(idx, (size, seg, off))]
         return size
 
-    def _best(self, pool: str, size: int) -> tuple[int, int, int] | None:
-        idx = self._index[pool]
+    def _best(self, pool: str, size: int, stream: str = "compute"
+              ) -> tuple[int, int, int] | None:
+        idx = self._index.get((pool, stream), ())
         i = bisect.bisect_left(idx, (size, -1, -1))
         if i == len(idx):
             return None
@@ -109,10 +138,22 @@ class CachingPool(Accounting):
                     if self._free[s].get(0) == size]:
             self._take_free(seg, 0)
             self.reserved_bytes -= self._segments.pop(seg)[1]
-            del self._free[seg], self._ends[seg]
+            del self._free[seg], self._ends[seg], self._stream[seg]
+            self.released += 1
+
+    def would_release(self, size_bytes: int, stream: str = "compute") -> bool:
+        """NOTE [allocator costs]: whether this request needs a new segment past the cap,
+        so that the cache is released first."""
+        if size_bytes <= 0:
+            return False
+        size = round_size(size_bytes)
+        if self._best("small" if size <= SMALL_SIZE else "large", size, stream) is not None:
+            return False
+        return self.reserved_bytes + segment_size(size) > self.capacity
 
     def alloc(self, key: Key, size_bytes: int, category: str, now: int,
-              layer: str = "", phase: str = "", can_sync: bool = False) -> bool:
+              layer: str = "", phase: str = "", can_sync: bool = False,
+              stream: str = "compute") -> bool:
         """Place the block; ``False`` (and nothing changed but the released cache) when it
         needs a segment past the capacity and ``can_sync``: the caller synchronises on
         the deferred frees and asks again (NOTE [caching allocator])."""
@@ -122,7 +163,7 @@ class CachingPool(Accounting):
             return True
         size = round_size(size_bytes)
         pool = "small" if size <= SMALL_SIZE else "large"
-        found = self._best(pool, size)
+        found = self._best(pool, size, stream)
         if found is None:
             seg_size = segment_size(size)
             if self.reserved_bytes + seg_size > self.capacity:
@@ -138,7 +179,10 @@ class CachingPool(Accounting):
                                          "out-of-memory recorded", layer, key_name(key))
             seg = self._next_seg
             self._next_seg += 1
+            if self.released:
+                self.remade += 1
             self._segments[seg] = (pool, seg_size)
+            self._stream[seg] = stream
             self._free[seg], self._ends[seg] = {}, {}
             self._add_free(seg, 0, seg_size)
             self.reserved_bytes += seg_size

@@ -107,6 +107,8 @@ class Plan:
     # trace it runs (vdnnsim/split.py); its algos, offloads and segments index that trace
     trace: Any = field(default=None, compare=False, repr=False)
     split: tuple[tuple[str, str, int], ...] = ()  # (first, last, parts) of the original
+    # NOTE [stream pools]: the stream whose pool the prefetched copies are allocated from
+    prefetch_stream: str = "compute"
 
     @property
     def offloads_anything(self) -> bool:

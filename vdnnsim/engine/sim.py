@@ -328,6 +328,10 @@ class Simulation:
         self._hb = [layer.host_bwd_ns + rb for layer in self.trace.layers]
         self._h_offload = h.runtime_offload_ns if runtime else 0
         self._h_fetch = h.runtime_fetch_ns if runtime else 0
+        # NOTE [allocator costs]: only the caching allocator releases its cache, and only a
+        # preset that measured the driver's calls charges for them
+        self._seg_costs = hasattr(self.pool, "would_release") and bool(
+            h.segment_malloc_ns or h.segment_free_ns)
         self._queue = h.launch_queue if self.sem.host_ahead else 0  # NOTE [launch queue]
         layers = self.trace.layers
         self._kf = [h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd
@@ -556,25 +560,55 @@ class Simulation:
                 self._retired.discard(key)
                 pool.release(key, self._stamp(op, 1))
 
-    def _alloc(self, key, size: int, category: str, stamp: int, layer: str, phase: str):
+    def _alloc(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
+               stream: str | None = None):
         pool = self.pool
+        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
         if self._pending:
             yield from self._process_events()
+        costs = self._seg_costs and pool.would_release(size, **kw)
+        if costs:  # NOTE [allocator costs]: cudaFree waits for the whole device
+            yield from self._drain(layer)
+        before = (pool.released, pool.remade) if self._seg_costs else None
         if not pool.alloc(key, size, category, stamp, layer, phase,
-                          can_sync=bool(self._pending)):
+                          can_sync=bool(self._pending), **kw):
             # release_cached_blocks: synchronise on every pending event, free, retry
             yield from self._wait_ops([op for op, _ in self._pending], layer,
                                       "allocator: synchronize_and_free_events")
             yield from self._process_events()
-            pool.alloc(key, size, category, stamp, layer, phase)
+            pool.alloc(key, size, category, stamp, layer, phase, **kw)
+        if before is not None:
+            self._charge_segments(before, layer)
 
-    def _take(self, key, size: int, category: str, stamp: int, layer: str, phase: str) -> bool:
+    def _take(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
+              stream: str | None = None) -> bool:
         """Allocate at once when no deferred free is pending (then no event can change the
-        answer); ``False``: the caller runs :meth:`_alloc`, which may wait."""
-        if self._pending:
+        answer) and no release of the cache is due (NOTE [allocator costs]); ``False``: the
+        caller runs :meth:`_alloc`, which may wait."""
+        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+        if self._pending or self._seg_costs and self.pool.would_release(size, **kw):
             return False
-        self.pool.alloc(key, size, category, stamp, layer, phase)
+        if self._seg_costs:
+            before = (self.pool.released, self.pool.remade)
+            self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
+            self._charge_segments(before, layer)
+            return True
+        self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
         return True
+
+    def _drain(self, layer: str):
+        """NOTE [allocator costs]: the host waits for every stream's work (cudaFree)."""
+        yield from self._wait_ops([s.last for s in self._streams if s.last is not None],
+                                  layer, "allocator: cudaFree synchronises the device")
+
+    def _charge_segments(self, before: tuple[int, int], layer: str) -> None:
+        """NOTE [allocator costs]: the host pays for the segments released and made again."""
+        freed = self.pool.released - before[0]
+        made = self.pool.remade - before[1]
+        if freed or made:
+            h = self.gpu.host
+            self._spend(freed * h.segment_free_ns + made * h.segment_malloc_ns, layer,
+                        "allocator: cudaFree / cudaMalloc")
 
     def _retire(self, key, stamp: int, after: _Op | None) -> None:
         """Free ``key`` once ``after`` (a copy that used it) has ended (NOTE [deferred
@@ -629,7 +663,11 @@ class Simulation:
             waits += (self.compute.last,)  # side.wait_stream(compute)
         op = _Op(stream, kind, layer, buf, size=size, waits=waits, copy="h2d")
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
-        a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind)
+        # NOTE [stream pools]: a prefetch on the side stream, from its pool where the
+        # runtime allocates it there
+        pstream = self.plan.prefetch_stream if side and self.plan.prefetch_stream != "compute" \
+            and hasattr(self.pool, "would_release") else None
+        a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind, pstream)
         if self._take(*a):
             self._fetched(buf, op, side)
             return None

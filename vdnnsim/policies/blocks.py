@@ -80,8 +80,9 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
         taken.update(bufs)
         offload[at].extend(bufs)
         prefetch[max(above)] = at  # the first op of the next region's backward pass
+    # NOTE [stream pools]: the block runtime allocates its prefetches on its copy stream
     return Plan(name, "layer_wise", algo_choice(trace, "p"), tuple(tuple(o) for o in offload),
-                tuple(prefetch), sync=False)
+                tuple(prefetch), sync=False, prefetch_stream="h2d")
 
 
 def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

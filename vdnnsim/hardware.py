@@ -48,8 +48,8 @@ class Host:
     are fitted on models kept apart from every validation set (traces/h200_calib/).
     ``launch_queue``: how many commands (kernels, memsets, copies) a stream's launch queue
     holds before the next launch blocks the host (NOTE [launch queue]), measured on the
-    GPU; 0: no limit. ``segment_malloc_ns``/``segment_free_ns``: the driver's cudaMalloc of a
-    segment and cudaFree of one, which the caching allocator pays when it releases its cache
+    GPU; 0: no limit. ``segment_malloc_ns``/``segment_free_ns`` (plus ``*_per_gib`` for each
+    GiB of the segment): the driver's cudaMalloc of a segment and cudaFree of one, which the caching allocator pays when it releases its cache
     under a cap (NOTE [allocator costs]; bench/alloc_costs.py). ``layer_kernels_fwd``/``_bwd``: the commands a layer issues per pass
     where a trace does not say (NOTE [kernel counts]), the mean over calibration models."""
 
@@ -65,7 +65,9 @@ class Host:
     runtime_fetch_ns: int = 0
     launch_queue: int = 0
     segment_malloc_ns: int = 0  # NOTE [allocator costs]: a cudaMalloc of a segment
+    segment_malloc_ns_per_gib: int = 0  # plus this per GiB of it
     segment_free_ns: int = 0  # and a cudaFree
+    segment_free_ns_per_gib: int = 0
     layer_kernels_fwd: float = 1.0
     layer_kernels_bwd: float = 1.0
 
@@ -140,7 +142,11 @@ class _HostSpec(BaseModel):
                               "queue holds before a launch blocks the host; 0: no limit.")
     segment_malloc_ns: int = Field(0, ge=0, le=10**12, description="The driver's cudaMalloc "
                                    "of one caching-allocator segment (NOTE [allocator costs]).")
+    segment_malloc_ns_per_gib: int = Field(0, ge=0, le=10**12, description="Plus this per "
+                                           "GiB of the segment.")
     segment_free_ns: int = Field(0, ge=0, le=10**12, description="And its cudaFree.")
+    segment_free_ns_per_gib: int = Field(0, ge=0, le=10**12, description="Plus this per "
+                                         "GiB of the segment.")
     layer_kernels_fwd: float = Field(1.0, ge=0, le=10**6, description="Commands a layer's "
                                      "forward pass issues, where a trace does not say.")
     layer_kernels_bwd: float = Field(1.0, ge=0, le=10**6, description="And its backward.")

@@ -23,9 +23,10 @@ the cache is released under a cap: each released segment is a cudaFree, which wa
 whole device (every stream drains), and each segment made again afterwards is a cudaMalloc.
 An uncapped step in its steady state makes no segment at all (the cache holds last step's),
 so the pool counts only the segments it released (``released``) and those it made after a
-release (``remade``); the engine charges the host ``segment_free_ns`` and
-``segment_malloc_ns`` for each (NOTE [host costs]: per preset, measured by
-bench/alloc_costs.py) and makes it wait for every stream before a release. On the H200 at a
+release (``remade``), and their bytes; the engine charges the host ``segment_free_ns`` and
+``segment_malloc_ns`` for each plus ``segment_free_ns_per_gib`` and
+``segment_malloc_ns_per_gib`` for each GiB (NOTE [host costs]: per preset, a line through
+bench/alloc_costs.py's medians) and makes it wait for every stream before a release. On the H200 at a
 12 GiB cap, a planned cspresnet50 step retried four times and called cudaMalloc and
 cudaFree about 110 times each (traces/h200_timm/session11/plan256: 559 ms where the same
 plan without the cap took 457).
@@ -107,6 +108,8 @@ class CachingPool(Accounting):
         self.reserved_bytes = 0
         self.released = 0  # NOTE [allocator costs]: segments given back (cudaFree)
         self.remade = 0  # and segments made after a release (cudaMalloc in a steady state)
+        self.released_bytes = 0
+        self.remade_bytes = 0
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
@@ -137,9 +140,11 @@ class CachingPool(Accounting):
         for seg in [s for s, (pool, size) in self._segments.items()
                     if self._free[s].get(0) == size]:
             self._take_free(seg, 0)
-            self.reserved_bytes -= self._segments.pop(seg)[1]
+            size = self._segments.pop(seg)[1]
+            self.reserved_bytes -= size
             del self._free[seg], self._ends[seg], self._stream[seg]
             self.released += 1
+            self.released_bytes += size
 
     def would_release(self, size_bytes: int, stream: str = "compute") -> bool:
         """NOTE [allocator costs]: whether this request needs a new segment past the cap,
@@ -181,6 +186,7 @@ class CachingPool(Accounting):
             self._next_seg += 1
             if self.released:
                 self.remade += 1
+                self.remade_bytes += seg_size
             self._segments[seg] = (pool, seg_size)
             self._stream[seg] = stream
             self._free[seg], self._ends[seg] = {}, {}

@@ -331,7 +331,8 @@ class Simulation:
         # NOTE [allocator costs]: only the caching allocator releases its cache, and only a
         # preset that measured the driver's calls charges for them
         self._seg_costs = hasattr(self.pool, "would_release") and bool(
-            h.segment_malloc_ns or h.segment_free_ns)
+            h.segment_malloc_ns or h.segment_free_ns or h.segment_malloc_ns_per_gib
+            or h.segment_free_ns_per_gib)
         self._queue = h.launch_queue if self.sem.host_ahead else 0  # NOTE [launch queue]
         layers = self.trace.layers
         self._kf = [h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd
@@ -569,7 +570,7 @@ class Simulation:
         costs = self._seg_costs and pool.would_release(size, **kw)
         if costs:  # NOTE [allocator costs]: cudaFree waits for the whole device
             yield from self._drain(layer)
-        before = (pool.released, pool.remade) if self._seg_costs else None
+        before = self._seg_count() if self._seg_costs else None
         if not pool.alloc(key, size, category, stamp, layer, phase,
                           can_sync=bool(self._pending), **kw):
             # release_cached_blocks: synchronise on every pending event, free, retry
@@ -589,7 +590,7 @@ class Simulation:
         if self._pending or self._seg_costs and self.pool.would_release(size, **kw):
             return False
         if self._seg_costs:
-            before = (self.pool.released, self.pool.remade)
+            before = self._seg_count()
             self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
             self._charge_segments(before, layer)
             return True
@@ -601,14 +602,18 @@ class Simulation:
         yield from self._wait_ops([s.last for s in self._streams if s.last is not None],
                                   layer, "allocator: cudaFree synchronises the device")
 
-    def _charge_segments(self, before: tuple[int, int], layer: str) -> None:
+    def _seg_count(self) -> tuple[int, int, int, int]:
+        p = self.pool
+        return p.released, p.remade, p.released_bytes, p.remade_bytes
+
+    def _charge_segments(self, before: tuple[int, int, int, int], layer: str) -> None:
         """NOTE [allocator costs]: the host pays for the segments released and made again."""
-        freed = self.pool.released - before[0]
-        made = self.pool.remade - before[1]
+        freed, made, fb, mb = (a - b for a, b in zip(self._seg_count(), before))
         if freed or made:
             h = self.gpu.host
-            self._spend(freed * h.segment_free_ns + made * h.segment_malloc_ns, layer,
-                        "allocator: cudaFree / cudaMalloc")
+            ns = freed * h.segment_free_ns + made * h.segment_malloc_ns + round(
+                (fb * h.segment_free_ns_per_gib + mb * h.segment_malloc_ns_per_gib) / 2**30)
+            self._spend(ns, layer, "allocator: cudaFree / cudaMalloc")
 
     def _retire(self, key, stamp: int, after: _Op | None) -> None:
         """Free ``key`` once ``after`` (a copy that used it) has ended (NOTE [deferred

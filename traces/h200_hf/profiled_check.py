@@ -7,7 +7,10 @@ could profile a transformer). "profile's step" is the profile's own median plain
 (from its note): the replay's error against it is the model's, its difference from the
 measurement is the run's own repeatability.
 
-    python traces/h200_hf/profiled_check.py [main|heldout|extra|all]
+    python traces/h200_hf/profiled_check.py [main|heldout|extra|all] [--dir FOLDER]
+
+``--dir session11``: the profiles in FOLDER/profiled (the module profiler, NOTE [module
+timing]) against the measurements made in their own processes, FOLDER/<set>.jsonl.
 """
 
 import json
@@ -24,7 +27,7 @@ SETS = ("main", "heldout", "extra")
 HOST_BOUND = 0.8  # a run whose host issue time is more than this share of its step
 
 
-def rows(which: str = "all"):
+def rows(which: str = "all", folder: str | None = None):
     from profile_all import key
 
     from vdnnsim.api import resolve_gpu, run_trace
@@ -41,10 +44,14 @@ def rows(which: str = "all"):
                 r = json.loads(line)
                 first[key(name, r["model"], r["batch_size"], r["seq_len"], r["dtype"])] = r
         same = HERE / ("extra.jsonl" if name == "extra" else f"session9/{name}.jsonl")
+        if folder is not None:
+            same = HERE / folder / f"{name}.jsonl"
+            if not same.exists():
+                continue
         for line in same.read_text().splitlines():
             r = json.loads(line)
             k = key(name, r["model"], r["batch_size"], r["seq_len"], r["dtype"])
-            path = HERE / "profiled" / f"{k}.yaml.gz"
+            path = HERE / (folder or "") / "profiled" / f"{k}.yaml.gz"
             trace = with_optimizer(load_trace(path), r["optimizer"])
             sim = run_trace(trace, gpu, "eager", record=False)
             plain = float(re.search(r"a plain step took ([0-9.]+) ms",
@@ -53,13 +60,19 @@ def rows(which: str = "all"):
 
 
 def main() -> None:
-    which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    args = sys.argv[1:]
+    folder = None
+    if "--dir" in args:
+        i = args.index("--dir")
+        folder = args[i + 1]
+        del args[i:i + 2]
+    which = args[0] if args else "all"
     errs: dict[str, dict[str, list[float]]] = {}
     print("| set | model | batch | seq | precision | peak pred GiB | peak meas GiB | error "
           "| step pred ms | step meas ms | error | host issue ms | profile's step ms "
           "| first meas ms | error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, r, r1, sim, plain in rows(which):
+    for name, r, r1, sim, plain in rows(which, folder):
         pred = sim.iteration_time_s * 1e3
         em = sim.peak_memory_bytes / r["peak_allocated_bytes"] - 1
         et = pred / r["iteration_ms"] - 1

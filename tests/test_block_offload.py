@@ -185,3 +185,84 @@ def test_blocks_by_path_of_a_factory_cnn_give_identical_gradients():
     off, stats = grads(len(paths) // 2)
     assert stats["offloaded_bytes"] > 0
     assert set(off) == set(base) and all(torch.equal(base[n], off[n]) for n in base)
+
+
+# NOTE [block recompute] ---------------------------------------------------------------
+
+RESNET = ("torchvision.models:resnet18", "image:3,32,32")
+
+
+@pytest.fixture(scope="module")
+def resnet_trace():
+    """A factory CNN's meta-device trace: its blocks by call (NOTE [blocks])."""
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.trace import trace_from_dict
+    d = memory_trace(RESNET[0], 8, resolve_gpu("h200"), "fp32", None, {}, RESNET[1])
+    return trace_from_dict(d, "resnet18")
+
+
+def test_checkpointed_blocks_lower_the_peak_and_their_segments_are_their_own_ops(
+        resnet_trace):
+    from vdnnsim.planner import block_paths
+    from vdnnsim.policies.blocks import block_segments
+    paths = block_paths(resnet_trace)
+    # the root's calls in order: the root's ReLU and pooling are called once, so blocks
+    assert paths[:6] == ["conv1", "bn1", "relu", "maxpool", "layer1.0", "layer1.1"]
+    segs = block_segments(resnet_trace, 4)
+    for (a, b), path in zip(segs, paths):
+        mods = {x.attrs["module"] for x in resnet_trace.layers[a:b + 1]}
+        assert all(m == path or m.startswith(path + ".") for m in mods)
+    # layer1.0's residual add and ReLU run in the block (BasicBlock.forward): its own
+    gpu = resolve_gpu("h200")
+    eager = run_trace(resnet_trace, gpu, "eager", record=False)
+    rec = run_trace(resnet_trace, gpu, "vdnn_blocks", {"recompute": 6}, record=False)
+    assert rec.peak_memory_bytes < eager.peak_memory_bytes and rec.offloaded_bytes == 0
+    with pytest.raises(ConfigError, match="recompute takes neither"):
+        run_trace(resnet_trace, gpu, "vdnn_blocks", {"recompute": 2, "blocks": 1})
+
+
+def test_the_block_plan_checkpoints_where_that_is_faster():
+    """On the H200 profile of cspresnet50 at batch 256 (session 11), a 12 GiB budget: the
+    first 7 of 30 blocks offloaded fit at 4.7x the step; checkpointing 11 fits far faster,
+    and the plan file says which (the runtime checkpoints those modules)."""
+    t = load_trace(ROOT / "traces/h200_timm/session11/plan256/cspresnet50.b256.yaml.gz")
+    gpu = resolve_gpu("h200")
+    p = plan_blocks(t, gpu, 12 * GiB)
+    off = next(x for x in p.tried if x[1])
+    assert p.fits and p.recompute > 0 and p.blocks == 0
+    assert p.iteration_time_ns < off[3] / 2
+    from vdnnsim.planner import block_plan_to_dict
+    d = block_plan_to_dict(t, gpu, 12 * GiB, p)
+    assert d["recompute_blocks"] == p.recompute and d["blocks"] == 0
+    assert d["block_paths"][0] == "stem"
+
+
+def test_checkpointed_blocks_give_identical_gradients_on_a_cpu():
+    """The runtime's checkpointing of the first blocks (by path), gradients to the bit,
+    and the model's own forward back after remove()."""
+    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.workload import build_workload, training_step
+
+    paths = ["conv1", "bn1", "relu", "maxpool", "layer1.0", "layer1.1", "layer2.0"]
+
+    def grads(recompute):
+        torch.manual_seed(0)
+        work = build_workload(RESNET[0], None, RESNET[1], {})
+        rt = BlockOffload(work.model, 0, paths, recompute) if recompute else None
+        step = training_step(work, 4, "cpu", "fp32", "sgd")
+        step.optimizer.zero_grad(set_to_none=True)
+        step.backward(step.forward())
+        out = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()}
+        if rt is not None:
+            assert "forward" in work.model.conv1.__dict__  # wrapped
+            rt.remove()
+            assert "forward" not in work.model.conv1.__dict__  # its own again
+        return out
+
+    base = grads(0)
+    for k in (2, 3, 6):  # the in-place ReLU (block 3) checkpointed alone and with others
+        rec = grads(k)
+        assert set(base) == set(rec) and all(torch.equal(base[n], rec[n]) for n in base), k
+    with pytest.raises(ValueError, match="one or the other"):
+        BlockOffload(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2),
+                                         torch.nn.Linear(2, 2)), 1, ["0", "1", "2"], 1)

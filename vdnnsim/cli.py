@@ -199,9 +199,10 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
     print(f"{head}: {len(plan.tried)} simulations, {plan.total} blocks")
-    for k, fits, peak, ns in plan.tried:
-        print(f"  {k:3d} block(s) offloaded: {'fits' if fits else 'out of memory'}, "
-              f"peak {peak / GiB:.2f} GiB" + (f", {ns / 1e6:.1f} ms" if timed else ""))
+    for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):
+        for k, fits, peak, ns in tried:
+            print(f"  {k:3d} block(s) {what}: {'fits' if fits else 'out of memory'}, "
+                  f"peak {peak / GiB:.2f} GiB" + (f", {ns / 1e6:.1f} ms" if timed else ""))
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         if not timed:
@@ -211,7 +212,9 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
     if timed:
         ratio = (plan.iteration_time_ns / base.iteration_time_ns if base.iteration_time_ns
                  else float("nan"))
-        print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: "
+        what = (f"checkpoint the first {plan.recompute}" if plan.recompute
+                else f"offload the first {plan.blocks}")  # NOTE [block recompute]
+        print(f"plan: {what} of {plan.total} blocks: "
               f"{plan.iteration_time_ns / 1e6:.1f} ms, {format_slowdown(ratio)} "
               f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")

@@ -428,7 +428,7 @@ register("planned", planned, "replay a plan file written by vdnnsim plan (option
 # block more never costs memory, so the first count that fits is the one), written as a
 # ``vdnnsim-block-plan`` file that `vdnnsim measure --plan` runs with the block runtime
 # (vdnnsim/gpu/block_offload.py). No algorithms to choose (one per op, as profiled), no
-# recompute or batch split yet.
+# batch split yet; checkpointing the first k blocks instead is NOTE [block recompute].
 BLOCK_FORMAT = "vdnnsim-block-plan"
 
 
@@ -440,10 +440,14 @@ class BlockPlan:
     peak_memory_bytes: int
     iteration_time_ns: int
     tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
+    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
+    tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
 
 
 def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
-    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` bytes."""
+    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` bytes, or, on a
+    timed trace, the fewest checkpointed blocks (NOTE [block recompute]) if that is
+    faster."""
     from .api import run_trace
     from .policies.blocks import block_regions
 
@@ -451,14 +455,27 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
     if not total:
         raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
                           "tags: profile or trace it from a model)")
-    tried = []
-    r = None
-    for k in range(total + 1):
-        r = run_trace(trace, gpu, "vdnn_blocks", {"blocks": k}, budget, record=False)
-        tried.append((k, r.fits, r.peak_memory_bytes, r.iteration_time_ns))
-        if r.fits:
-            return BlockPlan(k, total, True, r.peak_memory_bytes, r.iteration_time_ns, tried)
-    return BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
+
+    def fewest(option: str) -> tuple[BlockPlan | None, list, Any]:
+        tried, r = [], None
+        for k in range(total + 1):
+            r = run_trace(trace, gpu, "vdnn_blocks", {option: k}, budget, record=False)
+            tried.append((k, r.fits, r.peak_memory_bytes, r.iteration_time_ns))
+            if r.fits:
+                return BlockPlan(k, total, True, r.peak_memory_bytes, r.iteration_time_ns,
+                                 tried), tried, r
+        return None, tried, r
+
+    best, tried, r = fewest("blocks")
+    if best is None:
+        best = BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
+    if trace.timed:
+        rec, rtried, _ = fewest("recompute")
+        best.tried_recompute = rtried
+        if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
+            return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
+                             tried, recompute=rec.blocks, tried_recompute=rtried)
+    return best
 
 
 def block_paths(trace: Trace) -> list[str] | None:
@@ -475,6 +492,7 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> 
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
+            "recompute_blocks": plan.recompute,  # NOTE [block recompute]
             # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
             "block_paths": block_paths(trace),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-

@@ -21,7 +21,8 @@ gradients, caught by the bit-identity test). The copies move the bytes exactly,
 so gradients are bit-identical to a step without offload wherever the kernels themselves
 are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
 them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
-plan]). Not done: recompute, offloading the regions outside the blocks.
+plan]), or the first ``recompute`` checkpointed instead (NOTE [block recompute]). Not
+done: offloading the regions outside the blocks, a chosen set of blocks.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class _Entry:
 class BlockOffload:
     """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
 
-    def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None):
+    def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None,
+                 recompute: int = 0):
         if paths is None:  # a plan of an older probe: the largest ModuleList's items
             self.blocks = find_blocks(model)
         else:  # NOTE [blocks]: by the paths the plan's trace chose
@@ -78,10 +80,20 @@ class BlockOffload:
                              "layers) to offload")
         if not 0 <= offload <= len(self.blocks):
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
+        if not 0 <= recompute <= len(self.blocks) or recompute and offload:
+            raise ValueError(f"recompute {recompute} blocks (of {len(self.blocks)}) and "
+                             f"offload {offload}: one or the other")
         self.offload = offload
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        self.d2h = torch.cuda.Stream()
-        self.h2d = torch.cuda.Stream()
+        # streams only where something moves: a plan that only recomputes runs on a CPU
+        self.d2h = torch.cuda.Stream() if offload else None
+        self.h2d = torch.cuda.Stream() if offload else None
+        # NOTE [block recompute]: the first ``recompute`` blocks' forward under
+        # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
+        self._wrapped: list[tuple[nn.Module, Any]] = []
+        for b in self.blocks[:recompute]:
+            self._wrapped.append((b, b.__dict__.get("forward")))
+            b.forward = _checkpointed(b.forward)
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
         # tensor packed with it, and its memory (host and GPU copies) goes with it
         self.entries: list[weakref.WeakValueDictionary] = [
@@ -177,11 +189,30 @@ class BlockOffload:
 
     def end_iteration(self) -> None:
         """After a step: every copy done, the step's bookkeeping dropped."""
-        torch.cuda.current_stream().wait_stream(self.d2h)
-        torch.cuda.current_stream().wait_stream(self.h2d)
+        if self.d2h is not None:
+            torch.cuda.current_stream().wait_stream(self.d2h)
+            torch.cuda.current_stream().wait_stream(self.h2d)
         self._hooked.clear()
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
         self.handles = []
+        for b, own in self._wrapped:  # the module's own forward back
+            if own is None:
+                del b.forward
+            else:
+                b.forward = own
+        self._wrapped = []
+
+
+def _checkpointed(forward: Any) -> Any:
+    """NOTE [block recompute]: ``forward`` run under torch.utils.checkpoint when autograd
+    records (in no_grad it runs as it is)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run

@@ -63,7 +63,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     if plan is not None:
         record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
                                                     "predicted", "split", "recompute",
-                                                    "blocks", "block_paths")}
+                                                    "blocks", "block_paths",
+                                                    "recompute_blocks")}
     work = runtime = step = None
     try:
         if memory_cap_bytes:
@@ -85,7 +86,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if policy.startswith("vdnn"):
             runtime = VDNN(work.model, work.shape, policy)
         elif blocks:  # NOTE [block runtime]
-            runtime = BlockOffload(work.model, int(plan["blocks"]), plan.get("block_paths"))
+            runtime = BlockOffload(work.model, int(plan["blocks"]), plan.get("block_paths"),
+                                   int(plan.get("recompute_blocks") or 0))
         elif plan is not None:
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,

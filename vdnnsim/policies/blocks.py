@@ -19,6 +19,19 @@ block on; default every block), or ``budget`` (bytes, or a capacity like '22 GiB
 fewest blocks whose replay fits it, NOTE [block plan] in planner.py's ``plan_blocks``).
 The runtime's own host costs are not modelled (plan.runtime is false): its pack and
 unpack hooks are a Python call per saved tensor, a few thousand a step.
+
+NOTE [block recompute]
+The other way to free a block's memory: run it under torch.utils.checkpoint (non-reentrant)
+so that its forward pass keeps only its inputs, and run it again when the backward pass
+reaches it. Option ``recompute``: the first that many blocks, checkpointed (the engine's
+NOTE [recompute] over each block's own ops: not the ops after it in its region, which run
+in the parent's code), nothing offloaded. The block runtime wraps those modules' forward
+(vdnnsim/gpu/block_offload.py); a block plan carries ``recompute_blocks``. ``vdnnsim plan``
+(NOTE [block plan]) tries both, offloading and checkpointing the first k blocks, and keeps
+the faster that fits (on a memory-only trace, offloading, whose cost needs no times).
+Gradients are the plain step's (tests/test_block_offload.py, on a CPU); a batch norm's
+running statistics are updated once more by the recompute, as torch.utils.checkpoint does.
+Not measured on the H200 yet (session 11 ran out of device time).
 """
 
 from __future__ import annotations
@@ -85,18 +98,64 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
                 tuple(prefetch), sync=False, prefetch_stream="h2d")
 
 
+def block_segments(trace: Trace, recompute: int) -> tuple[tuple[int, int], ...]:
+    """NOTE [block recompute]: the first ``recompute`` blocks' own ops, (first, last) layer
+    index each: a block's region without what runs after the block before the next one
+    (a residual add of the parent's), which torch.utils.checkpoint on the module does not
+    run again."""
+    regions = block_regions(trace)
+    segs = []
+    path = None
+    for r in range(1, min(recompute, len(regions) - 2) + 1):
+        idx = regions[r]
+        if not idx:
+            continue
+        path = trace.layers[idx[0]].attrs.get("block_path")
+        own = [i for i in idx if path is None or _under(trace.layers[i].attrs.get("module"),
+                                                        path)]
+        if own:
+            segs.append((min(own), max(own)))
+    return tuple(segs)
+
+
+def _under(module: Any, path: str) -> bool:
+    return isinstance(module, str) and (module == path or module.startswith(path + "."))
+
+
+def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks") -> Plan:
+    """NOTE [block recompute]: the first ``recompute`` blocks checkpointed, nothing moved."""
+    from .recompute import with_segments
+    regions = block_regions(trace)
+    if len(regions) < 3:
+        raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
+                          "block tags: profile or trace it with vdnnsim from a model)")
+    return with_segments(trace, block_segments(trace, recompute), "none",
+                         algo_choice(trace, "p"), sync=False, name=name)
+
+
 def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     opts = dict(options)
     blocks = opts.pop("blocks", None)
     budget = opts.pop("budget", None)
+    recompute = opts.pop("recompute", None)
     check_options("vdnn_blocks", opts, set())
     if blocks is not None and budget is not None:
         raise ConfigError("policy vdnn_blocks: give blocks or budget, not both")
+    if recompute is not None:
+        if blocks is not None or budget is not None:
+            raise ConfigError("policy vdnn_blocks: recompute takes neither blocks nor budget")
+        if isinstance(recompute, bool) or not isinstance(recompute, int) or \
+                not 0 <= recompute <= 10**6:
+            raise ConfigError(f"policy vdnn_blocks: option recompute must be a count of "
+                              f"blocks from 0, got {recompute!r}")
+        return block_recompute_plan(trace, recompute)
     regions = block_regions(trace)
     total = max(0, len(regions) - 2)
     if budget is not None:
         from ..planner import plan_blocks
-        return block_plan(trace, plan_blocks(trace, gpu, budget).blocks)
+        p = plan_blocks(trace, gpu, budget)
+        return block_recompute_plan(trace, p.recompute) if p.recompute else \
+            block_plan(trace, p.blocks)
     if blocks is None:
         blocks = total
     if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= 10**6:
@@ -105,5 +164,6 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     return block_plan(trace, blocks)
 
 
-register("vdnn_blocks", vdnn_blocks, "offload whole blocks of a transformer (NOTE [block "
-         "offload]): the first `blocks` of them, or the fewest that fit `budget`")
+register("vdnn_blocks", vdnn_blocks, "offload whole blocks of any model (NOTE [block "
+         "offload]): the first `blocks` of them, or the fewest that fit `budget`; or "
+         "checkpoint the first `recompute` (NOTE [block recompute])")

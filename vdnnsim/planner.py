@@ -488,11 +488,18 @@ def block_paths(trace: Trace) -> list[str] | None:
     return paths if paths and all(isinstance(p, str) for p in paths) else None
 
 
+def recompute_paths(trace: Trace, recompute: int) -> list[str]:
+    """NOTE [block recompute]: the blocks a plan checkpoints, by path."""
+    from .policies.blocks import block_segments
+    return list(block_segments(trace, recompute)) if recompute else []
+
+
 def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> dict[str, Any]:
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
             "recompute_blocks": plan.recompute,  # NOTE [block recompute]
+            "recompute_paths": recompute_paths(trace, plan.recompute),
             # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
             "block_paths": block_paths(trace),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-

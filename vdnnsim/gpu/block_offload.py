@@ -64,7 +64,7 @@ class BlockOffload:
     """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
 
     def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None,
-                 recompute: int = 0):
+                 recompute: list[str] = ()):
         if paths is None:  # a plan of an older probe: the largest ModuleList's items
             self.blocks = find_blocks(model)
         else:  # NOTE [blocks]: by the paths the plan's trace chose
@@ -80,18 +80,23 @@ class BlockOffload:
                              "layers) to offload")
         if not 0 <= offload <= len(self.blocks):
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
-        if not 0 <= recompute <= len(self.blocks) or recompute and offload:
-            raise ValueError(f"recompute {recompute} blocks (of {len(self.blocks)}) and "
-                             f"offload {offload}: one or the other")
+        if recompute and offload:
+            raise ValueError(f"recompute {len(recompute)} blocks and offload {offload}: one "
+                             "or the other")
         self.offload = offload
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         # streams only where something moves: a plan that only recomputes runs on a CPU
         self.d2h = torch.cuda.Stream() if offload else None
         self.h2d = torch.cuda.Stream() if offload else None
-        # NOTE [block recompute]: the first ``recompute`` blocks' forward under
+        # NOTE [block recompute]: the ``recompute`` blocks' (paths) forward under
         # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
         self._wrapped: list[tuple[nn.Module, Any]] = []
-        for b in self.blocks[:recompute]:
+        for p in recompute:
+            try:
+                b = model.get_submodule(p)
+            except AttributeError:
+                raise ValueError(f"the plan's block {p} is not a module of "
+                                 f"{type(model).__name__}") from None
             self._wrapped.append((b, b.__dict__.get("forward")))
             b.forward = _checkpointed(b.forward)
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a

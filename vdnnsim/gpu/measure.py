@@ -64,7 +64,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
                                                     "predicted", "split", "recompute",
                                                     "blocks", "block_paths",
-                                                    "recompute_blocks")}
+                                                    "recompute_blocks", "recompute_paths")}
     work = runtime = step = None
     try:
         if memory_cap_bytes:
@@ -87,7 +87,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             runtime = VDNN(work.model, work.shape, policy)
         elif blocks:  # NOTE [block runtime]
             runtime = BlockOffload(work.model, int(plan["blocks"]), plan.get("block_paths"),
-                                   int(plan.get("recompute_blocks") or 0))
+                                   list(plan.get("recompute_paths") or ()))
         elif plan is not None:
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,

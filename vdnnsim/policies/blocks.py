@@ -29,6 +29,8 @@ in the parent's code), nothing offloaded. The block runtime wraps those modules'
 (vdnnsim/gpu/block_offload.py); a block plan carries ``recompute_blocks``. ``vdnnsim plan``
 (NOTE [block plan]) tries both, offloading and checkpointing the first k blocks, and keeps
 the faster that fits (on a memory-only trace, offloading, whose cost needs no times).
+A block that writes its input in place is never checkpointed (``block_segments``: the plan
+file lists the blocks it checkpoints, ``recompute_paths``, and the runtime wraps just those).
 Gradients are the plain step's (tests/test_block_offload.py, on a CPU); a batch norm's
 running statistics are updated once more by the recompute, as torch.utils.checkpoint does.
 Not measured on the H200 yet (session 11 ran out of device time).
@@ -98,14 +100,17 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
                 tuple(prefetch), sync=False, prefetch_stream="h2d")
 
 
-def block_segments(trace: Trace, recompute: int) -> tuple[tuple[int, int], ...]:
-    """NOTE [block recompute]: the first ``recompute`` blocks' own ops, (first, last) layer
-    index each: a block's region without what runs after the block before the next one
-    (a residual add of the parent's), which torch.utils.checkpoint on the module does not
-    run again."""
+def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
+    """NOTE [block recompute]: of the first ``recompute`` blocks, those that can be
+    checkpointed, by path: their own ops, (first, last) layer index each (a block's region
+    without what runs after the block before the next one, a residual add of the parent's,
+    which torch.utils.checkpoint on the module does not run again). A block whose input is
+    written in place, by the block (a ReLU(inplace=True) module) or by anything after it,
+    cannot be: the checkpoint keeps its input to run it again, and the write changes it
+    (autograd refuses); it is left as it is."""
     regions = block_regions(trace)
-    segs = []
-    path = None
+    lv = liveness(trace)
+    segs: dict[str, tuple[int, int]] = {}
     for r in range(1, min(recompute, len(regions) - 2) + 1):
         idx = regions[r]
         if not idx:
@@ -113,9 +118,17 @@ def block_segments(trace: Trace, recompute: int) -> tuple[tuple[int, int], ...]:
         path = trace.layers[idx[0]].attrs.get("block_path")
         own = [i for i in idx if path is None or _under(trace.layers[i].attrs.get("module"),
                                                         path)]
-        if own:
-            segs.append((min(own), max(own)))
-    return tuple(segs)
+        if not own:
+            continue
+        a, b = min(own), max(own)
+        inputs = {lv.root[t] for i in range(a, b + 1) for t in trace.layers[i].inputs
+                  if lv.producer.get(lv.root[t], -1) < a}
+        if any(trace.layers[i].kind.endswith("_") and any(
+                lv.root[t] in inputs for t in trace.layers[i].outputs)
+               for i in range(a, len(trace.layers))):
+            continue
+        segs[path or str(r)] = (a, b)
+    return segs
 
 
 def _under(module: Any, path: str) -> bool:
@@ -129,8 +142,8 @@ def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks"
     if len(regions) < 3:
         raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
                           "block tags: profile or trace it with vdnnsim from a model)")
-    return with_segments(trace, block_segments(trace, recompute), "none",
-                         algo_choice(trace, "p"), sync=False, name=name)
+    segs = tuple(block_segments(trace, recompute).values())
+    return with_segments(trace, segs, "none", algo_choice(trace, "p"), sync=False, name=name)
 
 
 def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

@@ -470,7 +470,10 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
     if best is None:
         best = BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
     if trace.timed:
-        rec, rtried, _ = fewest("recompute")
+        from .policies.blocks import block_segments
+        rec, rtried = None, []
+        if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
+            rec, rtried, _ = fewest("recompute")
         best.tried_recompute = rtried
         if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
             return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,

@@ -107,7 +107,8 @@ def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
     which torch.utils.checkpoint on the module does not run again). A block whose input is
     written in place, by the block (a ReLU(inplace=True) module) or by anything after it,
     cannot be: the checkpoint keeps its input to run it again, and the write changes it
-    (autograd refuses); it is left as it is."""
+    (autograd refuses); it is left as it is. So is every block of a trace whose blocks
+    carry no path (an older probe's): the runtime would not know which module to wrap."""
     regions = block_regions(trace)
     lv = liveness(trace)
     segs: dict[str, tuple[int, int]] = {}
@@ -116,8 +117,9 @@ def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
         if not idx:
             continue
         path = trace.layers[idx[0]].attrs.get("block_path")
-        own = [i for i in idx if path is None or _under(trace.layers[i].attrs.get("module"),
-                                                        path)]
+        if not isinstance(path, str):  # a trace of an older probe: no module to wrap
+            continue
+        own = [i for i in idx if _under(trace.layers[i].attrs.get("module"), path)]
         if not own:
             continue
         a, b = min(own), max(own)
@@ -127,7 +129,7 @@ def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
                 lv.root[t] in inputs for t in trace.layers[i].outputs)
                for i in range(a, len(trace.layers))):
             continue
-        segs[path or str(r)] = (a, b)
+        segs[path] = (a, b)
     return segs
 
 

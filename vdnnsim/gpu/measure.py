@@ -155,6 +155,14 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             record.update({k: v // (warmup + iters + 1) for k, v in runtime.stats.items()})
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
+    except RuntimeError as exc:
+        if plan is None:
+            raise
+        # NOTE [block recompute]: autograd refusing what a plan does to this model (a
+        # checkpointed module whose input is written in place where the trace did not show
+        # it) is the plan's failure, said in one line
+        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ValueError(f"the plan does not run on this model: {text}") from None
     finally:
         if isinstance(runtime, BlockOffload):
             runtime.remove()

@@ -729,8 +729,8 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--method", choices=["auto", "milp", "greedy", "blocks"], default="auto",
                     help="the exact MILP (NOTE [milp planner]), the greedy search (NOTE "
                     "[planner]), or both where the MILP is tractable (default); blocks: the "
-                    "fewest offloaded blocks of a transformer (NOTE [block plan]; the default "
-                    "for a trace with blocks)")
+                    "fewest offloaded or checkpointed blocks of any model (NOTE [block plan]; "
+                    "the default for a trace with blocks)")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them (NOTE [autotune headroom])")

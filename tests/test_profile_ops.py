@@ -291,3 +291,29 @@ def test_blocks_of_a_model_without_a_module_list_are_cut_from_its_calls():
     twice = [n for n in p.nodes if n.attrs["module"] == "twice"]
     assert len(twice) == 2 and {n.attrs["block"] for n in twice} == {7}
     assert [n.attrs["block_path"] for n in p.nodes if "block_path" in n.attrs] == p.blocks
+
+
+class _SharedAct(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def test_a_module_shared_by_blocks_runs_in_the_block_that_calls_it():
+    """NOTE [blocks]: one GELU in four blocks is named by its first path (blocks 1's); its
+    ops in later blocks stay in those blocks' regions (the review found them sent back)."""
+    act = nn.GELU()
+    net = nn.Sequential(nn.Linear(32, 32), *[_SharedAct(act) for _ in range(4)],
+                        nn.Linear(32, 10))
+    b = {"x": torch.randn(4, 32), "y": torch.randint(0, 10, (4,))}
+    p = probe_ops(net, b, _loss, "seq", None)
+    assert p.blocks == ["0", "1", "2", "3", "4", "5"]
+    regions = [n.attrs["block"] for n in p.nodes]
+    assert regions == sorted(regions)
+    gelus = [n.attrs["block"] for n in p.nodes if n.attrs["module"] == "1.act"]
+    assert gelus == [2, 3, 4, 5]
+    assert [n.attrs["block_path"] for n in p.nodes if "block_path" in n.attrs] == p.blocks

@@ -556,6 +556,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
         if block and not (isinstance(plan.get("blocks"), int) and not
                           isinstance(plan.get("blocks"), bool) and plan["blocks"] >= 0):
             raise ConfigError(f"{args.plan}: a block plan's blocks must be a count from 0")
+        for k in ("block_paths", "recompute_paths") if block else ():  # NOTE [blocks]
+            v = plan.get(k)
+            if v is not None and not (isinstance(v, list) and all(isinstance(p, str)
+                                                                   for p in v)):
+                raise ConfigError(f"{args.plan}: a block plan's {k} must be a list of "
+                                  "module paths")
         if not block and (not isinstance(plan, dict) or plan.get("format") != FORMAT or
                           not isinstance(plan.get("layers"), list)):
             raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT} or "

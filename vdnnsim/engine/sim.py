@@ -670,7 +670,8 @@ class Simulation:
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
         # NOTE [stream pools]: a prefetch on the side stream, from its pool where the
         # runtime allocates it there
-        pstream = self.plan.prefetch_stream if side and self.plan.prefetch_stream != "compute" \
+        # (the block runtime fetches on demand there too)
+        pstream = self.plan.prefetch_stream if self.plan.prefetch_stream != "compute" \
             and hasattr(self.pool, "would_release") else None
         a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind, pstream)
         if self._take(*a):

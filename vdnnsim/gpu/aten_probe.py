@@ -616,7 +616,8 @@ def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> li
 # named by its module path. They are chosen from what the probe saw (``choose_blocks``):
 # every module call (``module_paths`` records them) and the ops each ran. A transformer's
 # blocks are the items of its largest ModuleList when that list holds at least half the
-# model's parameters (GPT-2's ``h``, Llama's ``layers``). Any other model (a CNN built by a
+# model's parameters (GPT-2's ``h``, Llama's ``layers``; two items are enough there), each
+# item called once and in order. Any other model (a CNN built by a
 # factory, a DLA tree; a list that holds less, like res2net's per-block ``convs``) is cut
 # along its call tree: start from the calls the root makes; while the unit with the most
 # ops holds more than 1/BLOCK_SHARE of the step's ops, open it into the calls it makes,
@@ -628,7 +629,9 @@ def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> li
 # after the last block N + 1) and the first op of a region with its block's path
 # (``attrs['block_path']``), which block plans carry and the runtime hooks by
 # (``get_submodule``). The blocks' order is the order the probe saw them called in, so a
-# block runs in the runtime where it ran in the probe. Time is measured per module (NOTE
+# block runs in the runtime where it ran in the probe. An op of a module shared with an
+# earlier block (named by its first path, NOTE [module paths]) stays in the region running
+# when it ran: regions never go back. Time is measured per module (NOTE
 # [module timing]); blocks are only the unit of offload.
 MIN_BLOCKS = 3  # fewer units offload nothing worth a plan
 BLOCK_SHARE = 16  # a unit with more than 1/16 of the ops is opened into its calls
@@ -715,6 +718,10 @@ def tag_blocks(nodes: list[ProbeNode], paths: list[str]) -> None:
                 r = where.get(".".join(parts[:k]))
                 if r is not None:
                     break
+        if r is not None and r < last:
+            # a module shared with an earlier block (its first path names it): it ran in
+            # the block now running, or between blocks after it, never back in that one
+            r = None
         if r is None:  # between blocks: the region of the block before; after the last
             r = len(paths) + 1 if last == len(paths) and paths else last
         elif r != last:

@@ -21,8 +21,8 @@ gradients, caught by the bit-identity test). The copies move the bytes exactly,
 so gradients are bit-identical to a step without offload wherever the kernels themselves
 are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
 them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
-plan]), or the first ``recompute`` checkpointed instead (NOTE [block recompute]). Not
-done: offloading the regions outside the blocks, a chosen set of blocks.
+plan]), or the blocks named by ``recompute`` (paths) checkpointed instead (NOTE [block
+recompute]). Not done: offloading the regions outside the blocks, offloading a chosen set.
 """
 
 from __future__ import annotations
@@ -91,12 +91,14 @@ class BlockOffload:
         # NOTE [block recompute]: the ``recompute`` blocks' (paths) forward under
         # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
         self._wrapped: list[tuple[nn.Module, Any]] = []
-        for p in recompute:
+        wrap = []
+        for p in dict.fromkeys(recompute):  # every path checked before any is wrapped
             try:
-                b = model.get_submodule(p)
+                wrap.append(model.get_submodule(p))
             except AttributeError:
                 raise ValueError(f"the plan's block {p} is not a module of "
                                  f"{type(model).__name__}") from None
+        for b in dict.fromkeys(wrap):
             self._wrapped.append((b, b.__dict__.get("forward")))
             b.forward = _checkpointed(b.forward)
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
@@ -203,7 +205,7 @@ class BlockOffload:
         for h in self.handles:
             h.remove()
         self.handles = []
-        for b, own in self._wrapped:  # the module's own forward back
+        for b, own in reversed(self._wrapped):  # the module's own forward back
             if own is None:
                 del b.forward
             else:

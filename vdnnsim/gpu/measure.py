@@ -156,7 +156,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     except RuntimeError as exc:
-        if plan is None:
+        if not (plan is not None and plan.get("recompute_paths")
+                and "modified by an inplace operation" in str(exc)):
             raise
         # NOTE [block recompute]: autograd refusing what a plan does to this model (a
         # checkpointed module whose input is written in place where the trace did not show

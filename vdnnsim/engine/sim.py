@@ -589,12 +589,10 @@ class Simulation:
         kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
         if self._pending or self._seg_costs and self.pool.would_release(size, **kw):
             return False
-        if self._seg_costs:
-            before = self._seg_count()
-            self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
-            self._charge_segments(before, layer)
-            return True
+        before = self._seg_count() if self._seg_costs else None
         self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
+        if before is not None:
+            self._charge_segments(before, layer)
         return True
 
     def _drain(self, layer: str):

@@ -33,6 +33,7 @@ would pick (the meta device runs PyTorch's choice for meta tensors).
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 import weakref
 from typing import Any
 
@@ -641,9 +642,7 @@ def choose_blocks(model: torch.nn.Module, calls: list[tuple[str, int]],
                   nodes: list[ProbeNode]) -> list[str]:
     """NOTE [blocks]: the blocks' paths in call order; ``calls`` is every module call of
     the step as (path, index of the call it was made in, -1 for none)."""
-    count: dict[str, int] = {}
-    for path, _ in calls:
-        count[path] = count.get(path, 0) + 1
+    count = Counter(path for path, _ in calls)
     kids: dict[int, list[int]] = {}
     for i, (_, parent) in enumerate(calls):
         kids.setdefault(parent, []).append(i)
@@ -656,17 +655,12 @@ def choose_blocks(model: torch.nn.Module, calls: list[tuple[str, int]],
         for k in range(len(parts) + 1):
             p = ".".join(parts[:k])
             ops[p] = ops.get(p, 0) + 1
-    total = sum(1 for n in nodes)
+    total = len(nodes)
     params = sum(p.numel() for p in model.parameters())
-    best, most = [], 0
-    for path, m in model.named_modules():
-        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
-            k = sum(p.numel() for p in m.parameters())
-            if k > most:
-                best, most = [f"{path}.{j}" if path else str(j) for j in range(len(m))], k
-    if best and 2 * most >= params and all(count.get(p) == 1 for p in best):
-        order = [calls[i][0] for i in range(len(calls)) if calls[i][0] in set(best)]
-        if order == best:
+    best, most = _largest_module_list(model)
+    if best and 2 * most >= params and all(count[p] == 1 for p in best):
+        listed = set(best)
+        if [path for path, _ in calls if path in listed] == best:
             return [p for p in best if ops.get(p)]
     roots = [i for i, (path, parent) in enumerate(calls) if parent == -1]
     units = [c for r in roots for c in kids.get(r, [])]
@@ -684,24 +678,28 @@ def choose_blocks(model: torch.nn.Module, calls: list[tuple[str, int]],
             continue
         k = units.index(u)
         units[k:k + 1] = ch
-    paths = [calls[u][0] for u in units]
-    if any(count[p] != 1 for p in paths):  # the root's own calls, one called twice
-        paths = [p for p in paths if count[p] == 1]
-    paths = [p for p in paths if ops.get(p)]
+    # the root's own calls may include a module called twice: no block
+    paths = [p for p in (calls[u][0] for u in units) if count[p] == 1 and ops.get(p)]
     return paths if len(paths) >= MIN_BLOCKS else []
+
+
+def _largest_module_list(model: torch.nn.Module) -> tuple[list[str], int]:
+    """The paths of the items of the model's ModuleList (of two or more) with the most
+    parameters, and that count; ([], 0) where it has none."""
+    best: list[str] = []
+    most = 0
+    for path, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            k = sum(p.numel() for p in m.parameters())
+            if k > most:
+                best, most = [f"{path}.{j}" if path else str(j) for j in range(len(m))], k
+    return best, most
 
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The items of the model's ModuleList with the most parameters: the blocks of a plan
     written before NOTE [blocks] chose them by call (it names no paths)."""
-    best: list[torch.nn.Module] = []
-    most = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
-            n = sum(p.numel() for p in m.parameters())
-            if n > most:
-                best, most = list(m), n
-    return best
+    return [model.get_submodule(p) for p in _largest_module_list(model)[0]]
 
 
 def tag_blocks(nodes: list[ProbeNode], paths: list[str]) -> None:

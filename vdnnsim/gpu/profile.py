@@ -26,7 +26,10 @@ peak during a pass beyond what stays allocated after it, on a call after a warm-
 (the first call of a conv runs cuDNN's autotuner, whose trial workspaces are far larger
 than the chosen algorithm's). On the meta device there is no time: the cost model times
 each layer for a GPU preset instead. On a CPU device (tests) the wall clock stands in for
-the events.
+the events, and the marks' cost is timed directly instead: K back-to-back marks, the
+median of each's cost. There the difference of two passes is the machine's noise, not the
+marks (a loaded two-core machine: whole passes differ by tens of milliseconds between
+steps, and that difference spread over the layers took every millisecond of a conv).
 NOTE [host timing]
 Beside each mark the host's clock (perf_counter_ns) is read: a layer's host time is the
 span from its mark to the next on the host, the Python, dispatch and kernel launches that
@@ -146,6 +149,18 @@ class _Clock:
 
     def ms(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+
+def _mark_cost_ms(clock: _Clock, host: Any, k: int = 200) -> float:
+    """NOTE [layer timing]: the median cost of one mark (a timestamp on each clock and the
+    append of the pair), in ms, from ``k`` marks made back to back."""
+    marks: list[Any] = []
+    costs = []
+    for _ in range(k):
+        t0 = time.perf_counter_ns()
+        marks.append((clock.mark(), host()))
+        costs.append(time.perf_counter_ns() - t0)
+    return statistics.median(costs) / 1e6
 
 
 def instrument(gm: Any, index: dict[str, int], start: Any, after: Any) -> None:
@@ -281,12 +296,15 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         phases["h_zero"].append(r["host"]["zero"] / 1e6)
     hooked.clear()
     m = {k: statistics.median(v) for k, v in phases.items()}
-    # NOTE [layer timing]: what the marks themselves cost, per mark, on the GPU's timeline
-    over_f = max(0.0, m["inst_f"] - m["plain_f"]) / (n + 1)
-    over_b = max(0.0, m["inst_b"] - m["plain_b"]) / max(1, statistics.median(n_bwd))
-    # NOTE [host timing]: and on the host's clock
-    h_over_f = max(0.0, m["h_inst_f"] - m["h_plain_f"]) / (n + 1)
-    h_over_b = max(0.0, m["h_inst_b"] - m["h_plain_b"]) / max(1, statistics.median(n_bwd))
+    if cuda:
+        # NOTE [layer timing]: what the marks themselves cost, per mark, on the GPU's timeline
+        over_f = max(0.0, m["inst_f"] - m["plain_f"]) / (n + 1)
+        over_b = max(0.0, m["inst_b"] - m["plain_b"]) / max(1, statistics.median(n_bwd))
+        # NOTE [host timing]: and on the host's clock
+        h_over_f = max(0.0, m["h_inst_f"] - m["h_plain_f"]) / (n + 1)
+        h_over_b = max(0.0, m["h_inst_b"] - m["h_plain_b"]) / max(1, statistics.median(n_bwd))
+    else:  # NOTE [layer timing]: on a CPU the wall clock is both clocks; timed directly
+        over_f = over_b = h_over_f = h_over_b = _mark_cost_ms(clock, host)
 
     def med(v: list[float], over: float = 0.0) -> int:
         return int(max(0.0, statistics.median(v) - over) * 1e6) if v else 0

@@ -15,7 +15,7 @@ import sys
 import time
 
 from vdnnsim.api import build_trace, resolve_gpu, run_trace
-from vdnnsim.engine.sim import Simulation
+from vdnnsim.engine import replay
 from vdnnsim.policies import get_policy, liveness
 
 POLICIES = ["baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_p", "vdnn_dyn"]
@@ -60,8 +60,8 @@ def main(argv=None) -> int:
     for p in ("vdnn_all_p", "vdnn_conv_p"):
         fn, fixed = get_policy(p)
         plan = fn(trace, gpu, gpu.memory_bytes, dict(fixed))
-        on, off = (median_ms(lambda c=c: Simulation(trace, gpu, plan, gpu.memory_bytes, lv,
-                                                   record_ops=False, checks=c).run(),
+        on, off = (median_ms(lambda c=c: replay(trace, gpu, plan, gpu.memory_bytes, lv,
+                                                record_ops=False, checks=c),
                              args.repeat) for c in (True, False))
         costs.append(f"{p} {on:.1f} ms with, {off:.1f} ms without ({on / off - 1:+.1%})")
     print("invariant checks on VGG-416 (32): " + "; ".join(costs))

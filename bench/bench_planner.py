@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from vdnnsim.api import build_trace, resolve_gpu
-from vdnnsim.engine.sim import Simulation
+from vdnnsim.engine import replay
 from vdnnsim.planner import search_plan
 from vdnnsim.trace import load_trace
 
@@ -45,8 +45,8 @@ def main(argv=None) -> int:
                 walls.append(time.perf_counter() - t0)
             ms = float("nan")
             if plan is not None:
-                sim = Simulation(plan.trace or trace, gpu, plan, 12 * GiB,
-                                 record_ops=False).run()
+                sim = replay(plan.trace or trace, gpu, plan, 12 * GiB,
+                              record_ops=False)
                 ms = sim.end_ns / 1e6
             print(f"{label:22s} {method:7s} {statistics.median(walls):7.2f} {ms:9.1f}")
     return 0

@@ -91,10 +91,10 @@ def test_dyn_reusing_its_profiling_pass_reports_what_a_fresh_run_reports(net, ba
     # the recorded pass it reports is the chosen plan's own, run afresh
     from dataclasses import replace
 
-    from vdnnsim.engine.sim import Simulation
+    from vdnnsim.engine import replay
     from vdnnsim.policies import get_policy, liveness
     fn, fixed = get_policy("vdnn_dyn")
     capacity = cap if cap is not None else g.memory_bytes
     plan = replace(fn(trace, g, capacity, dict(fixed)), profiled=None)
-    again = Simulation(trace, g, plan, capacity, liveness(trace)).run()
+    again = replay(trace, g, plan, capacity, liveness(trace))
     assert fresh.ops == tuple(again.ops) and fresh.iteration_time_ns == again.end_ns

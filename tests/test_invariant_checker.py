@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from vdnnsim.engine import replay
 from vdnnsim.engine.allocator import Pool
 from vdnnsim.engine.invariants import InvariantViolation, StreamClock
 from vdnnsim.engine.sim import Simulation
@@ -26,7 +27,7 @@ def test_a_backward_pass_that_would_read_a_buffer_left_on_the_host_is_caught(mon
     t = _three()
     fn, fixed = get_policy("vdnn_all_m")
     plan = fn(t, GPU, None, dict(fixed))
-    Simulation(t, GPU, plan, None, liveness(t)).run()  # sound: no complaint
+    replay(t, GPU, plan, None, liveness(t))  # sound: no complaint
 
     def lost(self, buf, layer, on_demand=False):  # an engine that forgets to copy back
         return None
@@ -34,7 +35,7 @@ def test_a_backward_pass_that_would_read_a_buffer_left_on_the_host_is_caught(mon
     monkeypatch.setattr(Simulation, "_prefetch", lost)
     with pytest.raises(InvariantViolation, match=r"backward pass reads a buffer that is on "
                        r"the host \(layer c2, tensor c1\)"):
-        Simulation(t, GPU, plan, None, liveness(t)).run()
+        replay(t, GPU, plan, None, liveness(t))
 
 
 def test_a_buffer_sent_to_the_host_before_its_reader_ran_is_caught():
@@ -46,7 +47,7 @@ def test_a_buffer_sent_to_the_host_before_its_reader_ran_is_caught():
     with pytest.raises(InvariantViolation, match=r"forward pass reads a buffer that is on "
                        r"the host \(layer c2, tensor c1\); this is a bug in vdnnsim: please "
                        r"report it with the input$"):
-        Simulation(t, GPU, bad, None, liveness(t)).run()
+        replay(t, GPU, bad, None, liveness(t))
 
 
 def test_live_bytes_never_go_negative():

@@ -12,7 +12,8 @@ import pytest
 from vdnnsim import run_trace
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine.plan import Plan, liveness
-from vdnnsim.engine.sim import Simulation, checkpoint_buffers
+from vdnnsim.engine import replay
+from vdnnsim.engine.sim import checkpoint_buffers
 from vdnnsim.errors import ConfigError
 from vdnnsim.milp import build, chunk_grid, milp_plan, solve_structure
 from vdnnsim.planner import search_plan
@@ -49,7 +50,7 @@ def _account_peak(trace, gpu, chunks, algos, chosen, segs) -> tuple[float, float
     b = build(trace, gpu, 2**50, chunks, {})
     mem = b.memory_bytes(b.assignment(algos, chosen, segs))
     plan = _plan(trace, b, algos, chosen, segs)
-    sim = Simulation(trace, gpu, plan, None, liveness(trace), record_ops=False).run()
+    sim = replay(trace, gpu, plan, None, liveness(trace), record_ops=False)
     return max(mem.values()), sim.pool.peak_live_bytes
 
 
@@ -134,8 +135,8 @@ def test_the_program_is_exact_over_every_plan_in_its_space(budget_mb):
                             continue
                         plans += 1
                         plan = _plan(trace, b, algos, set(chosen), segs)
-                        sim = Simulation(trace, gpu, plan, None, liveness(trace),
-                                         record_ops=False).run()
+                        sim = replay(trace, gpu, plan, None, liveness(trace),
+                                      record_ops=False)
                         mem = b.memory_bytes(b.assignment(algos, set(chosen), segs))
                         assert max(mem.values()) == sim.pool.peak_live_bytes
                         if max(mem.values()) <= budget and (best is None or sim.end_ns < best):
@@ -149,8 +150,8 @@ def test_the_program_is_exact_over_every_plan_in_its_space(budget_mb):
     sol = solve_structure(trace, gpu, budget, chunks)
     if sol.engine_ns is not None:
         assert sol.engine_ns >= best
-        check = Simulation(trace, gpu, sol.plan, budget, liveness(trace), record_ops=False)
-        assert check.run().pool.oom is None
+        check = replay(trace, gpu, sol.plan, budget, liveness(trace), record_ops=False)
+        assert check.pool.oom is None
 
 
 def test_a_budget_nothing_fits_in_gives_no_plan():
@@ -165,7 +166,7 @@ def test_on_the_k40_the_milp_is_at_least_as_fast_as_vdnn_dyn_and_auto_takes_the_
     trace, gpu = _k40_vgg()
     budget = 12 * GiB
     plan, ns, report = milp_plan(trace, gpu, budget)
-    check = Simulation(plan.trace or trace, gpu, plan, budget, record_ops=False).run()
+    check = replay(plan.trace or trace, gpu, plan, budget, record_ops=False)
     assert check.pool.oom is None and check.end_ns == ns
     assert any(s.engine_ns == ns for _, s in report.solutions)
     dyn = run_trace(trace, gpu, "vdnn_dyn", memory_bytes=budget, record=False)
@@ -173,8 +174,8 @@ def test_on_the_k40_the_milp_is_at_least_as_fast_as_vdnn_dyn_and_auto_takes_the_
     times = {}
     for method in ("greedy", "auto"):
         p, _ = search_plan(trace, gpu, budget, method=method)
-        times[method] = Simulation(p.trace or trace, gpu, p, budget,
-                                   record_ops=False).run().end_ns
+        times[method] = replay(p.trace or trace, gpu, p, budget,
+                                record_ops=False).end_ns
     assert times["auto"] == min(times["greedy"], ns)
 
 

@@ -11,7 +11,7 @@ import yaml
 from vdnnsim import run_trace
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine.plan import liveness
-from vdnnsim.engine.sim import Simulation
+from vdnnsim.engine import replay
 from vdnnsim.errors import ConfigError
 from vdnnsim.planner import plan_to_dict, search_plan
 
@@ -30,7 +30,7 @@ def test_vgg16_256_in_12_gib_on_the_k40_at_least_as_fast_as_vdnn_dyn(vgg256):
     plan, search = search_plan(trace, gpu, 12 * GiB)
     assert plan is not None and search.simulations > 1
     t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
-    sim = Simulation(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False).run()
+    sim = replay(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False)
     dyn = run_trace(trace, gpu, "vdnn_dyn", record=False)
     assert sim.pool.oom is None and sim.pool.peak_live_bytes <= 12 * GiB
     assert sim.end_ns <= dyn.iteration_time_ns
@@ -41,7 +41,7 @@ def test_a_plan_file_replays_to_the_same_prediction(vgg256, tmp_path):
     trace, gpu = vgg256
     plan, _ = search_plan(trace, gpu, 12 * GiB)
     t = plan.trace if plan.trace is not None else trace
-    sim = Simulation(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False).run()
+    sim = replay(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False)
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan_to_dict(trace, gpu, 12 * GiB, plan, {})))
     r = run_trace(trace, gpu, "planned", {"file": str(path)}, record=False)
@@ -161,7 +161,7 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
 
     import yaml
 
-    from vdnnsim.engine.sim import Simulation
+    from vdnnsim.engine import replay
     from vdnnsim.planner import plan_from_file, scale_workspaces
     from vdnnsim.trace import load_trace
     root = Path(__file__).resolve().parent.parent / "traces"
@@ -170,7 +170,7 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
     def fits_with_headroom(model, plan):
         t = scale_workspaces(load_trace(root / f"h200/{model}_b256.yaml"), 2)
         p = plan_from_file(str(root / f"h200_plans/{model}_b256_12GiB.{plan}.yaml"), t, gpu)
-        return Simulation(p.trace or t, gpu, p, 12 * GiB, record_ops=False).run().pool.oom \
+        return replay(p.trace or t, gpu, p, 12 * GiB, record_ops=False).pool.oom \
             is None
 
     assert not fits_with_headroom("vgg16", "milp-noheadroom")

@@ -10,8 +10,7 @@ from typing import Any
 from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
-from .engine.sim import Simulation
-from .engine.uvm import UvmSimulation
+from .engine import replay
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -185,18 +184,27 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
-        sim = plan.profiled
-        if plan.memory == "uvm":  # NOTE [uvm]
-            sim = UvmSimulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
-        elif sim is None or (record and not sim.record_ops):  # NOTE [vdnn_dyn]
-            sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=record).run()
+        sim = plan.profiled  # NOTE [vdnn_dyn]: its last profiling pass, where it fits
+        if plan.memory == "uvm" or sim is None or (record and not sim.record_ops):
+            sim = replay(trace, gpu, plan, capacity, lv, record_ops=record)
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return result  # the block ends, then has only the result to look at
 
 
+def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
+             record: bool = False) -> RunResult:
+    """Replay a plan made elsewhere (a planner's) as the result of a run named ``name``;
+    a plan that runs a reshaped network (NOTE [batch split]) runs that one."""
+    if plan.trace is not None:
+        trace = plan.trace
+    with paused_gc():  # NOTE [paused gc]
+        sim = replay(trace, gpu, plan, capacity, record_ops=record)
+        return _result(trace, gpu, name, capacity, plan, sim, record)
+
+
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
-            sim: Simulation, record: bool) -> RunResult:
+            sim: Any, record: bool) -> RunResult:
     oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
     pool = sim.pool
     return RunResult(

@@ -148,13 +148,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for p, r in ref.items():
             print(f"  {p}: {'fits' if r.fits else 'out of memory'}")
         return 1
-    from .api import _result
-    from .engine.plan import liveness
-    from .engine.sim import Simulation
+    from .api import run_plan
     if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
         trace = plan.trace
-    sim = Simulation(trace, gpu, plan, budget, liveness(trace), record_ops=False).run()
-    r = _result(trace, gpu, "planned", budget, plan, sim, False)
+    r = run_plan(trace, gpu, plan, budget)
     print(f"{head}: {search.simulations} simulations")
     for step in search.steps:
         print(f"  {step}")

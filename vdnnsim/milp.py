@@ -53,7 +53,8 @@ import numpy as np
 from .engine.allocator import aligned
 from .engine.plan import Liveness, Plan, liveness
 from .engine.semantics import semantics_for
-from .engine.sim import Simulation, checkpoint_buffers, free_points, keepers
+from .engine import replay
+from .engine.sim import checkpoint_buffers, free_points, keepers
 from .hardware import GPU
 from .policies.plan import offload_sets
 from .trace.model import Trace
@@ -517,8 +518,7 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
         if optimal and objective >= bound_ns:
             return Solution(None, objective, None, rnd, optimal,
                             "pruned: no faster than the best plan so far")
-        sim = Simulation(trace, gpu, plan, budget, lv, record_ops=False,
-                         stop_at_oom=True).run()
+        sim = replay(trace, gpu, plan, budget, lv, record_ops=False, stop_at_oom=True)
         oom = sim.pool.oom
         if oom is None:
             return Solution(plan, objective, sim.end_ns, rnd, optimal)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine.plan import Plan, liveness
+from .engine import replay
 from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
@@ -75,8 +76,8 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
 
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
     search.simulations += 1
-    return Simulation(trace, gpu, plan, budget, liveness(trace), record_ops=False,
-                      stop_at_oom=True).run()
+    return replay(trace, gpu, plan, budget, liveness(trace), record_ops=False,
+                  stop_at_oom=True)
 
 
 def split_candidates(trace: Trace) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vdnnsim.api import build_trace, resolve_gpu, run_trace
 from vdnnsim.engine.plan import liveness
-from vdnnsim.engine.sim import Simulation
+from vdnnsim.engine import replay
 from vdnnsim.planner import search_plan
 from vdnnsim.trace import load_trace
 
@@ -49,7 +49,7 @@ def rows():
                 out.append((title, label, False, float("nan"), float("nan")))
                 continue
             t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
-            sim = Simulation(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False).run()
+            sim = replay(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False)
             out.append((title, label, sim.pool.oom is None, sim.end_ns / ref,
                         sim.pool.peak_live_bytes / GiB))
     return out

@@ -14,7 +14,7 @@ simulation of the candidate plan against the pool capacity:
    fits or the overflowing layer has nothing left to give.
 4. Otherwise the plan of step 1.
 A profiling pass asks only whether and where the plan runs out of memory, so it stops at
-the first layer after an out-of-memory (``Simulation(stop_at_oom=True)``); a pass that
+the first layer after an out-of-memory (``replay(stop_at_oom=True)``); a pass that
 fits runs whole, and is the result that run_trace reuses when it records no timeline.
 
 Step 2's first candidate (the fastest algorithms, no offload) is profiled before step 1:
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine import replay
 from ..engine.sim import Simulation
 from ..hardware import GPU
 from ..trace.model import Trace
@@ -61,8 +62,8 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
             return seen[key].pool.oom
         # only whether and where it runs out counts: a pass stops at its first OOM; one
         # that fits is the answer (step 1's excepted), so it records its timeline
-        sim = Simulation(trace, gpu, plan, capacity, lv, record_ops=slot != "step1",
-                         stop_at_oom=True).run()
+        sim = replay(trace, gpu, plan, capacity, lv, record_ops=slot != "step1",
+                     stop_at_oom=True)
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim

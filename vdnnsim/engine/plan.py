@@ -110,6 +110,9 @@ class Plan:
     # NOTE [stream pools]: the stream whose pool the prefetched copies are allocated from
     prefetch_stream: str = "compute"
 
-    @property
-    def offloads_anything(self) -> bool:
-        return any(self.offload)
+    def check(self, trace: Trace) -> None:
+        """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,
+        algorithm, prefetch slot and checkpointed segment it names is the trace's), or
+        :class:`~.compile.PlanError` says where it does not."""
+        from .compile import _check  # beside the compiler, which imports this module
+        _check(trace, liveness(trace), self)

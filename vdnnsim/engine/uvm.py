@@ -44,7 +44,8 @@ from ..trace.model import Trace
 from .allocator import Accounting, key_name
 from .plan import Liveness, Plan
 from .semantics import semantics_for
-from .sim import Op, _steps, free_points
+from .compile import _steps, free_points
+from .streams import Op
 
 _record = tuple.__new__
 _CATEGORY = {"weights": "weights", "wgrad": "weight_grads", "grad": "gradients",

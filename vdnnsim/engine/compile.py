@@ -1,0 +1,208 @@
+"""What a run needs that depends only on the trace, the plan and the semantics, worked out
+before anything runs: each layer's host steps, the buffers' free points, checkpointed
+segments, host costs and kernel counts (NOTE [compile])."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import ConfigError
+from ..trace.model import Trace
+from .plan import Liveness
+
+if TYPE_CHECKING:
+    from ..hardware import Host as HostCosts
+    from .plan import Plan
+    from .semantics import Semantics
+
+class _Steps(NamedTuple):
+    """What the host does for one layer that depends only on the trace and the semantics
+    (built once per trace, NOTE [host]): names, the buffers it allocates and reads, the
+    gradients it allocates and frees."""
+
+    fwd: str  # the forward op's name
+    bwd: str
+    out_alloc: tuple[tuple[str, int], ...]  # (buffer, bytes) its forward allocates
+    reads: tuple[str, ...]  # the non-empty buffers its forward reads (NOTE [invariants])
+    saved: tuple[str, ...]  # and its backward
+    grads_in: tuple[tuple[tuple[str, str], int], ...]  # input gradients its backward makes
+    grads_out: tuple[tuple[str, str], ...]  # output gradients freed after its backward
+
+
+def _steps(trace: Trace, lv: Liveness, gkey: dict[str, str], gsize: dict[str, int],
+           gneeds: dict[str, bool]) -> tuple[_Steps, ...]:
+    def bufs(tensors):
+        return tuple(dict.fromkeys(b for t in tensors if lv.size[b := lv.root[t]]))
+    return tuple(_Steps(
+        f"{x.id}:fwd", f"{x.id}:bwd",
+        tuple((t, lv.size[t]) for t in x.outputs if lv.root[t] == t and lv.size[t]),
+        bufs(x.inputs), bufs(x.saved),
+        tuple(dict.fromkeys((("grad", g), gsize[g]) for t in x.inputs
+                            if gneeds[g := gkey[t]])),
+        tuple(("grad", t) for t in x.outputs if gkey[t] == t)) for x in trace.layers)
+
+
+def free_points(lv: Liveness, held: set[str]
+                ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """NOTE [buffer lifetimes]: the buffers freed after each layer's forward pass (read by
+    no backward pass) and after each layer's backward pass (the last that keeps them);
+    ``held`` (the training loop's input batch) is never freed."""
+    fwd_free: dict[int, list[str]] = {}
+    for b, last in lv.fwd_last.items():
+        if not lv.kept(b) and b not in lv.outputs and b not in held:
+            fwd_free.setdefault(max(last, lv.producer.get(b, -1)), []).append(b)
+    bwd_free: dict[int, list[str]] = {}
+    for b, last in lv.bwd_last.items():
+        if b not in held:
+            bwd_free.setdefault(last, []).append(b)
+    return fwd_free, bwd_free
+
+
+def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
+    """Buffer -> the layers whose backward pass keeps it."""
+    out: dict[str, list[int]] = {}
+    for i, layer in enumerate(trace.layers):
+        for t in dict.fromkeys(lv.root[t] for t in layer.saved):
+            out.setdefault(t, []).append(i)
+    return out
+
+
+def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: set[str]
+                       ) -> tuple[frozenset[str], frozenset[str]]:
+    """NOTE [recompute]: (the buffers a checkpointed segment drops, its inputs)."""
+    keep = trace.__dict__.get("_keepers")
+    if keep is None:
+        keep = trace.__dict__["_keepers"] = keepers(trace, lv)
+    dropped = frozenset(
+        b for b, p in lv.producer.items()
+        if first <= p <= last and b in keep and b not in held and b not in lv.outputs
+        and all(first <= k <= last for k in keep[b]))
+    inputs = frozenset(
+        b for j in range(first, last + 1) for t in trace.layers[j].inputs
+        if lv.producer.get(b := lv.root[t], -1) < first and b not in held and lv.size[b])
+    return dropped, inputs
+
+
+def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], ...],
+                   held: set[str], fwd_free: dict[int, list[str]],
+                   bwd_free: dict[int, list[str]]) -> dict[int, tuple[int, frozenset[str]]]:
+    """NOTE [recompute]
+    Activation checkpointing as torch.utils.checkpoint does it: a segment of layers runs
+    forward keeping none of the buffers its own layers would keep for backward (those
+    only layers inside the segment keep); it keeps its inputs (what its layers read that
+    was made before it) until its first layer's backward pass is done; and before the
+    backward pass of its last layer its forward runs again, bringing the dropped buffers
+    back. A buffer a layer outside the segment keeps (the segment's output, saved by the
+    next layer) is kept as usual. Moves the frees of ``fwd_free``/``bwd_free`` in place;
+    returns, per segment's last layer, (its first layer, the buffers it drops)."""
+    where_f = {b: at for at, bs in fwd_free.items() for b in bs}
+    where_b = {b: at for at, bs in bwd_free.items() for b in bs}
+    out: dict[int, tuple[int, frozenset[str]]] = {}
+    for first, last in segments:
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        # both sets in the order their buffers are made: a set's order changes with the
+        # hash seed, and the pool takes back the frees of one point in their list's order
+        for b in sorted(dropped, key=lambda b: (lv.producer[b], b)):
+            at = max(lv.fwd_last[b], lv.producer[b])  # freed after its last forward reader
+            # (back at the recompute, freed where it was)
+            fwd_free.setdefault(at, []).append(b)
+            where_f[b] = at
+        for b in sorted(inputs, key=lambda b: (lv.producer.get(b, -1), b)):
+            if b in where_f:  # kept no longer than its forward: now to the backward
+                fwd_free[where_f.pop(b)].remove(b)
+                bwd_free.setdefault(first, []).append(b)
+                where_b[b] = first
+            elif where_b.get(b, -1) > first:  # freed before the segment's backward
+                bwd_free[where_b[b]].remove(b)
+                bwd_free.setdefault(first, []).append(b)
+                where_b[b] = first
+        out[last] = (first, dropped)
+    return out
+
+
+
+class Program(NamedTuple):
+    """NOTE [compile]
+    A plan compiled against its trace: everything the host of a run walks that follows
+    from the trace, the plan, the semantics and the preset alone, worked out before the
+    simulation starts (pure: no clock, no pool). The simulation is the executor: it alone
+    advances time and asks the memory model. ``compile_plan`` is also the plan's check
+    (``Plan.check``): a plan that names a layer, buffer or algorithm the trace does not
+    have, or whose prefetches and segments point outside it, does not compile."""
+
+    steps: tuple[_Steps, ...]  # per layer (NOTE [host])
+    gkey: dict[str, str]  # buffer -> the key of its gradient (the semantics' grad_keys)
+    gsize: dict[str, int]
+    gneeds: dict[str, bool]
+    host_fwd_ns: tuple[int, ...]  # per layer, the host's issue cost (NOTE [host costs])
+    host_bwd_ns: tuple[int, ...]
+    host_offload_ns: int  # the runtime's per offload and per fetch
+    host_fetch_ns: int
+    launch_queue: float  # NOTE [launch queue]; 0: no limit (Torch7's host waits per layer)
+    kernels_fwd: tuple[float, ...]  # commands per layer (NOTE [kernel counts])
+    kernels_bwd: tuple[float, ...]
+    held: frozenset[str]  # the training loop's input batch: never freed
+    fwd_free: dict[int, list[str]]  # layer -> buffers freed after its forward (layer-wise)
+    bwd_free: dict[int, list[str]]  # and after its backward
+    segments: dict[int, tuple[int, frozenset[str]]]  # NOTE [recompute]
+
+
+class PlanError(ConfigError):
+    """A plan that does not compile against its trace (a user's plan file can be such)."""
+
+
+def _check(trace: Trace, lv: Liveness, plan: "Plan") -> None:
+    n = len(trace.layers)
+    if len(plan.algos) != n or len(plan.offload) != n or len(plan.prefetch) != n:
+        raise PlanError(f"plan {plan.policy}: {len(plan.algos)} algorithms, "
+                        f"{len(plan.offload)} offload sets and {len(plan.prefetch)} prefetch "
+                        f"slots for a trace of {n} layers")
+    for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
+        if not 0 <= a < len(layer.algos):
+            raise PlanError(f"plan {plan.policy}: layer {layer.id} has no algorithm {a}")
+        for b in plan.offload[i]:
+            if b not in lv.size:
+                raise PlanError(f"plan {plan.policy}: layer {layer.id} offloads {b}, which "
+                                "the trace does not have")
+        if not -1 <= plan.prefetch[i] < n:
+            raise PlanError(f"plan {plan.policy}: layer {layer.id} prefetches for layer "
+                            f"{plan.prefetch[i]}, outside the trace")
+    for first, last in plan.recompute:
+        if not 0 <= first <= last < n:
+            raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "
+                            "outside the trace")
+
+
+def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
+                 host: "HostCosts") -> Program:
+    """NOTE [compile]: ``plan`` on ``trace`` under ``sem``, with ``host`` the preset's host
+    costs; raises :class:`PlanError` for a plan that does not fit its trace."""
+    _check(trace, lv, plan)
+    cached = trace.__dict__.get("_steps")  # a trace is immutable: once per semantics
+    if cached is None or cached[0] is not sem or cached[1] is not lv:
+        keys = sem.grad_keys(trace, lv)
+        cached = (sem, lv, keys, _steps(trace, lv, *keys))
+        trace.__dict__["_steps"] = cached
+    (gkey, gsize, gneeds), steps = cached[2], cached[3]
+    h = host
+    layers = trace.layers
+    runtime = plan.runtime and sem.host_ahead  # NOTE [host costs]
+    rf, rb = (h.runtime_layer_fwd_ns, h.runtime_layer_bwd_ns) if runtime else (0, 0)
+    held = frozenset(b for b in lv.size if b not in lv.producer) if sem.holds_inputs \
+        else frozenset()
+    fwd_free: dict[int, list[str]] = {}
+    bwd_free: dict[int, list[str]] = {}
+    segments: dict[int, tuple[int, frozenset[str]]] = {}
+    if plan.memory == "layer_wise":
+        fwd_free, bwd_free = free_points(lv, set(held))
+        if plan.recompute:
+            segments = recompute_sets(trace, lv, plan.recompute, set(held), fwd_free,
+                                      bwd_free)
+    return Program(
+        steps, gkey, gsize, gneeds,
+        tuple(x.host_fwd_ns + rf for x in layers), tuple(x.host_bwd_ns + rb for x in layers),
+        h.runtime_offload_ns if runtime else 0, h.runtime_fetch_ns if runtime else 0,
+        h.launch_queue if sem.host_ahead else 0,
+        tuple(h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd for x in layers),
+        tuple(h.layer_kernels_bwd if x.kernels_bwd is None else x.kernels_bwd for x in layers),
+        held, fwd_free, bwd_free, segments)

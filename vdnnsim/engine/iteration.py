@@ -1,0 +1,300 @@
+"""The training iteration the host walks: the forward pass, the backward pass (with
+checkpointed segments run again, NOTE [recompute]) and the optimizer step (NOTE [host])."""
+
+from __future__ import annotations
+
+from .streams import _At, _Later, _Op
+
+# NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
+# (its foreach kernels go out one after another; the GPU need not wait for the last launch)
+STEP_PIECES = 8
+
+
+class Iteration:
+    """The host's program of a :class:`~.sim.Simulation` (a part of it)."""
+
+    def _step(self):
+        """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
+        (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs
+        the first while the host still issues the rest."""
+        trace = self.trace
+        n = STEP_PIECES if trace.host_step_ns and trace.step_ns else 1
+        host = [trace.host_step_ns * (k + 1) // n - trace.host_step_ns * k // n
+                for k in range(n)]
+        gpu = [trace.step_ns * (k + 1) // n - trace.step_ns * k // n for k in range(n)]
+        self._spend(host[0], "", "optimizer step")
+        waits = self._next_waits
+        if self.sem.one_side_stream and self._copy["d2h"].last is not None:
+            waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
+        self._next_waits = ()
+        if trace.step_ns or waits or trace.step_workspace_bytes:
+            op = _Op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
+            held = False
+            if trace.step_workspace_bytes:  # NOTE [optimizer state]
+                w = self._workspace(trace.step_workspace_bytes, self._stamp(op, 0), op, "",
+                                    "step")
+                if w is not None:
+                    held = yield from w
+            self._push(self.compute, op)
+            for k in range(1, n):
+                self._spend(host[k], "", "optimizer step")
+                op = _Op(self.compute, "step", "", "optimizer step", gpu[k])
+                self._push(self.compute, op)
+            if held:
+                self.pool.free(("workspace", ""), self._stamp(op, 1))
+        else:
+            self._spend(sum(host[1:]), "", "optimizer step")
+
+    def _network_wide(self):
+        trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
+        self._persistent()
+        for b, size in lv.size.items():
+            pool.alloc(b, size, "activations", 0, "", "start")
+        grads = [lv.size[b] for b in lv.size if lv.needs_grad[b]]
+        big = max(grads, default=0)
+        pool.alloc(("grad_buffer_0", ""), big, "gradients", 0, "", "start")
+        pool.alloc(("grad_buffer_1", ""), big, "gradients", 0, "", "start")
+        ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
+                 default=0)
+        pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")
+        cs = self.compute
+        for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
+            self._spend(self._hf[i], layer.id, f"{layer.id}:fwd")
+            self._push(cs, _Op(cs, "fwd", layer.id, f"{layer.id}:fwd", layer.algos[a].fwd_ns))
+        self._fwd_ops = (cs.last,)
+        for i in range(len(trace.layers) - 1, -1, -1):
+            layer = trace.layers[i]
+            self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
+            self._push(cs, _Op(cs, "bwd", layer.id, f"{layer.id}:bwd",
+                               layer.algos[plan.algos[i]].bwd_ns))
+        yield from self._step()
+
+    def _layer_wise(self):
+        lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
+        self._persistent(grads=not sem.per_layer_weights)
+        for b, size in lv.size.items():
+            if b not in lv.producer:  # network inputs are on the GPU before the iteration
+                pool.alloc(b, size, "activations", 0, "", "start")
+        yield from self._iteration(prog.fwd_free, prog.bwd_free)
+
+    def _recompute(self, first: int, last: int, dropped: frozenset[str]):
+        """NOTE [recompute]: before the backward pass of a checkpointed segment's last
+        layer, its forward runs again: the buffers it dropped come back under their own
+        keys (its backward frees them as usual); the others it makes are transient,
+        freed after their last reader in the segment."""
+        trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
+        cs, steps = self.compute, self._layer_steps
+        transient: dict[str, int] = {}  # key -> last reader in the segment
+        for j in range(first, last + 1):
+            layer, st = trace.layers[j], steps[j]
+            algo = layer.algos[plan.algos[j]]
+            if self._hf[j]:
+                self._spend(self._hf[j], layer.id, f"{layer.id}:recompute")
+            op = _Op(cs, "recompute", layer.id, f"{layer.id}:recompute", algo.fwd_ns,
+                     waits=self._next_waits)
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
+            for t, size in st.out_alloc:
+                key = t if t in dropped else ("recompute", t)
+                if key not in pool:
+                    a = (key, size, "activations", s0, layer.id, "recompute")
+                    if not self._take(*a):
+                        yield from self._alloc(*a)
+                    if key != t:  # freed after its last reader in the segment
+                        transient[t] = max([k for k in range(j + 1, last + 1) if t in
+                                            {lv.root[x] for x in trace.layers[k].inputs}],
+                                           default=j)
+            held = False
+            if algo.fwd_workspace_bytes:
+                w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "recompute")
+                if w is not None:
+                    held = yield from w
+            self._push(cs, op)
+            s1 = self._stamp(op, 1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
+            for t, at in list(transient.items()):
+                if at <= j:
+                    pool.free(("recompute", t), s1)
+                    del transient[t]
+        for t in transient:  # read by nothing left in the segment
+            pool.free(("recompute", t), self._stamp(cs.last, 1))
+
+    def _iteration(self, fwd_free, bwd_free):
+        """The host's program: the forward pass, the backward pass, the optimizer step,
+        and the synchronisation that ends the iteration."""
+        if (yield from self._forward(fwd_free)) or (yield from self._backward(bwd_free)):
+            return  # stopped at an out-of-memory (stop_at_oom)
+        yield from self._step()
+        # the iteration ends with a synchronisation: every deferred free completes
+        yield from self._wait_ops([op for op, _ in self._pending] + [self.compute.last], "",
+                                  "")
+        for op, key in self._pending:
+            if key in self._retired:
+                self._retired.discard(key)
+                self.pool.release(key, self._stamp(op, 1))
+        self._pending.clear()
+
+    def _forward(self, fwd_free):
+        """Each layer's forward pass in order; True when it stopped (stop_at_oom)."""
+        trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
+        layers, cs = trace.layers, self.compute
+        ahead = sem.host_ahead
+        hf, steps = self._hf, self._layer_steps
+        for i, layer in enumerate(layers):
+            if self.stop_at_oom and pool.oom is not None:
+                self.stopped = True
+                return True
+            algo = layer.algos[plan.algos[i]]
+            offload = plan.offload[i]
+            st = steps[i]
+            h = hf[i] + self._h_offload * len(offload)
+            if h:
+                self._spend(h, layer.id, st.fwd)
+            op = _Op(cs, "fwd", layer.id, st.fwd, algo.fwd_ns, waits=self._next_waits)
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
+            for t, size in st.out_alloc:
+                a = (t, size, "activations", s0, layer.id, "forward")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
+            held = False  # its workspace allocated for real (NOTE [transient])
+            if algo.fwd_workspace_bytes:
+                w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "forward")
+                if w is not None:
+                    held = yield from w
+            self._check_on_gpu(st.reads, layer.id, "forward")
+            before = cs.last
+            if self._queue:
+                yield from self._throttle(op, self._kf[i], layer.id)
+            self._push(cs, op)
+            copies = [self._offload(b, layer.id, before) for b in offload] if offload else ()
+            s1 = self._stamp(op, 1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
+            for b in fwd_free.get(i, ()):
+                pool.free(b, s1)
+            if not ahead:  # Torch7: the host waits for the layer (its end is known at once
+                if op.end is None:  # unless it waits for a copy whose start is not)
+                    yield from self._wait_ops((op,), layer.id)
+                elif op.end > self.host_ns:
+                    self.host_ns = op.end
+            if copies and plan.sync:
+                if ahead:  # the compute stream waits for the copies (cudaStreamWaitEvent)
+                    self._next_waits = tuple(copies)
+                    for b in offload:
+                        self._free_after(b, s1)
+                else:  # the host waits for them, then frees (the paper's sync)
+                    if all(c.end is not None for c in copies):
+                        self._synced(copies, layer.id, "offload")
+                    else:
+                        yield from self._sync(copies, layer.id, "offload")
+                    at = self._stamp(_At(self.host_ns), 1)
+                    for b in offload:
+                        pool.free(b, at)
+            elif copies:  # no sync: each buffer is released when its copy has landed
+                for b, c in zip(offload, copies):
+                    if ahead:
+                        self._free_after(b, s1)
+                    else:
+                        self._retire(b, self._stamp(_Later(op, c), 1), c)
+        # the forward pass ends with its last op and whatever the next one must wait for
+        self._fwd_ops = (cs.last, *self._next_waits)
+        self._fwd_host = self.host_ns if not ahead else 0
+        sf = self._stamp(cs.last if ahead else _At(self.host_ns), 1)
+        for b in lv.outputs:
+            if not lv.kept(b):
+                pool.free(b, sf)
+            g = self._gkey[b]
+            if self._gneeds[g] and ("grad", g) not in pool:
+                yield from self._alloc(("grad", g), self._gsize[g], "gradients", sf, "",
+                                       "backward")
+        return False
+
+    def _backward(self, bwd_free):
+        """Each layer's backward pass in reverse order, a checkpointed segment's forward
+        run again before its last layer's; True when it stopped (stop_at_oom)."""
+        trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
+        layers, cs = trace.layers, self.compute
+        ahead = sem.host_ahead
+        hb, steps = self._hb, self._layer_steps
+        for i in range(len(layers) - 1, -1, -1):
+            if self.stop_at_oom and pool.oom is not None:
+                self.stopped = True
+                return True
+            if i in self._segments:  # NOTE [recompute]
+                first, dropped = self._segments[i]
+                yield from self._recompute(first, i, dropped)
+            layer = layers[i]
+            algo = layer.algos[plan.algos[i]]
+            st = steps[i]
+            op = _Op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
+            need = []
+            for t in layer.saved:
+                b = lv.root[t]
+                if b in self._on_host:  # no earlier prefetch brought it: fetch on demand,
+                    w = self._prefetch(b, layer.id, on_demand=True)  # ahead of the
+                    if w is not None:
+                        yield from w
+                    if b in self._in_flight:  # prefetch below
+                        need.append(self._in_flight[b])
+                elif b in self._in_flight:
+                    need.append(self._in_flight[b])
+            j = plan.prefetch[i]
+            fetches = []
+            if j >= 0:
+                for b in plan.offload[j]:
+                    if b in self._on_host:
+                        w = self._prefetch(b, layer.id)
+                        if w is not None:
+                            yield from w
+                        if b in self._in_flight:
+                            fetches.append(self._in_flight[b])
+            h = hb[i] + self._h_fetch * (len(need) + len(fetches))
+            if h:
+                self._spend(h, layer.id, st.bwd)
+            pending = [f for f in need if f.end is None or f.end > self.host_ns]
+            if ahead:
+                op.waits = self._next_waits + tuple(pending)
+            elif pending:
+                yield from self._sync(pending, layer.id, "fetch of own input")
+            self._next_waits = ()
+            s0 = self._stamp(op, 0)
+            for g, size in st.grads_in:
+                if g not in pool:
+                    a = (g, size, "gradients", s0, layer.id, "backward")
+                    if not self._take(*a):
+                        yield from self._alloc(*a)
+            if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
+                yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
+                                       s0, layer.id, "backward")
+            held = False  # its workspace allocated for real (NOTE [transient])
+            if algo.bwd_workspace_bytes:
+                w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id, "backward")
+                if w is not None:
+                    held = yield from w
+            self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
+            if self._queue:
+                yield from self._throttle(op, self._kb[i], layer.id)
+            self._push(cs, op)
+            s1 = self._stamp(op, 1)
+            if held:
+                pool.free(("workspace", layer.id), s1)
+            for g in st.grads_out:
+                pool.free(g, s1)
+            for b in bwd_free.get(i, ()):
+                self._free_after(b, s1)
+                self._in_flight.pop(b, None)
+            if not ahead:  # Torch7: the host waits for the layer (its end is known at once
+                if op.end is None:  # unless it waits for a copy whose start is not)
+                    yield from self._wait_ops((op,), layer.id)
+                elif op.end > self.host_ns:
+                    self.host_ns = op.end
+            if fetches and plan.sync:
+                if ahead:
+                    self._next_waits = tuple(fetches)
+                elif all(f.end is not None for f in fetches):
+                    self._synced(fetches, layer.id, "prefetch")
+                else:
+                    yield from self._sync(fetches, layer.id, "prefetch")
+        return False

@@ -1,0 +1,237 @@
+"""The host's memory decisions: allocations, frees deferred to a copy's event, offloads,
+prefetches and workspaces, and the memory curve on the GPU's clock (NOTE [memory time]).
+
+NOTE [memory time]
+The allocator sees the host's order, and its peaks are the ones PyTorch reports. The
+memory curve, the tensor lifetimes and an out-of-memory's time are shown on the GPU's
+clock: each change is stamped with the GPU op it belongs to (an allocation with the start
+of the op that first uses the block, a free with the end of the op that last used it, a
+deferred free with the end of the copy it waited for), and the stamps become times when
+the run has ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .allocator import OutOfMemory, key_name
+from .streams import _At, _Op
+
+
+class Memory:
+    """The memory side of a :class:`~.sim.Simulation` (a part of it: the attributes it
+    reads are the simulation's)."""
+
+    def _process_events(self):
+        """PyTorch's process_events at a malloc: release the deferred frees whose events
+        the host sees complete, in order (NOTE [deferred free])."""
+        pending, pool = self._pending, self.pool
+        while pending:
+            op, key = pending[0]
+            if op.end is None:
+                yield from self._see(op)
+            if op.end is None or op.end > self.host_ns:
+                return
+            pending.popleft()
+            if key in self._retired:
+                self._retired.discard(key)
+                pool.release(key, self._stamp(op, 1))
+
+    def _alloc(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
+               stream: str | None = None):
+        pool = self.pool
+        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+        if self._pending:
+            yield from self._process_events()
+        costs = self._seg_costs and pool.would_release(size, **kw)
+        if costs:  # NOTE [allocator costs]: cudaFree waits for the whole device
+            yield from self._drain(layer)
+        before = self._seg_count() if self._seg_costs else None
+        if not pool.alloc(key, size, category, stamp, layer, phase,
+                          can_sync=bool(self._pending), **kw):
+            # release_cached_blocks: synchronise on every pending event, free, retry
+            yield from self._wait_ops([op for op, _ in self._pending], layer,
+                                      "allocator: synchronize_and_free_events")
+            yield from self._process_events()
+            pool.alloc(key, size, category, stamp, layer, phase, **kw)
+        if before is not None:
+            self._charge_segments(before, layer)
+
+    def _take(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
+              stream: str | None = None) -> bool:
+        """Allocate at once when no deferred free is pending (then no event can change the
+        answer) and no release of the cache is due (NOTE [allocator costs]); ``False``: the
+        caller runs :meth:`_alloc`, which may wait."""
+        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+        if self._pending or self._seg_costs and self.pool.would_release(size, **kw):
+            return False
+        before = self._seg_count() if self._seg_costs else None
+        self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
+        if before is not None:
+            self._charge_segments(before, layer)
+        return True
+
+    def _drain(self, layer: str):
+        """NOTE [allocator costs]: the host waits for every stream's work (cudaFree)."""
+        yield from self._wait_ops([s.last for s in self._streams if s.last is not None],
+                                  layer, "allocator: cudaFree synchronises the device")
+
+    def _seg_count(self) -> tuple[int, int, int, int]:
+        p = self.pool
+        return p.released, p.remade, p.released_bytes, p.remade_bytes
+
+    def _charge_segments(self, before: tuple[int, int, int, int], layer: str) -> None:
+        """NOTE [allocator costs]: the host pays for the segments released and made again."""
+        freed, made, fb, mb = (a - b for a, b in zip(self._seg_count(), before))
+        if freed or made:
+            h = self.gpu.host
+            ns = freed * h.segment_free_ns + made * h.segment_malloc_ns + round(
+                (fb * h.segment_free_ns_per_gib + mb * h.segment_malloc_ns_per_gib) / 2**30)
+            self._spend(ns, layer, "allocator: cudaFree / cudaMalloc")
+
+    def _retire(self, key, stamp: int, after: _Op | None) -> None:
+        """Free ``key`` once ``after`` (a copy that used it) has ended (NOTE [deferred
+        free]); at once if nothing is in flight."""
+        if after is None or (after.end is not None and after.end <= self.host_ns
+                             and not self._pending):
+            self.pool.free(key, stamp)
+            return
+        self.pool.retire(key, stamp)
+        self._retired.add(key)
+        self._pending.append((after, key))
+
+    def _offload(self, buf: str, layer: str, before: _Op | None) -> _Op:
+        size = self.lv.size[buf]
+        self.offloaded_bytes += size
+        self.host_bytes += size
+        if self.host_bytes > self.peak_host_bytes:
+            self.peak_host_bytes = self.host_bytes
+        self._on_host.add(buf)
+        if self.sem.host_ahead:
+            self._recorded.add(buf)
+        op = _Op(self._copy["d2h"], "offload", layer, buf, size=size,
+                 waits=(before,) if before is not None else (), copy="d2h")
+        self._sent[buf] = op
+        cap = self._host_cap
+        if cap is not None and self.host_bytes > cap and self.pool.oom is None:
+            # NOTE [host memory]: the first offload the host cannot hold, at its start
+            free = max(0, cap - (self.host_bytes - size))
+            self.pool.oom = OutOfMemory(buf, layer, "forward", self._stamp(op, 0), size, free,
+                                        free, "host")
+        return self._push(op.stream, op)
+
+    def _prefetch(self, buf: str, layer: str, on_demand: bool = False):
+        """Bring ``buf`` back; the copy's op is left in ``self._in_flight[buf]``. None when
+        done; else the allocation must wait, and the host runs the generator returned."""
+        pool, size = self.pool, self.lv.size[buf]
+        self._on_host.discard(buf)
+        sent = self._sent.pop(buf)
+        if buf in self._retired and not self.sem.caching_allocator:
+            # its offload has not been released: keep the GPU copy (Torch7, no sync)
+            self._retired.discard(buf)
+            self.host_bytes -= size
+            return None
+        if buf in pool:  # still allocated (its free is yet to come): nothing to move
+            self.host_bytes -= size
+            return None
+        kind = "fetch" if on_demand else "prefetch"
+        side = not (on_demand and self.sem.one_side_stream)  # PyTorch: on compute
+        stream = self._copy["h2d"] if side else self.compute
+        waits: tuple[_Op, ...] = (sent,)  # the host copy must have landed
+        if side and self.sem.host_ahead and self.compute.last is not None:
+            waits += (self.compute.last,)  # side.wait_stream(compute)
+        op = _Op(stream, kind, layer, buf, size=size, waits=waits, copy="h2d")
+        anchor = op if self.sem.host_ahead else _At(self.host_ns)
+        # NOTE [stream pools]: a prefetch on the side stream, from its pool where the
+        # runtime allocates it there
+        # (the block runtime fetches on demand there too)
+        pstream = self.plan.prefetch_stream if self.plan.prefetch_stream != "compute" \
+            and hasattr(self.pool, "would_release") else None
+        a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind, pstream)
+        if self._take(*a):
+            self._fetched(buf, op, side)
+            return None
+        return self._fetch_later(a, op, side)
+
+    def _fetch_later(self, a: tuple, op: _Op, side: bool):
+        yield from self._alloc(*a)
+        self._fetched(a[0], op, side)
+
+    def _fetched(self, buf: str, op: _Op, side: bool) -> None:
+        self.prefetched_bytes += op.size
+        if side and self.sem.one_side_stream:
+            self._recorded.add(buf)
+        else:
+            self._recorded.discard(buf)
+        self._in_flight[buf] = self._push(op.stream, op)
+
+    def _workspace(self, size: int, s0: int, op: _Op, layer: str, phase: str):
+        """A layer's workspace, freed when ``op`` ends: None when only the books saw it
+        (NOTE [transient]); else a generator for the host to run, which returns whether it
+        was allocated for real (then the caller frees it after the op)."""
+        if not self._pending and self.pool.transient(("workspace", layer), size, "workspace",
+                                                     s0, self._stamp(op, 1)):
+            return None
+        return self._workspace_wait(size, s0, op, layer, phase)
+
+    def _workspace_wait(self, size: int, s0: int, op: _Op, layer: str, phase: str):
+        key = ("workspace", layer)
+        if self._pending:  # a malloc's process_events first (NOTE [deferred free])
+            yield from self._process_events()
+            if self.pool.transient(key, size, "workspace", s0, self._stamp(op, 1)):
+                return False
+        yield from self._alloc(key, size, "workspace", s0, layer, phase)
+        return True
+
+    def _free_after(self, key, stamp: int) -> None:
+        """Free a block at the host's time; a block a side-stream copy used waits for
+        what that stream has been given so far (record_stream)."""
+        if key in self._recorded and self.sem.host_ahead:
+            self._recorded.discard(key)
+            self._retire(key, stamp, self._copy["d2h"].last)
+        else:
+            self.pool.free(key, stamp)
+
+    def _to_gpu_time(self) -> None:
+        """NOTE [memory time]: stamps become GPU times."""
+        T = [op.end if edge else op.start  # type: ignore[attr-defined]
+             for op, edge in zip(self._stamp_ops, self._stamp_edges)]
+        pool = self.pool
+        prev, events = 0, []
+        for s, level in zip(pool.times, pool.levels):
+            events.append((T[s], level - prev))
+            prev = level
+        events.sort(key=lambda e: e[0])
+        times, levels, live = [], [], 0
+        for t, d in events:
+            live += d
+            if times and times[-1] == t:
+                levels[-1] = live
+            else:
+                times.append(t)
+                levels.append(live)
+        if not times or times[0] != 0:
+            times.insert(0, 0)
+            levels.insert(0, 0)
+        pool.times, pool.levels = times, levels
+        if pool.oom is not None:
+            pool.oom = replace(pool.oom, time_ns=T[pool.oom.time_ns])
+        if pool.spans is not None:
+            pool.spans = [(k, c, size, T[t0], T[t1]) for k, c, size, t0, t1 in pool.spans]
+            for key, (t0, size, cat) in pool._open.items():  # what lives to the end
+                pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
+
+    def _persistent(self, grads: bool = True) -> None:
+        pool = self.pool
+        if self.trace.resident_bytes:
+            pool.alloc(("resident", ""), self.trace.resident_bytes, "resident", 0, "", "start")
+        if self.sem.per_layer_weights:
+            for layer in self.trace.layers:
+                pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "", "start")
+                if grads:
+                    pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", 0, "",
+                               "start")
+            return
+        w = self.trace.weight_bytes
+        pool.alloc(("weights", ""), w, "weights", 0, "", "start")
+        pool.alloc(("weight_grads", ""), w, "weight_grads", 0, "", "start")

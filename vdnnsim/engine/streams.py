@@ -1,0 +1,221 @@
+"""The GPU's streams: the ops in flight and the processes that play them (NOTE [streams]).
+
+NOTE [streams]
+Each stream is a process that runs the ops it is given in order: an op starts once it is
+issued, its predecessor on the stream has ended, and every op it waits for
+(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy beyond the first
+two is a stall. An op whose start is known when it is issued (its stream's last op and
+everything it waits for have known ends, and its length does not depend on what else is
+running) is scheduled then; if nothing issued before it is still to be played, it is
+recorded at once and costs no simpy event (its end is what anyone who waits for it reads;
+the only bookkeeping that depends on when it is recorded, the host copies' total, rises
+only in the forward pass and falls only in the backward). Otherwise the stream process
+plays it: one event per op. Copies
+run on copy engines: a D2H and an H2D engine when the link is duplex, one shared engine
+otherwise; under PyTorch semantics every copy runs on the runtime's one side stream.
+``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
+'host' (what the host spent issuing each layer, and where it waited).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import simpy
+
+from ..units import transfer_ns
+from .invariants import StreamClock
+
+class Op(NamedTuple):
+    """One slice of the timeline (a tuple: a run records thousands)."""
+
+    stream: str  # compute | d2h | h2d | copy | host
+    kind: str  # fwd | bwd | step | offload | prefetch | fetch | stall | issue | wait
+    layer: str
+    name: str
+    start_ns: int
+    end_ns: int
+    size_bytes: int = 0
+
+
+_record = tuple.__new__  # Op(...) without namedtuple's Python-level __new__: _record(Op, (...))
+
+
+class _Op:
+    """A GPU op in flight. ``end`` is None until its start is known."""
+
+    __slots__ = ("stream", "kind", "layer", "name", "dur", "size", "issue", "waits", "start",
+                 "end", "stall", "idle", "done", "copy")
+
+    def __init__(self, stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0,
+                 size: int = 0, waits: tuple["_Op", ...] = (), copy: str = ""):
+        self.stream, self.kind, self.layer, self.name = stream, kind, layer, name
+        self.dur, self.size, self.waits, self.copy = dur, size, waits, copy
+        self.issue = 0
+        self.start: int | None = None
+        self.end: int | None = None
+        self.stall = 0
+        self.idle = 0  # its stream sat idle for the host to issue it
+        self.done: simpy.Event | None = None
+
+
+class _At:
+    """A stamp's anchor at a known time (NOTE [memory time])."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, t: int):
+        self.start = self.end = t
+
+
+_Zero = _At(0)  # the anchor of what exists before the first op
+
+
+class _Later:
+    """A stamp's anchor at the later end of two ops (a buffer released when its copy has
+    landed and the layer reading it is done)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: "_Op", b: "_Op"):
+        self.a, self.b = a, b
+
+    @property
+    def end(self) -> int:
+        return max(self.a.end, self.b.end)  # type: ignore[type-var]
+
+    start = end
+
+
+class _Stream:
+    __slots__ = ("name", "q", "wake", "last", "tail", "clock", "cur", "shares_bw", "prev_end")
+
+    def __init__(self, name: str, shares_bw: bool = False):
+        self.name = name
+        self.q: deque[_Op] = deque()
+        self.wake: simpy.Event | None = None
+        self.last: _Op | None = None  # the op issued last
+        self.tail: int | None = 0  # when everything issued so far ends, if known
+        self.clock = StreamClock(name)
+        self.cur: _Op | None = None
+        self.prev_end = 0  # when the op it ran last ended
+        self.shares_bw = shares_bw  # a copy's bandwidth depends on the other engine
+
+
+class Streams:
+    """The compute stream and the copy engines of a :class:`~.sim.Simulation` (a part of
+    it: the attributes it reads are the simulation's)."""
+
+    def _push(self, s: _Stream, op: _Op) -> _Op:
+        op.issue = self.host_ns
+        tail = s.tail
+        if tail is not None and not s.shares_bw:
+            base = op.issue if op.issue > tail else tail
+            t = base
+            for w in op.waits:
+                if w.end is None:
+                    t = -1
+                    break
+                if w.end > t:
+                    t = w.end
+            if t >= 0:
+                dur = op.dur if not op.copy else self._copy_ns(op, False)
+                op.start, op.end, op.stall = t, t + dur, t - base
+                op.idle = op.issue - tail if op.issue > tail else 0
+                if self._credit and s is self.compute:
+                    self._settle(op)
+                s.tail = op.end
+                if not s.q and s.cur is None:  # nothing before it left to play: done
+                    s.last = op
+                    self._finish(s, op)
+                    return op
+            else:
+                s.tail = None
+        else:
+            s.tail = None
+        s.q.append(op)
+        s.last = op
+        if s.wake is not None:
+            s.wake.succeed()
+            s.wake = None
+        return op
+
+    def _copy_ns(self, op: _Op, shared: bool) -> int:
+        link = self.gpu.link
+        bw = link.d2h_bw_bytes_per_s if op.copy == "d2h" else link.h2d_bw_bytes_per_s
+        if shared and link.duplex_total_bw_bytes_per_s:
+            bw = min(bw, link.duplex_total_bw_bytes_per_s / 2)
+        return transfer_ns(op.size, bw, link.latency_ns)
+
+    def _serve(self, s: _Stream):
+        env = self.env
+        q = s.q
+        while True:
+            if not q:
+                s.wake = env.event()
+                yield s.wake
+                continue
+            op = q.popleft()
+            if op.end is None:  # not scheduled when issued: run it now
+                base = env.now if env.now > op.issue else op.issue
+                for w in op.waits:
+                    if w.end is None:
+                        if w.done is None:
+                            w.done = env.event()
+                        yield w.done
+                start = base
+                for w in op.waits:
+                    if w.end > start:  # type: ignore[operator]
+                        start = w.end
+                if op.copy and s.shares_bw:
+                    if start > env.now:
+                        yield env.timeout(start - env.now)
+                    other = self._copy["h2d" if op.copy == "d2h" else "d2h"]
+                    dur = self._copy_ns(op, other.cur is not None)
+                else:
+                    dur = op.dur if not op.copy else self._copy_ns(op, False)
+                op.start, op.end, op.stall = start, start + dur, start - base
+                op.idle = op.issue - s.prev_end if op.issue > s.prev_end else 0
+                if self._credit and s is self.compute:
+                    self._settle(op)
+                if s.last is op:
+                    s.tail = op.end
+            s.cur = op
+            if op.end > env.now:
+                yield env.timeout(op.end - env.now)
+            s.cur = None
+            self._finish(s, op)
+
+    def _finish(self, s: _Stream, op: _Op) -> None:
+        start, end = op.start, op.end
+        if self.checks:  # NOTE [invariants]: in order, never overlapping (inline: every op)
+            clock = s.clock
+            if start < clock.last_end or end < start:
+                clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
+            clock.last_end = end
+        s.prev_end = end
+        record = self.record_ops
+        if s is self.compute:
+            self.host_bound_ns += op.idle
+            if op.copy:  # an on-demand fetch: the stream copies, not computes; the host
+                self.stall_ns += end - start  # copy is released once it is back
+                self.host_bytes -= op.size
+            if op.stall:
+                self.stall_ns += op.stall
+                if record:
+                    self.ops.append(_record(Op, (s.name, "stall", op.layer, "wait for a copy",
+                                                 start - op.stall, start, 0)))
+            if end > self.end_ns:  # the iteration is the compute stream's
+                self.end_ns = end
+            if record and (end > start or op.copy):
+                self.ops.append(_record(Op, (s.name, op.kind, op.layer, op.name, start, end,
+                                             op.size)))
+        else:
+            if record:  # a copy shows as its direction
+                self.ops.append(_record(Op, (op.copy, op.kind, op.layer, op.name, start, end,
+                                             op.size)))
+            if op.kind != "offload":  # a prefetch: the host copy is released once it is back
+                self.host_bytes -= op.size
+        if op.done is not None:
+            op.done.succeed()

@@ -62,13 +62,19 @@ class Memory:
         """Allocate at once when no deferred free is pending (then no event can change the
         answer) and no release of the cache is due (NOTE [allocator costs]); ``False``: the
         caller runs :meth:`_alloc`, which may wait."""
-        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
-        if self._pending or self._seg_costs and self.pool.would_release(size, **kw):
+        if self._pending:
             return False
-        before = self._seg_count() if self._seg_costs else None
-        self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
-        if before is not None:
+        if self._seg_costs:
+            kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+            if self.pool.would_release(size, **kw):
+                return False
+            before = self._seg_count()
+            self.pool.alloc(key, size, category, stamp, layer, phase, **kw)
             self._charge_segments(before, layer)
+        elif stream:  # (a run's hottest call: no keyword dict where none is needed)
+            self.pool.alloc(key, size, category, stamp, layer, phase, stream=stream)
+        else:
+            self.pool.alloc(key, size, category, stamp, layer, phase)
         return True
 
     def _drain(self, layer: str):

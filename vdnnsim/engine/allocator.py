@@ -22,6 +22,7 @@ lifetime) and leaves the lists alone. Same numbers, less work (bench/bench_engin
 from __future__ import annotations
 
 import bisect
+import operator
 from dataclasses import dataclass
 
 from .invariants import InvariantViolation
@@ -158,13 +159,11 @@ class Accounting:
         """Time-weighted mean of live bytes over [0, end_ns]."""
         if end_ns <= 0:
             return float(self.levels[-1])
-        total = 0
-        for k, t in enumerate(self.times):
-            if t >= end_ns:
-                break
-            nxt = self.times[k + 1] if k + 1 < len(self.times) else end_ns
-            total += self.levels[k] * (min(nxt, end_ns) - t)
-        return total / end_ns
+        times = self.times  # in time order: the steps before end_ns, each to the next
+        n = bisect.bisect_left(times, end_ns)
+        ends = times[1:n] + [end_ns] if n else []
+        total = sum(map(operator.mul, self.levels[:n], map(operator.sub, ends, times[:n])))
+        return total / end_ns  # (exact integers until this division)
 
 
 _SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a tuple)

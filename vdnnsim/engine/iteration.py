@@ -141,37 +141,41 @@ class Iteration:
         layers, cs = trace.layers, self.compute
         ahead = sem.host_ahead
         hf, steps = self._hf, self._layer_steps
+        stop, take, stamps, edges = self.stop_at_oom, self._take, self._stamp_ops, \
+            self._stamp_edges
         for i, layer in enumerate(layers):
-            if self.stop_at_oom and pool.oom is not None:
+            if stop and pool.oom is not None:
                 self.stopped = True
                 return True
             algo = layer.algos[plan.algos[i]]
             offload = plan.offload[i]
             st = steps[i]
+            lid = layer.id
             h = hf[i] + self._h_offload * len(offload)
             if h:
-                self._spend(h, layer.id, st.fwd)
-            op = _Op(cs, "fwd", layer.id, st.fwd, algo.fwd_ns, waits=self._next_waits)
+                self._spend(h, lid, st.fwd)
+            op = _Op(cs, "fwd", lid, st.fwd, algo.fwd_ns, waits=self._next_waits)
             self._next_waits = ()
-            s0 = self._stamp(op, 0)
+            stamps.append(op)  # _stamp(op, 0), inline: a new op is never the last stamp
+            edges.append(0)
+            s0 = len(edges) - 1
             for t, size in st.out_alloc:
-                a = (t, size, "activations", s0, layer.id, "forward")
-                if not self._take(*a):
-                    yield from self._alloc(*a)
+                if not take(t, size, "activations", s0, lid, "forward"):
+                    yield from self._alloc(t, size, "activations", s0, lid, "forward")
             held = False  # its workspace allocated for real (NOTE [transient])
             if algo.fwd_workspace_bytes:
-                w = self._workspace(algo.fwd_workspace_bytes, s0, op, layer.id, "forward")
+                w = self._workspace(algo.fwd_workspace_bytes, s0, op, lid, "forward")
                 if w is not None:
                     held = yield from w
-            self._check_on_gpu(st.reads, layer.id, "forward")
+            self._check_on_gpu(st.reads, lid, "forward")
             before = cs.last
             if self._queue:
-                yield from self._throttle(op, self._kf[i], layer.id)
+                yield from self._throttle(op, self._kf[i], lid)
             self._push(cs, op)
-            copies = [self._offload(b, layer.id, before) for b in offload] if offload else ()
+            copies = [self._offload(b, lid, before) for b in offload] if offload else ()
             s1 = self._stamp(op, 1)
             if held:
-                pool.free(("workspace", layer.id), s1)
+                pool.free(("workspace", lid), s1)
             for b in fwd_free.get(i, ()):
                 pool.free(b, s1)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
@@ -218,12 +222,14 @@ class Iteration:
         layers, cs = trace.layers, self.compute
         ahead = sem.host_ahead
         hb, steps = self._hb, self._layer_steps
+        stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
+        segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
         for i in range(len(layers) - 1, -1, -1):
-            if self.stop_at_oom and pool.oom is not None:
+            if stop and pool.oom is not None:
                 self.stopped = True
                 return True
-            if i in self._segments:  # NOTE [recompute]
-                first, dropped = self._segments[i]
+            if segments and i in segments:  # NOTE [recompute]
+                first, dropped = segments[i]
                 yield from self._recompute(first, i, dropped)
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
@@ -231,8 +237,8 @@ class Iteration:
             op = _Op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
             need = []
             for t in layer.saved:
-                b = lv.root[t]
-                if b in self._on_host:  # no earlier prefetch brought it: fetch on demand,
+                b = root[t]
+                if b in on_host:  # no earlier prefetch brought it: fetch on demand,
                     w = self._prefetch(b, layer.id, on_demand=True)  # ahead of the
                     if w is not None:
                         yield from w
@@ -259,12 +265,12 @@ class Iteration:
             elif pending:
                 yield from self._sync(pending, layer.id, "fetch of own input")
             self._next_waits = ()
-            s0 = self._stamp(op, 0)
+            stamps.append(op)  # _stamp(op, 0), inline: a new op is never the last stamp
+            edges.append(0)
+            s0 = len(edges) - 1
             for g, size in st.grads_in:
-                if g not in pool:
-                    a = (g, size, "gradients", s0, layer.id, "backward")
-                    if not self._take(*a):
-                        yield from self._alloc(*a)
+                if g not in pool and not take(g, size, "gradients", s0, layer.id, "backward"):
+                    yield from self._alloc(g, size, "gradients", s0, layer.id, "backward")
             if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")

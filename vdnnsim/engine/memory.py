@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from .allocator import OutOfMemory, key_name
 from .streams import _At, _Op
 
@@ -203,19 +205,17 @@ class Memory:
         T = [op.end if edge else op.start  # type: ignore[attr-defined]
              for op, edge in zip(self._stamp_ops, self._stamp_edges)]
         pool = self.pool
-        prev, events = 0, []
-        for s, level in zip(pool.times, pool.levels):
-            events.append((T[s], level - prev))
-            prev = level
-        events.sort(key=lambda e: e[0])
-        times, levels, live = [], [], 0
-        for t, d in events:
-            live += d
-            if times and times[-1] == t:
-                levels[-1] = live
-            else:
-                times.append(t)
-                levels.append(live)
+        # the curve's steps at their GPU times, in time order (a stable sort: steps at one
+        # time keep the host's order), merged where they fall at one time (the last level
+        # stands); numpy, exact in int64: a run has thousands of steps
+        t = np.asarray(T, dtype=np.int64)[np.asarray(pool.times, dtype=np.int64)]
+        d = np.diff(np.asarray(pool.levels, dtype=np.int64), prepend=0)
+        order = np.argsort(t, kind="stable")
+        t, live = t[order], np.cumsum(d[order])
+        last = np.empty(len(t), dtype=bool)
+        last[:-1] = t[1:] != t[:-1]
+        last[-1:] = True
+        times, levels = t[last].tolist(), live[last].tolist()
         if not times or times[0] != 0:
             times.insert(0, 0)
             levels.insert(0, 0)

@@ -99,6 +99,11 @@ class Accounting:
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
         self._open: dict[Key, tuple[int, int, str]] = {}
 
+    def open_spans(self) -> list[tuple[Key, int, int, str]]:
+        """(key, start stamp, bytes, category) of every allocation not yet freed, when
+        lifetimes are recorded (``spans`` a list)."""
+        return [(key, t0, size, cat) for key, (t0, size, cat) in self._open.items()]
+
     # _taken and _given_back run at every allocation and free (bench/bench_engine.py)
     def _taken(self, key: Key, size: int, category: str, now: int) -> None:
         bc = self.by_category
@@ -185,6 +190,10 @@ class Pool(Accounting):
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
+
+    def live_keys(self) -> list[Key]:
+        """The keys allocated now."""
+        return list(self._blocks)
 
     def retire(self, key: Key, now: int) -> None:
         """NOTE [deferred free]: CNMeM has no stream semantics; the block stays allocated

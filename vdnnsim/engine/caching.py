@@ -114,6 +114,10 @@ class CachingPool(Accounting):
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
+    def live_keys(self) -> list[Key]:
+        """The keys allocated now (a retired block is not: it waits apart for release)."""
+        return list(self._blocks)
+
     def _add_free(self, seg: int, off: int, size: int) -> None:
         self._free[seg][off] = size
         self._ends[seg][off + size] = off

@@ -224,7 +224,7 @@ class Memory:
             pool.oom = replace(pool.oom, time_ns=T[pool.oom.time_ns])
         if pool.spans is not None:
             pool.spans = [(k, c, size, T[t0], T[t1]) for k, c, size, t0, t1 in pool.spans]
-            for key, (t0, size, cat) in pool._open.items():  # what lives to the end
+            for key, t0, size, cat in pool.open_spans():  # what lives to the end
                 pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
 
     def _persistent(self, grads: bool = True) -> None:

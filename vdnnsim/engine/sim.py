@@ -156,7 +156,7 @@ class Simulation(Streams, Host, Memory, Iteration):
         if self.plan.memory != "layer_wise":
             return
         leaves = {b for b in self.lv.size if b not in self.lv.producer}
-        for key in self.pool._blocks:
+        for key in self.pool.live_keys():
             if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN \
                     or key in leaves:  # the training loop's batch (an unread input stays)
                 continue

@@ -178,31 +178,43 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
     """NOTE [compile]: ``plan`` on ``trace`` under ``sem``, with ``host`` the preset's host
     costs; raises :class:`PlanError` for a plan that does not fit its trace."""
     _check(trace, lv, plan)
-    cached = trace.__dict__.get("_steps")  # a trace is immutable: once per semantics
-    if cached is None or cached[0] is not sem or cached[1] is not lv:
-        keys = sem.grad_keys(trace, lv)
-        cached = (sem, lv, keys, _steps(trace, lv, *keys))
-        trace.__dict__["_steps"] = cached
-    (gkey, gsize, gneeds), steps = cached[2], cached[3]
-    h = host
-    layers = trace.layers
     runtime = plan.runtime and sem.host_ahead  # NOTE [host costs]
+    base = _trace_part(trace, lv, sem, host, runtime)
+    fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below
+    segments: dict[int, tuple[int, frozenset[str]]] = {}
+    if plan.memory != "layer_wise":
+        fwd_free, bwd_free = {}, {}
+    elif plan.recompute:  # NOTE [recompute]: its frees move, in copies of the lists
+        fwd_free = {k: list(v) for k, v in fwd_free.items()}
+        bwd_free = {k: list(v) for k, v in bwd_free.items()}
+        segments = recompute_sets(trace, lv, plan.recompute, set(base.held), fwd_free,
+                                  bwd_free)
+    return base._replace(fwd_free=fwd_free, bwd_free=bwd_free, segments=segments)
+
+
+def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
+                runtime: bool) -> Program:
+    """What a program takes from the trace alone (for one semantics, host and runtime),
+    built once: a trace is immutable, and vdnn_dyn and the planners replay one trace many
+    times."""
+    key = (sem, lv, host, runtime)
+    cached = trace.__dict__.get("_program")
+    if cached is not None and all(a is b for a, b in zip(cached[0], key)):
+        return cached[1]
+    gkey, gsize, gneeds = sem.grad_keys(trace, lv)
+    steps = _steps(trace, lv, gkey, gsize, gneeds)
+    h, layers = host, trace.layers
     rf, rb = (h.runtime_layer_fwd_ns, h.runtime_layer_bwd_ns) if runtime else (0, 0)
     held = frozenset(b for b in lv.size if b not in lv.producer) if sem.holds_inputs \
         else frozenset()
-    fwd_free: dict[int, list[str]] = {}
-    bwd_free: dict[int, list[str]] = {}
-    segments: dict[int, tuple[int, frozenset[str]]] = {}
-    if plan.memory == "layer_wise":
-        fwd_free, bwd_free = free_points(lv, set(held))
-        if plan.recompute:
-            segments = recompute_sets(trace, lv, plan.recompute, set(held), fwd_free,
-                                      bwd_free)
-    return Program(
+    fwd_free, bwd_free = free_points(lv, set(held))
+    part = Program(
         steps, gkey, gsize, gneeds,
         tuple(x.host_fwd_ns + rf for x in layers), tuple(x.host_bwd_ns + rb for x in layers),
         h.runtime_offload_ns if runtime else 0, h.runtime_fetch_ns if runtime else 0,
         h.launch_queue if sem.host_ahead else 0,
         tuple(h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd for x in layers),
         tuple(h.layer_kernels_bwd if x.kernels_bwd is None else x.kernels_bwd for x in layers),
-        held, fwd_free, bwd_free, segments)
+        held, fwd_free, bwd_free, {})
+    trace.__dict__["_program"] = (key, part)
+    return part

@@ -1,7 +1,7 @@
 """How far apart two measurements of one host-bound step are on the device machine, and
 where each re-profiled trace's prediction falls among them.
 
-    .venv/bin/python traces/h200_noise/spread.py
+    .venv/bin/python experiments/h200_noise/spread.py
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+DATA = ROOT / "traces" / "h200_noise"
 CASES = [("shufflenet_v2_x1_0", 64), ("regnet_y_800mf", 32)]
 
 
@@ -20,7 +22,7 @@ def main() -> int:
     from vdnnsim.trace.io import load_trace
 
     gpu = resolve_gpu("h200")
-    rows = json.loads((HERE / "hostnoise.json").read_text())
+    rows = json.loads((DATA / "hostnoise.json").read_text())
     for name, batch in CASES:
         mine = [r for r in rows if r["model"] == f"torchvision:{name}"]
         ms = [r["iteration_ms"] for r in mine if r["what"] == "measure"]
@@ -29,7 +31,7 @@ def main() -> int:
               + ", ".join(f"{x:.1f}" for x in ms)
               + f" ms; median {med:.1f}, max/min {max(ms) / min(ms):.2f}")
         for k in sorted({r["round"] for r in mine if r["what"] == "profile"}):
-            trace = load_trace(HERE / f"{name}_b{batch}_r{k}.yaml")
+            trace = load_trace(DATA / f"{name}_b{batch}_r{k}.yaml")
             pred = run_trace(trace, gpu, "eager", record=False).iteration_time_ns / 1e6
             print(f"  trace of round {k}: predicted {pred:.1f} ms, {pred / med - 1:+.1%} "
                   f"from the median, {pred / max(ms) - 1:+.0%} to {pred / min(ms) - 1:+.0%} "

@@ -1,9 +1,9 @@
-"""The held-out timm set (README.md): each profile replayed by the engine (eager, h200
-preset) against the median of the fresh-process measurements of its model (PAIRS says
-which measurements each folder is judged against).
+"""The held-out timm set (traces/h200_timm/README.md): each profile replayed by the engine
+(eager, h200 preset) against the median of the fresh-process measurements of its model
+(PAIRS says which measurements each folder is judged against).
 
-    python traces/h200_timm/check.py [PROFILES_DIR ...]   (default: every session's)
-    python traces/h200_timm/check.py --meta               (needs torch and timm)
+    python experiments/h200_timm/check.py [PROFILES_DIR ...]   (default: every session's)
+    python experiments/h200_timm/check.py --meta               (needs torch and timm)
 
 Prints one row a profile: the measured median and band (min-max of the processes), the
 replay and its error, the peak allocated memory predicted and measured; then the median
@@ -19,8 +19,9 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+DATA = ROOT / "traces" / "h200_timm"
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.trace import load_trace  # noqa: E402
@@ -54,7 +55,7 @@ def check(folder: Path, meas: dict[str, list[dict]], gpu) -> list[tuple[float, f
     errs = []
     if not any(f.name.split(".")[0] in meas for f in folder.glob("*.yaml.gz")):
         return errs  # profiles of other runs (hf/: GPT-2, set beside its own plain steps)
-    print(f"{folder.relative_to(HERE)}:")
+    print(f"{folder.relative_to(DATA)}:")
     print("| model | measured ms (band, n) | replay ms | error | peak pred GiB | peak meas GiB "
           "| error |")
     print("|---|---|---|---|---|---|---|")
@@ -90,7 +91,7 @@ def meta(gpu) -> None:
     from vdnnsim.gpu.aten_probe import memory_trace
     from vdnnsim.trace import trace_from_dict
     meas: dict[str, list[dict]] = {}
-    for line in (HERE / "session10" / "measure4.jsonl").read_text().splitlines():
+    for line in (DATA / "session10" / "measure4.jsonl").read_text().splitlines():
         r = json.loads(line)
         meas.setdefault(r["model"], []).append(r)
     errs = []
@@ -113,7 +114,7 @@ def main() -> None:
         meta(gpu)
         return
     folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
-        p for p in HERE.glob("session*/*") if p.is_dir() and any(p.glob("*.yaml.gz")))
+        p for p in DATA.glob("session*/*") if p.is_dir() and any(p.glob("*.yaml.gz")))
     for d in folders:
         check(d, measurements(d), gpu)
 

@@ -2,9 +2,11 @@
 (NOTE [measurement], NOTE [workloads]): issue 14's models at three sizes each, in fp32 and
 bf16 autocast, with AdamW; and a held-out set of three models of other shapes.
 
-On the device machine, from the repository root, with simpy/pydantic importable:
+On the device machine, with simpy/pydantic importable (OUT is relative to the working
+directory; the runs are made from the repository root, where the held-out models' specs,
+``hf:traces/h200_hf/heldout/...``, are found):
 
-    python3 traces/h200_hf/collect.py OUT [main|heldout|all|extra] [--only NAME]
+    python3 experiments/h200_hf/collect.py OUT [main|heldout|all|extra] [--only NAME]
 
 One process per model (its runs one after another, the cache emptied between them); one
 JSON record per run, a line each, in OUT/<set>.jsonl, written as each run ends.
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 
 HELD = "hf:traces/h200_hf/heldout"
@@ -64,6 +67,8 @@ def main() -> int:
     ap.add_argument("which", nargs="?", default="all")
     ap.add_argument("--only", default=None, help="one model spec")
     args = ap.parse_args()
+    out = Path(args.out).resolve()
+    os.chdir(ROOT)  # the held-out specs are paths from the repository root, as recorded
     import torch
     import transformers
 
@@ -78,7 +83,7 @@ def main() -> int:
         rec.update(set=name, seq_len=seq, transformers=transformers.__version__,
                    float32_matmul_precision=torch.get_float32_matmul_precision(),
                    wall_s=round(time.perf_counter() - t0, 1))
-        with open(Path(args.out) / f"{name}.jsonl", "a") as f:
+        with open(out / f"{name}.jsonl", "a") as f:
             f.write(json.dumps(rec) + "\n")
         print(f"{spec} b{batch} s{seq} {precision}: "
               + (f"{rec['iteration_ms']:.1f} ms, {rec['peak_allocated_bytes'] / 2**30:.2f} "

@@ -4,7 +4,7 @@ device plus the preset's kernel model) into OUTDIR, then compare, as `vdnnsim va
 does, over the uncapped baseline and vdnn_conv runs (issue 12's question: what the
 simulator predicts without ever running the model on the GPU).
 
-    .venv/bin/python traces/meta_check.py MEASUREMENTS.json OUTDIR [--gpu h200] [--all]
+    .venv/bin/python experiments/meta_check.py MEASUREMENTS.json OUTDIR [--gpu h200] [--all]
 
 Traces already in OUTDIR are reused (delete them after changing the kernel model).
 ``--all`` keeps every policy and cap the file has; ``--analytic`` times the traces with
@@ -20,10 +20,12 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from vdnnsim.api import resolve_gpu
-from vdnnsim.gpu.profile import synthesize_model
-from vdnnsim.trace import save_trace, trace_from_dict
-from vdnnsim.validate import format_validation, summarize, validate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's vdnnsim
+
+from vdnnsim.api import resolve_gpu  # noqa: E402
+from vdnnsim.gpu.profile import synthesize_model  # noqa: E402
+from vdnnsim.trace import save_trace, trace_from_dict  # noqa: E402
+from vdnnsim.validate import format_validation, summarize, validate  # noqa: E402
 
 
 def main(argv=None) -> int:

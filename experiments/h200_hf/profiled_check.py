@@ -7,9 +7,9 @@ could profile a transformer). "profile's step" is the profile's own median plain
 (from its note): the replay's error against it is the model's, its difference from the
 measurement is the run's own repeatability.
 
-    python traces/h200_hf/profiled_check.py [main|heldout|extra|all] [--dir FOLDER]
+    python experiments/h200_hf/profiled_check.py [main|heldout|extra|all] [--dir FOLDER]
 
-``--dir session11``: the profiles in FOLDER/profiled (the module profiler, NOTE [module
+``--dir session11``: the profiles in FOLDER/profiled (FOLDER under traces/h200_hf) (the module profiler, NOTE [module
 timing]) against the measurements made in their own processes, FOLDER/<set>.jsonl.
 """
 
@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))  # this checkout's vdnnsim, from any folder
+sys.path.insert(0, str(HERE))  # profile_all's key()
+DATA = HERE.parents[1] / "traces" / "h200_hf"
 
 SETS = ("main", "heldout", "extra")
 HOST_BOUND = 0.8  # a run whose host issue time is more than this share of its step
@@ -40,18 +41,18 @@ def rows(which: str = "all", folder: str | None = None):
             continue
         first = {}
         if name != "extra":
-            for line in (HERE / f"{name}.jsonl").read_text().splitlines():
+            for line in (DATA / f"{name}.jsonl").read_text().splitlines():
                 r = json.loads(line)
                 first[key(name, r["model"], r["batch_size"], r["seq_len"], r["dtype"])] = r
-        same = HERE / ("extra.jsonl" if name == "extra" else f"session9/{name}.jsonl")
+        same = DATA / ("extra.jsonl" if name == "extra" else f"session9/{name}.jsonl")
         if folder is not None:
-            same = HERE / folder / f"{name}.jsonl"
+            same = DATA / folder / f"{name}.jsonl"
             if not same.exists():
                 continue
         for line in same.read_text().splitlines():
             r = json.loads(line)
             k = key(name, r["model"], r["batch_size"], r["seq_len"], r["dtype"])
-            path = HERE / (folder or "") / "profiled" / f"{k}.yaml.gz"
+            path = DATA / (folder or "") / "profiled" / f"{k}.yaml.gz"
             trace = with_optimizer(load_trace(path), r["optimizer"])
             sim = run_trace(trace, gpu, "eager", record=False)
             plain = float(re.search(r"a plain step took ([0-9.]+) ms",

@@ -1,4 +1,7 @@
-# Writes notebooks/llama_24gb.ipynb (stripped); run from the repository root.
+# Writes notebooks/llama_24gb.ipynb (stripped), from any folder:
+#   python experiments/h200_llama24/make_notebook.py
+from pathlib import Path
+
 import nbformat
 from nbformat.v4 import new_notebook, new_markdown_cell, new_code_cell
 cells = []
@@ -96,4 +99,4 @@ a.legend(); b.legend()
 plt.tight_layout()
 plt.show()"""))
 nb = new_notebook(cells=cells, metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
-nbformat.write(nb, "notebooks/llama_24gb.ipynb")
+nbformat.write(nb, str(Path(__file__).resolve().parents[2] / "notebooks" / "llama_24gb.ipynb"))

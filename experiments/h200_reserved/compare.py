@@ -2,7 +2,7 @@
 processes: the predicted reserved peak against the original measurement, the new one, and
 one step's own reserved peak (from an emptied cache, NOTE [measurement]).
 
-    .venv/bin/python traces/h200_reserved/compare.py
+    .venv/bin/python experiments/h200_reserved/compare.py
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+TRACES = ROOT / "traces"
+DATA = TRACES / "h200_reserved"
 GIB = 2**30
 
 
@@ -24,17 +27,17 @@ def main() -> int:
     gpu = resolve_gpu("h200")
     first = {}
     for folder in ("h200", "h200_heldout"):
-        for r in json.loads((HERE.parent / folder / "measurements.json").read_text()):
+        for r in json.loads((TRACES / folder / "measurements.json").read_text()):
             key = (r["model"], r["batch_size"], r["policy"], r.get("memory_cap_bytes"))
             first[key] = (r, folder)
     print(f"{'model':18s} {'batch':>5s} {'policy':9s} {'cap':>4s} {'predicted':>9s} "
           f"{'first':>15s} {'again':>15s} {'one step':>15s}  (GiB, error of the prediction)")
     moved, errs_first, errs_step = [], [], []
-    for r in json.loads((HERE / "measurements.json").read_text()):
+    for r in json.loads((DATA / "measurements.json").read_text()):
         cap = r.get("memory_cap_bytes")
         old, folder = first[(r["model"], r["batch_size"], r["policy"], cap)]
         name = r["model"].split(":")[1]
-        trace = load_trace(HERE.parent / folder / f"{name}_b{r['batch_size']}.yaml")
+        trace = load_trace(TRACES / folder / f"{name}_b{r['batch_size']}.yaml")
         p = run_trace(trace, gpu, POLICY_MAP[r["policy"]], memory_bytes=cap,
                       record=False).peak_footprint_bytes
         cols = [old["peak_reserved_bytes"], r["peak_reserved_bytes"],

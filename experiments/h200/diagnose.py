@@ -1,7 +1,7 @@
 """Where one training step's memory goes, as PyTorch's caching allocator saw it: for checking
 the simulator's allocation sequence against the real one.
 
-    python3 traces/h200/diagnose.py MODEL BATCH POLICY OUT.json
+    python3 experiments/h200/diagnose.py MODEL BATCH POLICY OUT.json
 
 POLICY is baseline, vdnn_conv or vdnn_all (the runtime of vdnnsim.gpu). After two warm-up
 steps one step is recorded:
@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from vdnnsim.gpu.models import build_model
-from vdnnsim.gpu.runtime import VDNN
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's vdnnsim
+
+from vdnnsim.gpu.models import build_model  # noqa: E402
+from vdnnsim.gpu.runtime import VDNN  # noqa: E402
 
 
 def _where(e: dict) -> str:

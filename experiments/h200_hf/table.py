@@ -1,10 +1,10 @@
 """The committed H200 transformer runs as a table (traces/h200_hf/README.md):
-python traces/h200_hf/table.py"""
+python experiments/h200_hf/table.py"""
 
 import json
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+DATA = Path(__file__).resolve().parents[2] / "traces" / "h200_hf"
 
 
 def main() -> None:
@@ -12,7 +12,7 @@ def main() -> None:
           "| peak allocated GiB | forward peak | backward peak | step peak |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("main", "heldout"):
-        for line in (HERE / f"{name}.jsonl").read_text().splitlines():
+        for line in (DATA / f"{name}.jsonl").read_text().splitlines():
             r = json.loads(line)
             ph = r["phases"]
             model = r["model"].removeprefix("hf:").replace("traces/h200_hf/heldout/", "")

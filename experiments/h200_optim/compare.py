@@ -1,26 +1,32 @@
 """NOTE [optimizer state] against the H200: the profiled traces of traces/h200 replayed
-eager with SGD and with AdamW (``with_optimizer``), beside the runs of collect.sh.
+eager with SGD and with AdamW (``with_optimizer``), beside the runs of collect.sh
+(traces/h200_optim).
 
-    .venv/bin/python traces/h200_optim/compare.py
+    .venv/bin/python experiments/h200_optim/compare.py
 """
 
 import json
+import sys
 from pathlib import Path
 
-from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.optimizer import with_optimizer
-from vdnnsim.trace import load_trace
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+TRACES = ROOT / "traces"
 
-HERE = Path(__file__).resolve().parent
+from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.optimizer import with_optimizer  # noqa: E402
+from vdnnsim.trace import load_trace  # noqa: E402
+
 CASES = [("resnet50", 128), ("vgg16", 64), ("mobilenet_v2", 128), ("densenet121", 64)]
 
 
 def rows():
     gpu = resolve_gpu("h200")
     for model, batch in CASES:
-        trace = load_trace(HERE.parent / "h200" / f"{model}_b{batch}.yaml")
+        trace = load_trace(TRACES / "h200" / f"{model}_b{batch}.yaml")
         for opt in ("sgd", "adamw"):
-            got = json.loads((HERE / f"{model}_b{batch}_{opt}.json").read_text())
+            got = json.loads((TRACES / "h200_optim" / f"{model}_b{batch}_{opt}.json")
+                             .read_text())
             r = run_trace(with_optimizer(trace, opt), gpu, "eager", record=False)
             yield (model, batch, opt, r.peak_memory_bytes, got["peak_allocated_bytes"],
                    r.iteration_time_ns / 1e6, got["iteration_ms"])

@@ -1,31 +1,32 @@
 """How the H200 validation set was made: profile each model and batch size into a trace,
 then measure real training steps under each runtime policy, with and without a memory cap.
 
-Run on the device machine from the repository root (see traces/h200/README.md):
+Run on the device machine (see traces/h200/README.md); OUTDIR is relative to the working
+directory, and the subprocesses import this checkout's vdnnsim from any folder:
 
-    python3 traces/h200/collect.py profile  OUTDIR      # traces/h200/*.yaml
-    python3 traces/h200/collect.py measure  OUTDIR      # measurements.json
-    python3 traces/h200/collect.py smoke    OUTDIR      # a quick check of both
-    python3 traces/h200/collect.py capped OUTDIR        # capped runs, a process each
-    python3 traces/h200/collect.py capped-missing OUTDIR  # those measurements.json lacks
-    python3 traces/h200/collect.py save-on-cpu OUTDIR   # PyTorch's save_on_cpu, a process each
-    python3 traces/h200/collect.py heldout-profile OUTDIR  # traces/h200_heldout/*.yaml
-    python3 traces/h200/collect.py heldout-measure OUTDIR  # traces/h200_heldout/measurements.json
-    python3 traces/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
-    python3 traces/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
-    python3 traces/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
-    python3 traces/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
-    python3 traces/h200/collect.py kernels OUTDIR       # traces/h200_calib/kernels.json
-    python3 traces/h200/collect.py reserved OUTDIR      # traces/h200_reserved/: one step's own
-    python3 traces/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
-    python3 traces/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
-    python3 traces/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
-    python3 traces/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
-    python3 traces/h200/collect.py heldout12c OUTDIR    # traces/h200_heldout12c/measurements.json
-    python3 traces/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
-    python3 traces/h200/collect.py hostkinds OUTDIR     # traces/h200_calib/profiles/
-    python3 traces/h200/collect.py heldout12d OUTDIR    # traces/h200_heldout12d/measurements.json
-    python3 traces/h200/collect.py heldout12e OUTDIR    # traces/h200_heldout12e/measurements.json
+    python3 experiments/h200/collect.py profile  OUTDIR      # traces/h200/*.yaml
+    python3 experiments/h200/collect.py measure  OUTDIR      # measurements.json
+    python3 experiments/h200/collect.py smoke    OUTDIR      # a quick check of both
+    python3 experiments/h200/collect.py capped OUTDIR        # capped runs, a process each
+    python3 experiments/h200/collect.py capped-missing OUTDIR  # those measurements.json lacks
+    python3 experiments/h200/collect.py save-on-cpu OUTDIR   # PyTorch's save_on_cpu, a process each
+    python3 experiments/h200/collect.py heldout-profile OUTDIR  # traces/h200_heldout/*.yaml
+    python3 experiments/h200/collect.py heldout-measure OUTDIR  # traces/h200_heldout/measurements.json
+    python3 experiments/h200/collect.py hostcal OUTDIR       # traces/h200_calib/hostcal.json
+    python3 experiments/h200/collect.py hostcal2 OUTDIR      # traces/h200_calib/hostcal2.json
+    python3 experiments/h200/collect.py hostcal-measure OUTDIR  # traces/h200_calib/measured.json
+    python3 experiments/h200/collect.py hostnoise OUTDIR     # traces/h200_noise/: the host's spread
+    python3 experiments/h200/collect.py kernels OUTDIR       # traces/h200_calib/kernels.json
+    python3 experiments/h200/collect.py reserved OUTDIR      # traces/h200_reserved/: one step's own
+    python3 experiments/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
+    python3 experiments/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
+    python3 experiments/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
+    python3 experiments/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
+    python3 experiments/h200/collect.py heldout12c OUTDIR    # traces/h200_heldout12c/measurements.json
+    python3 experiments/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
+    python3 experiments/h200/collect.py hostkinds OUTDIR     # traces/h200_calib/profiles/
+    python3 experiments/h200/collect.py heldout12d OUTDIR    # traces/h200_heldout12d/measurements.json
+    python3 experiments/h200/collect.py heldout12e OUTDIR    # traces/h200_heldout12e/measurements.json
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -34,10 +35,16 @@ written as they come, so a run cut short still leaves what it measured.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository; its data under traces/
+sys.path.insert(0, str(ROOT))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
+                                                          os.environ.get("PYTHONPATH")]))
 
 SETS = {  # model: batch sizes
     "torchvision:vgg16": [64, 128, 256],
@@ -413,7 +420,7 @@ def main() -> int:
                  for m, bs in SETS.items() for p in POLICIES]
         if what == "capped-missing":  # those the committed measurements.json lacks
             have = {(r["model"], r["batch_size"], r["policy"], r["memory_cap_bytes"])
-                    for r in json.loads((Path(__file__).parent / "measurements.json")
+                    for r in json.loads((ROOT / "traces" / "h200" / "measurements.json")
                                         .read_text())}
             cases = [c for c in cases if c not in have]
         else:

@@ -3,7 +3,7 @@ record's model built on the meta device, its step probed op by op in the record'
 precision, replayed eager with AdamW (NOTE [optimizer state]) on the H200 preset; the
 predicted peak allocated memory beside the measured one.
 
-    python traces/h200_hf/meta_check.py [main|heldout|all]
+    python experiments/h200_hf/meta_check.py [main|heldout|all]
 """
 
 import json
@@ -11,8 +11,15 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+DATA = ROOT / "traces" / "h200_hf"
+
+
+def spec(model: str) -> str:
+    """A record's model spec, a held-out model's file (``hf:traces/...``, from the
+    repository root) made absolute."""
+    return f"hf:{ROOT / model[3:]}" if model.startswith("hf:traces/") else model
 
 
 def rows(which: str = "all"):
@@ -28,10 +35,11 @@ def rows(which: str = "all"):
     for name in ("main", "heldout"):
         if which not in (name, "all"):
             continue
-        for line in (HERE / f"{name}.jsonl").read_text().splitlines():
+        for line in (DATA / f"{name}.jsonl").read_text().splitlines():
             r = json.loads(line)
             with redirect_stderr(io.StringIO()):  # transformers' notes about its configs
-                d = memory_trace(r["model"], r["batch_size"], gpu, r["dtype"], r["seq_len"])
+                d = memory_trace(spec(r["model"]), r["batch_size"], gpu, r["dtype"],
+                                 r["seq_len"])
             trace = with_optimizer(trace_from_dict(d, r["model"]), r["optimizer"])
             got = run_trace(trace, gpu, "eager", record=False).peak_memory_bytes
             yield name, r, got, r["peak_allocated_bytes"]

@@ -3,8 +3,8 @@
 (22 GiB for PyTorch's allocator, the rest for the CUDA context), with AdamW in bf16
 autocast, and what does offloading activations cost?
 
-For each batch (1, 2, 4), in one process on the device machine, from the repository root
-(simpy/pydantic importable):
+For each batch (1, 2, 4), in one process on the device machine (simpy/pydantic importable;
+OUT relative to the working directory):
 
 1. profile the step (``vdnnsim profile``'s code, NOTE [block timing]) into
    OUT/llama-1b-b{B}-s2048-bf16.yaml.gz;
@@ -14,7 +14,7 @@ For each batch (1, 2, 4), in one process on the device machine, from the reposit
    22 GiB cap, and the plan under the cap (NOTE [block runtime]); where no plan fits, every
    block offloaded under the cap, to see the "no" happen.
 
-    python3 traces/h200_llama24/collect.py OUT
+    python3 experiments/h200_llama24/collect.py OUT
 
 Records: OUT/runs.jsonl, one a line (case, batch, the plan's blocks, and what measure
 returns).
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))
 
 CAP = 22 * 2**30

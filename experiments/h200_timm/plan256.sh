@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the H200, from the repository root, with simpy and pydantic importable (README.md):
-#   bash traces/h200_timm/plan256.sh OUT [MODEL]
+# On the H200, with simpy and pydantic importable (traces/h200_timm/README.md; OUT relative
+# to the working directory):
+#   bash experiments/h200_timm/plan256.sh OUT [MODEL]
 # Issue 26's planned run: a held-out factory CNN (default cspresnet50) at batch 256, which
 # needs about 21 GiB as it is, planned for a 12 GiB cap and run there. One discarded
 # `vdnnsim measure` process first (the first process after a machine starts runs slow),
@@ -9,6 +10,8 @@
 # `vdnnsim measure --plan` under the 12 GiB cap (OUT/planned.jsonl), and the step as it is
 # under the same cap (OUT/baseline_cap.json: it should not fit).
 set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)  # the repository: its vdnnsim, its traces/
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 OUT=$1
 M=${2:-cspresnet50}
 spec="--model timm:create_model --model-arg model_name=$M --input image:3,224,224"

@@ -5,7 +5,7 @@ its own), against the step's time on the GPU (CUDA events). When issuing takes a
 long as the step, the GPU waited for the host; when the host finishes well before, the GPU
 set the pace. CPU time close to the issuing time means the host was busy, not blocked.
 
-    python3 traces/h200/hostbound.py MODEL BATCH OUT.json [POLICY ...]
+    python3 experiments/h200/hostbound.py MODEL BATCH OUT.json [POLICY ...]
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from vdnnsim.gpu.models import build_model
-from vdnnsim.gpu.runtime import VDNN
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's vdnnsim
+
+from vdnnsim.gpu.models import build_model  # noqa: E402
+from vdnnsim.gpu.runtime import VDNN  # noqa: E402
 
 
 def main() -> int:

@@ -1,10 +1,10 @@
 """The block runtime (NOTE [block runtime]) on the Llama-style 1.1B at batch 2, 2048 tokens,
 bf16 autocast, AdamW, beside the simulator (NOTE [block offload]): the first k blocks
 offloaded without a cap (k = 4, 8, 12, 22: peak and step time against the replay of the
-profile in session9a/), and under the 22 GiB cap the plan (8 blocks, NOTE [block plan])
+profile in traces/h200_llama24/session9a/), and under the 22 GiB cap the plan (8 blocks, NOTE [block plan])
 and one block fewer than it. Run after collect.py (it reads that profile):
 
-    python3 traces/h200_llama24/offload_runs.py OUT        # OUT/offload.jsonl
+    python3 experiments/h200_llama24/offload_runs.py OUT        # OUT/offload.jsonl
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's vdnnsim
 CAP = 22 * 2**30
 RUNS = [(4, None), (8, None), (12, None), (22, None), (8, CAP), (7, CAP)]
 if len(sys.argv) > 2:  # a few of them: k:cap_gib|none,...

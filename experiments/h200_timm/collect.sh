@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# On the H200, from the repository root, with simpy and pydantic importable (README.md):
-#   bash traces/h200_timm/collect.sh OUT measure [ROUNDS] [MODEL ...]
-#   bash traces/h200_timm/collect.sh OUT profile [MODEL ...]
+# On the H200, with simpy and pydantic importable (traces/h200_timm/README.md; OUT relative
+# to the working directory):
+#   bash experiments/h200_timm/collect.sh OUT measure [ROUNDS] [MODEL ...]
+#   bash experiments/h200_timm/collect.sh OUT profile [MODEL ...]
 # measure: one discarded process (OUT/warmup.json), then ROUNDS (default 3) rounds of one
 # fresh `vdnnsim measure` process per model, appended to OUT/measure.jsonl; profile: one
 # `vdnnsim profile --no-check` per model into OUT/NAME.yaml.gz (its check's verdict, if it
 # failed, is in the trace's note and its log).
 set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)  # the repository: its vdnnsim, its traces/
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 OUT=$1
 WHAT=$2
 shift 2

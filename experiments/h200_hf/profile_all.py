@@ -6,9 +6,10 @@ another day; ``--measure`` measures each run again right after its profile, in t
 process (collect.py's harness and settings), into OUT/<set>.jsonl: a host-bound step's time
 depends on the machine's host at the time (docs/validation.md, "Transformers, profiled").
 
-On the device machine, from the repository root, with simpy/pydantic importable:
+On the device machine, with simpy/pydantic importable (OUT is relative to the working
+directory; the runs are made from the repository root, as collect.py's):
 
-    python3 traces/h200_hf/profile_all.py OUT [main|heldout|all|extra] [--only SPEC] [--measure]
+    python3 experiments/h200_hf/profile_all.py OUT [main|heldout|all|extra] [--only SPEC] [--measure]
 
 One process per model, as collect.py's runs are (the loop is the caller's: run_profiles.sh).
 """
@@ -16,12 +17,14 @@ One process per model, as collect.py's runs are (the loop is the caller's: run_p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+ROOT = HERE.parents[1]  # the repository
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 
@@ -37,6 +40,8 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="one model spec")
     ap.add_argument("--measure", action="store_true", help="measure each run after it")
     args = ap.parse_args()
+    base = Path(args.out).resolve()
+    os.chdir(ROOT)  # the held-out specs are paths from the repository root, as recorded
     import json
 
     import torch
@@ -48,7 +53,7 @@ def main() -> int:
     from vdnnsim.gpu.profile_ops import profile_workload
     from vdnnsim.trace import save_trace, trace_from_dict
 
-    out = Path(args.out) / "profiled"
+    out = base / "profiled"
     out.mkdir(parents=True, exist_ok=True)
     for name, spec, batch, seq, precision in runs(args.which):
         if args.only and spec != args.only:
@@ -68,7 +73,7 @@ def main() -> int:
             rec.update(set=name, seq_len=seq, transformers=transformers.__version__,
                        float32_matmul_precision=torch.get_float32_matmul_precision(),
                        wall_s=round(time.perf_counter() - t0, 1), after_profile=True)
-            with open(Path(args.out) / f"{name}.jsonl", "a") as f:
+            with open(base / f"{name}.jsonl", "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(f"  measured: {rec.get('iteration_ms', 0):.1f} ms, "
                   f"{rec.get('peak_allocated_bytes', 0) / 2**30:.2f} GiB", flush=True)

@@ -1,15 +1,16 @@
 """NOTE [kernel counts]: what traces/h200_calib/kernels.json (made by `python3
-traces/h200/collect.py kernels OUT` on the H200) gives the simulator.
+experiments/h200/collect.py kernels OUT` on the H200) gives the simulator.
 
-    .venv/bin/python traces/h200_calib/kernels.py          # print the preset's numbers
-    .venv/bin/python traces/h200_calib/kernels.py --write  # and write the validation
-                                                           # traces' per-layer counts
+    .venv/bin/python experiments/h200_calib/kernels.py          # print the preset's numbers
+    .venv/bin/python experiments/h200_calib/kernels.py --write  # and write the validation
+                                                                # traces' per-layer counts
 
-- The h200 preset's ``launch_queue``: the median, over the probe's trials, of how many
-  kernels the host launched onto a busy stream before a launch blocked.
-- Its ``layer_kernels_fwd``/``_bwd`` (for traces without counts: the meta device's): the
-  mean commands per layer and pass over the calibration models only (the `calibration`
-  group: traces/h200_calib/README.md), never over a validation model.
+- The h200 preset's ``launch_queue`` and ``layer_kernels_fwd``/``_bwd``: fitted by
+  ``kernel_counts`` in vdnnsim/calibration_fits.py (``python -m vdnnsim.calibration_fits
+  kernels --check`` compares them with the preset): the median depth of the launch queue
+  over the probe's trials, and the mean commands per layer and pass over the calibration
+  models only (the `calibration` group: traces/h200_calib/README.md), never over a
+  validation model. Then each model's counts, one line each.
 - ``--write``: each validation trace (traces/h200, traces/h200_heldout) gets the counts
   measured on its own model and batch size as ``kernels_fwd``/``kernels_bwd``: a property of
   the workload, as its tensor sizes are, not a fitted number. Every other field is left as
@@ -19,27 +20,22 @@ traces/h200/collect.py kernels OUT` on the H200) gives the simulator.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).parent
-FOLDERS = {"validation": HERE.parent / "h200", "heldout": HERE.parent / "h200_heldout"}
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+TRACES = ROOT / "traces"
+FOLDERS = {"validation": TRACES / "h200", "heldout": TRACES / "h200_heldout"}
 
 
 def main(argv: list[str]) -> int:
-    data = json.loads((HERE / "kernels.json").read_text())
-    q = data["launch_queue"]
-    depth = statistics.median(x for x in q["same_stream"] if x is not None)
-    print(f"launch queue: blocked after {q['same_stream']} launches on a busy stream "
-          f"(median {depth:g}); on an idle second stream after {q['other_stream']}; one "
-          f"launch takes {statistics.median(q['launch_ns']) / 1e3:.1f} us")
-    cal = [m for m in data["models"] if m["group"] == "calibration"]
-    f = [c[0] for m in cal for c in m["layers"].values()]
-    b = [c[1] for m in cal for c in m["layers"].values()]
-    print(f"calibration: {len(cal)} runs, {len(f)} layers; per layer {statistics.mean(f):.2f} "
-          f"commands forward, {statistics.mean(b):.2f} backward")
+    from vdnnsim.calibration_fits import kernel_counts
+
+    _, lines = kernel_counts(TRACES)
+    print("\n".join(lines))
+    data = json.loads((TRACES / "h200_calib" / "kernels.json").read_text())
     for m in data["models"]:
         lf = sum(c[0] for c in m["layers"].values())
         lb = sum(c[1] for c in m["layers"].values())

@@ -1,6 +1,7 @@
-"""Issue 26's timm sweep: trace and run each model of README.md's held-out list.
+"""Issue 26's timm sweep: trace and run each model of the held-out list in
+traces/timm_sweep/README.md.
 
-    PYTHONPATH=. python traces/timm_sweep/sweep.py [--only NAME ...] [--jobs N] [--out DIR]
+    python experiments/timm_sweep/sweep.py [--only NAME ...] [--jobs N] [--out DIR]
         [--dtype PRECISION]
 
 For each model, in fresh subprocesses with a timeout: ``vdnnsim trace --model
@@ -9,7 +10,7 @@ h200 -o OUT.yaml``, then ``vdnnsim run`` of a config naming that trace (policy e
 Each step is classified: ok; error (exit 2 and one stderr line ``vdnnsim: error: ...``);
 traceback (any other exit, 'Traceback' in stderr, or an error with more than that one
 line); timeout. A model's outcome is its first step that was not ok. Writes
-``results.csv`` beside this file (or under --out; ``results-PRECISION.csv`` for a
+``results.csv`` in traces/timm_sweep/ (or under --out; ``results-PRECISION.csv`` for a
 ``--dtype`` other than fp32, passed to the trace) and prints a summary. The model's own
 parameter bytes (built on the meta device, in a subprocess) are written beside the
 trace's weight bytes, and ``note`` says where they differ, so that a trace that lost its
@@ -31,8 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+DATA = ROOT / "traces" / "timm_sweep"  # the list (README.md) and the results
 TIMEOUT = 120
 FIELDS = ["model", "input", "outcome", "stage", "seconds", "layers", "trace_weight_mb",
           "param_mb", "peak_gb", "error", "note"]
@@ -40,7 +41,7 @@ FIELDS = ["model", "input", "outcome", "stage", "seconds", "layers", "trace_weig
 
 def listed() -> list[tuple[str, str]]:
     """(model, input spec) of README.md's table."""
-    rows = re.findall(r"^\| \d+ \| (\S+) \| (image:\S+) \|$", (HERE / "README.md").read_text(),
+    rows = re.findall(r"^\| \d+ \| (\S+) \| (image:\S+) \|$", (DATA / "README.md").read_text(),
                       re.M)
     if len(rows) != 50:
         sys.exit(f"README.md lists {len(rows)} models, not 50")
@@ -127,7 +128,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", help="just these models of the list")
     ap.add_argument("--jobs", type=int, default=1, help="models at a time (at most 2)")
-    ap.add_argument("--out", type=Path, default=HERE, help="where results.csv goes")
+    ap.add_argument("--out", type=Path, default=DATA, help="where results.csv goes")
     ap.add_argument("--dtype", default="fp32", help="vdnnsim trace's --dtype")
     ap.add_argument("--check-pick", action="store_true")
     a = ap.parse_args()

@@ -2,7 +2,7 @@
 sets' uncapped runs measured again (``steady_*.json``) against the measurements
 ``validate`` reads.
 
-    .venv/bin/python traces/h200_reserved/spread.py
+    .venv/bin/python experiments/h200_reserved/spread.py
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
-PAIRS = [("committed set", HERE.parent / "h200" / "measurements.json",
-          HERE / "steady_validation.json"),
-         ("held-out set", HERE.parent / "h200_heldout" / "measurements.json",
-          HERE / "steady_heldout.json")]
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+TRACES = ROOT / "traces"
+DATA = TRACES / "h200_reserved"
+PAIRS = [("committed set", TRACES / "h200" / "measurements.json",
+          DATA / "steady_validation.json"),
+         ("held-out set", TRACES / "h200_heldout" / "measurements.json",
+          DATA / "steady_heldout.json")]
 KEYS = [("peak allocated", "peak_allocated_bytes"), ("peak reserved", "peak_reserved_bytes"),
         ("step time", "iteration_ms")]
 

@@ -20,13 +20,18 @@ directory, and the subprocesses import this checkout's vdnnsim from any folder:
     python3 experiments/h200/collect.py reserved OUTDIR      # traces/h200_reserved/: one step's own
     python3 experiments/h200/collect.py steady OUTDIR        # traces/h200_reserved/steady_*.json
     python3 experiments/h200/collect.py calibrate OUTDIR     # vdnnsim/data/calibration/h200_fp32.json
-    python3 experiments/h200/collect.py heldout12 OUTDIR     # traces/h200_heldout12/measurements.json
-    python3 experiments/h200/collect.py heldout12b OUTDIR    # traces/h200_heldout12b/measurements.json
-    python3 experiments/h200/collect.py heldout12c OUTDIR    # traces/h200_heldout12c/measurements.json
+    python3 experiments/h200/collect.py meta-heldout1 OUTDIR  # traces/h200_meta_heldout1/measurements.json
+    python3 experiments/h200/collect.py meta-heldout2 OUTDIR  # traces/h200_meta_heldout2/measurements.json
+    python3 experiments/h200/collect.py meta-heldout3 OUTDIR  # traces/h200_meta_heldout3/measurements.json
+    python3 experiments/h200/collect.py memcheck OUTDIR      # traces/h200_memcheck/: traces, measurements.json
     python3 experiments/h200/collect.py cublas OUTDIR        # traces/h200_memcheck/cublas.json
     python3 experiments/h200/collect.py hostkinds OUTDIR     # traces/h200_calib/profiles/
-    python3 experiments/h200/collect.py heldout12d OUTDIR    # traces/h200_heldout12d/measurements.json
-    python3 experiments/h200/collect.py heldout12e OUTDIR    # traces/h200_heldout12e/measurements.json
+    python3 experiments/h200/collect.py meta-heldout4 OUTDIR  # traces/h200_meta_heldout4/measurements.json
+    python3 experiments/h200/collect.py meta-heldout5 OUTDIR  # traces/h200_meta_heldout5/measurements.json
+
+(The meta-heldout modes were heldout12, heldout12b .. heldout12e, and their folders
+traces/h200_heldout12, h200_heldout12b .. e, until issue 27 named them by what they hold;
+the old mode names still work.)
 
 Every case is independent: one that fails is logged and the rest go on, and results are
 written as they come, so a run cut short still leaves what it measured.
@@ -79,8 +84,8 @@ POLICIES = ["baseline", "vdnn_conv", "vdnn_all"]
 NOISE = {"torchvision:shufflenet_v2_x1_0": 64, "torchvision:regnet_y_800mf": 32}
 # Issue 12's held-out set for the calibrated kernel-time model: models in neither the
 # calibration (microbenchmarks only), the validation set nor issue 11's held-out set, and
-# none of the host-cost calibration models (traces/h200_heldout12/README.md).
-HELDOUT12 = {
+# none of the host-cost calibration models (traces/h200_meta_heldout1/README.md).
+META_HELDOUT1 = {
     "torchvision:resnext50_32x4d": [32, 64, 128], "torchvision:squeezenet1_1": [32, 64, 128],
     "torchvision:googlenet": [32, 64, 128], "torchvision:mobilenet_v3_large": [32, 64, 128],
     "torchvision:regnet_x_1_6gf": [32, 64, 128], "torchvision:resnet152": [32, 64, 128],
@@ -88,29 +93,29 @@ HELDOUT12 = {
     "torchvision:mnasnet1_3": [32, 64, 128], "torchvision:shufflenet_v2_x2_0": [64, 128, 256]}
 # A second held-out set for the same frozen kernel model (fit of commit 3a74255): eight more
 # models in no other set, measured after the first held-out set had been compared
-# (traces/h200_heldout12b/README.md).
-HELDOUT12B = {
+# (traces/h200_meta_heldout2/README.md).
+META_HELDOUT2 = {
     "torchvision:densenet169": [32, 64, 128], "torchvision:efficientnet_b1": [32, 64, 128],
     "torchvision:regnet_y_1_6gf": [32, 64, 128], "torchvision:resnext101_32x8d": [32, 64, 128],
     "torchvision:wide_resnet101_2": [32, 64, 128], "torchvision:vgg19_bn": [32, 64, 128],
     "torchvision:inception_v3": [32, 64, 128], "torchvision:efficientnet_v2_s": [32, 64, 128]}
 # A third held-out set, for the kernel model with autograd's gradient sums (NOTE [gradient
-# sums]), which the second set's fast bias led to (traces/h200_heldout12c/README.md).
-HELDOUT12C = {
+# sums]), which the second set's fast bias led to (traces/h200_meta_heldout3/README.md).
+META_HELDOUT3 = {
     "torchvision:densenet201": [32, 64, 128], "torchvision:efficientnet_b3": [32, 64, 128],
     "torchvision:regnet_y_3_2gf": [32, 64, 128], "torchvision:regnet_x_3_2gf": [32, 64, 128],
     "torchvision:shufflenet_v2_x1_5": [64, 128, 256], "torchvision:mnasnet0_75": [32, 64, 128],
     "torchvision:vgg11": [32, 64, 128], "torchvision:resnext101_64x4d": [32, 64, 128]}
 # The fourth held-out set, measured before the model of session 6 (layer norm, views, more
 # grouped convs, host costs per kind) was fitted and compared only once it was committed.
-HELDOUT12D = {
+META_HELDOUT4 = {
     "torchvision:densenet161": [32, 64, 128], "torchvision:efficientnet_b4": [32, 64, 128],
     "torchvision:regnet_x_8gf": [32, 64, 128], "torchvision:regnet_y_400mf": [32, 64, 128],
     "torchvision:shufflenet_v2_x0_5": [64, 128, 256], "torchvision:vgg16_bn": [32, 64, 128],
     "torchvision:convnext_small": [32, 64, 128], "torchvision:efficientnet_v2_m": [32, 64, 128]}
 # The fifth held-out set, measured before the model of session 6's second round (a
 # broadcast mul's size, linear layers over many rows) was fitted.
-HELDOUT12E = {
+META_HELDOUT5 = {
     "torchvision:regnet_x_400mf": [32, 64, 128], "torchvision:regnet_x_800mf": [32, 64, 128],
     "torchvision:regnet_y_8gf": [32, 64, 128], "torchvision:vgg13_bn": [32, 64, 128],
     "torchvision:vgg19": [32, 64, 128], "torchvision:convnext_base": [32, 64, 128],
@@ -403,8 +408,14 @@ def do_cublas(out: Path) -> None:
     (out / "cublas.json").write_text(json.dumps(res, indent=1))
 
 
+OLD_MODES = {"heldout12": "meta-heldout1", "heldout12b": "meta-heldout2",
+             "heldout12c": "meta-heldout3", "heldout12d": "meta-heldout4",
+             "heldout12e": "meta-heldout5"}  # the modes' names before issue 27
+
+
 def main() -> int:
     what, out = sys.argv[1], Path(sys.argv[2])
+    what = OLD_MODES.get(what, what)
     if what == "profile":
         do_profile(out, SETS)
     elif what == "measure":
@@ -480,18 +491,18 @@ def main() -> int:
         log(f"calibrate: rc {r.returncode}")
     elif what == "cublas":  # which models hold cuBLAS workspaces (NOTE [resident memory])
         do_cublas(out)
-    elif what == "heldout12e":  # the fifth held-out set, as the first
-        do_measure(out, HELDOUT12E, {}, policies=["baseline", "vdnn_conv"])
-    elif what == "heldout12d":  # the fourth held-out set, as the first
-        do_measure(out, HELDOUT12D, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "meta-heldout5":  # the fifth held-out set, as the first
+        do_measure(out, META_HELDOUT5, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "meta-heldout4":  # the fourth held-out set, as the first
+        do_measure(out, META_HELDOUT4, {}, policies=["baseline", "vdnn_conv"])
     elif what == "hostkinds":  # per-layer host times of the host-cost calibration models
         do_profile(out, {m: [16] for m in HOSTCAL2}, trials=5)
-    elif what == "heldout12c":  # the third held-out set, as the first
-        do_measure(out, HELDOUT12C, {}, policies=["baseline", "vdnn_conv"])
-    elif what == "heldout12b":  # the second held-out set, as the first
-        do_measure(out, HELDOUT12B, {}, policies=["baseline", "vdnn_conv"])
-    elif what == "heldout12":  # baseline and vdnn_conv, uncapped, one process
-        do_measure(out, HELDOUT12, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "meta-heldout3":  # the third held-out set, as the first
+        do_measure(out, META_HELDOUT3, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "meta-heldout2":  # the second held-out set, as the first
+        do_measure(out, META_HELDOUT2, {}, policies=["baseline", "vdnn_conv"])
+    elif what == "meta-heldout1":  # baseline and vdnn_conv, uncapped, one process
+        do_measure(out, META_HELDOUT1, {}, policies=["baseline", "vdnn_conv"])
     elif what == "memcheck":  # profiled traces and baseline runs of MEMCHECK
         do_profile(out, {m: bs[-1:] for m, bs in MEMCHECK.items()}, trials=3)
         do_measure(out, MEMCHECK, {}, policies=["baseline"])

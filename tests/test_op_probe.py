@@ -357,11 +357,11 @@ def test_autograds_copy_of_an_in_place_ops_input_is_saved(device):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():
-    """traces/h200_hf/meta_check.py: issue 14's meta-device target is 3% median and 8% max
-    for peak allocated memory, met on both sets since autocast's cross-entropy is emulated
-    as CUDA runs it (a 16-bit log_softmax; before, the masked LMs in bf16 were over by up
-    to 8.9%). The worst run is Llama-style 1B in fp32 at 2048 tokens (-2.2%)."""
-    sys.path.insert(0, str(ROOT / "traces" / "h200_hf"))
+    """experiments/h200_hf/meta_check.py on traces/h200_hf: issue 14's meta-device target
+    is 3% median and 8% max for peak allocated memory, met on both sets since autocast's
+    cross-entropy is emulated as CUDA runs it (a 16-bit log_softmax; before, the masked LMs
+    in bf16 were over by up to 8.9%). The worst run is Llama-style 1B in fp32 at 2048 tokens (-2.2%)."""
+    sys.path.insert(0, str(ROOT / "experiments" / "h200_hf"))
     try:
         import meta_check
     finally:

@@ -179,7 +179,7 @@ def test_committed_profiles_predict_the_h200_runs():
     import sys
     from pathlib import Path
 
-    here = Path(__file__).resolve().parents[1] / "traces" / "h200_hf"
+    here = Path(__file__).resolve().parents[1] / "experiments" / "h200_hf"
     sys.path.insert(0, str(here))
     try:
         from profiled_check import rows

@@ -26,8 +26,8 @@ COSTS = ("preset", "published")
 
 def published_scales() -> dict[str, dict[str, float]]:
     """NOTE [published costs]: the K40's and Titan X's compute and DRAM rates fitted to
-    published cuDNN timings of networks the paper does not judge (traces/published/fit.py,
-    vdnnsim/data/calibration/published.json)."""
+    published cuDNN timings of networks the paper does not judge (vdnnsim/calibration_fits.py
+    on traces/published/, vdnnsim/data/calibration/published.json)."""
     from importlib import resources
     text = resources.files("vdnnsim").joinpath("data/calibration/published.json").read_text()
     return json.loads(text)["gpus"]

@@ -15,6 +15,7 @@ import warnings
 from typing import Any, Sequence
 
 from .errors import VdnnError
+from .units import GiB
 
 EXIT_USAGE = 2
 EXIT_BUG = 3  # NOTE [invariants]: the simulator broke its own rules
@@ -535,7 +536,21 @@ def _model_kwargs(pairs: list[str] | None) -> dict:
     return out
 
 
+def _memory_cap(args: argparse.Namespace) -> int | None:
+    """``--memory-cap SIZE`` in bytes (the byte-size parser's: '12GiB', '12.5GB', '1e9'),
+    or the deprecated ``--memory-cap-gb G``, which has always meant GiB."""
+    if args.memory_cap_gb is None:
+        return _size_arg("--memory-cap", args.memory_cap)
+    if args.memory_cap is not None:
+        from .errors import ConfigError
+        raise ConfigError("give --memory-cap, not both it and the deprecated --memory-cap-gb")
+    print(f"vdnnsim: warning: --memory-cap-gb is deprecated and means GiB: use --memory-cap "
+          f"'{args.memory_cap_gb:g} GiB'", file=sys.stderr)
+    return int(args.memory_cap_gb * GiB)
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
+    cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
     _need_torch()
     import torch
 
@@ -544,7 +559,6 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
 
     kwargs = _model_kwargs(args.model_arg)
-    cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
     plan = None
     if args.plan:  # NOTE [planned runtime]
         from pathlib import Path
@@ -591,8 +605,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
               f"{rec['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
               f"{rec['peak_reserved_bytes'] / 2**30:.2f} GiB")
     else:
-        print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory "
-              f"under the {args.memory_cap_gb} GiB cap")
+        under = f" under the {cap / GiB:.2f} GiB cap" if cap else ""
+        print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory{under}")
     return 0
 
 
@@ -804,8 +818,11 @@ def build_parser() -> argparse.ArgumentParser:
                     choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned"])
     ms.add_argument("--plan", default=None, help="a plan file from vdnnsim plan: run it "
                     "(policy planned; NOTE [planned runtime])")
-    ms.add_argument("--memory-cap-gb", type=float, default=None,
-                    help="cap the allocator at this many GiB (emulates a smaller card)")
+    ms.add_argument("--memory-cap", default=None, metavar="SIZE",
+                    help="cap the allocator at this size, e.g. '12 GiB' or '12.5 GB' "
+                    "(emulates a smaller card)")
+    # deprecated: it always meant GiB; kept one release for committed scripts
+    ms.add_argument("--memory-cap-gb", type=float, default=None, help=argparse.SUPPRESS)
     ms.add_argument("--warmup", type=int, default=3)
     ms.add_argument("--iters", type=int, default=5)
     ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",

@@ -330,7 +330,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not args.measurements:
             raise ConfigError("plot validation needs TRACES and --measurements FILE")
         table = validate(args.input, args.measurements)
-        if "measured_alloc_gb" not in table or not table.measured_fits.any():
+        if "measured_alloc_gib" not in table or not table.measured_fits.any():
             raise ConfigError(f"{shown(args.measurements)}: no measured run fits its card: "
                               "nothing to plot")
         fig = plots.validation_scatter(table)

@@ -437,6 +437,8 @@ PARSER_CASES = [
                              "--memory-cap-gb", "0"], ["--memory-cap-gb must be more than 0"]),
     ("measure_nan_cap_gb", ["measure", "--model", "zoo:alexnet", "-b", "2",
                             "--memory-cap-gb", "nan"], ["--memory-cap-gb must be more than 0"]),
+    ("measure_huge_cap_gb", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                             "--memory-cap-gb", "2000000"], ["at most 1 PiB (2**20 GiB)"]),
     ("measure_word_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
                           "--memory-cap", "lots"], ["--memory-cap: 'lots' is not a byte count"]),
     ("measure_zero_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",

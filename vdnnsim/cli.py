@@ -15,7 +15,8 @@ import warnings
 from typing import Any, Sequence
 
 from .errors import VdnnError
-from .units import GiB
+from .limits import MAX_BYTES
+from .units import GB, GiB, MiB
 
 EXIT_USAGE = 2
 EXIT_BUG = 3  # NOTE [invariants]: the simulator broke its own rules
@@ -140,7 +141,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "profile on a GPU)")
     plan, search = search_plan(trace, gpu, budget, method=args.method,
                                headroom=not args.no_headroom)
-    GiB = 2**30
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
            for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn")}
@@ -195,7 +195,6 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
     from .report.table import UNTIMED_NOTE, format_slowdown
     from .yamlio import write_text_atomic
 
-    GiB = 2**30
     plan = plan_blocks(trace, gpu, budget)
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
@@ -282,8 +281,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
           f"{'peak GB':>8s} {'host GB':>8s} {'sims':>5s}  bound")
     for r in rows:
-        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f} "
-                 f"{r['peak_host_bytes'] / 1e9:8.2f}"
+        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / GB:8.2f} "
+                 f"{r['peak_host_bytes'] / GB:8.2f}"
                  if r["max_batch_size"] else f"{'-':>9s} {'-':>8s} {'-':>8s}")
         mark = "+" if r.get("at_limit") else " "
         print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"
@@ -514,7 +513,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     save_trace(trace, args.output)
     print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
           f"{len(trace.layers)} layers, profiled on {trace.source.gpu}, "
-          f"resident {trace.resident_bytes / 2**20:.1f} MiB")
+          f"resident {trace.resident_bytes / MiB:.1f} MiB")
     return 0
 
 
@@ -602,8 +601,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     elif rec["fits"]:
         print(f"{args.model} batch {args.batch_size} {args.policy}: "
               f"{rec['iteration_ms']:.1f} ms/iter, peak allocated "
-              f"{rec['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
-              f"{rec['peak_reserved_bytes'] / 2**30:.2f} GiB")
+              f"{rec['peak_allocated_bytes'] / GiB:.2f} GiB, reserved "
+              f"{rec['peak_reserved_bytes'] / GiB:.2f} GiB")
     else:
         under = f" under the {cap / GiB:.2f} GiB cap" if cap else ""
         print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory{under}")
@@ -672,11 +671,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("gpus:")
         for n in preset_names():
             g = gpu_preset(n)
-            print(f"  {n:15s} {g.display_name}: {g.memory_bytes / 2**30:.1f} GiB, "
+            print(f"  {n:15s} {g.display_name}: {g.memory_bytes / GiB:.1f} GiB, "
                   f"{g.peak_flops['fp32'] / 1e12:.1f} TFLOP/s fp32, "
-                  f"{g.mem_bw_bytes_per_s / 1e9:.0f} GB/s, link "
-                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s, host "
-                  f"{(g.host_memory_bytes or 0) / 2**30:.0f} GiB")
+                  f"{g.mem_bw_bytes_per_s / GB:.0f} GB/s, link "
+                  f"{g.link.h2d_bw_bytes_per_s / GB:.1f} GB/s, host "
+                  f"{(g.host_memory_bytes or 0) / GiB:.0f} GiB")
     if what in ("policies", "all"):
         print("policies:")
         for n in policy_names():
@@ -902,8 +901,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if value is not None and not least <= value <= most:
             parser.error(f"--{name.replace('_', '-')} must be from {least} to {most:,} ({why})")
     cap = getattr(args, "memory_cap_gb", None)
-    if cap is not None and not (math.isfinite(cap) and 0 < cap <= 2**50 / 1e9):
-        parser.error("--memory-cap-gb must be more than 0 and finite")
+    if cap is not None and not (math.isfinite(cap) and 0 < cap <= MAX_BYTES / GiB):
+        parser.error("--memory-cap-gb must be more than 0 and at most 1 PiB (2**20 GiB)")
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]

@@ -41,6 +41,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import ConfigError
+from ..units import GB
 
 GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
 SIX = [("alexnet", 128), ("overfeat", 128), ("googlenet", 128), ("vgg16", 64),
@@ -131,7 +132,7 @@ def loss(r: pd.Series) -> float:
 
 
 def _gb(x: float) -> float:
-    return x / 1e9
+    return x / GB
 
 
 def build_claims(reference: str = "baseline_p") -> list[Claim]:

@@ -9,9 +9,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from ..units import GB
 from .table import need_times
 
-GB = 1e9
 COLORS = {"host": "tab:purple", "compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green",
           "stall": "tab:red", "wait": "tab:gray"}
 TRACKS = ("host", "compute", "d2h", "h2d")

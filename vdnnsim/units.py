@@ -16,10 +16,6 @@ TB = 10**12
 NS_PER_S = 1_000_000_000
 
 
-def s_to_ns(seconds: float) -> int:
-    return int(round(seconds * NS_PER_S))
-
-
 def ns_to_s(ns: int | float) -> float:
     return ns / NS_PER_S
 

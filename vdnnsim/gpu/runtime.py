@@ -91,7 +91,7 @@ class VDNN(nn.Module):
             raise ValueError("policy 'planned' takes a plan, and only it")
         self.model = model
         self.gm = trace_module(model)
-        self.policy, self.sync, self.use_prefetch = policy, sync, prefetch
+        self.policy, self.sync = policy, sync
         # plan files name layers as traces do (a zoo model's own names); the probe's
         # trace below names them by node
         names = _rename(model) if plan is not None else {}

@@ -588,8 +588,8 @@ def test_a_file_of_another_kind_is_named(tmp_path: Path, args: list[str],
 
 def test_the_file_kinds_are_the_writers_formats() -> None:
     """NOTE [file kinds] recognises files by the format names their writers put in."""
-    from vdnnsim.planner import BLOCK_FORMAT
-    from vdnnsim.planner import FORMAT as PLAN_FORMAT
+    from vdnnsim.planfile import BLOCK_FORMAT
+    from vdnnsim.planfile import FORMAT as PLAN_FORMAT
     from vdnnsim.trace.schema import FORMAT as TRACE_FORMAT
     from vdnnsim.yamlio import FORMATS, file_kind
 

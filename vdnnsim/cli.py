@@ -113,7 +113,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .hardware import _capacity
     from .optimizer import with_optimizer
     from .planner import plan_to_dict, search_plan
-    from .yamlio import write_text_atomic
 
     _writable(args.output)
     cfg, base = load_config(args.config)
@@ -175,12 +174,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import OP_PLAN_CANNOT_RUN, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
-    if args.output:
-        import yaml
+    if args.output:  # NOTE [plan files]
+        from .planfile import write_plan_file
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
                      "iteration_time_ns": r.iteration_time_ns}
-        write_text_atomic(args.output, yaml.safe_dump(
-            plan_to_dict(trace, gpu, budget, plan, predicted), sort_keys=False))
+        write_plan_file(args.output, plan_to_dict(trace, gpu, budget, plan, predicted))
         print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
               f"policy_options: {{file: {args.output}}}", file=sys.stderr)
     return 0
@@ -188,12 +186,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) -> int:
     """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit."""
-    import yaml
-
     from .api import run_trace
+    from .planfile import write_plan_file
     from .planner import block_plan_to_dict, plan_blocks
     from .report.table import UNTIMED_NOTE, format_slowdown
-    from .yamlio import write_text_atomic
 
     plan = plan_blocks(trace, gpu, budget)
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
@@ -224,8 +220,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
         print(UNTIMED_NOTE)
     if args.output:
-        write_text_atomic(args.output, yaml.safe_dump(
-            block_plan_to_dict(trace, gpu, budget, plan), sort_keys=False))
+        write_plan_file(args.output, block_plan_to_dict(trace, gpu, budget, plan))
         print(f"wrote {_shown(args.output)}: run it with vdnnsim measure --plan "
               f"{args.output}", file=sys.stderr)
     return 0
@@ -555,34 +550,17 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     from .errors import ConfigError
     from .gpu.measure import measure
-    from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
 
     kwargs = _model_kwargs(args.model_arg)
     plan = None
-    if args.plan:  # NOTE [planned runtime]
-        from pathlib import Path
-
-        from .planner import BLOCK_FORMAT, FORMAT
-        from .yamlio import read_yaml
-        plan = read_yaml(Path(args.plan), ConfigError)
-        block = isinstance(plan, dict) and plan.get("format") == BLOCK_FORMAT
-        if block and not (isinstance(plan.get("blocks"), int) and not
-                          isinstance(plan.get("blocks"), bool) and plan["blocks"] >= 0):
-            raise ConfigError(f"{args.plan}: a block plan's blocks must be a count from 0")
-        for k in ("block_paths", "recompute_paths") if block else ():  # NOTE [blocks]
-            v = plan.get(k)
-            if v is not None and not (isinstance(v, list) and all(isinstance(p, str)
-                                                                   for p in v)):
-                raise ConfigError(f"{args.plan}: a block plan's {k} must be a list of "
-                                  "module paths")
-        if not block and (not isinstance(plan, dict) or plan.get("format") != FORMAT or
-                          not isinstance(plan.get("layers"), list)):
-            raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT} or "
-                              f"{BLOCK_FORMAT})")
-        if plan.get("batch_size") != args.batch_size:
-            raise ConfigError(f"{args.plan}: planned for batch {plan.get('batch_size')}, not "
+    if args.plan:  # NOTE [planned runtime], NOTE [plan files]
+        from .planfile import LayerPlanFile, read_plan_file
+        from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
+        plan = read_plan_file(args.plan)
+        if plan.batch_size != args.batch_size:
+            raise ConfigError(f"{args.plan}: planned for batch {plan.batch_size}, not "
                               f"{args.batch_size}")
-        if not block and plan.get("layer_names") == OP_LAYERS:
+        if isinstance(plan, LayerPlanFile) and plan.layer_names == OP_LAYERS:
             raise ConfigError(f"{args.plan}: {OP_PLAN_CANNOT_RUN}")
         if args.policy not in ("baseline", "planned"):
             raise ConfigError("--plan runs the plan's policy; leave --policy out")

@@ -420,7 +420,7 @@ def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) 
 # otherwise fail on the first key the expected kind needs ('format: required key is
 # missing'). Where it is cheap to tell, by the keys at the top, the message says what the
 # file is, what was expected, and where that kind of file goes. The format names are
-# those the writers put in (trace/schema.py FORMAT, planner.py FORMAT and BLOCK_FORMAT,
+# those the writers put in (trace/schema.py FORMAT, planfile.py FORMAT and BLOCK_FORMAT,
 # gpu/calibrate.py; tests/test_cli_errors.py checks they agree).
 FORMATS = {"vdnnsim-trace": "trace", "vdnnsim-plan": "plan", "vdnnsim-block-plan": "plan",
            "vdnnsim-calibration": "calibration"}

@@ -433,10 +433,25 @@ PARSER_CASES = [
      ["--iters must be from 1 to 10,000"]),
     ("measure_negative_warmup", ["measure", "--model", "zoo:alexnet", "-b", "2",
                                  "--warmup", "-1"], ["--warmup must be from 0 to 10,000"]),
+    ("measure_zero_cap_gb", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                             "--memory-cap-gb", "0"], ["--memory-cap-gb must be more than 0"]),
+    ("measure_nan_cap_gb", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                            "--memory-cap-gb", "nan"], ["--memory-cap-gb must be more than 0"]),
+    ("measure_huge_cap_gb", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                             "--memory-cap-gb", "2000000"], ["at most 1 PiB (2**20 GiB)"]),
+    ("measure_word_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                          "--memory-cap", "lots"], ["--memory-cap: 'lots' is not a byte count"]),
     ("measure_zero_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
-                          "--memory-cap-gb", "0"], ["--memory-cap-gb must be more than 0"]),
+                          "--memory-cap", "0"], ["--memory-cap: a memory capacity must be at "
+                                                 "least 1 byte"]),
+    ("measure_negative_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                              "--memory-cap=-1GiB"], ["--memory-cap: '-1GiB' is not a byte"]),
     ("measure_nan_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
-                         "--memory-cap-gb", "nan"], ["--memory-cap-gb must be more than 0"]),
+                         "--memory-cap", "nan"], ["--memory-cap: 'nan' is not a byte count"]),
+    ("measure_huge_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                          "--memory-cap", "1e30"], ["--memory-cap: byte count '1e30' is more"]),
+    ("measure_bare_gib_cap", ["measure", "--model", "zoo:alexnet", "-b", "2",
+                              "--memory-cap", "GiB"], ["--memory-cap: 'GiB' is not a byte"]),
 ]
 
 
@@ -573,8 +588,8 @@ def test_a_file_of_another_kind_is_named(tmp_path: Path, args: list[str],
 
 def test_the_file_kinds_are_the_writers_formats() -> None:
     """NOTE [file kinds] recognises files by the format names their writers put in."""
-    from vdnnsim.planner import BLOCK_FORMAT
-    from vdnnsim.planner import FORMAT as PLAN_FORMAT
+    from vdnnsim.planfile import BLOCK_FORMAT
+    from vdnnsim.planfile import FORMAT as PLAN_FORMAT
     from vdnnsim.trace.schema import FORMAT as TRACE_FORMAT
     from vdnnsim.yamlio import FORMATS, file_kind
 
@@ -637,3 +652,44 @@ def test_an_unwritable_folder_is_named(tmp_path: Path, monkeypatch: pytest.Monke
         with pytest.raises(ConfigError, match="is not writable"):
             call()
     assert list(tmp_path.iterdir()) == []
+
+
+# -- vdnnsim measure --memory-cap (issue 27) -------------------------------------------------
+
+@pytest.mark.parametrize("size, nbytes", [("12GiB", 12 * 2**30), ("12 GiB", 12 * 2**30),
+                                          ("12.5GB", 12_500_000_000), ("1e9", 10**9),
+                                          ("4096", 4096)])
+def test_memory_cap_takes_a_byte_size(size: str, nbytes: int, capsys) -> None:
+    """--memory-cap SIZE is the byte-size parser's (GB is 10^9 bytes, GiB 2^30)."""
+    from vdnnsim.cli import _memory_cap, build_parser
+
+    args = build_parser().parse_args(["measure", "--model", "zoo:alexnet", "-b", "2",
+                                      "--memory-cap", size])
+    assert _memory_cap(args) == nbytes
+    assert capsys.readouterr().err == ""
+
+
+def test_the_deprecated_memory_cap_gb_still_means_gib(capsys) -> None:
+    """Committed scripts say --memory-cap-gb 12: still 12 GiB, with one line saying so."""
+    from vdnnsim.cli import _memory_cap, build_parser
+
+    p = build_parser()
+    args = p.parse_args(["measure", "--model", "zoo:alexnet", "-b", "2", "--memory-cap-gb",
+                         "12.5"])
+    assert _memory_cap(args) == int(12.5 * 2**30)
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "deprecated" in err and "--memory-cap" in err
+    assert "--memory-cap-gb" not in p.format_help() + subparser_help(p, "measure")
+    assert "--memory-cap SIZE" in subparser_help(p, "measure")
+
+
+def subparser_help(parser, name: str) -> str:
+    import argparse
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name].format_help()
+
+
+def test_memory_cap_and_its_old_spelling_together_are_one_line(tmp_path: Path) -> None:
+    proc = vdnnsim(tmp_path, "measure", "--model", "zoo:alexnet", "-b", "2", "--memory-cap",
+                   "12GiB", "--memory-cap-gb", "12")
+    assert_user_error(proc, "give --memory-cap, not both")

@@ -67,7 +67,15 @@ def test_bad_plan_files_are_clear_errors(vgg256, tmp_path):
          "algorithm 'magic' is not one of the trace's"),
         ({**good, "layers": [{**good["layers"][0], "offload": ["nothing"]},
                              *good["layers"][1:]]}, "offload names a buffer"),
-        ({**good, "sync": "yes"}, "sync must be true or false"),
+        ({**good, "sync": "yes"}, "bad.yaml: sync: Input should be a valid boolean"),
+        ({**good, "layers": [{**good["layers"][0], "prefetch": "nowhere"},
+                             *good["layers"][1:]]}, "prefetch names no layer of the plan"),
+        ({**good, "recompute": [[good["layers"][3]["id"], good["layers"][1]["id"]]]},
+         r"recompute \[.*\] is not a run of the plan's layers"),
+        ({**good, "note": "mine"}, "bad.yaml: note: unknown key"),
+        ({"format": "vdnnsim-block-plan", "network": "vgg16", "batch_size": 256, "gpu": "k40",
+          "budget_bytes": 12 * GiB, "blocks": 1, "total_blocks": 2},
+         "a block plan .*policy vdnn_blocks"),
     ]
     for data, frag in cases:
         path = tmp_path / "bad.yaml"

@@ -32,7 +32,7 @@ def test_the_validation_set_covers_the_issue(table):
     for model, g in table.groupby("model"):
         assert g.batch_size.nunique() >= 3, model
         assert set(g.policy) == {"baseline", "vdnn_conv", "vdnn_all"}, model
-    capped = table[table.cap_gb.notna()]
+    capped = table[table.cap_gib.notna()]
     assert capped.measured_fits.any() and not capped.measured_fits.all()
 
 
@@ -44,7 +44,7 @@ def test_fit_or_out_of_memory_is_predicted_right_in_every_capped_case_but_one(ta
     f = summary["fit"]
     assert f["capped_n"] >= 10
     wrong = table[~table.fit_right]
-    assert [(r.model, r.batch_size, r.policy, r.cap_gb) for r in wrong.itertuples()] == \
+    assert [(r.model, r.batch_size, r.policy, r.cap_gib) for r in wrong.itertuples()] == \
         [("mobilenet_v2", 256, "vdnn_all", 12.0)]
     assert f["capped_right"] == f["capped_n"] - 1 and f["right"] == f["n"] - 1
 
@@ -81,7 +81,7 @@ def test_the_heldout_set_has_its_models_and_caps():
     t = validate(HELD, HELD / "measurements.json")
     assert set(t.model) == {"efficientnet_b0", "convnext_tiny", "shufflenet_v2_x1_0",
                             "regnet_y_800mf", "wide_resnet50_2"}
-    capped = t[t.cap_gb.notna()]
+    capped = t[t.cap_gib.notna()]
     assert len(capped) == 25 and not capped.measured_fits.all()
 
 
@@ -117,8 +117,8 @@ def test_reserved_memory_against_one_steps_own_peak(tmp_path):
             for r in json.loads(res.read_text())}
     for row in one.itertuples():
         r = recs[(row.model, row.batch_size, row.policy)]
-        assert row.measured_reserved_gb == r["reserved_one_step_bytes"] / 2**30
-    assert (one.predicted_reserved_gb == timed.predicted_reserved_gb).all()
+        assert row.measured_reserved_gib == r["reserved_one_step_bytes"] / 2**30
+    assert (one.predicted_reserved_gib == timed.predicted_reserved_gib).all()
     p = subprocess.run([sys.executable, "-m", "vdnnsim", "validate", str(ROOT),
                         str(ROOT / "measurements.json"), "--reserved", "one-step"],
                        capture_output=True, text=True)

@@ -115,7 +115,8 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
 
 
 def _too_big(n: int) -> str:
-    gib = f"{n / 2**30:.3g} GiB" if n < 2**1000 else "more than 2**1000 bytes"
+    from .units import GiB
+    gib = f"{n / GiB:.3g} GiB" if n < 2**1000 else "more than 2**1000 bytes"
     return f"needs {gib} in all, more than the 1 PiB (2**50 bytes) the simulator models"
 
 

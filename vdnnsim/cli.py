@@ -15,6 +15,8 @@ import warnings
 from typing import Any, Sequence
 
 from .errors import VdnnError
+from .limits import MAX_BYTES
+from .units import GB, GiB, MiB
 
 EXIT_USAGE = 2
 EXIT_BUG = 3  # NOTE [invariants]: the simulator broke its own rules
@@ -111,7 +113,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .hardware import _capacity
     from .optimizer import with_optimizer
     from .planner import plan_to_dict, search_plan
-    from .yamlio import write_text_atomic
 
     _writable(args.output)
     cfg, base = load_config(args.config)
@@ -139,7 +140,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "profile on a GPU)")
     plan, search = search_plan(trace, gpu, budget, method=args.method,
                                headroom=not args.no_headroom)
-    GiB = 2**30
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
            for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn")}
@@ -171,12 +171,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import OP_PLAN_CANNOT_RUN, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
-    if args.output:
-        import yaml
+    if args.output:  # NOTE [plan files]
+        from .planfile import write_plan_file
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
                      "iteration_time_ns": r.iteration_time_ns}
-        write_text_atomic(args.output, yaml.safe_dump(
-            plan_to_dict(trace, gpu, budget, plan, predicted), sort_keys=False))
+        write_plan_file(args.output, plan_to_dict(trace, gpu, budget, plan, predicted))
         print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
               f"policy_options: {{file: {args.output}}}", file=sys.stderr)
     return 0
@@ -184,14 +183,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) -> int:
     """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit."""
-    import yaml
-
     from .api import run_trace
+    from .planfile import write_plan_file
     from .planner import block_plan_to_dict, plan_blocks
     from .report.table import UNTIMED_NOTE, format_slowdown
-    from .yamlio import write_text_atomic
 
-    GiB = 2**30
     plan = plan_blocks(trace, gpu, budget)
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
@@ -221,8 +217,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
         print(UNTIMED_NOTE)
     if args.output:
-        write_text_atomic(args.output, yaml.safe_dump(
-            block_plan_to_dict(trace, gpu, budget, plan), sort_keys=False))
+        write_plan_file(args.output, block_plan_to_dict(trace, gpu, budget, plan))
         print(f"wrote {_shown(args.output)}: run it with vdnnsim measure --plan "
               f"{args.output}", file=sys.stderr)
     return 0
@@ -278,8 +273,8 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
           f"{'peak GB':>8s} {'host GB':>8s} {'sims':>5s}  bound")
     for r in rows:
-        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / 1e9:8.2f} "
-                 f"{r['peak_host_bytes'] / 1e9:8.2f}"
+        extra = (f"{format_slowdown(r['slowdown']):>9s} {r['peak_memory_bytes'] / GB:8.2f} "
+                 f"{r['peak_host_bytes'] / GB:8.2f}"
                  if r["max_batch_size"] else f"{'-':>9s} {'-':>8s} {'-':>8s}")
         mark = "+" if r.get("at_limit") else " "
         print(f"{r['network']:10s} {r['gpu']:15s} {r['policy']:12s} {r['max_batch_size']:8d}"
@@ -326,7 +321,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if not args.measurements:
             raise ConfigError("plot validation needs TRACES and --measurements FILE")
         table = validate(args.input, args.measurements)
-        if "measured_alloc_gb" not in table or not table.measured_fits.any():
+        if "measured_alloc_gib" not in table or not table.measured_fits.any():
             raise ConfigError(f"{shown(args.measurements)}: no measured run fits its card: "
                               "nothing to plot")
         fig = plots.validation_scatter(table)
@@ -510,7 +505,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     save_trace(trace, args.output)
     print(f"wrote {_shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
           f"{len(trace.layers)} layers, profiled on {trace.source.gpu}, "
-          f"resident {trace.resident_bytes / 2**20:.1f} MiB")
+          f"resident {trace.resident_bytes / MiB:.1f} MiB")
     return 0
 
 
@@ -532,41 +527,37 @@ def _model_kwargs(pairs: list[str] | None) -> dict:
     return out
 
 
+def _memory_cap(args: argparse.Namespace) -> int | None:
+    """``--memory-cap SIZE`` in bytes (the byte-size parser's: '12GiB', '12.5GB', '1e9'),
+    or the deprecated ``--memory-cap-gb G``, which has always meant GiB."""
+    if args.memory_cap_gb is None:
+        return _size_arg("--memory-cap", args.memory_cap)
+    if args.memory_cap is not None:
+        from .errors import ConfigError
+        raise ConfigError("give --memory-cap, not both it and the deprecated --memory-cap-gb")
+    print(f"vdnnsim: warning: --memory-cap-gb is deprecated and means GiB: use --memory-cap "
+          f"'{args.memory_cap_gb:g} GiB'", file=sys.stderr)
+    return int(args.memory_cap_gb * GiB)
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
+    cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
     _need_torch()
     import torch
 
     from .errors import ConfigError
     from .gpu.measure import measure
-    from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
 
     kwargs = _model_kwargs(args.model_arg)
-    cap = int(args.memory_cap_gb * 2**30) if args.memory_cap_gb else None
     plan = None
-    if args.plan:  # NOTE [planned runtime]
-        from pathlib import Path
-
-        from .planner import BLOCK_FORMAT, FORMAT
-        from .yamlio import read_yaml
-        plan = read_yaml(Path(args.plan), ConfigError)
-        block = isinstance(plan, dict) and plan.get("format") == BLOCK_FORMAT
-        if block and not (isinstance(plan.get("blocks"), int) and not
-                          isinstance(plan.get("blocks"), bool) and plan["blocks"] >= 0):
-            raise ConfigError(f"{args.plan}: a block plan's blocks must be a count from 0")
-        for k in ("block_paths", "recompute_paths") if block else ():  # NOTE [blocks]
-            v = plan.get(k)
-            if v is not None and not (isinstance(v, list) and all(isinstance(p, str)
-                                                                   for p in v)):
-                raise ConfigError(f"{args.plan}: a block plan's {k} must be a list of "
-                                  "module paths")
-        if not block and (not isinstance(plan, dict) or plan.get("format") != FORMAT or
-                          not isinstance(plan.get("layers"), list)):
-            raise ConfigError(f"{args.plan}: not a vdnnsim plan file (format: {FORMAT} or "
-                              f"{BLOCK_FORMAT})")
-        if plan.get("batch_size") != args.batch_size:
-            raise ConfigError(f"{args.plan}: planned for batch {plan.get('batch_size')}, not "
+    if args.plan:  # NOTE [planned runtime], NOTE [plan files]
+        from .planfile import LayerPlanFile, read_plan_file
+        from .planner import OP_LAYERS, OP_PLAN_CANNOT_RUN
+        plan = read_plan_file(args.plan)
+        if plan.batch_size != args.batch_size:
+            raise ConfigError(f"{args.plan}: planned for batch {plan.batch_size}, not "
                               f"{args.batch_size}")
-        if not block and plan.get("layer_names") == OP_LAYERS:
+        if isinstance(plan, LayerPlanFile) and plan.layer_names == OP_LAYERS:
             raise ConfigError(f"{args.plan}: {OP_PLAN_CANNOT_RUN}")
         if args.policy not in ("baseline", "planned"):
             raise ConfigError("--plan runs the plan's policy; leave --policy out")
@@ -585,11 +576,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     elif rec["fits"]:
         print(f"{args.model} batch {args.batch_size} {args.policy}: "
               f"{rec['iteration_ms']:.1f} ms/iter, peak allocated "
-              f"{rec['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
-              f"{rec['peak_reserved_bytes'] / 2**30:.2f} GiB")
+              f"{rec['peak_allocated_bytes'] / GiB:.2f} GiB, reserved "
+              f"{rec['peak_reserved_bytes'] / GiB:.2f} GiB")
     else:
-        print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory "
-              f"under the {args.memory_cap_gb} GiB cap")
+        under = f" under the {cap / GiB:.2f} GiB cap" if cap else ""
+        print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory{under}")
     return 0
 
 
@@ -655,11 +646,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("gpus:")
         for n in preset_names():
             g = gpu_preset(n)
-            print(f"  {n:15s} {g.display_name}: {g.memory_bytes / 2**30:.1f} GiB, "
+            print(f"  {n:15s} {g.display_name}: {g.memory_bytes / GiB:.1f} GiB, "
                   f"{g.peak_flops['fp32'] / 1e12:.1f} TFLOP/s fp32, "
-                  f"{g.mem_bw_bytes_per_s / 1e9:.0f} GB/s, link "
-                  f"{g.link.h2d_bw_bytes_per_s / 1e9:.1f} GB/s, host "
-                  f"{(g.host_memory_bytes or 0) / 2**30:.0f} GiB")
+                  f"{g.mem_bw_bytes_per_s / GB:.0f} GB/s, link "
+                  f"{g.link.h2d_bw_bytes_per_s / GB:.1f} GB/s, host "
+                  f"{(g.host_memory_bytes or 0) / GiB:.0f} GiB")
     if what in ("policies", "all"):
         print("policies:")
         for n in policy_names():
@@ -801,8 +792,11 @@ def build_parser() -> argparse.ArgumentParser:
                     choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned"])
     ms.add_argument("--plan", default=None, help="a plan file from vdnnsim plan: run it "
                     "(policy planned; NOTE [planned runtime])")
-    ms.add_argument("--memory-cap-gb", type=float, default=None,
-                    help="cap the allocator at this many GiB (emulates a smaller card)")
+    ms.add_argument("--memory-cap", default=None, metavar="SIZE",
+                    help="cap the allocator at this size, e.g. '12 GiB' or '12.5 GB' "
+                    "(emulates a smaller card)")
+    # deprecated: it always meant GiB; kept one release for committed scripts
+    ms.add_argument("--memory-cap-gb", type=float, default=None, help=argparse.SUPPRESS)
     ms.add_argument("--warmup", type=int, default=3)
     ms.add_argument("--iters", type=int, default=5)
     ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",
@@ -882,8 +876,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if value is not None and not least <= value <= most:
             parser.error(f"--{name.replace('_', '-')} must be from {least} to {most:,} ({why})")
     cap = getattr(args, "memory_cap_gb", None)
-    if cap is not None and not (math.isfinite(cap) and 0 < cap <= 2**50 / 1e9):
-        parser.error("--memory-cap-gb must be more than 0 and finite")
+    if cap is not None and not (math.isfinite(cap) and 0 < cap <= MAX_BYTES / GiB):
+        parser.error("--memory-cap-gb must be more than 0 and at most 1 PiB (2**20 GiB)")
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]

@@ -47,8 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .units import GiB, MiB
 
-MAX_PICKLE_BYTES = 2 * 2**30  # a snapshot pickle (decompressed, where gzipped)
+MAX_PICKLE_BYTES = 2 * GiB  # a snapshot pickle (decompressed, where gzipped)
 TAKES = ("vdnnsim import takes a torch.profiler trace (Chrome trace JSON from "
          "export_chrome_trace, .json or .json.gz) or a CUDA memory snapshot pickle "
          "(torch.cuda.memory._dump_snapshot)")
@@ -504,7 +505,7 @@ def _device(dev: int, segs: list[dict[str, Any]], trace: list[dict[str, Any]]
 # ---------------------------------------------------------------- the readable form
 
 def _mib(n: Any) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}"
+    return "-" if n is None else f"{n / MiB:.1f}"
 
 
 def format_record(rec: dict[str, Any], top: int = 20) -> str:

@@ -58,7 +58,7 @@ from .engine.sim import checkpoint_buffers, free_points, keepers
 from .hardware import GPU
 from .policies.plan import offload_sets
 from .trace.model import Trace
-from .units import transfer_ns
+from .units import GiB, transfer_ns
 
 ROUNDS = 12  # lazy cuts per structure before it is given up
 TIME_LIMIT_S = 20.0  # per program; a program not solved to optimality says so
@@ -142,7 +142,7 @@ def _quiet():
         os.close(fd)
 
 
-GIB = float(2**30)
+GIB = float(GiB)
 MS = 1e6
 
 

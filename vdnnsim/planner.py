@@ -35,7 +35,6 @@ segments) that the ``planned`` policy replays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from .engine.plan import Plan, liveness
@@ -44,6 +43,7 @@ from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
 from .limits import short_repr
+from .planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
 from .policies.builtin import algo_choice, check_options, common_options
 from .policies.dyn import _downgrade
 from .policies.plan import find_prefetch_schedule, offload_sets, policy_marks
@@ -51,9 +51,6 @@ from .policies.recompute import sequential_segments, with_segments
 from .policies.registry import get_policy, register
 from .split import COUPLED, part_name, split_trace
 from .trace.model import Trace
-from .yamlio import read_yaml
-
-FORMAT = "vdnnsim-plan"
 
 
 @dataclass
@@ -350,62 +347,40 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
 
 
 def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
-    """A plan file for ``trace``: every layer named, in order (after its batch splits,
-    NOTE [batch split]); algorithms and buffers that the trace has."""
-    data = read_yaml(Path(path), ConfigError)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{path}: not a vdnnsim plan file (format: {FORMAT})")
-    splits = data.get("split") or []
-    if not isinstance(splits, list) or any(
-            not isinstance(x, list) or len(x) != 3 or not all(isinstance(y, str) for y in x[:2])
-            for x in splits):
-        raise ConfigError(f"{path}: split must list [first, last, parts] triples, got "
-                          f"{short_repr(splits)}")
-    for first, last, parts in splits:
+    """A plan file for ``trace`` (NOTE [plan files]): every layer named, in order (after
+    its batch splits, NOTE [batch split]); algorithms and buffers that the trace has."""
+    data = read_plan_file(path)
+    if isinstance(data, BlockPlanFile):
+        raise ConfigError(f"{path}: a block plan ({BLOCK_FORMAT}): replay it with policy "
+                          f"vdnn_blocks, option blocks: {data.blocks} (policy planned replays "
+                          f"a layer plan, {FORMAT}), or run it with vdnnsim measure --plan")
+    for first, last, parts in data.split:
         try:
             trace = split_trace(trace, gpu, first, last, parts)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-    rows = data.get("layers")
     ids = [x.id for x in trace.layers]
-    if not isinstance(rows, list) or [r.get("id") if isinstance(r, dict) else None
-                                      for r in rows] != ids:
+    if [r.id for r in data.layers] != ids:
         raise ConfigError(f"{path}: its layers are not the trace's ({trace.name}, "
                           f"{len(ids)} layers)")
     lv = liveness(trace)
     algos, offload, prefetch = [], [], []
     index = {x: i for i, x in enumerate(ids)}
-    for layer, r in zip(trace.layers, rows):
+    for layer, r in zip(trace.layers, data.layers):
         names = [a.name for a in layer.algos]
-        if r.get("algo") not in names:
-            raise ConfigError(f"{path}: layer {layer.id}: algorithm {short_repr(r.get('algo'))}"
+        if r.algo not in names:
+            raise ConfigError(f"{path}: layer {layer.id}: algorithm {short_repr(r.algo)}"
                               f" is not one of the trace's ({', '.join(names)})")
-        algos.append(names.index(r["algo"]))
-        bufs = r.get("offload", [])
-        if not isinstance(bufs, list) or any(b not in lv.size for b in bufs):
+        algos.append(names.index(r.algo))
+        if any(b not in lv.size for b in r.offload):
             raise ConfigError(f"{path}: layer {layer.id}: offload names a buffer the trace "
-                              f"does not have: {short_repr(bufs)}")
-        offload.append(tuple(bufs))
-        p = r.get("prefetch")
-        if p is not None and p not in index:
-            raise ConfigError(f"{path}: layer {layer.id}: prefetch names no layer: "
-                              f"{short_repr(p)}")
-        prefetch.append(index[p] if p is not None else -1)
-    sync = data.get("sync", True)
-    if not isinstance(sync, bool):
-        raise ConfigError(f"{path}: sync must be true or false")
-    segs = data.get("recompute") or []
-    if not isinstance(segs, list) or any(
-            not isinstance(x, list) or len(x) != 2 or any(y not in index for y in x)
-            or index[x[0]] > index[x[1]] for x in segs):
-        raise ConfigError(f"{path}: recompute must list [first, last] layer pairs of the "
-                          f"trace, got {short_repr(segs)}")
-    recompute = tuple(sorted((index[a], index[b]) for a, b in segs))
-    if any(recompute[k][0] <= recompute[k - 1][1] for k in range(1, len(recompute))):
-        raise ConfigError(f"{path}: recompute segments overlap")
-    return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch), sync,
-                runtime=True, recompute=recompute, trace=trace if splits else None,
-                split=tuple((a, b, k) for a, b, k in splits))
+                              f"does not have: {short_repr(r.offload)}")
+        offload.append(tuple(r.offload))
+        prefetch.append(index[r.prefetch] if r.prefetch is not None else -1)
+    return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch),
+                data.sync, runtime=True, recompute=data.segments(),
+                trace=trace if data.split else None,
+                split=tuple((a, b, k) for a, b, k in data.split))
 
 
 def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -430,7 +405,7 @@ register("planned", planned, "replay a plan file written by vdnnsim plan (option
 # ``vdnnsim-block-plan`` file that `vdnnsim measure --plan` runs with the block runtime
 # (vdnnsim/gpu/block_offload.py). No algorithms to choose (one per op, as profiled), no
 # batch split yet; checkpointing the first k blocks instead is NOTE [block recompute].
-BLOCK_FORMAT = "vdnnsim-block-plan"
+# The file's model is planfile.BlockPlanFile (NOTE [plan files]).
 
 
 @dataclass

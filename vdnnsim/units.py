@@ -7,13 +7,13 @@ import math
 
 KiB = 1024
 MiB = 1024**2
-GiB = 1024**3
-GB = 10**9
+GiB = 1024**3  # a `_gib` quantity is bytes / GiB
+TiB = 1024**4
+KB = 10**3
+MB = 10**6
+GB = 10**9  # a `_gb` quantity is bytes / GB
+TB = 10**12
 NS_PER_S = 1_000_000_000
-
-
-def s_to_ns(seconds: float) -> int:
-    return int(round(seconds * NS_PER_S))
 
 
 def ns_to_s(ns: int | float) -> float:

@@ -29,6 +29,7 @@ from .api import resolve_gpu, run_trace
 from .errors import ConfigError, VdnnError
 from .hardware import Capacity
 from .trace import Trace, load_trace
+from .units import GiB
 from .yamlio import misplaced, read_yaml, shown, validation_message
 
 POLICY_MAP = {"baseline": "eager", "vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}
@@ -132,7 +133,7 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
         key = (name, m["batch_size"])
         policy = POLICY_MAP.get(m["policy"])
         row: dict[str, Any] = {"model": name, "batch_size": key[1], "policy": m["policy"],
-                               "cap_gb": (m.get("memory_cap_bytes") or 0) / 2**30 or None,
+                               "cap_gib": (m.get("memory_cap_bytes") or 0) / GiB or None,
                                "measured_fits": bool(m["fits"])}
         if policy is None or key not in tr:
             continue
@@ -147,9 +148,9 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
                                   f"{m['batch_size']} {m['policy']} has no "
                                   f"{RESERVED[reserved]} (measured before it was recorded)")
             pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]  # NaN: memory only
-            row.update(measured_alloc_gb=ma / 2**30, predicted_alloc_gb=pa / 2**30,
-                       alloc_err=(pa - ma) / ma, measured_reserved_gb=mr / 2**30,
-                       predicted_reserved_gb=pr / 2**30, reserved_err=(pr - mr) / mr,
+            row.update(measured_alloc_gib=ma / GiB, predicted_alloc_gib=pa / GiB,
+                       alloc_err=(pa - ma) / ma, measured_reserved_gib=mr / GiB,
+                       predicted_reserved_gib=pr / GiB, reserved_err=(pr - mr) / mr,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
         rows.append(row)
     if not rows:
@@ -169,7 +170,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
             if name in TARGETS:
                 med, mx = TARGETS[name]
                 out[name]["target_met"] = statistics.median(errs) <= med and max(errs) <= mx
-    capped = df[df.cap_gb.notna()]
+    capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
     return out
@@ -187,14 +188,15 @@ def format_validation(df: pd.DataFrame) -> str:
     lines = ["model        batch  policy     cap GiB  fits (meas/pred)  alloc GiB meas/pred   err"
              "   reserved GiB meas/pred   err     ms meas/pred        err"]
     for r in df.itertuples():
-        cap = f"{r.cap_gb:.0f}" if isinstance(r.cap_gb, float) and r.cap_gb == r.cap_gb else "-"
+        capped = isinstance(r.cap_gib, float) and r.cap_gib == r.cap_gib  # not NaN
+        cap = f"{r.cap_gib:.0f}" if capped else "-"
         fits = f"{'yes' if r.measured_fits else 'no'}/{'yes' if r.predicted_fits else 'no'}"
         fits += "" if r.fit_right else " MISS"
         if r.measured_fits:
             lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits:16s}"
-                         f"  {r.measured_alloc_gb:7.2f} / {r.predicted_alloc_gb:7.2f}"
-                         f"  {r.alloc_err:+6.1%}   {r.measured_reserved_gb:7.2f} / "
-                         f"{r.predicted_reserved_gb:7.2f}  {r.reserved_err:+6.1%}"
+                         f"  {r.measured_alloc_gib:7.2f} / {r.predicted_alloc_gib:7.2f}"
+                         f"  {r.alloc_err:+6.1%}   {r.measured_reserved_gib:7.2f} / "
+                         f"{r.predicted_reserved_gib:7.2f}  {r.reserved_err:+6.1%}"
                          f"  {r.measured_ms:8.1f} / {_ms(r.predicted_ms)}  {_pct(r.time_err)}")
         else:
             lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits}")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import ConfigError, VdnnError
 from .limits import MAX_BYTES
+from .units import GB, KB, MB, TB, GiB, KiB, MiB, TiB
 
 # libyaml's parser and emitter where PyYAML was built with it (5x faster on a 432-layer
 # trace); the same documents and the same error marks either way.
@@ -288,7 +289,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
         raise
 
 
-GUNZIP_BYTES = 2**30  # NOTE [gzip]: a trace of millions of layers, far past any real one
+GUNZIP_BYTES = GiB  # NOTE [gzip]: a trace of millions of layers, far past any real one
 
 
 def _gunzip(p: Path) -> str:
@@ -419,7 +420,7 @@ def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) 
 # otherwise fail on the first key the expected kind needs ('format: required key is
 # missing'). Where it is cheap to tell, by the keys at the top, the message says what the
 # file is, what was expected, and where that kind of file goes. The format names are
-# those the writers put in (trace/schema.py FORMAT, planner.py FORMAT and BLOCK_FORMAT,
+# those the writers put in (trace/schema.py FORMAT, planfile.py FORMAT and BLOCK_FORMAT,
 # gpu/calibrate.py; tests/test_cli_errors.py checks they agree).
 FORMATS = {"vdnnsim-trace": "trace", "vdnnsim-plan": "plan", "vdnnsim-block-plan": "plan",
            "vdnnsim-calibration": "calibration"}
@@ -481,8 +482,8 @@ def parse_model(model: type[BaseModel], data: Any, source: str,
         raise error(validation_message(source, exc, data)) from None
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {"": 1, "b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+          "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..planfile import BlockPlanFile
 from .aten_probe import block_output, find_blocks
 
 
@@ -113,6 +114,16 @@ class BlockOffload:
             self.handles.append(b.register_forward_pre_hook(lambda m, a, k=k: self._enter(k)))
             self.handles.append(b.register_forward_hook(
                 lambda m, a, out, k=k: self._exit(k, out)))
+
+    @classmethod
+    def from_plan(cls, model: nn.Module, plan: BlockPlanFile) -> "BlockOffload":
+        """NOTE [block runtime] for a block plan file (NOTE [plan files]): its offloaded
+        count, its blocks by path (the largest ModuleList's where it names none) and its
+        checkpointed blocks."""
+        if not isinstance(plan, BlockPlanFile):
+            raise ValueError(f"the block runtime runs a block plan, not a "
+                             f"{type(plan).__name__}")
+        return cls(model, plan.blocks, plan.block_paths, plan.recompute_paths)
 
     # -- forward ----------------------------------------------------------------------------
     def _enter(self, k: int) -> None:

@@ -230,8 +230,8 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
     op, b = case["op"], case.get("batch", 1)
     g = torch.Generator(device=dev).manual_seed(0)
 
-    def rand(*shape: int, grad: bool = True) -> torch.Tensor:
-        return torch.randn(*shape, device=dev, dtype=dt, generator=g).requires_grad_(grad)
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=dev, dtype=dt, generator=g).requires_grad_()
 
     def fwd_bwd(mod: Callable[..., torch.Tensor], *xs: torch.Tensor,
                 params: tuple = ()) -> dict[str, Callable[[], Any]]:

@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ConfigError
+from ..units import GiB
 
 MODULE_PREFIX = "vdnnsim.module::"
 STEP_PREFIX = "vdnnsim.step#"
@@ -92,7 +93,7 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 HOST_CATS = frozenset({"cpu_op", "user_annotation"}) | LAUNCH_CATS
 _RANK = {"user_annotation": 0, "cpu_op": 1}  # equal start and length: annotation outermost
-MAX_TRACE_BYTES = 2**30  # a trace file, decompressed
+MAX_TRACE_BYTES = GiB  # a trace file, decompressed
 TIME_GPU = "gpu"  # Attribution.time_source: GPU activities
 TIME_CPU = "cpu_self"  # no GPU activity: each cpu_op's self time
 OUTSIDE = "loss/outside modules"

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..planner import BLOCK_FORMAT
+from ..planfile import BlockPlanFile, PlanFile, plan_from_data
 from .block_offload import BlockOffload
 from .profile import software
 from .runtime import VDNN
@@ -40,17 +40,20 @@ POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
 
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
-            dtype: str = "fp32", plan: dict[str, Any] | None = None,
+            dtype: str = "fp32", plan: PlanFile | dict[str, Any] | None = None,
             optimizer: str = "sgd", seq_len: int | None = None,
             input_spec: str | None = None,
             model_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """NOTE [measurement]; ``plan``: a plan file's contents, for policy 'planned';
+    """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
+    contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
     autocast-fp16)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
         raise ValueError("policy 'planned' takes a plan, and only it")
+    if isinstance(plan, dict):
+        plan = plan_from_data(plan)
     dev = torch.device("cuda", torch.cuda.current_device())
     gc.collect()
     torch.cuda.empty_cache()
@@ -61,10 +64,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                               "optimizer": optimizer,
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
-        record["plan"] = {k: plan.get(k) for k in ("network", "batch_size", "budget_bytes",
-                                                    "predicted", "split", "recompute",
-                                                    "blocks", "block_paths",
-                                                    "recompute_blocks", "recompute_paths")}
+        fields = plan.model_dump(mode="json")
+        record["plan"] = {k: fields.get(k) for k in ("network", "batch_size", "budget_bytes",
+                                                      "predicted", "split", "recompute",
+                                                      "blocks", "block_paths",
+                                                      "recompute_blocks", "recompute_paths")}
     work = runtime = step = None
     try:
         if memory_cap_bytes:
@@ -73,7 +77,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
         record.update(input_kind=work.kind, input_shape=list(work.shape),
                       parameters=sum(p.numel() for p in work.model.parameters()))
-        blocks = plan is not None and plan.get("format") == BLOCK_FORMAT
+        blocks = isinstance(plan, BlockPlanFile)
         if policy not in ("baseline", "save_on_cpu") and not blocks and (
                 work.kind != "image" or work.hf_task):
             raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
@@ -86,8 +90,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if policy.startswith("vdnn"):
             runtime = VDNN(work.model, work.shape, policy)
         elif blocks:  # NOTE [block runtime]
-            runtime = BlockOffload(work.model, int(plan["blocks"]), plan.get("block_paths"),
-                                   list(plan.get("recompute_paths") or ()))
+            runtime = BlockOffload.from_plan(work.model, plan)
         elif plan is not None:
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,
@@ -156,7 +159,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     except RuntimeError as exc:
-        if not (plan is not None and plan.get("recompute_paths")
+        if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
                 and "modified by an inplace operation" in str(exc)):
             raise
         # NOTE [block recompute]: autograd refusing what a plan does to this model (a

@@ -23,7 +23,6 @@ class ZooModule(nn.Module):
     def __init__(self, spec: NetworkSpec):
         super().__init__()
         info = infer(spec)
-        self.spec_name = spec.name
         self.order: list[tuple[str, str, tuple[str, ...]]] = []
         self.layers = nn.ModuleDict()
         self.names: dict[str, str] = {}

@@ -43,6 +43,7 @@ import torch
 from torch import fx, nn
 from torch.utils.checkpoint import checkpoint
 
+from ..planfile import LayerPlanFile, plan_from_data
 from ..policies.plan import find_prefetch_schedule, liveness, offload_sets
 from ..split import chunk_name, part_name
 from ..trace import trace_from_dict
@@ -80,18 +81,25 @@ class _Packed:
 
 class VDNN(nn.Module):
     """Wraps ``model``; ``policy`` is 'vdnn_all' or 'vdnn_conv' ('baseline': no hooks), or
-    'planned' with ``plan``, the contents of a plan file (NOTE [planned runtime])."""
+    'planned' with ``plan``, a layer plan file (NOTE [planned runtime]; NOTE [plan files]: its
+    model, or its contents, read through the model)."""
 
     def __init__(self, model: nn.Module, input_shape: tuple[int, ...], policy: str = "vdnn_conv",
-                 sync: bool = True, prefetch: bool = True, plan: dict[str, Any] | None = None):
+                 sync: bool = True, prefetch: bool = True,
+                 plan: LayerPlanFile | dict[str, Any] | None = None):
         super().__init__()
         if policy not in ("baseline", "vdnn_all", "vdnn_conv", "planned"):
             raise ValueError(f"unknown runtime policy {policy!r}")
         if (policy == "planned") != (plan is not None):
             raise ValueError("policy 'planned' takes a plan, and only it")
+        if isinstance(plan, dict):
+            plan = plan_from_data(plan)
+        if plan is not None and not isinstance(plan, LayerPlanFile):
+            raise ValueError(f"the vDNN runtime runs a layer plan ({plan.format} is the "
+                             "block runtime's, NOTE [block runtime])")
         self.model = model
         self.gm = trace_module(model)
-        self.policy, self.sync, self.use_prefetch = policy, sync, prefetch
+        self.policy, self.sync = policy, sync
         # plan files name layers as traces do (a zoo model's own names); the probe's
         # trace below names them by node
         names = _rename(model) if plan is not None else {}
@@ -123,29 +131,28 @@ class VDNN(nn.Module):
                       "offloads": 0, "fetches": 0, "packs": 0, "recomputed_segments": 0}
         self._reset()
 
-    def _from_plan(self, plan: dict[str, Any]) -> None:
+    def _from_plan(self, plan: LayerPlanFile) -> None:
         """NOTE [planned runtime]: the plan file's splits applied to the graph, its offloads,
         prefetches and checkpointed segments by layer id."""
         graph = self.gm.graph
-        for first, last, parts in plan.get("split") or []:
-            _split_graph(self.gm, self.lid, first, last, int(parts))
-        rows = plan["layers"]
-        self.index = {r["id"]: i for i, r in enumerate(rows)}
+        for first, last, parts in plan.split:
+            _split_graph(self.gm, self.lid, first, last, parts)
+        rows = plan.layers
+        self.index = {r.id: i for i, r in enumerate(rows)}
         have = {self.lid[n] for n in graph.nodes if n.op not in ("placeholder", "output")}
-        missing = [r["id"] for r in rows if r["id"] not in have and r["id"] != "loss"]
+        missing = [r.id for r in rows if r.id not in have and r.id != "loss"]
         if missing:
             raise ValueError(f"the plan names layers the model does not have: "
                              f"{', '.join(missing[:5])}")
-        self.offload = tuple(tuple(r.get("offload") or ()) for r in rows)
-        self.schedule = tuple(self.index[r["prefetch"]] if r.get("prefetch") else -1
-                              for r in rows)
-        self.sync = bool(plan.get("sync", True))
+        self.offload = tuple(tuple(r.offload) for r in rows)
+        self.schedule = tuple(self.index[r.prefetch] if r.prefetch else -1 for r in rows)
+        self.sync = plan.sync
         # layers of the plan that the model does not run (the loss): their prefetches are
         # issued when the forward pass returns, as the loss's backward comes next
-        self.orphans = [i for i, r in enumerate(rows) if r["id"] not in have]
+        self.orphans = [i for i, r in enumerate(rows) if r.id not in have]
         order = list(graph.nodes)
         pos = {self.lid[n]: k for k, n in enumerate(order)}
-        for a, b in plan.get("recompute") or []:
+        for a, b in plan.recompute:
             nodes = order[pos[a]:pos[b] + 1]
             self.segments[a] = (b, nodes)
 

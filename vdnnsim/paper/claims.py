@@ -41,6 +41,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import ConfigError
+from ..units import GB
 
 GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
 SIX = [("alexnet", 128), ("overfeat", 128), ("googlenet", 128), ("vgg16", 64),
@@ -111,8 +112,9 @@ def row(f: Frames, study: str, net: str, batch: int, gpu: str, policy: str) -> p
 
 
 def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
-              managed: bool = True, reference: str = "baseline_p") -> float:
-    """Percent cut of peak ('peak') or time-weighted average ('avg') memory against
+              reference: str = "baseline_p") -> float:
+    """Percent cut of peak ('peak') or time-weighted average ('avg') managed memory (the
+    weights and their gradients left out: NOTE [reproduction metrics]) against
     ``reference``: 'baseline_p', or 'class' for the baseline of the policy's own algorithm
     class (NOTE [reproduction metrics])."""
     if reference == "class":
@@ -121,8 +123,7 @@ def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
         base_policy = reference
     r = row(f, "conventional_policies", net, batch, gpu, policy)
     b = row(f, "conventional_policies", net, batch, gpu, base_policy)
-    key = ("peak" if what == "peak" else "avg") + ("_managed" if managed else "_memory") \
-        + "_bytes"
+    key = ("peak" if what == "peak" else "avg") + "_managed_bytes"
     return 100 * (1 - r[key] / b[key])
 
 
@@ -131,7 +132,7 @@ def loss(r: pd.Series) -> float:
 
 
 def _gb(x: float) -> float:
-    return x / 1e9
+    return x / GB
 
 
 def build_claims(reference: str = "baseline_p") -> list[Claim]:

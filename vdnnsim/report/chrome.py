@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..units import GB
+
 THREADS = {"host": 0, "compute": 1, "d2h": 2, "h2d": 3}
 TENSORS_TID = 4
 
@@ -51,7 +53,7 @@ def run_events(r, pid: int = 1) -> list[dict[str, Any]]:
                        "cat": "move", "name": f"{op.name} round trip", "ts": _us(op.start_ns)})
     for t, level in zip(*r.memory_steps):
         ev.append({"ph": "C", "pid": pid, "name": "GPU memory", "ts": _us(t),
-                   "args": {"allocated GB": level / 1e9}})
+                   "args": {"allocated GB": level / GB}})
     for k, (key, cat, size, t0, t1) in enumerate(r.lifetimes):
         common = {"pid": pid, "tid": TENSORS_TID, "cat": cat, "name": key,
                   "id": f"{pid}-{k}"}

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from ..units import GB
+
 POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_conv_m",
                 "vdnn_conv_p", "vdnn_dyn"]
-GB = 1e9
 
 # NOTE [paper points]
 # The bars the paper's text gives a value for, drawn as black diamonds over vdnnsim's bars:

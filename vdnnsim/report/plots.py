@@ -9,9 +9,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from ..units import GB
 from .table import need_times
 
-GB = 1e9
 COLORS = {"host": "tab:purple", "compute": "tab:blue", "d2h": "tab:orange", "h2d": "tab:green",
           "stall": "tab:red", "wait": "tab:gray"}
 TRACKS = ("host", "compute", "d2h", "h2d")
@@ -157,7 +157,7 @@ def validation_scatter(df: pd.DataFrame) -> plt.Figure:
     d = df[df.measured_fits]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     left_out = len(df) - len(d)
-    for ax, (m, p, label) in zip(axes, (("measured_alloc_gb", "predicted_alloc_gb",
+    for ax, (m, p, label) in zip(axes, (("measured_alloc_gib", "predicted_alloc_gib",
                                          "peak allocated (GiB)"),
                                         ("measured_ms", "predicted_ms", "iteration (ms)"))):
         for k, (policy, g) in enumerate(d.groupby("policy")):

@@ -31,9 +31,6 @@ from typing import Any
 from ..api import build_trace, resolve_gpu, run_trace
 from ..errors import ConfigError, ScaleError
 
-BOUNDS = ("capacity", "fragmentation", "host memory", "scale", "limit")
-
-
 def max_batch(network: str, gpu: str = "k40", policy: str = "vdnn_dyn", *,
               dtype: str = "fp32", gpu_overrides: dict[str, Any] | None = None,
               memory_bytes: int | None = None, policy_options: dict[str, Any] | None = None,

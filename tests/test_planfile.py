@@ -1,0 +1,242 @@
+"""NOTE [plan files]: one model per kind of plan file, one reader, one writer. Every plan
+file committed to the repository loads with the meaning it had (checked against the
+readers' rules before the model: planner.plan_from_file's and vdnnsim measure's); what
+`vdnnsim plan` writes is what it wrote; a bad file is one line naming it and its key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vdnnsim.errors import ConfigError
+from vdnnsim.planfile import (BLOCK_FORMAT, FORMAT, BlockPlanFile, LayerPlanFile, LayerRow,
+                              Predicted, dumps_plan, plan_from_data, read_plan_file,
+                              write_plan_file)
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+
+
+def committed_plan_files() -> list[Path]:
+    """Every file in the repository whose format is a plan's (not only those named *plan*:
+    the MILP's are *.milp.yaml)."""
+    out = subprocess.run(["git", "grep", "-l", "-E", f"^format: ({FORMAT}|{BLOCK_FORMAT})$",
+                          "--", "*.yaml"], cwd=ROOT, capture_output=True, text=True)
+    return sorted(ROOT / p for p in out.stdout.split())
+
+
+PLAN_FILES = committed_plan_files()
+
+
+def test_the_committed_plan_files_are_found():
+    names = {p.name for p in PLAN_FILES}
+    assert {"vgg16_b256_12GiB.plan.yaml", "resnet50_b256_12GiB.milp.yaml", "plan-b2.yaml",
+            "plan_recompute.yaml"} <= names
+    found = subprocess.run(["git", "ls-files", "*plan*.yaml"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.split()
+    plans = [p for p in found if "format: vdnnsim" in (ROOT / p).read_text()[:200]]
+    assert {ROOT / p for p in plans} <= set(PLAN_FILES)
+
+
+@pytest.mark.parametrize("path", PLAN_FILES, ids=[str(p.relative_to(ROOT)) for p in PLAN_FILES])
+def test_every_committed_plan_file_loads_with_its_meaning(path: Path):
+    raw = yaml.safe_load(path.read_text())
+    plan = read_plan_file(path)
+    dumped = plan.model_dump(mode="json")
+    for key, value in raw.items():  # every key reads back as written
+        if key == "layers":
+            assert [r.model_dump(mode="json") for r in plan.layers] == value
+        else:
+            assert dumped[key] == value, key
+    if raw["format"] == FORMAT:
+        assert isinstance(plan, LayerPlanFile)
+        # vdnnsim measure refused only layer_names: ops; planned read sync as True where
+        # absent, a row's offload as none, its prefetch as none
+        assert (plan.layer_names == "ops") == (raw.get("layer_names") == "ops")
+        assert plan.sync is raw.get("sync", True)
+        for row, r in zip(plan.layers, raw["layers"]):
+            assert row.offload == r.get("offload", []) and row.prefetch == r.get("prefetch")
+        assert [list(x) for x in plan.split] == (raw.get("split") or [])
+        assert [list(x) for x in plan.recompute] == (raw.get("recompute") or [])
+    else:
+        assert isinstance(plan, BlockPlanFile)
+        # what vdnnsim measure gave the block runtime: int(blocks), block_paths or None,
+        # list(recompute_paths or ())
+        assert plan.blocks == int(raw["blocks"])
+        assert plan.block_paths == raw.get("block_paths")
+        assert plan.recompute_paths == list(raw.get("recompute_paths") or ())
+
+
+def _old_plan_from_file(data: dict, trace, gpu):
+    """planner.plan_from_file's reading of a plan before the model (its checks left out):
+    the reference for 'identical meaning'."""
+    from vdnnsim.engine.plan import Plan
+    from vdnnsim.split import split_trace
+
+    splits = data.get("split") or []
+    for first, last, parts in splits:
+        trace = split_trace(trace, gpu, first, last, parts)
+    ids = [x.id for x in trace.layers]
+    index = {x: i for i, x in enumerate(ids)}
+    rows = data["layers"]
+    algos = tuple([a.name for a in x.algos].index(r["algo"]) for x, r in zip(trace.layers, rows))
+    offload = tuple(tuple(r.get("offload", [])) for r in rows)
+    prefetch = tuple(index[r["prefetch"]] if r.get("prefetch") is not None else -1
+                     for r in rows)
+    recompute = tuple(sorted((index[a], index[b]) for a, b in data.get("recompute") or []))
+    return Plan("planned", "layer_wise", algos, offload, prefetch, data.get("sync", True),
+                runtime=True, recompute=recompute, trace=trace if splits else None,
+                split=tuple((a, b, k) for a, b, k in splits))
+
+
+LAYER_PLANS = [p for p in PLAN_FILES if p.parent.name == "h200_plans"]
+
+
+@pytest.mark.parametrize("path", LAYER_PLANS, ids=[p.name for p in LAYER_PLANS])
+def test_the_committed_layer_plans_replay_as_before(path: Path):
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.planner import plan_from_file
+    from vdnnsim.trace import load_trace
+
+    model = path.name.split("_")[0]
+    trace = load_trace(ROOT / f"traces/h200/{model}_b256.yaml")
+    gpu = resolve_gpu("h200")
+    got = plan_from_file(str(path), trace, gpu)
+    want = _old_plan_from_file(yaml.safe_load(path.read_text()), trace, gpu)
+    for field in ("algos", "offload", "prefetch", "sync", "recompute", "split"):
+        assert getattr(got, field) == getattr(want, field), field
+    assert (got.trace is None) == (want.trace is None)
+    if got.trace is not None:
+        assert [x.id for x in got.trace.layers] == [x.id for x in want.trace.layers]
+
+
+def test_vdnnsim_plan_writes_what_it_wrote_before(tmp_path):
+    """The writer goes through the model and writes the same bytes as the plain dump of
+    the planner's dict did (rows without empty offloads or prefetches of none)."""
+    from vdnnsim.api import build_trace, resolve_gpu
+    from vdnnsim.planner import plan_to_dict, search_plan
+    from vdnnsim.policies import get_policy
+
+    gpu = resolve_gpu("k40")
+    trace = build_trace("vgg16", 256, gpu)
+    split, _ = search_plan(trace, gpu, 12 * GiB)  # a batch split and checkpointed segments
+    fn, fixed = get_policy("vdnn_conv_p")  # offloads and prefetches
+    moving = fn(trace, gpu, gpu.memory_bytes, dict(fixed))
+    for plan in (split, moving):
+        d = plan_to_dict(trace, gpu, 12 * GiB, plan,
+                         {"peak_memory_bytes": 1, "iteration_time_ns": 2})
+        out = tmp_path / "p.yaml"
+        write_plan_file(out, d)
+        assert out.read_text() == yaml.safe_dump(d, sort_keys=False)
+        assert read_plan_file(out).model_dump(mode="json")["layers"] == d["layers"]
+    assert split.split and split.recompute
+    assert any("offload" in r for r in d["layers"]) and any("prefetch" in r for r in d["layers"])
+    assert any("offload" not in r for r in d["layers"])
+    block = yaml.safe_load((ROOT / "traces/h200_timm/session11/plan256/"
+                            "plan_recompute.yaml").read_text())
+    assert dumps_plan(block) == yaml.safe_dump(block, sort_keys=False)
+
+
+def test_a_plan_a_reader_would_refuse_is_not_written(tmp_path):
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError):
+        write_plan_file(tmp_path / "p.yaml", {"format": BLOCK_FORMAT, "blocks": -1})
+    assert not (tmp_path / "p.yaml").exists()
+
+
+BLOCK = {"format": BLOCK_FORMAT, "network": "gpt2", "batch_size": 8, "gpu": "h200",
+         "budget_bytes": 9 * GiB, "blocks": 2, "total_blocks": 3,
+         "block_paths": ["h.0", "h.1", "h.2"]}
+
+
+@pytest.mark.parametrize("data, message", [
+    (None, "p.yaml: not a vdnnsim plan file (format: vdnnsim-plan or vdnnsim-block-plan)"),
+    ({"format": "x"}, "p.yaml: not a vdnnsim plan file"),
+    ({"format": "vdnnsim-trace", "version": 1}, "p.yaml: this is a vdnnsim trace, not a "
+     "vdnnsim plan file"),
+    ({**BLOCK, "blocks": -1}, "p.yaml: blocks: Input should be greater than or equal to 0"),
+    ({**BLOCK, "blocks": True}, "p.yaml: blocks: expected a whole number, got a boolean"),
+    ({**BLOCK, "blocks": 4}, "blocks 4 is more than the 3 blocks of total_blocks"),
+    ({**BLOCK, "block_paths": "h"}, "p.yaml: block_paths: Input should be a valid list"),
+    ({**BLOCK, "block_paths": ["h.0"]}, "block_paths names 1 blocks, not the 3"),
+    ({**BLOCK, "recompute_paths": [3]}, "p.yaml: recompute_paths[0]: Input should be a "
+     "valid string"),
+    ({**BLOCK, "budget_bytes": "lots"}, "p.yaml: budget_bytes: 'lots' is not a byte count"),
+    ({k: v for k, v in BLOCK.items() if k != "total_blocks"},
+     "p.yaml: total_blocks: required key is missing"),
+    ({**BLOCK, "blcks": 1}, "p.yaml: blcks: unknown key"),
+    ({"format": FORMAT, "network": "n", "batch_size": 1, "gpu": "k40", "budget_bytes": 1,
+      "layers": [{"id": "a", "algo": "x"}, {"id": "a", "algo": "x"}]},
+     "p.yaml: layer a is listed twice"),
+    ({"format": FORMAT, "network": "n", "batch_size": 1, "gpu": "k40", "budget_bytes": 1,
+      "layers": [{"id": "a", "algo": "x", "offload": "a"}]},
+     "p.yaml: layers[0].offload: Input should be a valid list"),
+    ({"format": FORMAT, "network": "n", "batch_size": 1, "gpu": "k40", "budget_bytes": 1,
+      "layer_names": "aten", "layers": [{"id": "a", "algo": "x"}]},
+     "p.yaml: layer_names: Input should be 'fx' or 'ops'"),
+    ({"format": FORMAT, "network": "n", "batch_size": 1, "gpu": "k40", "budget_bytes": 1,
+      "split": [["a", "a"]], "layers": [{"id": "a", "algo": "x"}]}, "p.yaml: split[0]"),
+])
+def test_a_bad_plan_file_is_one_line_naming_the_file_and_key(tmp_path, data, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        read_plan_file(path)
+    text = str(err.value)
+    assert len(text.splitlines()) == 1 and message in text, text
+    assert text.startswith(str(path)) or text.startswith("p.yaml") or str(path) in text
+
+
+def test_vdnnsim_measure_refuses_a_bad_plan_in_one_line(tmp_path):
+    """Before it builds the model or looks for a GPU."""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**BLOCK, "blocks": "two"}))
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", "hf:gpt2",
+                        "-b", "8", "--plan", "p.yaml"], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("vdnnsim: error: p.yaml: blocks: expected a whole number, got "
+                        "'two'\n")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(BLOCK))
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", "hf:gpt2",
+                        "-b", "4", "--plan", "p.yaml"], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and r.stderr == ("vdnnsim: error: p.yaml: planned for batch 8, "
+                                              "not 4\n")
+
+
+def test_the_runtimes_take_only_their_own_kind_of_plan():
+    torch = pytest.importorskip("torch")
+    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.runtime import VDNN
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    block = plan_from_data({**BLOCK, "blocks": 1, "total_blocks": 2, "block_paths": ["0", "1"]})
+    with pytest.raises(ValueError, match="runs a layer plan"):
+        VDNN(model, (2,), "planned", plan=block)
+    layer = plan_from_data({"format": FORMAT, "network": "n", "batch_size": 1, "gpu": "k40",
+                            "budget_bytes": 1, "layers": [{"id": "a", "algo": "x"}]})
+    with pytest.raises(ValueError, match="runs a block plan"):
+        BlockOffload.from_plan(model, layer)
+    rt = BlockOffload.from_plan(model, plan_from_data({**BLOCK, "blocks": 0, "total_blocks": 2,
+                                                       "block_paths": ["0", "1"],
+                                                       "recompute_paths": ["1"]}))
+    assert rt.blocks == [model[0], model[1]] and rt.offload == 0
+    rt.remove()
+
+
+def test_the_plan_file_module_needs_neither_torch_nor_the_engine():
+    code = ("import sys, vdnnsim.planfile; "
+            "assert not {'torch', 'vdnnsim.engine', 'vdnnsim.planner'} & set(sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_field_of_the_plan_file_models_is_described():
+    for model in (LayerPlanFile, BlockPlanFile, LayerRow, Predicted):
+        assert model.model_config.get("extra") == "forbid", model
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name}"

@@ -22,7 +22,8 @@ formula):
 5. The whole search runs again on the network with a batch split (NOTE [batch split])
    from its first layer to each of its first three shrinking layers, in 2 or 4 slices,
    with and without each slice checkpointed; checkpointing candidates then cover the
-   layers after the split.
+   layers after the split (the splits tried: split.py's ``split_structures``, which the
+   MILP tries too).
 
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks (NOTE [offload marks]). It is a heuristic: no
@@ -38,18 +39,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .engine.plan import Plan, liveness
+from . import milp
 from .engine import replay
+from .engine.plan import Plan, liveness
 from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
 from .limits import short_repr
 from .policies.builtin import algo_choice, check_options, common_options
-from .policies.dyn import _downgrade
-from .policies.plan import find_prefetch_schedule, offload_sets, policy_marks
+from .policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
 from .policies.recompute import sequential_segments, with_segments
 from .policies.registry import get_policy, register
-from .split import COUPLED, part_name, split_trace
+from .split import split_candidates, split_structures, split_trace  # noqa: F401  (re-exported)
 from .trace.model import Trace
 from .yamlio import read_yaml
 
@@ -65,13 +66,15 @@ class Search:
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
-          segs: tuple[tuple[int, int], ...] = (), name: str = "planned") -> Plan:
+          segs: tuple[tuple[int, int], ...] = (), name: str = "planned",
+          split: tuple[tuple[str, str, int], ...] = ()) -> Plan:
+    """``split``: the batch splits that made ``trace`` (NOTE [batch split]), which the plan
+    carries with the trace it runs."""
     offload = tuple(tuple(b for b in c if b in chosen) for c in cands)
     marks = policy_marks(trace, "all", "measured")  # NOTE [offload marks]: the default
     return Plan(name, "layer_wise", tuple(algos), offload,
                 find_prefetch_schedule(trace, offload, marks), True, runtime=True,
-                recompute=segs, trace=trace if segs or trace.__dict__.get("_split") else None,
-                split=trace.__dict__.get("_split", ()))
+                recompute=segs, trace=trace if segs or split else None, split=split)
 
 
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
@@ -80,43 +83,7 @@ def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Sim
                   stop_at_oom=True)
 
 
-def split_candidates(trace: Trace) -> list[tuple[str, str]]:
-    """NOTE [planner]: where a batch split may pay (NOTE [batch split]): from the first
-    layer to each of the first three layers that shrink their input (the pools that close
-    the widest blocks), while no layer couples the batch's samples."""
-    out = []
-    lv = liveness(trace)
-    for j, x in enumerate(trace.layers):
-        if x.kind in COUPLED:
-            break
-        size_in = max((lv.size[lv.root[t]] for t in x.inputs), default=0)
-        size_out = max((lv.size[lv.root[t]] for t in x.outputs), default=0)
-        if 0 < size_out < size_in:
-            out.append((trace.layers[0].id, x.id))
-            if len(out) == 3:
-                break
-    return out
-
-
 METHODS = ("auto", "milp", "greedy")
-
-
-def split_structures(trace: Trace, gpu: GPU):
-    """NOTE [planner], step 5: per split candidate and slice count, ((first, last, parts),
-    the split trace, each slice's (first, last) layer index in it, the index of the first
-    layer after the slices: the concat, then the unsplit layers)."""
-    for first, last in split_candidates(trace):
-        for parts in (2, 4):
-            if trace.batch_size % parts:
-                continue
-            try:
-                st = split_trace(trace, gpu, first, last, parts)
-            except ConfigError:
-                continue
-            size = trace.layer_index(last) - trace.layer_index(first) + 1
-            starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
-            yield ((first, last, parts), st, tuple((s0, s0 + size - 1) for s0 in starts),
-                   st.layer_index(last) + 1)
 
 
 # NOTE [autotune headroom]
@@ -168,8 +135,6 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
 
 def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str
                  ) -> tuple[Plan | None, Search]:
-    from . import milp
-
     search = Search()
     exact = None
     if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
@@ -188,11 +153,11 @@ def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: st
             return (plan, search)
     best = _search(trace, gpu, budget, max_steps, search)
     for (first, last, parts), st, per_part, rest in split_structures(trace, gpu):
-        st.__dict__["_split"] = ((first, last, parts),)
         for segs in ((), per_part):
             tag = (f"split {first}..{last} in {parts}"
                    + (", each part checkpointed" if segs else ""))
-            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
+            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag,
+                            ((first, last, parts),))
             if found is not None and (best is None or found[1] < best[1]):
                 best = found
     if exact is not None:
@@ -205,10 +170,11 @@ def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: st
 
 
 def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
-            fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = ""
-            ) -> tuple[Plan, int] | None:
+            fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = "",
+            split: tuple[tuple[str, str, int], ...] = ()) -> tuple[Plan, int] | None:
     """One search of NOTE [planner] on ``trace`` with the checkpointed segments ``fixed``
-    kept and further segments placed from layer ``start`` on."""
+    kept and further segments placed from layer ``start`` on; ``split``: the batch splits
+    that made ``trace`` from the network (NOTE [batch split]), () for the network itself."""
     lv = liveness(trace)
     n = len(trace.layers)
     cands = offload_sets(trace, lv, conv_only=False)
@@ -228,7 +194,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     prefix = f"{tag}: " if tag else ""
     fits = None
     for _ in range(max_steps):
-        plan = _plan(trace, algos, chosen, cands, fixed)
+        plan = _plan(trace, algos, chosen, cands, fixed, split=split)
         sim = _run(trace, gpu, plan, budget, search)
         oom = sim.pool.oom
         if oom is None:
@@ -236,7 +202,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             break
         i = trace.layer_index(oom.layer) if oom.layer else n - 1
         if oom.kind == "workspace":
-            choice = _downgrade(trace, i, algos[i], oom.requested_bytes
+            choice = downgrade(trace, i, algos[i], oom.requested_bytes
                                 - oom.largest_free_bytes)
             if choice is not None:
                 algos[i] = choice
@@ -256,7 +222,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     if fits is not None:  # 3. faster: fewer offloads, faster algorithms
         plan, best = fits
         for b in sorted(chosen, key=lambda x: lv.size[x]):
-            trial = _plan(trace, algos, chosen - {b}, cands, fixed)
+            trial = _plan(trace, algos, chosen - {b}, cands, fixed, split=split)
             sim = _run(trace, gpu, trial, budget, search)
             if sim.pool.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
@@ -266,7 +232,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             if algos[i] != fastest[i]:
                 trial_algos = list(algos)
                 trial_algos[i] = fastest[i]
-                trial = _plan(trace, trial_algos, chosen, cands, fixed)
+                trial = _plan(trace, trial_algos, chosen, cands, fixed, split=split)
                 sim = _run(trace, gpu, trial, budget, search)
                 if sim.pool.oom is None and sim.end_ns <= best:
                     algos = trial_algos
@@ -283,14 +249,13 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                              for a, b in sequential_segments(m, k))
         for which in ("none", "all"):
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
-            cp = replace(cp, policy="planned", runtime=True, trace=trace,
-                         split=trace.__dict__.get("_split", ()))
+            cp = replace(cp, policy="planned", runtime=True, trace=trace, split=split)
             sim = _run(trace, gpu, cp, budget, search)
             if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
-    if not fixed and not trace.__dict__.get("_split"):
+    if not fixed and not split:
         fn, fixed_opts = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
         dyn = fn(trace, gpu, budget, dict(fixed_opts))
         search.simulations += 1

@@ -30,13 +30,12 @@ default reading of its marks (NOTE [offload marks]). It is a heuristic: no
 claim of optimality (the exact program is NOTE [milp planner] in milp.py; ``method='auto'``
 runs both and keeps the faster); each plan's memory and time are the engine's. A plan is written as a YAML file
 (``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
-segments) that the ``planned`` policy replays.
+segments) that the ``planned`` policy replays (policies/planned.py reads it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from . import milp
@@ -46,15 +45,15 @@ from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
 from .limits import short_repr
-from .policies.builtin import algo_choice, check_options, common_options
+from .policies.blocks import (BlockPlan, block_regions, block_segments,  # noqa: F401
+                              plan_blocks)  # (BlockPlan, plan_blocks re-exported)
+from .policies.builtin import algo_choice
+from .policies.dyn import vdnn_dyn
 from .policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
+from .policies.planned import FORMAT, plan_from_file  # noqa: F401  (re-exported)
 from .policies.recompute import sequential_segments, with_segments
-from .policies.registry import get_policy, register
-from .split import split_candidates, split_structures, split_trace  # noqa: F401  (re-exported)
+from .split import split_candidates, split_structures  # noqa: F401  (re-exported)
 from .trace.model import Trace
-from .yamlio import read_yaml
-
-FORMAT = "vdnnsim-plan"
 
 
 @dataclass
@@ -256,8 +255,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
-        fn, fixed_opts = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
-        dyn = fn(trace, gpu, budget, dict(fixed_opts))
+        dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
         dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
@@ -314,144 +312,14 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
             "layers": layers}
 
 
-def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
-    """A plan file for ``trace``: every layer named, in order (after its batch splits,
-    NOTE [batch split]); algorithms and buffers that the trace has."""
-    data = read_yaml(Path(path), ConfigError)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{path}: not a vdnnsim plan file (format: {FORMAT})")
-    splits = data.get("split") or []
-    if not isinstance(splits, list) or any(
-            not isinstance(x, list) or len(x) != 3 or not all(isinstance(y, str) for y in x[:2])
-            for x in splits):
-        raise ConfigError(f"{path}: split must list [first, last, parts] triples, got "
-                          f"{short_repr(splits)}")
-    for first, last, parts in splits:
-        try:
-            trace = split_trace(trace, gpu, first, last, parts)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-    rows = data.get("layers")
-    ids = [x.id for x in trace.layers]
-    if not isinstance(rows, list) or [r.get("id") if isinstance(r, dict) else None
-                                      for r in rows] != ids:
-        raise ConfigError(f"{path}: its layers are not the trace's ({trace.name}, "
-                          f"{len(ids)} layers)")
-    lv = liveness(trace)
-    algos, offload, prefetch = [], [], []
-    index = {x: i for i, x in enumerate(ids)}
-    for layer, r in zip(trace.layers, rows):
-        names = [a.name for a in layer.algos]
-        if r.get("algo") not in names:
-            raise ConfigError(f"{path}: layer {layer.id}: algorithm {short_repr(r.get('algo'))}"
-                              f" is not one of the trace's ({', '.join(names)})")
-        algos.append(names.index(r["algo"]))
-        bufs = r.get("offload", [])
-        if not isinstance(bufs, list) or any(b not in lv.size for b in bufs):
-            raise ConfigError(f"{path}: layer {layer.id}: offload names a buffer the trace "
-                              f"does not have: {short_repr(bufs)}")
-        offload.append(tuple(bufs))
-        p = r.get("prefetch")
-        if p is not None and p not in index:
-            raise ConfigError(f"{path}: layer {layer.id}: prefetch names no layer: "
-                              f"{short_repr(p)}")
-        prefetch.append(index[p] if p is not None else -1)
-    sync = data.get("sync", True)
-    if not isinstance(sync, bool):
-        raise ConfigError(f"{path}: sync must be true or false")
-    segs = data.get("recompute") or []
-    if not isinstance(segs, list) or any(
-            not isinstance(x, list) or len(x) != 2 or any(y not in index for y in x)
-            or index[x[0]] > index[x[1]] for x in segs):
-        raise ConfigError(f"{path}: recompute must list [first, last] layer pairs of the "
-                          f"trace, got {short_repr(segs)}")
-    recompute = tuple(sorted((index[a], index[b]) for a, b in segs))
-    if any(recompute[k][0] <= recompute[k - 1][1] for k in range(1, len(recompute))):
-        raise ConfigError(f"{path}: recompute segments overlap")
-    return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch), sync,
-                runtime=True, recompute=recompute, trace=trace if splits else None,
-                split=tuple((a, b, k) for a, b, k in splits))
-
-
-def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    opts = dict(options)
-    common_options("planned", opts, trace)
-    path = opts.pop("file", None)
-    check_options("planned", opts, {"file"})
-    if not isinstance(path, str) or not path:
-        raise ConfigError("policy planned: option file (a plan written by vdnnsim plan) is "
-                          "required")
-    return plan_from_file(path, trace, gpu)
-
-
-register("planned", planned, "replay a plan file written by vdnnsim plan (option file; "
-         "NOTE [planner])")
-
-
-# NOTE [block plan]
-# For a trace with blocks (NOTE [block offload]) the plan is a count: the fewest blocks,
-# offloaded from the first on, whose engine replay fits the budget (the engine judges; a
-# block more never costs memory, so the first count that fits is the one), written as a
-# ``vdnnsim-block-plan`` file that `vdnnsim measure --plan` runs with the block runtime
-# (vdnnsim/gpu/block_offload.py). No algorithms to choose (one per op, as profiled), no
-# batch split yet; checkpointing the first k blocks instead is NOTE [block recompute].
+# A block plan's file (NOTE [block plan] in policies/blocks.py, where ``plan_blocks`` finds
+# the count).
 BLOCK_FORMAT = "vdnnsim-block-plan"
-
-
-@dataclass
-class BlockPlan:
-    blocks: int  # offloaded, from the first block on
-    total: int  # blocks the model has
-    fits: bool
-    peak_memory_bytes: int
-    iteration_time_ns: int
-    tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
-    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
-    tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
-
-
-def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
-    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` bytes, or, on a
-    timed trace, the fewest checkpointed blocks (NOTE [block recompute]) if that is
-    faster."""
-    from .api import run_trace
-    from .policies.blocks import block_regions
-
-    total = max(0, len(block_regions(trace)) - 2)
-    if not total:
-        raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
-                          "tags: profile or trace it from a model)")
-
-    def fewest(option: str) -> tuple[BlockPlan | None, list, Any]:
-        tried, r = [], None
-        for k in range(total + 1):
-            r = run_trace(trace, gpu, "vdnn_blocks", {option: k}, budget, record=False)
-            tried.append((k, r.fits, r.peak_memory_bytes, r.iteration_time_ns))
-            if r.fits:
-                return BlockPlan(k, total, True, r.peak_memory_bytes, r.iteration_time_ns,
-                                 tried), tried, r
-        return None, tried, r
-
-    best, tried, r = fewest("blocks")
-    if best is None:
-        best = BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
-    if trace.timed:
-        from .policies.blocks import block_segments
-        rec, rtried = None, []
-        if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
-            rec, rtried, _ = fewest("recompute")
-        best.tried_recompute = rtried
-        if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
-            return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
-                             tried, recompute=rec.blocks, tried_recompute=rtried)
-    return best
 
 
 def block_paths(trace: Trace) -> list[str] | None:
     """NOTE [blocks]: the trace's blocks by module path, in order (None where its layers
     carry none: a trace of an older probe, whose blocks were its largest ModuleList's)."""
-    from .policies.blocks import block_regions
-
     regions = block_regions(trace)[1:-1]
     paths = [trace.layers[r[0]].attrs.get("block_path") if r else None for r in regions]
     return paths if paths and all(isinstance(p, str) for p in paths) else None
@@ -459,7 +327,6 @@ def block_paths(trace: Trace) -> list[str] | None:
 
 def recompute_paths(trace: Trace, recompute: int) -> list[str]:
     """NOTE [block recompute]: the blocks a plan checkpoints, by path."""
-    from .policies.blocks import block_segments
     return list(block_segments(trace, recompute)) if recompute else []
 
 

@@ -39,12 +39,11 @@ from ..engine import replay
 from ..engine.sim import Simulation
 from ..hardware import GPU
 from ..trace.model import Trace
+from .builtin import algo_choice, check_options, common_options, vdnn_plan
 from .plan import Plan, downgrade, liveness
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    from .builtin import algo_choice, check_options, common_options, vdnn_plan
-
     opts = dict(options)
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading

@@ -8,6 +8,7 @@ line is enough to fix the input.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -37,6 +38,22 @@ class UnknownNameError(ConfigError):
         super().__init__(f"unknown {what} {name!r}; known: {', '.join(self.known)}")
 
 
+def shown(path: str | os.PathLike) -> str:
+    """A path for a one-line message: a name of hundreds of characters is cut, and bytes
+    that are not UTF-8 (a file name from another locale) are escaped, not a crash."""
+    s = str(path)
+    s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
+    return one_line(s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline in a file or layer name) escaped: a message stays on
+    one line (NOTE [user errors])."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @contextmanager
 def in_file(source: str | None, key: str) -> Iterator[None]:
     """Errors raised inside name the file and key whose value caused them: 'c.yaml:
@@ -46,7 +63,6 @@ def in_file(source: str | None, key: str) -> Iterator[None]:
     except VdnnError as exc:
         if not source:
             raise
-        from .yamlio import shown
         named = exc.__class__.__new__(exc.__class__)  # not __init__: its signature varies
         named.__dict__.update(exc.__dict__)
         named.args = (f"{shown(source)}: {key}: {exc}",)

@@ -57,6 +57,7 @@ from .engine import replay
 from .engine.sim import checkpoint_buffers, free_points, keepers
 from .hardware import GPU
 from .policies.plan import offload_sets
+from .split import split_structures
 from .trace.model import Trace
 from .units import GiB, transfer_ns
 
@@ -560,8 +561,6 @@ def grids(trace: Trace, start: int = 0) -> list[int]:
 def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LIMIT_S
               ) -> tuple[Plan | None, int | None, Report]:
     """NOTE [milp planner]: the fastest engine-checked answer over the structures."""
-    from .planner import split_structures
-
     t0 = time.perf_counter()
     report = Report()
     best: tuple[Plan, int] | None = None

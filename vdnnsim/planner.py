@@ -22,14 +22,15 @@ formula):
 5. The whole search runs again on the network with a batch split (NOTE [batch split])
    from its first layer to each of its first three shrinking layers, in 2 or 4 slices,
    with and without each slice checkpointed; checkpointing candidates then cover the
-   layers after the split.
+   layers after the split (the splits tried: split.py's ``split_structures``, which the
+   MILP tries too).
 
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks (NOTE [offload marks]). It is a heuristic: no
 claim of optimality (the exact program is NOTE [milp planner] in milp.py; ``method='auto'``
 runs both and keeps the faster); each plan's memory and time are the engine's. A plan is written as a YAML file
 (``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
-segments) that the ``planned`` policy replays.
+segments) that the ``planned`` policy replays (policies/planned.py reads it).
 """
 
 from __future__ import annotations
@@ -37,19 +38,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .engine.plan import Plan, liveness
+from . import milp
 from .engine import replay
+from .engine.plan import Plan, liveness
 from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
 from .hardware import GPU
 from .limits import short_repr
-from .planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
-from .policies.builtin import algo_choice, check_options, common_options
-from .policies.dyn import _downgrade
-from .policies.plan import find_prefetch_schedule, offload_sets, policy_marks
+from .policies.blocks import (BlockPlan, block_regions, block_segments,  # noqa: F401
+                              plan_blocks)  # (BlockPlan, plan_blocks re-exported)
+from .policies.builtin import algo_choice
+from .policies.dyn import vdnn_dyn
+from .policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
+from .policies.planned import FORMAT, plan_from_file  # noqa: F401  (re-exported)
 from .policies.recompute import sequential_segments, with_segments
-from .policies.registry import get_policy, register
-from .split import COUPLED, part_name, split_trace
+from .split import split_candidates, split_structures  # noqa: F401  (re-exported)
 from .trace.model import Trace
 
 
@@ -62,13 +65,15 @@ class Search:
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
-          segs: tuple[tuple[int, int], ...] = (), name: str = "planned") -> Plan:
+          segs: tuple[tuple[int, int], ...] = (), name: str = "planned",
+          split: tuple[tuple[str, str, int], ...] = ()) -> Plan:
+    """``split``: the batch splits that made ``trace`` (NOTE [batch split]), which the plan
+    carries with the trace it runs."""
     offload = tuple(tuple(b for b in c if b in chosen) for c in cands)
     marks = policy_marks(trace, "all", "measured")  # NOTE [offload marks]: the default
     return Plan(name, "layer_wise", tuple(algos), offload,
                 find_prefetch_schedule(trace, offload, marks), True, runtime=True,
-                recompute=segs, trace=trace if segs or trace.__dict__.get("_split") else None,
-                split=trace.__dict__.get("_split", ()))
+                recompute=segs, trace=trace if segs or split else None, split=split)
 
 
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
@@ -77,43 +82,7 @@ def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Sim
                   stop_at_oom=True)
 
 
-def split_candidates(trace: Trace) -> list[tuple[str, str]]:
-    """NOTE [planner]: where a batch split may pay (NOTE [batch split]): from the first
-    layer to each of the first three layers that shrink their input (the pools that close
-    the widest blocks), while no layer couples the batch's samples."""
-    out = []
-    lv = liveness(trace)
-    for j, x in enumerate(trace.layers):
-        if x.kind in COUPLED:
-            break
-        size_in = max((lv.size[lv.root[t]] for t in x.inputs), default=0)
-        size_out = max((lv.size[lv.root[t]] for t in x.outputs), default=0)
-        if 0 < size_out < size_in:
-            out.append((trace.layers[0].id, x.id))
-            if len(out) == 3:
-                break
-    return out
-
-
 METHODS = ("auto", "milp", "greedy")
-
-
-def split_structures(trace: Trace, gpu: GPU):
-    """NOTE [planner], step 5: per split candidate and slice count, ((first, last, parts),
-    the split trace, each slice's (first, last) layer index in it, the index of the first
-    layer after the slices: the concat, then the unsplit layers)."""
-    for first, last in split_candidates(trace):
-        for parts in (2, 4):
-            if trace.batch_size % parts:
-                continue
-            try:
-                st = split_trace(trace, gpu, first, last, parts)
-            except ConfigError:
-                continue
-            size = trace.layer_index(last) - trace.layer_index(first) + 1
-            starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
-            yield ((first, last, parts), st, tuple((s0, s0 + size - 1) for s0 in starts),
-                   st.layer_index(last) + 1)
 
 
 # NOTE [autotune headroom]
@@ -165,8 +134,6 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
 
 def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str
                  ) -> tuple[Plan | None, Search]:
-    from . import milp
-
     search = Search()
     exact = None
     if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
@@ -185,11 +152,11 @@ def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: st
             return (plan, search)
     best = _search(trace, gpu, budget, max_steps, search)
     for (first, last, parts), st, per_part, rest in split_structures(trace, gpu):
-        st.__dict__["_split"] = ((first, last, parts),)
         for segs in ((), per_part):
             tag = (f"split {first}..{last} in {parts}"
                    + (", each part checkpointed" if segs else ""))
-            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag)
+            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag,
+                            ((first, last, parts),))
             if found is not None and (best is None or found[1] < best[1]):
                 best = found
     if exact is not None:
@@ -202,10 +169,11 @@ def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: st
 
 
 def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
-            fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = ""
-            ) -> tuple[Plan, int] | None:
+            fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = "",
+            split: tuple[tuple[str, str, int], ...] = ()) -> tuple[Plan, int] | None:
     """One search of NOTE [planner] on ``trace`` with the checkpointed segments ``fixed``
-    kept and further segments placed from layer ``start`` on."""
+    kept and further segments placed from layer ``start`` on; ``split``: the batch splits
+    that made ``trace`` from the network (NOTE [batch split]), () for the network itself."""
     lv = liveness(trace)
     n = len(trace.layers)
     cands = offload_sets(trace, lv, conv_only=False)
@@ -225,7 +193,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     prefix = f"{tag}: " if tag else ""
     fits = None
     for _ in range(max_steps):
-        plan = _plan(trace, algos, chosen, cands, fixed)
+        plan = _plan(trace, algos, chosen, cands, fixed, split=split)
         sim = _run(trace, gpu, plan, budget, search)
         oom = sim.pool.oom
         if oom is None:
@@ -233,7 +201,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             break
         i = trace.layer_index(oom.layer) if oom.layer else n - 1
         if oom.kind == "workspace":
-            choice = _downgrade(trace, i, algos[i], oom.requested_bytes
+            choice = downgrade(trace, i, algos[i], oom.requested_bytes
                                 - oom.largest_free_bytes)
             if choice is not None:
                 algos[i] = choice
@@ -253,7 +221,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     if fits is not None:  # 3. faster: fewer offloads, faster algorithms
         plan, best = fits
         for b in sorted(chosen, key=lambda x: lv.size[x]):
-            trial = _plan(trace, algos, chosen - {b}, cands, fixed)
+            trial = _plan(trace, algos, chosen - {b}, cands, fixed, split=split)
             sim = _run(trace, gpu, trial, budget, search)
             if sim.pool.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
@@ -263,7 +231,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             if algos[i] != fastest[i]:
                 trial_algos = list(algos)
                 trial_algos[i] = fastest[i]
-                trial = _plan(trace, trial_algos, chosen, cands, fixed)
+                trial = _plan(trace, trial_algos, chosen, cands, fixed, split=split)
                 sim = _run(trace, gpu, trial, budget, search)
                 if sim.pool.oom is None and sim.end_ns <= best:
                     algos = trial_algos
@@ -280,16 +248,14 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                              for a, b in sequential_segments(m, k))
         for which in ("none", "all"):
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
-            cp = replace(cp, policy="planned", runtime=True, trace=trace,
-                         split=trace.__dict__.get("_split", ()))
+            cp = replace(cp, policy="planned", runtime=True, trace=trace, split=split)
             sim = _run(trace, gpu, cp, budget, search)
             if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
-    if not fixed and not trace.__dict__.get("_split"):
-        fn, fixed_opts = get_policy("vdnn_dyn")  # 4. vdnn_dyn's answer is a candidate
-        dyn = fn(trace, gpu, budget, dict(fixed_opts))
+    if not fixed and not split:
+        dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
         dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
@@ -346,122 +312,14 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
             "layers": layers}
 
 
-def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
-    """A plan file for ``trace`` (NOTE [plan files]): every layer named, in order (after
-    its batch splits, NOTE [batch split]); algorithms and buffers that the trace has."""
-    data = read_plan_file(path)
-    if isinstance(data, BlockPlanFile):
-        raise ConfigError(f"{path}: a block plan ({BLOCK_FORMAT}): replay it with policy "
-                          f"vdnn_blocks, option blocks: {data.blocks} (policy planned replays "
-                          f"a layer plan, {FORMAT}), or run it with vdnnsim measure --plan")
-    for first, last, parts in data.split:
-        try:
-            trace = split_trace(trace, gpu, first, last, parts)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-    ids = [x.id for x in trace.layers]
-    if [r.id for r in data.layers] != ids:
-        raise ConfigError(f"{path}: its layers are not the trace's ({trace.name}, "
-                          f"{len(ids)} layers)")
-    lv = liveness(trace)
-    algos, offload, prefetch = [], [], []
-    index = {x: i for i, x in enumerate(ids)}
-    for layer, r in zip(trace.layers, data.layers):
-        names = [a.name for a in layer.algos]
-        if r.algo not in names:
-            raise ConfigError(f"{path}: layer {layer.id}: algorithm {short_repr(r.algo)}"
-                              f" is not one of the trace's ({', '.join(names)})")
-        algos.append(names.index(r.algo))
-        if any(b not in lv.size for b in r.offload):
-            raise ConfigError(f"{path}: layer {layer.id}: offload names a buffer the trace "
-                              f"does not have: {short_repr(r.offload)}")
-        offload.append(tuple(r.offload))
-        prefetch.append(index[r.prefetch] if r.prefetch is not None else -1)
-    return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch),
-                data.sync, runtime=True, recompute=data.segments(),
-                trace=trace if data.split else None,
-                split=tuple((a, b, k) for a, b, k in data.split))
-
-
-def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    opts = dict(options)
-    common_options("planned", opts, trace)
-    path = opts.pop("file", None)
-    check_options("planned", opts, {"file"})
-    if not isinstance(path, str) or not path:
-        raise ConfigError("policy planned: option file (a plan written by vdnnsim plan) is "
-                          "required")
-    return plan_from_file(path, trace, gpu)
-
-
-register("planned", planned, "replay a plan file written by vdnnsim plan (option file; "
-         "NOTE [planner])")
-
-
-# NOTE [block plan]
-# For a trace with blocks (NOTE [block offload]) the plan is a count: the fewest blocks,
-# offloaded from the first on, whose engine replay fits the budget (the engine judges; a
-# block more never costs memory, so the first count that fits is the one), written as a
-# ``vdnnsim-block-plan`` file that `vdnnsim measure --plan` runs with the block runtime
-# (vdnnsim/gpu/block_offload.py). No algorithms to choose (one per op, as profiled), no
-# batch split yet; checkpointing the first k blocks instead is NOTE [block recompute].
-# The file's model is planfile.BlockPlanFile (NOTE [plan files]).
-
-
-@dataclass
-class BlockPlan:
-    blocks: int  # offloaded, from the first block on
-    total: int  # blocks the model has
-    fits: bool
-    peak_memory_bytes: int
-    iteration_time_ns: int
-    tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
-    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
-    tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
-
-
-def plan_blocks(trace: Trace, gpu: GPU, budget: int) -> BlockPlan:
-    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` bytes, or, on a
-    timed trace, the fewest checkpointed blocks (NOTE [block recompute]) if that is
-    faster."""
-    from .api import run_trace
-    from .policies.blocks import block_regions
-
-    total = max(0, len(block_regions(trace)) - 2)
-    if not total:
-        raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
-                          "tags: profile or trace it from a model)")
-
-    def fewest(option: str) -> tuple[BlockPlan | None, list, Any]:
-        tried, r = [], None
-        for k in range(total + 1):
-            r = run_trace(trace, gpu, "vdnn_blocks", {option: k}, budget, record=False)
-            tried.append((k, r.fits, r.peak_memory_bytes, r.iteration_time_ns))
-            if r.fits:
-                return BlockPlan(k, total, True, r.peak_memory_bytes, r.iteration_time_ns,
-                                 tried), tried, r
-        return None, tried, r
-
-    best, tried, r = fewest("blocks")
-    if best is None:
-        best = BlockPlan(total, total, False, r.peak_memory_bytes, r.iteration_time_ns, tried)
-    if trace.timed:
-        from .policies.blocks import block_segments
-        rec, rtried = None, []
-        if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
-            rec, rtried, _ = fewest("recompute")
-        best.tried_recompute = rtried
-        if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
-            return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
-                             tried, recompute=rec.blocks, tried_recompute=rtried)
-    return best
+# A block plan's file (NOTE [block plan] in policies/blocks.py, where ``plan_blocks`` finds
+# the count).
+from .planfile import BLOCK_FORMAT  # noqa: E402  (the block plan file's format)
 
 
 def block_paths(trace: Trace) -> list[str] | None:
     """NOTE [blocks]: the trace's blocks by module path, in order (None where its layers
     carry none: a trace of an older probe, whose blocks were its largest ModuleList's)."""
-    from .policies.blocks import block_regions
-
     regions = block_regions(trace)[1:-1]
     paths = [trace.layers[r[0]].attrs.get("block_path") if r else None for r in regions]
     return paths if paths and all(isinstance(p, str) for p in paths) else None
@@ -469,7 +327,6 @@ def block_paths(trace: Trace) -> list[str] | None:
 
 def recompute_paths(trace: Trace, recompute: int) -> list[str]:
     """NOTE [block recompute]: the blocks a plan checkpoints, by path."""
-    from .policies.blocks import block_segments
     return list(block_segments(trace, recompute)) if recompute else []
 
 

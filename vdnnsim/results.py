@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engine.allocator import OutOfMemory
 from .engine.sim import Op
-from .units import ns_to_s
+from .units import GB, ns_to_s
 
 NAN = float("nan")
 
@@ -73,8 +73,8 @@ class RunResult:
                                                         "alloc_ns", "free_ns"])
 
     def chrome_trace(self, pid: int = 1) -> list[dict[str, Any]]:
-        """This run's events in the Chrome trace format (report/chrome.py)."""
-        from .report.chrome import run_events
+        """This run's events in the Chrome trace format (NOTE [chrome trace] in
+        report/chrome.py, which writes a file of them)."""
         return run_events(self, pid)
 
     @property
@@ -153,3 +153,53 @@ class RunResult:
         times, levels = self._mem
         import pandas as pd
         return pd.DataFrame({"time_ns": times, "allocated_bytes": levels})
+
+
+# -- Chrome trace events (NOTE [chrome trace]) ------------------------------------------------
+THREADS = {"host": 0, "compute": 1, "d2h": 2, "h2d": 3}
+TENSORS_TID = 4
+
+
+def _us(ns: int) -> float:
+    return ns / 1000.0
+
+
+def run_events(r: RunResult, pid: int = 1) -> list[dict[str, Any]]:
+    """One run's events, from its public fields (NOTE [chrome trace] in report/chrome.py:
+    here, beneath the report, so that RunResult.chrome_trace needs nothing above it)."""
+    ev: list[dict[str, Any]] = [
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
+         "args": {"name": f"{r.network} (batch {r.batch_size}) {r.policy} on {r.gpu}"}}]
+    names = {"host": "host", "compute": "compute stream", "d2h": "D2H copy engine",
+             "h2d": "H2D copy engine"}
+    for stream, tid in THREADS.items():
+        ev.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                   "args": {"name": names[stream]}})
+    ev.append({"ph": "M", "pid": pid, "tid": TENSORS_TID, "name": "thread_name",
+               "args": {"name": "tensor lifetimes"}})
+    offloads: dict[str, Any] = {}
+    flow = 0
+    for op in r.ops:
+        tid = THREADS[op.stream]
+        ev.append({"ph": "X", "pid": pid, "tid": tid, "name": op.name, "cat": op.kind,
+                   "ts": _us(op.start_ns), "dur": _us(op.end_ns - op.start_ns),
+                   "args": {"layer": op.layer, "bytes": op.size_bytes}})
+        if op.kind == "offload":
+            offloads[op.name] = op
+        elif op.kind == "prefetch" and op.name in offloads:
+            src = offloads.pop(op.name)
+            flow += 1
+            fid = pid * 1_000_000 + flow
+            ev.append({"ph": "s", "pid": pid, "tid": THREADS["d2h"], "id": fid, "cat": "move",
+                       "name": f"{op.name} round trip", "ts": _us(src.start_ns)})
+            ev.append({"ph": "f", "bp": "e", "pid": pid, "tid": THREADS["h2d"], "id": fid,
+                       "cat": "move", "name": f"{op.name} round trip", "ts": _us(op.start_ns)})
+    for t, level in zip(*r.memory_steps):
+        ev.append({"ph": "C", "pid": pid, "name": "GPU memory", "ts": _us(t),
+                   "args": {"allocated GB": level / GB}})
+    for k, (key, cat, size, t0, t1) in enumerate(r.lifetimes):
+        common = {"pid": pid, "tid": TENSORS_TID, "cat": cat, "name": key,
+                  "id": f"{pid}-{k}"}
+        ev.append({"ph": "b", "ts": _us(t0), "args": {"bytes": size}, **common})
+        ev.append({"ph": "e", "ts": _us(t1), **common})
+    return ev

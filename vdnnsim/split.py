@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .engine.plan import liveness
 from .errors import ConfigError
 from .hardware import GPU
 from .trace.model import Algo, Layer, Tensor, Trace
@@ -137,3 +138,41 @@ def split_trace(trace: Trace, gpu: GPU, first: str, last: str, parts: int) -> Tr
             if t not in out_of_seg and t not in outside_in:
                 tensors.pop(t, None)
     return replace(trace, tensors=tensors, layers=tuple(new_layers))
+
+
+# -- where the planners try a split (the greedy search's and the MILP's) ----------------------
+def split_candidates(trace: Trace) -> list[tuple[str, str]]:
+    """NOTE [planner], step 5: where a batch split may pay: from the first layer to each
+    of the first three layers that shrink their input (the pools that close the widest
+    blocks), while no layer couples the batch's samples."""
+    out = []
+    lv = liveness(trace)
+    for j, x in enumerate(trace.layers):
+        if x.kind in COUPLED:
+            break
+        size_in = max((lv.size[lv.root[t]] for t in x.inputs), default=0)
+        size_out = max((lv.size[lv.root[t]] for t in x.outputs), default=0)
+        if 0 < size_out < size_in:
+            out.append((trace.layers[0].id, x.id))
+            if len(out) == 3:
+                break
+    return out
+
+
+def split_structures(trace: Trace, gpu: GPU):
+    """NOTE [planner], step 5, and NOTE [milp planner]'s structures: per split candidate
+    and slice count, ((first, last, parts), the split trace, each slice's (first, last)
+    layer index in it, the index of the first layer after the slices: the concat, then
+    the unsplit layers)."""
+    for first, last in split_candidates(trace):
+        for parts in (2, 4):
+            if trace.batch_size % parts:
+                continue
+            try:
+                st = split_trace(trace, gpu, first, last, parts)
+            except ConfigError:
+                continue
+            size = trace.layer_index(last) - trace.layer_index(first) + 1
+            starts = [st.layer_index(part_name(first, p)) for p in range(parts)]
+            yield ((first, last, parts), st, tuple((s0, s0 + size - 1) for s0 in starts),
+                   st.layer_index(last) + 1)

@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, Iterator
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import ConfigError, VdnnError
+from .errors import ConfigError, VdnnError, one_line, shown  # noqa: F401  (re-exported)
 from .limits import MAX_BYTES
 from .units import GB, KB, MB, TB, GiB, KiB, MiB, TiB
 
@@ -56,22 +56,6 @@ def paused_gc() -> Iterator[None]:
             if gc.get_count()[0] > _FREEZE_AT:
                 gc.freeze()
             gc.enable()
-
-
-def shown(path: str | os.PathLike) -> str:
-    """A path for a one-line message: a name of hundreds of characters is cut, and bytes
-    that are not UTF-8 (a file name from another locale) are escaped, not a crash."""
-    s = str(path)
-    s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
-    return one_line(s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
-
-
-def one_line(text: str) -> str:
-    """Control characters (a newline in a file or layer name) escaped: a message stays on
-    one line (NOTE [user errors])."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _reason(exc: BaseException) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import ConfigError
 from ..trace.model import Trace
-from .plan import Liveness
+from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
 
 if TYPE_CHECKING:
     from ..hardware import Host as HostCosts
@@ -147,37 +146,11 @@ class Program(NamedTuple):
     segments: dict[int, tuple[int, frozenset[str]]]  # NOTE [recompute]
 
 
-class PlanError(ConfigError):
-    """A plan that does not compile against its trace (a user's plan file can be such)."""
-
-
-def _check(trace: Trace, lv: Liveness, plan: "Plan") -> None:
-    n = len(trace.layers)
-    if len(plan.algos) != n or len(plan.offload) != n or len(plan.prefetch) != n:
-        raise PlanError(f"plan {plan.policy}: {len(plan.algos)} algorithms, "
-                        f"{len(plan.offload)} offload sets and {len(plan.prefetch)} prefetch "
-                        f"slots for a trace of {n} layers")
-    for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
-        if not 0 <= a < len(layer.algos):
-            raise PlanError(f"plan {plan.policy}: layer {layer.id} has no algorithm {a}")
-        for b in plan.offload[i]:
-            if b not in lv.size:
-                raise PlanError(f"plan {plan.policy}: layer {layer.id} offloads {b}, which "
-                                "the trace does not have")
-        if not -1 <= plan.prefetch[i] < n:
-            raise PlanError(f"plan {plan.policy}: layer {layer.id} prefetches for layer "
-                            f"{plan.prefetch[i]}, outside the trace")
-    for first, last in plan.recompute:
-        if not 0 <= first <= last < n:
-            raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "
-                            "outside the trace")
-
-
 def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
                  host: "HostCosts") -> Program:
     """NOTE [compile]: ``plan`` on ``trace`` under ``sem``, with ``host`` the preset's host
     costs; raises :class:`PlanError` for a plan that does not fit its trace."""
-    _check(trace, lv, plan)
+    check_plan(trace, lv, plan)
     runtime = plan.runtime and sem.host_ahead  # NOTE [host costs]
     base = _trace_part(trace, lv, sem, host, runtime)
     fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import ConfigError
 from ..trace.model import Trace
 
 
@@ -114,5 +115,32 @@ class Plan:
         """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,
         algorithm, prefetch slot and checkpointed segment it names is the trace's), or
         :class:`~.compile.PlanError` says where it does not."""
-        from .compile import _check  # beside the compiler, which imports this module
-        _check(trace, liveness(trace), self)
+        check_plan(trace, liveness(trace), self)
+
+
+class PlanError(ConfigError):
+    """A plan that does not compile against its trace (a user's plan file can be such)."""
+
+
+def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
+    """NOTE [compile]: raise :class:`PlanError` where ``plan`` names a layer, buffer,
+    algorithm, prefetch slot or segment that ``trace`` lacks."""
+    n = len(trace.layers)
+    if len(plan.algos) != n or len(plan.offload) != n or len(plan.prefetch) != n:
+        raise PlanError(f"plan {plan.policy}: {len(plan.algos)} algorithms, "
+                        f"{len(plan.offload)} offload sets and {len(plan.prefetch)} prefetch "
+                        f"slots for a trace of {n} layers")
+    for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
+        if not 0 <= a < len(layer.algos):
+            raise PlanError(f"plan {plan.policy}: layer {layer.id} has no algorithm {a}")
+        for b in plan.offload[i]:
+            if b not in lv.size:
+                raise PlanError(f"plan {plan.policy}: layer {layer.id} offloads {b}, which "
+                                "the trace does not have")
+        if not -1 <= plan.prefetch[i] < n:
+            raise PlanError(f"plan {plan.policy}: layer {layer.id} prefetches for layer "
+                            f"{plan.prefetch[i]}, outside the trace")
+    for first, last in plan.recompute:
+        if not 0 <= first <= last < n:
+            raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "
+                            "outside the trace")

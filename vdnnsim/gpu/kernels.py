@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .graph import Probe, trace_module
+from .instrument import hook_backward, instrument, training_step_inputs
 
 _PREFIX = "vdnnsim:"
 # the commands a host thread puts on a stream, as the CUDA runtime and driver name them
@@ -44,8 +45,6 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
                   ) -> tuple[dict[str, tuple[int, int]], int]:
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
     backward issue, in a training step after ``warmup`` steps; and the optimizer step's."""
-    from .profile import hook_backward, instrument, training_step_inputs  # (it imports us)
-
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]
     index = {name: k for k, name in enumerate(names)}

@@ -59,6 +59,7 @@ from torch.utils._pytree import tree_map
 
 from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
+from .instrument import hook_backward, instrument, training_step_inputs
 from .kernels import count_kernels
 from .models import ZooModule, build_model
 from .workload import DTYPES  # noqa: F401  (re-exported: calibrate, tests)
@@ -161,40 +162,6 @@ def _mark_cost_ms(clock: _Clock, host: Any, k: int = 200) -> float:
         marks.append((clock.mark(), host()))
         costs.append(time.perf_counter_ns() - t0)
     return statistics.median(costs) / 1e6
-
-
-def instrument(gm: Any, index: dict[str, int], start: Any, after: Any) -> None:
-    """Insert ``start()`` before the first node of ``gm``'s graph and ``after(k, out)``
-    after each node named in ``index`` (``k`` its layer index), its result passed on."""
-    graph = gm.graph
-    first = next(n for n in graph.nodes if n.op != "placeholder")
-    with graph.inserting_before(first):
-        graph.call_function(start)
-    for node in list(graph.nodes):
-        if node.name in index:
-            with graph.inserting_after(node):
-                marked = graph.call_function(after, (index[node.name], node))
-            node.replace_all_uses_with(marked, delete_user_cb=lambda u, m=marked: u is not m)
-    gm.recompile()
-
-
-def hook_backward(out: Any, hooked: dict[int, Any], mark: Any) -> None:
-    """``mark()`` just before ``out``'s autograd node runs, once per node (a no-op view
-    shares its input's); ``hooked`` holds the nodes, which keeps their ids unique."""
-    fn = getattr(out, "grad_fn", None)
-    if fn is not None and id(fn) not in hooked:
-        hooked[id(fn)] = fn
-        fn.register_prehook(lambda g: mark())
-
-
-def training_step_inputs(gm: Any, p: Probe) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """The SGD optimizer of ``gm``'s trainable parameters, a random batch of the probe's
-    shape and its targets, on the model's device."""
-    params = [q for q in gm.parameters() if q.requires_grad]
-    dev = next(iter(gm.parameters())).device
-    return (torch.optim.SGD(params, lr=1e-3),
-            torch.randn(p.batch_size, *p.data_shape[1:], device=dev, dtype=p.dtype),
-            torch.zeros(p.batch_size, dtype=torch.long, device=dev))
 
 
 def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,

@@ -16,7 +16,7 @@ any of them in the forward pass, and prefetched at the first op of the next regi
 backward; as in the paper's vDNN_all the earliest blocks go first when only some are
 offloaded (their buffers are needed last). Options: ``blocks`` (how many, from the first
 block on; default every block), or ``budget`` (bytes, or a capacity like '22 GiB': the
-fewest blocks whose replay fits it, NOTE [block plan] in planner.py's ``plan_blocks``).
+fewest blocks whose replay fits it, NOTE [block plan], ``plan_blocks``).
 The runtime's own host costs are not modelled (plan.runtime is false): its pack and
 unpack hooks are a Python call per saved tensor, a few thousand a step.
 
@@ -38,14 +38,17 @@ Not measured on the H200 yet (session 11 ran out of device time).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine import replay
 from ..errors import ConfigError
-from ..hardware import GPU
+from ..hardware import GPU, _capacity
 from ..trace.model import Trace
+from ..yamlio import paused_gc
 from .builtin import algo_choice, check_options
 from .plan import Plan, liveness
-from .registry import register
+from .recompute import with_segments
 
 
 def block_regions(trace: Trace) -> list[list[int]]:
@@ -139,7 +142,6 @@ def _under(module: Any, path: str) -> bool:
 
 def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks") -> Plan:
     """NOTE [block recompute]: the first ``recompute`` blocks checkpointed, nothing moved."""
-    from .recompute import with_segments
     regions = block_regions(trace)
     if len(regions) < 3:
         raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
@@ -167,7 +169,10 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     regions = block_regions(trace)
     total = max(0, len(regions) - 2)
     if budget is not None:
-        from ..planner import plan_blocks
+        try:
+            budget = _capacity(budget)
+        except ValueError as exc:
+            raise ConfigError(f"policy vdnn_blocks: option budget: {exc}") from None
         p = plan_blocks(trace, gpu, budget)
         return block_recompute_plan(trace, p.recompute) if p.recompute else \
             block_plan(trace, p.blocks)
@@ -179,6 +184,64 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     return block_plan(trace, blocks)
 
 
-register("vdnn_blocks", vdnn_blocks, "offload whole blocks of any model (NOTE [block "
-         "offload]): the first `blocks` of them, or the fewest that fit `budget`; or "
-         "checkpoint the first `recompute` (NOTE [block recompute])")
+# NOTE [block plan]
+# For a trace with blocks (NOTE [block offload]) the plan is a count: the fewest blocks,
+# offloaded from the first on, whose engine replay fits the budget (the engine judges; a
+# block more never costs memory, so the first count that fits is the one), written as a
+# ``vdnnsim-block-plan`` file (planner.py's ``block_plan_to_dict``) that `vdnnsim measure
+# --plan` runs with the block runtime (vdnnsim/gpu/block_offload.py). No algorithms to
+# choose (one per op, as profiled), no batch split yet; checkpointing the first k blocks
+# instead is NOTE [block recompute]. Each count is replayed as the policy ``vdnn_blocks``
+# with that option would be (``run_trace`` of it gives the same memory and time).
+
+
+@dataclass
+class BlockPlan:
+    blocks: int  # offloaded, from the first block on
+    total: int  # blocks the model has
+    fits: bool
+    peak_memory_bytes: int
+    iteration_time_ns: int
+    tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
+    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
+    tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
+
+
+def plan_blocks(trace: Trace, gpu: GPU, budget: Any) -> BlockPlan:
+    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
+    capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
+    [block recompute]) if that is faster."""
+    total = max(0, len(block_regions(trace)) - 2)
+    if not total:
+        raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
+                          "tags: profile or trace it from a model)")
+    try:
+        budget = _capacity(budget)
+    except ValueError as exc:
+        raise ConfigError(f"budget: {exc}") from None
+    plans = {"blocks": block_plan, "recompute": block_recompute_plan}
+
+    def fewest(option: str) -> tuple[BlockPlan | None, list, tuple[bool, int, int]]:
+        tried, r = [], (False, 0, 0)
+        for k in range(total + 1):
+            with paused_gc():  # NOTE [paused gc], as run_trace's replay
+                sim = replay(trace, gpu, plans[option](trace, k), budget, record_ops=False)
+            r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
+            del sim
+            tried.append((k, *r))
+            if r[0]:
+                return BlockPlan(k, total, True, r[1], r[2], tried), tried, r
+        return None, tried, r
+
+    best, tried, r = fewest("blocks")
+    if best is None:
+        best = BlockPlan(total, total, False, r[1], r[2], tried)
+    if trace.timed:
+        rec, rtried = None, []
+        if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
+            rec, rtried, _ = fewest("recompute")
+        best.tried_recompute = rtried
+        if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
+            return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
+                             tried, recompute=rec.blocks, tried_recompute=rtried)
+    return best

@@ -21,9 +21,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
-from .dyn import vdnn_dyn
 from .plan import PLACEMENTS, READINGS, Plan, find_prefetch_schedule, liveness, offload_sets, policy_marks
-from .registry import register
 from ..limits import short_repr, whole_number
 
 
@@ -149,19 +147,3 @@ def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any])
     common_options("eager", opts, trace)
     check_options("eager", opts, set())
     return vdnn_plan(trace, "none", algo_choice(trace, "p"), True, "eager")
-
-
-register("eager", eager, "layer-wise allocation, no offload, fastest algorithms: what "
-         "PyTorch's autograd does (the baseline of profiled PyTorch traces)")
-register("baseline_m", baseline, "network-wide allocation, memory-optimal algorithms",
-         algo="m")
-register("baseline_p", baseline, "network-wide allocation, fastest algorithms (the oracle "
-         "when memory is unlimited)", algo="p")
-for _which in ("all", "conv"):
-    for _algo in ("m", "p"):
-        register(f"vdnn_{_which}_{_algo}", static_vdnn,
-                 f"offload the inputs of {'every layer' if _which == 'all' else 'CONV layers'}, "
-                 f"{'memory' if _algo == 'm' else 'performance'}-optimal algorithms",
-                 which=_which, algo=_algo)
-register("vdnn_dyn", vdnn_dyn, "profile, then the fastest configuration that fits "
-         "(the paper's vDNN_dyn)")

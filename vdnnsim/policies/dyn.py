@@ -39,12 +39,11 @@ from ..engine import replay
 from ..engine.sim import Simulation
 from ..hardware import GPU
 from ..trace.model import Trace
-from .plan import Plan, liveness
+from .builtin import algo_choice, check_options, common_options, vdnn_plan
+from .plan import Plan, downgrade, liveness
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
-    from .builtin import algo_choice, check_options, common_options, vdnn_plan
-
     opts = dict(options)
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading
@@ -102,20 +101,8 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
             if oom.kind != "workspace":
                 break  # only the overflowing layer's own workspace is live when it runs
             i = trace.layer_index(oom.layer)
-            choice = _downgrade(trace, i, algos[i], oom.requested_bytes - oom.largest_free_bytes)
+            choice = downgrade(trace, i, algos[i], oom.requested_bytes - oom.largest_free_bytes)
             if choice is None:
                 break
             algos[i] = choice
     return done(step1, "step 4: fell back to vDNN_all with memory-optimal algorithms")
-
-
-def _downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:
-    layer = trace.layers[i]
-    ws_now = layer.algos[current].workspace_bytes
-    smaller = [k for k, a in enumerate(layer.algos) if a.workspace_bytes < ws_now]
-    if not smaller:
-        return None
-    enough = [k for k in smaller if layer.algos[k].workspace_bytes <= ws_now - deficit]
-    pool = enough or [min(smaller, key=lambda k: (layer.algos[k].workspace_bytes,
-                                                  layer.algos[k].time_ns))]
-    return min(pool, key=lambda k: (layer.algos[k].time_ns, k))

@@ -1,4 +1,5 @@
-"""Policies' building blocks: which buffers vDNN offloads, and findPrefetchLayer.
+"""Policies' building blocks: which buffers vDNN offloads, findPrefetchLayer, and the
+leaner algorithm a layer moves to when its workspace does not fit (``downgrade``).
 The Plan and Liveness types live with the engine that replays them (engine/plan.py)."""
 
 from __future__ import annotations
@@ -103,3 +104,19 @@ def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | N
     if which == "all":
         return (True,) * len(trace.layers)
     return tuple(layer.is_conv for layer in trace.layers)
+
+
+def downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:
+    """Layer ``i``'s algorithm to move to from ``current`` when its workspace overflows by
+    ``deficit`` bytes (NOTE [vdnn_dyn], step 3; the planner's rule too, NOTE [planner]):
+    the fastest with a smaller workspace that closes the gap, else the one with the
+    smallest workspace; None where no algorithm has a smaller one."""
+    layer = trace.layers[i]
+    ws_now = layer.algos[current].workspace_bytes
+    smaller = [k for k, a in enumerate(layer.algos) if a.workspace_bytes < ws_now]
+    if not smaller:
+        return None
+    enough = [k for k in smaller if layer.algos[k].workspace_bytes <= ws_now - deficit]
+    pool = enough or [min(smaller, key=lambda k: (layer.algos[k].workspace_bytes,
+                                                  layer.algos[k].time_ns))]
+    return min(pool, key=lambda k: (layer.algos[k].time_ns, k))

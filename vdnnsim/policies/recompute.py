@@ -21,7 +21,6 @@ from ..trace.model import Trace
 from .builtin import (algo_choice, check_options, common_options, distance_schedule,
                       vdnn_plan)
 from .plan import Plan, find_prefetch_schedule, liveness, policy_marks
-from .registry import register
 
 
 def sequential_segments(n: int, segments: int) -> tuple[tuple[int, int], ...]:
@@ -82,7 +81,3 @@ def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
                                               policy_marks(trace, which, reading))
         plan = replace(plan, offload=offload, prefetch=schedule)
     return replace(plan, recompute=segs, runtime=which != "none")
-
-
-register("checkpoint", checkpoint, "activation checkpointing as checkpoint_sequential does "
-         "it, alone or with vDNN's offload (NOTE [recompute])")

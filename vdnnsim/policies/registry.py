@@ -1,6 +1,12 @@
-"""Name -> policy function. A policy takes the trace, the GPU, the pool capacity and its
-options and returns a Plan; it may run profiling passes (simulations) to decide, as
-vDNN_dyn does."""
+"""Name -> policy function, as a table (issue 27: policies are data, looked up here).
+
+A policy takes the trace, the GPU, the pool capacity and its options and returns a Plan;
+it may run profiling passes (simulations) to decide, as vDNN_dyn does. Each row of
+``POLICIES`` is a name, its function, the options that name fixes (which algorithms,
+which layers: a config may not set them) and the line ``vdnnsim list`` prints; the order
+is the list's. The policy modules register nothing: this module imports each function and
+names it, and nothing of the policies imports it back.
+"""
 
 from __future__ import annotations
 
@@ -9,30 +15,54 @@ from typing import Any, Callable
 from ..errors import UnknownNameError
 from ..hardware import GPU
 from ..trace.model import Trace
+from .blocks import vdnn_blocks
+from .builtin import baseline, eager, static_vdnn
+from .dyn import vdnn_dyn
 from .plan import Plan
+from .planned import planned
+from .recompute import checkpoint
+from .uvm import uvm
 
 PolicyFn = Callable[[Trace, GPU, "int | None", dict[str, Any]], Plan]
-POLICIES: dict[str, tuple[PolicyFn, dict[str, Any], str]] = {}
 
-
-def register(name: str, fn: PolicyFn, doc: str, **fixed: Any) -> None:
-    POLICIES[name] = (fn, fixed, doc)
+POLICIES: dict[str, tuple[PolicyFn, dict[str, Any], str]] = {
+    "eager": (eager, {}, "layer-wise allocation, no offload, fastest algorithms: what "
+              "PyTorch's autograd does (the baseline of profiled PyTorch traces)"),
+    "baseline_m": (baseline, {"algo": "m"},
+                   "network-wide allocation, memory-optimal algorithms"),
+    "baseline_p": (baseline, {"algo": "p"}, "network-wide allocation, fastest algorithms "
+                   "(the oracle when memory is unlimited)"),
+    "vdnn_all_m": (static_vdnn, {"which": "all", "algo": "m"},
+                   "offload the inputs of every layer, memory-optimal algorithms"),
+    "vdnn_all_p": (static_vdnn, {"which": "all", "algo": "p"},
+                   "offload the inputs of every layer, performance-optimal algorithms"),
+    "vdnn_conv_m": (static_vdnn, {"which": "conv", "algo": "m"},
+                    "offload the inputs of CONV layers, memory-optimal algorithms"),
+    "vdnn_conv_p": (static_vdnn, {"which": "conv", "algo": "p"},
+                    "offload the inputs of CONV layers, performance-optimal algorithms"),
+    "vdnn_dyn": (vdnn_dyn, {}, "profile, then the fastest configuration that fits (the "
+                 "paper's vDNN_dyn)"),
+    "vdnn_blocks": (vdnn_blocks, {}, "offload whole blocks of any model (NOTE [block "
+                    "offload]): the first `blocks` of them, or the fewest that fit `budget`; "
+                    "or checkpoint the first `recompute` (NOTE [block recompute])"),
+    "checkpoint": (checkpoint, {}, "activation checkpointing as checkpoint_sequential does "
+                   "it, alone or with vDNN's offload (NOTE [recompute])"),
+    "uvm_lru": (uvm, {"eviction": "lru"}, "page-based unified memory: pages migrate on "
+                "fault, the least recently used evicted when the GPU is full (NOTE [uvm])"),
+    "uvm_lfu": (uvm, {"eviction": "lfu"}, "page-based unified memory: pages migrate on "
+                "fault, the least frequently used evicted when the GPU is full (NOTE [uvm])"),
+    "planned": (planned, {}, "replay a plan file written by vdnnsim plan (option file; "
+                "NOTE [planner])"),
+}
 
 
 def policy_names() -> list[str]:
-    _load()
     return list(POLICIES)
 
 
 def get_policy(name: str) -> tuple[PolicyFn, dict[str, Any]]:
-    _load()
     try:
         fn, fixed, _ = POLICIES[name]
     except KeyError:
         raise UnknownNameError("policy", name, list(POLICIES)) from None
     return fn, fixed
-
-
-def _load() -> None:
-    from . import blocks, builtin, recompute, uvm  # noqa: F401  (register the built-in policies)
-    from .. import planner  # noqa: F401  (and the planned one)

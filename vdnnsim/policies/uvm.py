@@ -13,7 +13,6 @@ from ..limits import short_repr
 from ..trace.model import Trace
 from .builtin import _whole_or_none, algo_choice, check_options, common_options
 from .plan import Plan
-from .registry import register
 
 _INTS = {  # option: (default, least, most)
     "page_bytes": (4096, 512, 2**30), "fault_ns": (45_000, 0, 10**9),
@@ -40,8 +39,3 @@ def uvm(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -
     n = len(trace.layers)
     return Plan(name, "uvm", algo_choice(trace, algo), ((),) * n, (-1,) * n,
                 uvm=UvmParams(eviction=eviction, **values))
-
-
-for _ev, _what in (("lru", "least recently"), ("lfu", "least frequently")):
-    register(f"uvm_{_ev}", uvm, f"page-based unified memory: pages migrate on fault, the "
-             f"{_what} used evicted when the GPU is full (NOTE [uvm])", eviction=_ev)

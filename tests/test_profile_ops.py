@@ -317,3 +317,32 @@ def test_a_module_shared_by_blocks_runs_in_the_block_that_calls_it():
     gelus = [n.attrs["block"] for n in p.nodes if n.attrs["module"] == "1.act"]
     assert gelus == [2, 3, 4, 5]
     assert [n.attrs["block_path"] for n in p.nodes if "block_path" in n.attrs] == p.blocks
+
+
+def test_the_memory_step_reads_the_allocator_between_backward_and_the_optimizer(monkeypatch):
+    """NOTE [module timing]: step_memory's CUDA readings, on a CPU with the allocator's
+    statistics stood in for: what is allocated before the optimizer is read once the
+    gradients are there and before AdamW has made its state (NOTE [training step]'s
+    "backward" mark), the peak after its step; the gradients are freed at the end."""
+    from vdnnsim.gpu.profile_ops import step_memory
+    from vdnnsim.gpu.workload import build_workload, training_step
+    w = build_workload("torch.nn:Linear", input_spec="image:1,1,12:7",
+                       model_kwargs={"in_features": 12, "out_features": 7})
+    step = training_step(w, 3, "cpu", "fp32", "adamw")
+    calls = []
+
+    def read(what, value=None):
+        def call():
+            grads = all(p.grad is not None for p in w.model.parameters())
+            calls.append((what, grads, len(step.optimizer.state)))
+            return value
+        return call
+    monkeypatch.setattr(torch.cuda, "synchronize", read("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", read("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", read("allocated", 100))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", read("peak", 160))
+    state, temp = step_memory(step, cuda=True)
+    assert calls == [("sync", True, 0), ("reset", True, 0), ("allocated", True, 0),
+                     ("peak", True, 2)]
+    assert (state, temp) == (0, 60)  # the moments are on the CPU: not the device's state
+    assert all(p.grad is None for p in w.model.parameters())

@@ -211,3 +211,113 @@ def test_trace_takes_the_workload_flags_of_profile_and_measure(tmp_path, capsys)
     assert cli.main(["trace", "--model", "zoo:alexnet", "--model-arg", "x=1", "-b", "2",
                      "-o", str(tmp_path / "z.yaml")]) == 2
     assert "--model-arg" in capsys.readouterr().err
+
+
+# -- NOTE [training step]: the one step against one written out by hand ----------------------
+TINY_GPT2 = {"n_layer": 1, "n_embd": 64, "n_head": 2}  # dropout left on: the seeds match
+
+
+def _by_hand(model, batch, hf, precision, optimizer):
+    """One training step written out as PyTorch's documentation writes it: gradients after
+    the backward pass, and the model after the optimizer's step."""
+    from torch.nn import functional as F
+    opt = (torch.optim.SGD(model.parameters(), lr=1e-3) if optimizer == "sgd"
+           else torch.optim.AdamW(model.parameters(), lr=1e-3))
+    scaler = torch.amp.GradScaler("cpu") if precision == "autocast-fp16" else None
+    auto = {"autocast-bf16": torch.bfloat16, "autocast-fp16": torch.float16}.get(precision)
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=auto, enabled=auto is not None):
+        if hf:
+            loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        else:
+            loss = F.cross_entropy(model(batch["x"]), batch["labels"])
+    (scaler.scale(loss) if scaler else loss).backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    if scaler:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    return grads
+
+
+@pytest.mark.parametrize("spec,precision,optimizer", [
+    ("zoo:alexnet", "fp32", "sgd"),
+    pytest.param("hf:gpt2", "fp32", "adamw", marks=needs_hf),
+    pytest.param("hf:gpt2", "autocast-bf16", "adamw", marks=needs_hf),
+    pytest.param("hf:gpt2", "autocast-fp16", "sgd", marks=needs_hf),  # with a GradScaler
+])
+def test_the_one_step_is_a_hand_written_step(spec, precision, optimizer):
+    """NOTE [training step]: the step every profiler, runtime and script runs gives a
+    hand-written step's gradients and parameters, to the bit, marks each point in order
+    (the loss at "forward" only) and moves every parameter."""
+    import copy
+    hf = spec.startswith("hf:")
+    torch.manual_seed(0)
+    w = build_workload(spec, 16 if hf else None, None, TINY_GPT2 if hf else None)
+    ref = copy.deepcopy(w.model)
+    step = training_step(w, 2, "cpu", precision, optimizer)
+    before = {k: p.detach().clone() for k, p in w.model.named_parameters()}
+    seen, grads = [], {}
+
+    def at(point, loss):
+        seen.append((point, loss is not None))
+        if point == "zero_grad":
+            assert all(p.grad is None for p in w.model.parameters())
+        if point == "backward":
+            grads.update({k: p.grad.clone() for k, p in w.model.named_parameters()})
+
+    torch.manual_seed(1)  # dropout's masks: the same in both steps
+    step(at)
+    from vdnnsim.gpu.workload import POINTS
+    assert seen == [(p, p == "forward") for p in POINTS]
+    torch.manual_seed(1)
+    want = _by_hand(ref, step.batch, hf, precision, optimizer)
+    assert set(grads) == set(want) and all(torch.equal(grads[k], want[k]) for k in want)
+    after = dict(w.model.named_parameters())
+    assert all(torch.equal(after[k], p) for k, p in ref.named_parameters())
+    assert not any(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_a_step_without_the_optimizer_leaves_the_weights():
+    """NOTE [training step]: ``update=False`` stops after the backward pass."""
+    torch.manual_seed(0)
+    w = build_workload("zoo:alexnet")
+    step = training_step(w, 2, "cpu", "fp32", "sgd")
+    before = {k: p.detach().clone() for k, p in w.model.named_parameters()}
+    seen = []
+    step(lambda point, loss: seen.append(point), update=False)
+    assert seen == ["start", "zero_grad", "forward", "backward"]
+    assert all(torch.equal(p, before[k]) and p.grad is not None
+               for k, p in w.model.named_parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_layer_profilers_step_takes_the_logits_as_they_are(dtype):
+    """NOTE [training step]: ``probe_step`` (the per-layer profiler's and the kernel
+    counter's step of an fx-traced model) is SGD on cross-entropy of the logits in the
+    model's own dtype (the probe's "loss" layer), where a workload's loss takes 16-bit
+    logits to fp32; its gradients and weights are a hand-written step's."""
+    import copy
+
+    from torch.nn import functional as F
+
+    from vdnnsim.gpu.graph import trace_module
+    from vdnnsim.gpu.models import build_model
+    from vdnnsim.gpu.workload import probe_step
+    torch.manual_seed(0)
+    model, shape, _ = build_model("zoo:alexnet")
+    gm = trace_module(model.to(dtype).train())
+    ref = copy.deepcopy(gm)
+    step = probe_step(gm, 2, shape, dtype)
+    assert step.forward().dtype == dtype
+    torch.manual_seed(1)
+    step()
+    torch.manual_seed(1)
+    opt = torch.optim.SGD(ref.parameters(), lr=1e-3)
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(ref(step.batch["x"]), step.batch["labels"]).backward()
+    opt.step()
+    got = dict(gm.named_parameters())
+    assert all(torch.equal(got[k], p) and torch.equal(got[k].grad, p.grad)
+               for k, p in ref.named_parameters())

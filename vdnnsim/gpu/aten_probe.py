@@ -779,7 +779,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     0 (a memory trace). ``precision``: fp32, bf16/fp16 (pure) or autocast-bf16/fp16."""
     from ..errors import ConfigError
     from .profile import assemble
-    from .workload import DTYPES, PRECISIONS, build_workload
+    from .workload import DTYPES, PRECISIONS, autocast_dtype, build_workload
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
@@ -791,8 +791,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     moved: dict[int, torch.Tensor] = {}  # a tensor under two keys (ids as labels) stays one
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
-    auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
-    p = probe_ops(work.model, batch, work.loss, work.name, auto, values)
+    p = probe_ops(work.model, batch, work.loss, work.name, autocast_dtype(precision), values)
     d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
                          "note": f"memory only (NOTE [op probe]): every layer 0 ns; "

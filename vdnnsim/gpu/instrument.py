@@ -1,5 +1,5 @@
 """Marks in a training step of an fx-traced model: a call after each layer's forward and
-before its autograd node runs, and the step's inputs. The per-layer timing (profile.py,
+before its autograd node runs (the step itself is workload.probe_step). The per-layer timing (profile.py,
 NOTE [layer timing]) and the kernel counts (kernels.py, NOTE [kernel counts]) both
 instrument a step this way; each imports this module, neither the other.
 """
@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from .graph import Probe
 
 
 def instrument(gm: Any, index: dict[str, int], start: Any, after: Any) -> None:
@@ -35,13 +32,3 @@ def hook_backward(out: Any, hooked: dict[int, Any], mark: Any) -> None:
     if fn is not None and id(fn) not in hooked:
         hooked[id(fn)] = fn
         fn.register_prehook(lambda g: mark())
-
-
-def training_step_inputs(gm: Any, p: Probe) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """The SGD optimizer of ``gm``'s trainable parameters, a random batch of the probe's
-    shape and its targets, on the model's device."""
-    params = [q for q in gm.parameters() if q.requires_grad]
-    dev = next(iter(gm.parameters())).device
-    return (torch.optim.SGD(params, lr=1e-3),
-            torch.randn(p.batch_size, *p.data_shape[1:], device=dev, dtype=p.dtype),
-            torch.zeros(p.batch_size, dtype=torch.long, device=dev))

@@ -24,11 +24,11 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .graph import Probe, trace_module
-from .instrument import hook_backward, instrument, training_step_inputs
+from .instrument import hook_backward, instrument
+from .workload import probe_step
 
 _PREFIX = "vdnnsim:"
 # the commands a host thread puts on a stream, as the CUDA runtime and driver name them
@@ -64,20 +64,22 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
         return out
 
     instrument(gm, index, start, after)
-    opt, x, target = training_step_inputs(gm, p)
-    dev = x.device
+    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)  # NOTE [training step]
+    dev = train.batch["x"].device
+
+    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+        if point == "forward":
+            mark(f"f:{n}")
+            if loss.grad_fn is not None:
+                loss.grad_fn.register_prehook(lambda g: mark(f"b:{n}"))
+        elif point == "backward":
+            mark("b:end")
+        elif point == "step":
+            mark("step")
 
     def step() -> None:
         hooked.clear()
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(gm(x), target)
-        mark(f"f:{n}")
-        if loss.grad_fn is not None:
-            loss.grad_fn.register_prehook(lambda g: mark(f"b:{n}"))
-        loss.backward()
-        mark("b:end")
-        opt.step()
-        mark("step")
+        train(at)
 
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

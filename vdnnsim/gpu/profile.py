@@ -2,8 +2,9 @@
 
 NOTE [layer timing]
 Layers are timed where they run: inside whole training steps (forward, cross-entropy loss,
-backward, SGD step) of the fx-traced model, after warm-up steps (cudnn.benchmark picks each
-conv's algorithm there). A CUDA event is recorded after every layer of the forward pass and
+backward, SGD step: ``probe_step``, NOTE [training step]) of the fx-traced model, after
+warm-up steps (cudnn.benchmark picks each conv's algorithm there). A CUDA event is
+recorded after every layer of the forward pass and
 from a pre-hook on every layer's autograd node in the backward pass; a layer's time is the
 span from its mark to the next one, so the nodes that belong to no layer (AccumulateGrad,
 a transpose) and any wait for the host's kernel launches count for the layer before them.
@@ -53,16 +54,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils._pytree import tree_map
 
 from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
-from .instrument import hook_backward, instrument, training_step_inputs
+from .instrument import hook_backward, instrument
 from .kernels import count_kernels
 from .models import ZooModule, build_model
-from .workload import DTYPES  # noqa: F401  (re-exported: calibrate, tests)
+from .workload import DTYPES, probe_step  # DTYPES re-exported: calibrate, tests
 
 OUT_OF_PLACE = {operator.iadd: operator.add}
 
@@ -192,7 +192,7 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         return out
 
     instrument(gm, index, start, after)
-    opt, x, target = training_step_inputs(gm, p)
+    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)  # NOTE [training step]
     n = len(names)
     loss_k = n  # the loss is the last layer
 
@@ -201,24 +201,30 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         fwd_marks.clear()
         bwd_marks.clear()
         hooked.clear()
-        h0 = host()
-        opt.zero_grad(set_to_none=True)
-        s = clock.mark()
-        hs = host()
-        logits = gm(x)
-        loss = F.cross_entropy(logits, target)
-        f_end, hf = clock.mark(), host()
-        if timed and loss.grad_fn is not None:
-            loss.grad_fn.register_prehook(
-                lambda g: bwd_marks.append((loss_k, clock.mark(), host())))
-        loss.backward()
-        del logits, loss
-        b_end, hb = clock.mark(), host()
-        opt.step()
-        e, he = clock.mark(), host()
-        return {"start": s, "fwd": list(fwd_marks) + [(f_end, hf)], "bwd": list(bwd_marks),
-                "f_end": f_end, "b_end": b_end, "end": e, "hb": hb,
-                "host": {"zero": hs - h0, "f": hf - hs, "b": hb - hf, "step": he - hb}}
+        t: dict[str, Any] = {}
+
+        def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+            if point == "start":
+                t["h0"] = host()
+            elif point == "zero_grad":
+                t["s"] = clock.mark()
+                t["hs"] = host()
+            elif point == "forward":
+                t["f_end"], t["hf"] = clock.mark(), host()
+                if timed and loss.grad_fn is not None:
+                    loss.grad_fn.register_prehook(
+                        lambda g: bwd_marks.append((loss_k, clock.mark(), host())))
+            elif point == "backward":
+                t["b_end"], t["hb"] = clock.mark(), host()
+            else:
+                t["e"], t["he"] = clock.mark(), host()
+
+        train(at)
+        return {"start": t["s"], "fwd": list(fwd_marks) + [(t["f_end"], t["hf"])],
+                "bwd": list(bwd_marks), "f_end": t["f_end"], "b_end": t["b_end"],
+                "end": t["e"], "hb": t["hb"],
+                "host": {"zero": t["hs"] - t["h0"], "f": t["hf"] - t["hs"],
+                         "b": t["hb"] - t["hf"], "step": t["he"] - t["hb"]}}
 
     for _ in range(warmup):
         step(True)

@@ -61,22 +61,29 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
     clock = _Clock(cuda)
     host = time.perf_counter_ns
     out: dict[str, list[float]] = {k: [] for k in ("step", "fwd", "bwd", "hf", "hb", "hs")}
+    t: dict[str, Any] = {}
+
+    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+        if point == "start":
+            t["h0"] = host()
+            t["s"] = clock.mark()
+        elif point == "zero_grad":
+            t["h1"] = host()
+            t["f"] = clock.mark()
+        elif point == "forward":
+            t["h2"] = host()
+            t["b"] = clock.mark()
+        elif point == "backward":
+            t["h3"] = host()
+            t["u"] = clock.mark()
+        else:
+            t["e"] = clock.mark()
+            t["h4"] = host()
+
     for _ in range(trials):
-        h0 = host()
-        s = clock.mark()
-        step.optimizer.zero_grad(set_to_none=True)
-        h1 = host()
-        f = clock.mark()
-        loss = step.forward()
-        h2 = host()
-        b = clock.mark()
-        step.backward(loss)
-        del loss
-        h3 = host()
-        u = clock.mark()
-        step.update()
-        e = clock.mark()
-        h4 = host()
+        step(at)
+        h0, h1, h2, h3, h4 = (t[k] for k in ("h0", "h1", "h2", "h3", "h4"))
+        s, f, b, u, e = (t[k] for k in ("s", "f", "b", "u", "e"))
         if cuda:
             e.synchronize()
         out["step"].append(clock.ms(s, e))
@@ -225,21 +232,23 @@ def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block
 def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
     """NOTE [module timing]: the bytes of the optimizer's state on the device, and the
     step's temporaries (the allocator's peak during it beyond what it started with)."""
-    step.optimizer.zero_grad(set_to_none=True)
-    step.backward(step.forward())
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    step.update()
-    temp = torch.cuda.max_memory_allocated() - before if cuda else None
+    before = [0]
+
+    def at(point: str, loss: Any) -> None:  # NOTE [training step]: before the optimizer
+        if point == "backward":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before[0] = torch.cuda.memory_allocated()
+
+    step(at if cuda else None)
+    temp = torch.cuda.max_memory_allocated() - before[0] if cuda else None
     state = sum(t.numel() * t.element_size() for s in step.optimizer.state.values()
                 for t in s.values() if isinstance(t, torch.Tensor) and t.device.type != "cpu")
     if temp is None:  # NOTE [optimizer state]'s count
         from ..optimizer import ADAM_TEMP
         temp = ADAM_TEMP * sum(p.numel() * p.element_size()
                                for p in step.workload.model.parameters()) if state else 0
-    step.optimizer.zero_grad(set_to_none=True)
+    step.zero_grad()
     return state, temp
 
 

@@ -1,5 +1,6 @@
 """What one training step runs: a model with its example batch and loss (``Workload``),
-and the step with its optimizer and precision (``training_step``).
+and the step with its optimizer and precision (``training_step``), the one training step
+that everything which runs one runs (NOTE [training step]).
 
 NOTE [workloads]
 Model specs:
@@ -172,26 +173,60 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
     raise ConfigError(f"optimizer {name!r}: one of {', '.join(OPTIMIZERS)}")
 
 
+# NOTE [training step]
+# One training step is written here, once: zero_grad(set_to_none=True), the forward pass and
+# the loss (under the step's context and, where the precision asks, torch.autocast), the
+# backward pass (of the loss scaled by the GradScaler where there is one) and the optimizer
+# step (through the scaler, which unscales the gradients and updates its scale). Everything
+# that runs a step runs this one: measure's warm-up and timed steps (NOTE [measurement]; its
+# last, phase-by-phase step calls these phases in this order itself, with the allocator's
+# readings between them), the profilers' plain, profiled and memory steps (NOTE [module
+# timing]), the per-layer profiler's timed steps (NOTE [layer timing]) and the kernel
+# counter's (NOTE [kernel counts]). What they add goes through the step's options, not a
+# copy of it:
+# - ``mark(point, loss)``: called at the start, then after each phase, at POINTS ("start",
+#   "zero_grad", "forward", "backward", "step"); at "forward" with the loss, so that a
+#   profiler can hook its autograd node before the backward pass; by "backward" the step
+#   holds the loss no more. The profilers put their timestamps and markers there;
+# - ``update=False``: no optimizer step (a step whose gradients are compared);
+# - the loss: a workload's (``Workload.loss``: the model's own, or cross-entropy over the
+#   output's last dimension, 16-bit logits in fp32), or for the per-layer profiler's
+#   fx-traced models ``logits_loss``, cross-entropy of the logits as the model returns
+#   them, which is the op the probe's "loss" layer is (graph.py), in the model's dtype.
+POINTS = ("start", "zero_grad", "forward", "backward", "step")
+
+
+def logits_loss(runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """NOTE [training step]: the per-layer profiler's loss, cross-entropy of the logits as
+    the model returns them against ``batch["labels"]``."""
+    return F.cross_entropy(runner(batch["x"]), batch["labels"])
+
+
 @dataclass
 class Step:
-    """NOTE [workloads]: one training step of a workload, ready to run."""
+    """NOTE [training step]: one training step, ready to run: ``step()``, or its phases
+    one by one."""
 
-    workload: Workload
     runner: Callable
     optimizer: torch.optim.Optimizer
     batch: dict[str, torch.Tensor]
-    autocast: torch.dtype | None
-    scaler: Any
-    device_type: str
+    loss: Callable[[Callable, dict[str, torch.Tensor]], torch.Tensor]
+    autocast: torch.dtype | None = None
+    scaler: Any = None
+    device_type: str = "cpu"
     context: Callable[[], Any] = contextlib.nullcontext
+    workload: Workload | None = None
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
 
     def forward(self) -> torch.Tensor:
         """Forward pass and loss (under autocast where asked)."""
         with self.context():
             if self.autocast is not None:
                 with torch.autocast(self.device_type, dtype=self.autocast):
-                    return self.workload.loss(self.runner, self.batch)
-            return self.workload.loss(self.runner, self.batch)
+                    return self.loss(self.runner, self.batch)
+            return self.loss(self.runner, self.batch)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
@@ -203,17 +238,38 @@ class Step:
         else:
             self.optimizer.step()
 
-    def __call__(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        self.backward(self.forward())
-        self.update()
+    def __call__(self, mark: Callable[[str, torch.Tensor | None], Any] | None = None,
+                 update: bool = True) -> None:
+        """NOTE [training step]: the phases in order, ``mark`` at each of POINTS."""
+        if mark is not None:
+            mark("start", None)
+        self.zero_grad()
+        if mark is not None:
+            mark("zero_grad", None)
+        loss = self.forward()
+        if mark is not None:
+            mark("forward", loss)
+        self.backward(loss)
+        del loss
+        if mark is not None:
+            mark("backward", None)
+        if update:
+            self.update()
+            if mark is not None:
+                mark("step", None)
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """NOTE [workloads]: the dtype ``precision`` runs the forward pass under autocast in, or
+    None (fp32 and the pure precisions)."""
+    return DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
 
 
 def training_step(workload: Workload, batch_size: int, device, precision: str = "fp32",
                   optimizer: str = "sgd", runner: Callable | None = None,
                   context: Callable[[], Any] = contextlib.nullcontext) -> Step:
-    """NOTE [workloads]: move the model to ``device`` in ``precision`` and make its step;
-    ``runner`` wraps the model (the vDNN runtime) where given."""
+    """NOTE [workloads]: move the model to ``device`` in ``precision`` and make its step
+    (NOTE [training step]); ``runner`` wraps the model (the vDNN runtime) where given."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     if optimizer not in OPTIMIZERS:
@@ -221,9 +277,24 @@ def training_step(workload: Workload, batch_size: int, device, precision: str = 
     device = torch.device(device)
     pure = DTYPES.get(precision, torch.float32)
     workload.model.to(device, pure).train()
-    auto = DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
+    auto = autocast_dtype(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "autocast-fp16" else None
     batch = workload.batch(batch_size, device, pure)
     opt = make_optimizer(optimizer, workload.model.parameters())
-    return Step(workload, runner or workload.model, opt, batch, auto, scaler, device.type,
-                context)
+    return Step(runner or workload.model, opt, batch, workload.loss, auto, scaler,
+                device.type, context, workload)
+
+
+def probe_step(model: nn.Module, batch_size: int, shape: tuple[int, ...],
+               dtype: torch.dtype) -> Step:
+    """NOTE [training step]: the per-layer profiler's step of an fx-traced image model
+    (NOTE [layer timing], NOTE [kernel counts]), on the device its parameters are on: SGD
+    (``make_optimizer``) over its trainable parameters, a random batch of ``batch_size``
+    samples of ``shape`` in ``dtype`` made there, class 0 for every target, and
+    ``logits_loss``; no autocast."""
+    params = [q for q in model.parameters() if q.requires_grad]
+    dev = next(iter(model.parameters())).device
+    opt = make_optimizer("sgd", params)
+    x = torch.randn(batch_size, *shape, device=dev, dtype=dtype)
+    y = torch.zeros(batch_size, dtype=torch.long, device=dev)
+    return Step(model, opt, {"x": x, "labels": y}, logits_loss, device_type=dev.type)

@@ -89,10 +89,15 @@ class Measurement(BaseModel):
     policy: str = Field(description="baseline, vdnn_conv, vdnn_all or save_on_cpu.")
     fits: StrictBool = Field(description="Whether the run trained without running out.")
     memory_cap_bytes: Capacity | None = Field(None, description="The run's memory cap.")
-    peak_allocated_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
-    peak_reserved_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
-    iteration_ms: Annotated[float, BeforeValidator(_positive_finite)] | None = None
-    reserved_one_step_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = None
+    peak_allocated_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
+        None, description="Peak allocated bytes over the timed steps (a run that fits).")
+    peak_reserved_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
+        None, description="Peak reserved bytes over the timed steps (a run that fits).")
+    iteration_ms: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
+        None, description="Median step time in milliseconds (a run that fits).")
+    reserved_one_step_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = \
+        Field(None, description="One step's reserved peak from an emptied cache (NOTE "
+              "[measurement]); absent in records made before it was recorded.")
 
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":

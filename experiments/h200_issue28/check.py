@@ -1,0 +1,123 @@
+"""Issue 28's held-out runs (traces/h200_issue28/README.md) against the simulator.
+
+    python experiments/h200_issue28/check.py [SESSION_DIR ...]   (default: every session)
+
+For each model and allocator setting: the step time (the median of the fresh processes'
+medians, and their band) against the replay of the model's profiled trace (eager, h200
+preset, the run's allocator settings); peak allocated and peak reserved against the
+profiled trace's and the meta-device trace's replays; then each capped run's fit or out of
+memory against the replay under that cap. Errors are (predicted - measured) / measured;
+"in" means the prediction lies inside the measured band (min..max of the processes).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
+DATA = ROOT / "traces" / "h200_issue28"
+
+from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.trace import load_trace  # noqa: E402
+
+
+def settings(conf: str) -> dict:
+    """PYTORCH_CUDA_ALLOC_CONF as the simulator's allocator settings."""
+    out = {}
+    for item in filter(None, conf.split(",")):
+        k, _, v = item.partition(":")
+        out[k] = v.lower() == "true"
+    return out
+
+
+def replay(trace, gpu, conf: str, cap=None):
+    allocator = settings(conf)
+    try:
+        return run_trace(trace, gpu, "eager", None, cap, record=False, allocator=allocator)
+    except TypeError:  # a simulator without allocator settings: the default allocator
+        if allocator:
+            return None
+        return run_trace(trace, gpu, "eager", None, cap, record=False)
+
+
+def band(pred: float, lo: float, hi: float) -> str:
+    return "in" if lo <= pred <= hi else f"{(pred - hi) / hi if pred > hi else (pred - lo) / lo:+.1%}"
+
+
+def check(session: Path) -> dict[str, list[float]]:
+    gpu = resolve_gpu("h200")
+    recs = [json.loads(x) for x in (session / "time.jsonl").read_text().splitlines()]
+    errs: dict[str, list[float]] = {"time": [], "alloc": [], "reserved": [], "reserved_meta": []}
+    traces = {}
+    print(f"{session.relative_to(DATA)}:")
+    print("| model | allocator | ms measured (band) | replay | err | band | alloc GiB meas / pred "
+          "| err | reserved GiB meas (band) | profiled | err | band | meta | err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in dict.fromkeys(r["name"] for r in recs):
+        prof = load_trace(session / "profile" / f"{name}.yaml.gz")
+        meta = load_trace(session / "meta" / f"{name}.json")
+        traces[name] = (prof, meta)
+        for conf in dict.fromkeys(r.get("allocator_conf", "") for r in recs):
+            rs = [r for r in recs if r["name"] == name and r.get("allocator_conf", "") == conf
+                  and r.get("fits")]
+            if not rs:
+                continue
+            ms = [r["iteration_ms"] for r in rs]
+            res = [r["peak_reserved_bytes"] for r in rs]
+            al = statistics.median(r["peak_allocated_bytes"] for r in rs)
+            p, q = replay(prof, gpu, conf), replay(meta, gpu, conf)
+            if p is None:
+                print(f"| {name} | {conf or 'default'} | not modelled |")
+                continue
+            t, mt = p.iteration_time_ns / 1e6, statistics.median(ms)
+            mr = statistics.median(res)
+            row = [t / mt - 1, p.peak_memory_bytes / al - 1, p.peak_footprint_bytes / mr - 1,
+                   q.peak_footprint_bytes / mr - 1]
+            for k, e in zip(errs, row):
+                errs[k].append(abs(e))
+            print(f"| {name} | {conf or 'default'} | {mt:.1f} ({min(ms):.1f}-{max(ms):.1f}) | "
+                  f"{t:.1f} | {row[0]:+.1%} | {band(t, min(ms), max(ms))} | {al / 2**30:.2f} / "
+                  f"{p.peak_memory_bytes / 2**30:.2f} | {row[1]:+.1%} | {mr / 2**30:.2f} "
+                  f"({min(res) / 2**30:.2f}-{max(res) / 2**30:.2f}) | "
+                  f"{p.peak_footprint_bytes / 2**30:.2f} | {row[2]:+.1%} | "
+                  f"{band(p.peak_footprint_bytes, min(res), max(res))} | "
+                  f"{q.peak_footprint_bytes / 2**30:.2f} | {row[3]:+.1%} |")
+    for k, v in errs.items():
+        if v:
+            print(f"{k}: median |error| {statistics.median(v):.1%}, max {max(v):.1%} over {len(v)}")
+    caps = session / "caps.jsonl"
+    if caps.exists():
+        right = n = 0
+        for line in caps.read_text().splitlines():
+            c = json.loads(line)
+            prof, meta = traces[c["name"]]
+            conf = c.get("allocator_conf", "")
+            for kind, t in (("profiled", prof), ("meta", meta)):
+                r = replay(t, gpu, conf, c["memory_cap_bytes"])
+                if r is None:
+                    continue
+                ok = r.fits == bool(c["fits"])
+                right += ok
+                n += 1
+                print(f"cap {c['memory_cap_bytes'] / 2**30:.2f} GiB ({c['factor']} x reserved) "
+                      f"{c['name']} {conf or 'default'} {kind}: measured "
+                      f"{'fits' if c['fits'] else 'out of memory'}, predicted "
+                      f"{'fits' if r.fits else 'out of memory'}{'' if ok else '  MISS'}")
+        print(f"capped runs right: {right} of {n}")
+    return errs
+
+
+def main(argv: list[str]) -> int:
+    sessions = [Path(a) for a in argv] or sorted(p for p in DATA.iterdir()
+                                                 if (p / "time.jsonl").exists())
+    for s in sessions:
+        check(s.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -116,3 +116,23 @@ def test_a_broken_gzip_trace_is_a_one_line_error(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.startswith("vdnnsim: error:") and len(r.stderr.splitlines()) == 1
+
+
+def test_a_foreach_steps_temporaries_are_one_per_parameter_in_freed_blocks():
+    """NOTE [step temporaries]: under PyTorch's caching allocator AdamW's temporaries are
+    one tensor per parameter, not one block of their total. Two layers of 12 MiB of weights
+    each, 14 MiB activations: by the step, the activations' and their gradients' 14 MiB
+    segments are cached and free, so each 12 MiB temporary takes one of them and nothing
+    new is reserved (reserved = the allocated peak, 140 MiB). One 24 MiB block would have
+    needed a 24 MiB segment of its own (164 MiB reserved)."""
+    m = 2**20
+    t = chain_trace([{"id": "c1", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
+                      "weight": 12 * m},
+                     {"id": "c2", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
+                      "weight": 12 * m}], input_bytes=14 * m, framework="pytorch")
+    t = with_optimizer(replace(t, step_ns=10**6), "adamw")
+    r = run_trace(t, hand_gpu(), "eager")
+    temps = r.tensors[r.tensors.key.str.startswith("step_temp")]
+    assert sorted(temps.size_bytes) == [12 * m, 12 * m]
+    assert r.peak_memory_bytes == r.peak_footprint_bytes == 140 * m
+    assert t.step_workspace_bytes == 24 * m  # the total the trace carries

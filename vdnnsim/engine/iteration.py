@@ -30,11 +30,17 @@ class Iteration:
         if trace.step_ns or waits or trace.step_workspace_bytes:
             op = _Op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
             held = False
-            if trace.step_workspace_bytes:  # NOTE [optimizer state]
-                w = self._workspace(trace.step_workspace_bytes, self._stamp(op, 0), op, "",
-                                    "step")
+            temps = self.program.step_temps if trace.step_workspace_bytes else ()
+            if len(temps) == 1 and not self.sem.caching_allocator:  # NOTE [optimizer state]
+                w = self._workspace(temps[0], self._stamp(op, 0), op, "", "step")
                 if w is not None:
                     held = yield from w
+                temps = ()
+            s0 = self._stamp(op, 0) if temps else 0
+            for k, size in enumerate(temps):  # NOTE [step temporaries]
+                a = (("step_temp", str(k)), size, "workspace", s0, "", "step")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
             self._push(self.compute, op)
             for k in range(1, n):
                 self._spend(host[k], "", "optimizer step")
@@ -42,6 +48,10 @@ class Iteration:
                 self._push(self.compute, op)
             if held:
                 self.pool.free(("workspace", ""), self._stamp(op, 1))
+            if temps:
+                s1 = self._stamp(op, 1)
+                for k in range(len(temps)):
+                    self.pool.free(("step_temp", str(k)), s1)
         else:
             self._spend(sum(host[1:]), "", "optimizer step")
 

@@ -13,8 +13,9 @@ the parameter's dtype from the first step on, so the trace gains twice its weigh
 as ``resident_bytes``; their update (lerp of the first moment, mul and addcmul of the
 second, sqrt into a new list, two in-place divides and adds of it, addcdiv into the
 parameters; AdamW also decays the parameters) moves 20 bytes per parameter byte, and the
-sqrt's list is one temporary the size of the parameters while the step runs
-(``step_workspace_bytes``). The step's GPU time is scaled by the bytes moved (20 / 3,
+sqrt's list is a temporary the size of the parameters while the step runs
+(``step_workspace_bytes``; under PyTorch's caching allocator one tensor per parameter,
+NOTE [step temporaries] in engine/compile.py). The step's GPU time is scaled by the bytes moved (20 / 3,
 the same achieved bandwidth as the traced SGD step); its host time is kept (one foreach
 launch per op either way, a few more ops). These are counts of the optimizer's code
 (torch 2.11), not fits; the H200 measurements that check them are in

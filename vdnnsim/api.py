@@ -10,6 +10,7 @@ from typing import Any
 from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
+from .engine.caching import allocator_settings
 from .engine import replay
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
@@ -158,9 +159,13 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
 
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
-              memory_bytes: int | None = None, *, record: bool = True) -> RunResult:
+              memory_bytes: int | None = None, *, record: bool = True,
+              allocator: Any = None) -> RunResult:
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
-    tensor lifetimes (the summary and the memory curve stay): what sweeps need."""
+    tensor lifetimes (the summary and the memory curve stay): what sweeps need.
+    ``allocator``: the caching allocator's settings, a mapping such as
+    ``{"expandable_segments": True}`` or a PYTORCH_CUDA_ALLOC_CONF string (NOTE
+    [allocator settings])."""
     if not isinstance(trace, Trace):
         raise ConfigError(f"run_trace needs a vdnnsim.Trace, got {type(trace).__name__}")
     if not isinstance(gpu, GPU):
@@ -180,14 +185,20 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     if fixed_keys:  # the registry's own settings of this name (which algorithms, which layers)
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
+    settings = allocator_settings(allocator)
+    if not settings.default and not trace.pytorch:
+        raise ConfigError(f"{trace.name}: allocator settings apply to PyTorch traces "
+                          "(framework: pytorch); this trace replays Torch7's CNMeM pool")
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
         sim = plan.profiled  # NOTE [vdnn_dyn]: its last profiling pass, where it fits
-        if plan.memory == "uvm" or sim is None or (record and not sim.record_ops):
-            sim = replay(trace, gpu, plan, capacity, lv, record_ops=record)
+        if plan.memory == "uvm" or sim is None or (record and not sim.record_ops) \
+                or not settings.default:  # NOTE [allocator settings]: the plan replayed
+            sim = replay(trace, gpu, plan, capacity, lv, record_ops=record,
+                         allocator=settings)
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return result  # the block ends, then has only the result to look at
@@ -255,6 +266,11 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
     with in_file(source, "policies" if cfg.policies else "policy"):
         for p in cfg.policy_list:
             get_policy(p)  # fail on a bad name before any work
+    with in_file(source, "allocator"):  # NOTE [allocator settings]
+        settings = allocator_settings(cfg.allocator.model_dump() if cfg.allocator else None)
+        if not settings.default and not trace.pytorch:
+            raise ConfigError(f"{trace.name}: allocator settings apply to PyTorch traces "
+                              "(framework: pytorch); this trace replays Torch7's CNMeM pool")
     with in_file(source, "policy_options"):
-        return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record)
-                for p in cfg.policy_list]
+        return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
+                          allocator=settings) for p in cfg.policy_list]

@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
+                      model_validator)
 
 from .errors import ConfigError
 from .hardware import Capacity, GPUOverrides
@@ -28,6 +29,17 @@ class GPUConfig(GPUOverrides):
     """A preset with overrides."""
 
     preset: str = Field(description="GPU preset name (vdnnsim list gpus).")
+
+
+class AllocatorConfig(BaseModel):
+    """The caching allocator's settings a run replays (NOTE [allocator settings]), as
+    PYTORCH_CUDA_ALLOC_CONF sets them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expandable_segments: StrictBool = Field(
+        False, description="One growing segment per pool and stream (NOTE [expandable "
+        "segments]), as expandable_segments:True.")
 
 
 class RunConfig(BaseModel):
@@ -55,6 +67,9 @@ class RunConfig(BaseModel):
         "names: true/false, a word or a number); null is none.")
     memory_bytes: Capacity | None = Field(None, description="Pool capacity override, e.g. "
                                        "'12 GiB' (default: the GPU's memory).")
+    allocator: AllocatorConfig | None = Field(None, description="PyTorch's caching "
+                                              "allocator settings (NOTE [allocator "
+                                              "settings]); PyTorch traces only.")
 
     @model_validator(mode="after")
     def _one_policy_key(self) -> "RunConfig":

@@ -59,7 +59,11 @@ what it would need.
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
+from typing import Any
 
+from ..errors import ConfigError
+from ..limits import short_repr
 from .allocator import Accounting, Key, key_name, oom_record
 from .invariants import InvariantViolation
 
@@ -69,6 +73,68 @@ SMALL_BUFFER = 2 << 20
 MIN_LARGE_ALLOC = 10 << 20
 LARGE_BUFFER = 20 << 20
 ROUND_LARGE = 2 << 20
+
+
+@dataclass(frozen=True)
+class AllocatorSettings:
+    """NOTE [allocator settings]
+    The settings of PyTorch's caching allocator a run replays, as PYTORCH_CUDA_ALLOC_CONF
+    sets them on the real machine (``allocator:`` in run configs, ``allocator=`` of
+    ``run_trace``). Modelled: ``expandable_segments`` (NOTE [expandable segments]). The
+    other keys PyTorch reads (max_split_size_mb, roundup_power2_divisions,
+    garbage_collection_threshold, ...) change placement in ways the model does not follow:
+    asking for one is an error, not a silent default. They apply to PyTorch traces only:
+    a Torch7 trace's pool is CNMeM's, which has no such settings. Policies that replay a
+    trace to choose (vdnn_dyn's profiling passes, the planners) choose under the default
+    allocator; the chosen plan is replayed under the run's settings."""
+
+    expandable_segments: bool = False
+
+    @property
+    def default(self) -> bool:
+        return self == AllocatorSettings()
+
+    def conf(self) -> str:
+        """As PYTORCH_CUDA_ALLOC_CONF would say it ('' for the default)."""
+        return "expandable_segments:True" if self.expandable_segments else ""
+
+
+KNOWN_SETTINGS = ("expandable_segments",)
+UNMODELLED = ("max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+              "pinned_use_cuda_host_register", "pinned_num_register_threads", "backend",
+              "release_lock_on_cudamalloc", "pinned_use_background_threads",
+              "graph_capture_record_stream_reuse", "per_process_memory_fraction")
+
+
+def allocator_settings(value: Any) -> AllocatorSettings:
+    """NOTE [allocator settings]: ``value`` (None, a mapping such as
+    ``{expandable_segments: true}``, a PYTORCH_CUDA_ALLOC_CONF string such as
+    ``expandable_segments:True``, or settings) as settings; a one-line error otherwise."""
+    if value is None or isinstance(value, AllocatorSettings):
+        return value or AllocatorSettings()
+    if isinstance(value, str):
+        pairs = {}
+        for item in filter(None, (x.strip() for x in value.split(","))):
+            k, sep, v = item.partition(":")
+            if not sep:
+                raise ConfigError(f"allocator: {short_repr(item)} is not KEY:VALUE "
+                                  "(PYTORCH_CUDA_ALLOC_CONF's form)")
+            pairs[k.strip()] = {"true": True, "false": False}.get(v.strip().lower(), v.strip())
+        value = pairs
+    if not isinstance(value, dict):
+        raise ConfigError(f"allocator must be a mapping such as {{expandable_segments: true}}"
+                          f", got {type(value).__name__}")
+    for k, v in value.items():
+        if k in UNMODELLED:
+            raise ConfigError(f"allocator: {k} is not modelled (modelled: "
+                              f"{', '.join(KNOWN_SETTINGS)}); a run under it would be "
+                              "predicted as if it were unset")
+        if k not in KNOWN_SETTINGS:
+            raise ConfigError(f"allocator: unknown setting {short_repr(k)}; known: "
+                              f"{', '.join(KNOWN_SETTINGS)}")
+        if not isinstance(v, bool):
+            raise ConfigError(f"allocator: {k} must be true or false, got {short_repr(v)}")
+    return AllocatorSettings(**value)
 
 
 def round_size(n: int) -> int:
@@ -174,30 +240,9 @@ class CachingPool(Accounting):
         pool = "small" if size <= SMALL_SIZE else "large"
         found = self._best(pool, size, stream)
         if found is None:
-            seg_size = segment_size(size)
-            if self.reserved_bytes + seg_size > self.capacity:
-                self._release_cached()
-                if self.reserved_bytes + seg_size > self.capacity and can_sync:
-                    return False
-                if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
-                    free = self.capacity - self.live_bytes
-                    self.oom = oom_record(key, layer, phase, now, seg_size, free,
-                                          max(0, self.capacity - self.reserved_bytes))
-            if self.reserved_bytes + seg_size > self.capacity and self.oom is None:
-                raise InvariantViolation(f"reserved a segment past the capacity with no "
-                                         "out-of-memory recorded", layer, key_name(key))
-            seg = self._next_seg
-            self._next_seg += 1
-            if self.released:
-                self.remade += 1
-                self.remade_bytes += seg_size
-            self._segments[seg] = (pool, seg_size)
-            self._stream[seg] = stream
-            self._free[seg], self._ends[seg] = {}, {}
-            self._add_free(seg, 0, seg_size)
-            self.reserved_bytes += seg_size
-            self.peak_footprint_bytes = max(self.peak_footprint_bytes, self.reserved_bytes)
-            found = (seg, 0, seg_size)
+            found = self._grow(pool, size, stream, key, layer, phase, now, can_sync)
+            if found is None:
+                return False
         seg, off, bsize = found
         self._take_free(seg, off)
         rest = bsize - size
@@ -209,6 +254,46 @@ class CachingPool(Accounting):
         self._blocks[key] = (seg, off, taken, category)
         self._taken(key, taken, category, now)
         return True
+
+    def _room(self, need: int, key: Key, layer: str, phase: str, now: int,
+              can_sync: bool, retry) -> int | None:
+        """``need`` more bytes reserved under the cap (NOTE [caching allocator]): if they do
+        not fit, the cache is released and ``retry()`` says what is needed then; None when
+        it still does not fit and ``can_sync`` (the caller synchronises and asks again);
+        else what to reserve (past the cap only with the out-of-memory recorded)."""
+        if self.reserved_bytes + need > self.capacity:
+            self._release_cached()
+            need = retry()
+            if self.reserved_bytes + need > self.capacity and can_sync:
+                return None
+            if self.reserved_bytes + need > self.capacity and self.oom is None:
+                free = self.capacity - self.live_bytes
+                self.oom = oom_record(key, layer, phase, now, need, free,
+                                      max(0, self.capacity - self.reserved_bytes))
+        if self.reserved_bytes + need > self.capacity and self.oom is None:
+            raise InvariantViolation(f"reserved a segment past the capacity with no "
+                                     "out-of-memory recorded", layer, key_name(key))
+        if self.released:
+            self.remade += 1
+            self.remade_bytes += need
+        self.reserved_bytes += need
+        self.peak_footprint_bytes = max(self.peak_footprint_bytes, self.reserved_bytes)
+        return need
+
+    def _grow(self, pool: str, size: int, stream: str, key: Key, layer: str, phase: str,
+              now: int, can_sync: bool) -> tuple[int, int, int] | None:
+        """No free block holds ``size``: a new segment (cudaMalloc), as (segment, offset,
+        size) of the free block that now holds it; None as :meth:`_room`."""
+        seg_size = segment_size(size)
+        if self._room(seg_size, key, layer, phase, now, can_sync, lambda: seg_size) is None:
+            return None
+        seg = self._next_seg
+        self._next_seg += 1
+        self._segments[seg] = (pool, seg_size)
+        self._stream[seg] = stream
+        self._free[seg], self._ends[seg] = {}, {}
+        self._add_free(seg, 0, seg_size)
+        return seg, 0, seg_size
 
     def transient(self, key: Key, size_bytes: int, category: str, start: int, end: int
                   ) -> bool:

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from ..trace.model import Trace
 from .allocator import Pool
-from .caching import CachingPool
+from .caching import AllocatorSettings, CachingPool
+from .expandable import ExpandablePool
 from .plan import Liveness
 
 
@@ -42,8 +44,18 @@ class Semantics:
     per_layer_weights: bool  # weights and their gradients per layer, gradients at backward
     holds_inputs: bool  # the training loop holds the network's inputs
 
-    def pool(self, capacity_bytes: int | None) -> Pool | CachingPool:
-        return CachingPool(capacity_bytes) if self.caching_allocator else Pool(capacity_bytes)
+    def pool(self, capacity_bytes: int | None, allocator: AllocatorSettings | None = None
+             ) -> Pool | CachingPool:
+        """The pool of a run; ``allocator``: the caching allocator's settings (NOTE
+        [allocator settings]), which a CNMeM pool (Torch7) does not have."""
+        if not self.caching_allocator:
+            if allocator is not None and not allocator.default:
+                raise ConfigError("allocator settings apply to PyTorch traces (framework: "
+                                  "pytorch): this trace replays Torch7's CNMeM pool")
+            return Pool(capacity_bytes)
+        if allocator is not None and allocator.expandable_segments:
+            return ExpandablePool(capacity_bytes)
+        return CachingPool(capacity_bytes)
 
     def grad_keys(self, trace: Trace, lv: Liveness
                   ) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:

@@ -15,6 +15,7 @@ from ..trace.model import Trace
 from .compile import Program, compile_plan, checkpoint_buffers, free_points, keepers, recompute_sets
 from .host import Host
 from .allocator import key_name
+from .caching import AllocatorSettings
 from .invariants import InvariantViolation
 from .iteration import STEP_PIECES, Iteration
 from .memory import Memory
@@ -32,7 +33,7 @@ class Simulation(Streams, Host, Memory, Iteration):
 
     def __init__(self, trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
                  lv: Liveness | None = None, record_ops: bool = True, checks: bool = True,
-                 stop_at_oom: bool = False):
+                 stop_at_oom: bool = False, allocator: AllocatorSettings | None = None):
         """``checks=False`` skips the data, stream and end checks of NOTE [invariants]; it
         exists only so that bench/bench_engine.py can measure what they cost.
         ``stop_at_oom``: the host stops issuing at the first layer that starts after an
@@ -45,7 +46,7 @@ class Simulation(Streams, Host, Memory, Iteration):
         self.lv = lv or liveness(trace)
         self.sem = sem = semantics_for(trace)
         self.env = simpy.Environment()
-        self.pool = sem.pool(capacity_bytes)
+        self.pool = sem.pool(capacity_bytes, allocator)  # NOTE [allocator settings]
         if plan.placement == "first":  # NOTE [placement] (a CNMeM pool: Torch7 traces)
             self.pool.first_fit = True
         # NOTE [compile]: what the host walks, worked out before it starts

@@ -623,7 +623,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .yamlio import write_text_atomic
 
     _writable(args.output)
-    rec = import_file(args.file)
+    rec = import_file(args.file, segments=args.segments)
     if args.output:
         write_text_atomic(args.output, to_json(rec) + "\n")
         print(f"wrote {_shown(args.output)}: {rec['kind']}", file=sys.stderr)
@@ -831,6 +831,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "torch.cuda.memory._dump_snapshot pickle")
     im.add_argument("--output", "-o", default=None, help="JSON record to write")
     im.add_argument("--json", action="store_true", help="print the JSON record")
+    im.add_argument("--segments", action="store_true",
+                    help="a snapshot's segments at its peak reserved moment, per stream and "
+                    "pool, with the cudaMalloc/cudaFree counts (NOTE [snapshot segments])")
     im.set_defaults(fn=cmd_import)
 
     ls = sub.add_parser("list", help="list networks, GPU presets and policies")

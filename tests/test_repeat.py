@@ -267,6 +267,7 @@ def test_validate_refuses_allocator_settings_it_does_not_model(tmp_path, capsys)
     rc = main(["validate", str(H200), str(_banded(tmp_path, unknown))])
     err = capsys.readouterr().err
     assert rc == 2 and "unknown allocator setting" in err and err.count("\n") == 1
+    assert "banded.json: [0]: allocator_conf: " in err
 
 
 # ------------------------------------------------------------ the command without a GPU

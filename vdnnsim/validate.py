@@ -95,6 +95,15 @@ def _positive_finite(value: Any) -> float:
                            "a positive, finite number")
 
 
+def _allocator_conf(value: Any) -> dict[str, Any]:
+    """NOTE [allocator settings]: a recorded ``allocator_conf``, checked as pydantic
+    reports it (the record's place in the file named)."""
+    try:
+        return check_conf(value, "allowed keys and values")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Measurement(BaseModel):
     """One record of `vdnnsim measure --json` (the keys validate reads; others pass)."""
 
@@ -128,7 +137,7 @@ class Measurement(BaseModel):
         Annotated[float, BeforeValidator(_positive_finite)]] | None = Field(
             None, description="[min, max] of the processes' reserved_one_step_bytes (NOTE "
             "[bands]); absent for one process.")
-    allocator_conf: Annotated[dict[str, Any], BeforeValidator(check_conf)] | None = Field(
+    allocator_conf: Annotated[dict[str, Any], BeforeValidator(_allocator_conf)] | None = Field(
         None, description="The caching allocator's settings the run was measured with "
         "(NOTE [allocator settings]); absent or {}: PyTorch's defaults.")
 

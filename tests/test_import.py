@@ -335,3 +335,117 @@ def test_other_files_one_line_each(capsys, tmp_path):
 def test_unwritable_output_fails_before_reading(capsys, tmp_path):
     rc, out, err = run(capsys, tmp_path / "missing.json", "-o", tmp_path / "no" / "dir" / "r.json")
     assert rc == 2 and "no such file" not in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- segments at the peak
+
+M = 2**20
+L1, S1, L2, E = 0x10000000, 0x20000000, 0x30000000, 0x40000000
+
+
+def _segments_snapshot():
+    """NOTE [snapshot segments], by hand. Recording began after the warm-up: segment L1
+    (large, 20 MiB) with block A (8 MiB) and the small segment S1 with a 512-byte block
+    were there before the history's first entry. Then (MiB):
+      0 alloc L1+8 6                          (allocated A + S + 6)
+      1 segment_alloc L2 40                   reserved 22 -> 62
+      2 alloc L2+0 30 - 1000 bytes
+      3 alloc L2+30 8                         <- the most allocated at the peak reserved
+      4 free_completed L2+0, 5 free_completed L2+30, 6 free_completed L1+8
+      7 segment_free L2 40 (empty_cache)      reserved 22 at the snapshot
+    At the peak moment (after entry 3): L1 = A (8, exact), the 6 MiB block, 6 MiB free:
+    3 blocks; L2 = the 30 MiB block (30 MiB - 512 rounded, its 512-byte tail unsplit, as
+    the allocator leaves a remainder of at most 1 MiB), the 8 MiB block, 2 MiB free: 3
+    blocks; S1 = its 512-byte block and 2 MiB - 512 free: 2 blocks."""
+    def e(action, addr, size, t):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+                "frames": []}
+    trace = [e("alloc", L1 + 8 * M, 6 * M, 10), e("segment_alloc", L2, 40 * M, 20),
+             e("alloc", L2, 30 * M - 1000, 30), e("alloc", L2 + 30 * M, 8 * M, 40),
+             e("free_requested", L2, 30 * M - 1000, 50),
+             e("free_completed", L2, 30 * M - 1000, 51),
+             e("free_requested", L2 + 30 * M, 8 * M, 60),
+             e("free_completed", L2 + 30 * M, 8 * M, 61),
+             e("free_requested", L1 + 8 * M, 6 * M, 70),
+             e("free_completed", L1 + 8 * M, 6 * M, 71), e("segment_free", L2, 40 * M, 80)]
+    segs = [{"device": 0, "address": L1, "total_size": 20 * M, "stream": 0,
+             "segment_type": "large", "is_expandable": False,
+             "blocks": [{"address": L1, "size": 8 * M, "requested_size": 8 * M - 100,
+                         "state": "active_allocated"},
+                        {"address": L1 + 8 * M, "size": 12 * M, "requested_size": 0,
+                         "state": "inactive"}]},
+            {"device": 0, "address": S1, "total_size": 2 * M, "stream": 0,
+             "segment_type": "small", "is_expandable": False,
+             "blocks": [{"address": S1, "size": 512, "requested_size": 400,
+                         "state": "active_allocated"},
+                        {"address": S1 + 512, "size": 2 * M - 512, "requested_size": 0,
+                         "state": "inactive"}]}]
+    return {"segments": segs, "device_traces": [trace]}
+
+
+def test_segments_at_the_peak_by_hand(capsys, tmp_path):
+    (d,) = importers.snapshot_segments(_segments_snapshot())
+    assert d["peak_reserved_bytes"] == 62 * M
+    assert d["peak_moment"] == {"entry": 4, "of": 8, "time_us": 40,
+                                "allocated_requested_bytes":
+                                    8 * M - 100 + 400 + 6 * M + 30 * M - 1000 + 8 * M}
+    assert (d["cuda_malloc"], d["cuda_free"], d["segment_map"]) == (1, 1, 0)
+    assert d["estimated_blocks"] == 3 and d["warnings"] == []
+    large, small = d["pools"]
+    assert (large["stream"], large["pool"], small["pool"]) == ("0", "large", "small")
+    assert {k: large[k] for k in ("segments", "reserved_bytes", "blocks", "allocated_bytes",
+                                  "free_bytes", "cuda_malloc", "cuda_free")} == \
+        {"segments": 2, "reserved_bytes": 60 * M, "blocks": 6, "allocated_bytes": 52 * M,
+         "free_bytes": 8 * M, "cuda_malloc": 1, "cuda_free": 1}
+    l1, l2 = large["segment_list"]
+    assert (l1["address"], l1["blocks"], l1["allocated_blocks"], l1["free_bytes"]) == \
+        (L1, 3, 2, 6 * M)
+    assert l1["requested_bytes"] == 14 * M - 100
+    assert (l2["address"], l2["size_bytes"], l2["blocks"], l2["allocated_bytes"],
+            l2["free_bytes"]) == (L2, 40 * M, 3, 38 * M, 2 * M)
+    (s1,) = small["segment_list"]
+    assert (s1["blocks"], s1["allocated_bytes"], s1["free_bytes"]) == (2, 512, 2 * M - 512)
+    assert (small["cuda_malloc"], small["cuda_free"]) == (0, 0)
+    # the command: the same facts, readable and as JSON
+    f = _dump(tmp_path, _segments_snapshot())
+    rc, out, err = run(capsys, f, "--segments")
+    lines = out.splitlines()
+    assert rc == 0 and err == "" and "segments at the peak, 1 device(s)" in lines[0]
+    assert lines[1].startswith("device 0: peak reserved 62.0 MiB (after entry 4 of 8;")
+    assert "1 cudaMalloc, 1 cudaFree in 8 history entries" in lines[1]
+    assert lines[3].split()[:9] == ["0", "large", "2", "6", "60.0", "52.0", "8.0", "1", "1"]
+    assert lines[3].endswith("40.0 (3), 20.0 (3)")
+    assert "3 block(s) sized from their request" in lines[-1]
+    rc, out, _ = run(capsys, f, "--segments", "--json")
+    rec = json.loads(out)
+    assert rec["kind"] == importers.KIND_SEGMENTS and rec["devices"][0]["pools"][0] == large
+
+
+def test_expandable_segments_pieces_are_one_segment(tmp_path):
+    """An expandable segment maps 20 MiB twice, holds a 30 MiB block, is unmapped to 20."""
+    def e(action, addr, size, t):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t}
+    trace = [e("segment_map", E, 20 * M, 1), e("segment_map", E + 20 * M, 20 * M, 2),
+             e("alloc", E, 30 * M, 3), e("free_completed", E, 30 * M, 4),
+             e("segment_unmap", E + 20 * M, 20 * M, 5)]
+    seg = {"device": 0, "address": E, "total_size": 20 * M, "stream": 0,
+           "segment_type": "large", "is_expandable": True,
+           "blocks": [{"address": E, "size": 20 * M, "requested_size": 0, "state": "inactive"}]}
+    (d,) = importers.snapshot_segments({"segments": [seg], "device_traces": [trace]})
+    assert d["peak_reserved_bytes"] == 40 * M and d["peak_moment"]["entry"] == 3
+    assert (d["cuda_malloc"], d["segment_map"], d["segment_unmap"]) == (0, 2, 1)
+    ((x,),) = [p["segment_list"] for p in d["pools"]]
+    assert (x["size_bytes"], x["expandable"], x["blocks"], x["allocated_bytes"]) == \
+        (40 * M, True, 2, 30 * M)
+
+
+def test_segments_need_a_snapshot(capsys, tmp_path):
+    rc, out, err = run(capsys, H200_TRACE, "--segments")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "--segments reads a CUDA memory snapshot pickle" in err
+    snap = _segments_snapshot()
+    snap["device_traces"] = [[]]
+    rc, out, _ = run(capsys, _dump(tmp_path, snap), "--segments", "--json")
+    rec = json.loads(out)
+    assert rc == 0 and rec["devices"][0]["peak_reserved_bytes"] == 22 * M
+    assert any("no history" in w for w in rec["warnings"])

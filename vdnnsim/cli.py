@@ -541,13 +541,15 @@ def _memory_cap(args: argparse.Namespace) -> int | None:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
-    _need_torch()
-    import torch
-
+    """NOTE [measurement]; with --repeat, NOTE [repeated measurement]."""
+    from .allocconf import ENV, effective, env_string, parse_pairs
     from .errors import ConfigError
-    from .gpu.measure import measure
 
+    cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
+    conf = effective(parse_pairs(args.allocator))  # NOTE [allocator settings]
+    if args.warmup_processes is not None and not args.repeat:
+        raise ConfigError("--warmup-processes goes with --repeat N")
+    _writable(args.memory_history)
     kwargs = _model_kwargs(args.model_arg)
     plan = None
     if args.plan:  # NOTE [planned runtime], NOTE [plan files]
@@ -564,23 +566,65 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.policy = "planned"
     elif args.policy == "planned":
         raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
-    if not torch.cuda.is_available():  # after the plan's checks: they need no GPU
+    if conf and not args.repeat:  # read when CUDA first allocates: set before that
+        torch_ = sys.modules.get("torch")
+        if torch_ is not None and torch_.cuda.is_initialized() and \
+                os.environ.get(ENV) != env_string(conf):
+            raise ConfigError("--allocator: CUDA is already initialised in this process, so "
+                              "its allocator has read its settings; run vdnnsim measure in "
+                              "a fresh process (or with --repeat)")
+        os.environ[ENV] = env_string(conf)
+    _need_torch()
+    import torch
+
+    if not torch.cuda.is_available():  # after the checks above: they need no GPU
         raise ConfigError("vdnnsim measure needs a CUDA GPU (none is visible)")
-    try:
-        rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup, args.iters,
-                      args.dtype, plan, args.optimizer, args.seq_len, args.input, kwargs)
-    except ValueError as exc:  # a plan the model cannot run
-        raise ConfigError(f"{args.plan or args.model}: {exc}") from None
+    if args.repeat:
+        from .gpu.repeat import repeat
+        env = dict(os.environ)
+        if conf:
+            env[ENV] = env_string(conf)
+        rec = repeat(args, cap, args.repeat,
+                     1 if args.warmup_processes is None else args.warmup_processes, env,
+                     args.memory_history)
+    else:
+        from .gpu.measure import measure
+        history = None
+        if args.memory_history:
+            import pickle
+
+            from .yamlio import write_atomic
+
+            def history(snapshot: dict) -> None:
+                write_atomic(args.memory_history,
+                             lambda f: pickle.dump(snapshot, f, protocol=4), binary=True)
+        try:
+            rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup,
+                          args.iters, args.dtype, plan, args.optimizer, args.seq_len,
+                          args.input, kwargs, history, conf)
+        except ValueError as exc:  # a plan the model cannot run
+            raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
         print(json.dumps(rec, indent=2))
     elif rec["fits"]:
+        band = ""
+        if "iteration_ms_band" in rec:
+            lo, hi = rec["iteration_ms_band"]
+            band = (f" (median of {rec['repeat']['processes']} processes, {lo:.1f} to "
+                    f"{hi:.1f})")
         print(f"{args.model} batch {args.batch_size} {args.policy}: "
-              f"{rec['iteration_ms']:.1f} ms/iter, peak allocated "
+              f"{rec['iteration_ms']:.1f} ms/iter{band}, peak allocated "
               f"{rec['peak_allocated_bytes'] / GiB:.2f} GiB, reserved "
               f"{rec['peak_reserved_bytes'] / GiB:.2f} GiB")
     else:
         under = f" under the {cap / GiB:.2f} GiB cap" if cap else ""
         print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory{under}")
+    if args.memory_history:
+        last = rec["processes"][-1] if args.repeat else rec
+        print(f"wrote {_shown(args.memory_history)}: the allocator's history over the timed "
+              f"steps (vdnnsim import {args.memory_history} --segments)"
+              if last.get("memory_history") else "no memory history written: the run did "
+              "not reach its timed steps", file=sys.stderr)
     return 0
 
 
@@ -623,7 +667,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from .yamlio import write_text_atomic
 
     _writable(args.output)
-    rec = import_file(args.file)
+    rec = import_file(args.file, segments=args.segments)
     if args.output:
         write_text_atomic(args.output, to_json(rec) + "\n")
         print(f"wrote {_shown(args.output)}: {rec['kind']}", file=sys.stderr)
@@ -803,6 +847,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "autocast-bf16", "autocast-fp16"],
                     help="fp32; pure bf16/fp16; or fp32 weights under torch.autocast "
                     "(fp16 with a GradScaler)")
+    ms.add_argument("--repeat", type=int, default=None, metavar="N",
+                    help="measure in N fresh processes, one after another, after discarded "
+                    "warm-up processes: median and band (NOTE [repeated measurement])")
+    ms.add_argument("--warmup-processes", type=int, default=None, metavar="K",
+                    help="with --repeat: processes run first and discarded (default 1; 0 "
+                    "for a machine already warm)")
+    ms.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
+                    help="a caching allocator setting (PYTORCH_CUDA_ALLOC_CONF), e.g. "
+                    "expandable_segments=true; repeatable (NOTE [allocator settings])")
+    ms.add_argument("--memory-history", default=None, metavar="FILE",
+                    help="record the allocator's history over the timed steps and write its "
+                    "snapshot (a pickle) to FILE; with --repeat, the last process's")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
 
@@ -831,6 +887,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "torch.cuda.memory._dump_snapshot pickle")
     im.add_argument("--output", "-o", default=None, help="JSON record to write")
     im.add_argument("--json", action="store_true", help="print the JSON record")
+    im.add_argument("--segments", action="store_true",
+                    help="a snapshot's segments at its peak reserved moment, per stream and "
+                    "pool, with the cudaMalloc/cudaFree counts (NOTE [snapshot segments])")
     im.set_defaults(fn=cmd_import)
 
     ls = sub.add_parser("list", help="list networks, GPU presets and policies")
@@ -869,6 +928,8 @@ def _main(argv: Sequence[str] | None) -> int:
             ("trials", 1, 10_000, "each is a timed training step"),
             ("iters", 1, 10_000, "each is a timed training step"),
             ("warmup", 0, 10_000, "each is a training step"),
+            ("repeat", 1, 100, "each is a fresh process"),
+            ("warmup_processes", 0, 10, "each is a discarded process"),
             ("workers", 1, 1024, "one process per core is the most that helps"),
             ("limit", 1, 2**40, "the search doubles the batch up to this"),
             ("seq_len", 1, 2**20, "tokens a sample: a model's positions are far fewer")):

@@ -9,6 +9,21 @@ has one algorithm, so _p and _m agree), with the cap as the pool capacity. Error
 (predicted - measured) / measured for peak allocated bytes, peak reserved bytes and the
 median iteration time (the last two only where the run fits); fits/out-of-memory must agree.
 PyTorch's save_on_cpu is measured for comparison only and not predicted.
+
+NOTE [bands]
+A record measured in several fresh processes (``vdnnsim measure --repeat``, NOTE [repeated
+measurement]) holds the median of the processes' medians, which the prediction's error is
+taken against as before, and the band those medians span (``iteration_ms_band``,
+``peak_reserved_bytes_band``: [min, max]). How far apart fresh processes land is how well
+the run can be known, so each prediction is also judged against its band: inside it
+(``time_in_band``, ``reserved_in_band``), or how far outside, relative to the nearer edge
+(``time_band_err``, ``reserved_band_err``: (predicted - edge) / edge, 0 inside). A record
+without a band (one process) has none of these (NaN; ``-`` in the table). The summary
+counts the predictions inside their bands.
+
+A measurement records its caching allocator's settings (``allocator_conf``, NOTE
+[allocator settings]); the simulator models PyTorch's defaults only, so a record made with
+other settings is refused (``allocator_supported``) rather than compared wrongly.
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       ValidationError, model_validator)
 
 from . import limits
+from .allocconf import check_conf, is_default
 from .api import resolve_gpu, run_trace
 from .errors import ConfigError, VdnnError
 from .hardware import Capacity
@@ -79,6 +95,15 @@ def _positive_finite(value: Any) -> float:
                            "a positive, finite number")
 
 
+def _allocator_conf(value: Any) -> dict[str, Any]:
+    """NOTE [allocator settings]: a recorded ``allocator_conf``, checked as pydantic
+    reports it (the record's place in the file named)."""
+    try:
+        return check_conf(value, "allowed keys and values")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Measurement(BaseModel):
     """One record of `vdnnsim measure --json` (the keys validate reads; others pass)."""
 
@@ -99,13 +124,44 @@ class Measurement(BaseModel):
         Field(None, description="One step's reserved peak from an emptied cache (NOTE "
               "[measurement]); absent in records made before it was recorded.")
 
+    iteration_ms_band: tuple[Annotated[float, BeforeValidator(_positive_finite)],
+                             Annotated[float, BeforeValidator(_positive_finite)]] | None = \
+        Field(None, description="[min, max] of the processes' median step times of a run "
+              "measured in several processes (NOTE [bands]); absent for one process.")
+    peak_reserved_bytes_band: tuple[Annotated[float, BeforeValidator(_positive_finite)],
+                                    Annotated[float, BeforeValidator(_positive_finite)]] | \
+        None = Field(None, description="[min, max] of the processes' peak reserved bytes "
+                     "(NOTE [bands]); absent for one process.")
+    reserved_one_step_bytes_band: tuple[
+        Annotated[float, BeforeValidator(_positive_finite)],
+        Annotated[float, BeforeValidator(_positive_finite)]] | None = Field(
+            None, description="[min, max] of the processes' reserved_one_step_bytes (NOTE "
+            "[bands]); absent for one process.")
+    allocator_conf: Annotated[dict[str, Any], BeforeValidator(_allocator_conf)] | None = Field(
+        None, description="The caching allocator's settings the run was measured with "
+        "(NOTE [allocator settings]); absent or {}: PyTorch's defaults.")
+
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":
         if self.fits:
             for k in ("peak_allocated_bytes", "peak_reserved_bytes", "iteration_ms"):
                 if getattr(self, k) is None:
                     raise ValueError(f"a run that fits needs {k}")
+        for k, v in (("iteration_ms", self.iteration_ms),
+                     ("peak_reserved_bytes", self.peak_reserved_bytes),
+                     ("reserved_one_step_bytes", self.reserved_one_step_bytes)):
+            band = getattr(self, f"{k}_band")
+            if band is not None and not (band[0] <= band[1] and (v is None
+                                                                 or band[0] <= v <= band[1])):
+                raise ValueError(f"{k}_band {list(band)} must be [min, max] around {k} {v}")
         return self
+
+
+def allocator_supported(conf: dict[str, Any] | None) -> bool:
+    """NOTE [allocator settings]: whether the simulator models a measurement made with the
+    allocator settings ``conf``. Today it models PyTorch's defaults only; the simulator's
+    run option for other settings (issue 28) makes this say yes for what it models."""
+    return is_default(conf)
 
 
 def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
@@ -142,6 +198,13 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
                                "measured_fits": bool(m["fits"])}
         if policy is None or key not in tr:
             continue
+        if not allocator_supported(m.get("allocator_conf")):
+            from .allocconf import env_string
+            raise ConfigError(f"{shown(measurements)}: {m['model']} batch {m['batch_size']} "
+                              f"{m['policy']} was measured with allocator settings "
+                              f"{env_string(m['allocator_conf'])!r}, which the simulator "
+                              "does not model (it models PyTorch's defaults): not compared "
+                              "(NOTE [allocator settings])")
         trace = tr[key]
         r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"))
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
@@ -157,11 +220,28 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
                        alloc_err=(pa - ma) / ma, measured_reserved_gib=mr / GiB,
                        predicted_reserved_gib=pr / GiB, reserved_err=(pr - mr) / mr,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
+            row.update(_band("time", pt, m.get("iteration_ms_band"), 1.0))
+            row.update(_band("reserved", pr, m.get(f"{RESERVED[reserved]}_band"), GiB))
         rows.append(row)
     if not rows:
         raise ConfigError(f"{shown(measurements)}: no measurement matched a trace in "
                           f"{shown(traces)} (model name and batch size)")
     return pd.DataFrame(rows)
+
+
+def _band(name: str, predicted: float, band: Any, unit: float) -> dict[str, Any]:
+    """NOTE [bands]: the band's edges (in the table's unit), whether ``predicted`` lies
+    inside, and how far outside relative to the nearer edge (0 inside)."""
+    nan = float("nan")
+    if band is None or predicted != predicted:  # no band, or no prediction (memory only)
+        return {f"{name}_band_min": nan if band is None else band[0] / unit,
+                f"{name}_band_max": nan if band is None else band[1] / unit,
+                f"{name}_in_band": None, f"{name}_band_err": nan}
+    lo, hi = band
+    p = predicted  # in the band's unit (ms, bytes)
+    err = 0.0 if lo <= p <= hi else (p - lo) / lo if p < lo else (p - hi) / hi
+    return {f"{name}_band_min": lo / unit, f"{name}_band_max": hi / unit,
+            f"{name}_in_band": err == 0.0, f"{name}_band_err": err}
 
 
 def summarize(df: pd.DataFrame) -> dict[str, Any]:
@@ -175,6 +255,11 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
             if name in TARGETS:
                 med, mx = TARGETS[name]
                 out[name]["target_met"] = statistics.median(errs) <= med and max(errs) <= mx
+    for name in ("time", "reserved"):  # NOTE [bands]
+        col = df.get(f"{name}_in_band", pd.Series(dtype=object))
+        judged = [bool(v) for v in col if v is not None and v == v]
+        if judged:
+            out.setdefault("bands", {})[name] = {"inside": sum(judged), "n": len(judged)}
     capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
@@ -189,9 +274,17 @@ def _pct(v: float) -> str:
     return f"{'-':>6s}" if v != v else f"{v:+6.1%}"
 
 
+def _in_band(r: Any, name: str) -> str:
+    """NOTE [bands]: ``in``, how far outside (``+3.1%``), or ``-`` without a band."""
+    inside = getattr(r, f"{name}_in_band", None)
+    if inside is None or inside != inside:
+        return "-"
+    return "in" if inside else f"{getattr(r, f'{name}_band_err'):+.1%}"
+
+
 def format_validation(df: pd.DataFrame) -> str:
     lines = ["model        batch  policy     cap GiB  fits (meas/pred)  alloc GiB meas/pred   err"
-             "   reserved GiB meas/pred   err     ms meas/pred        err"]
+             "   reserved GiB meas/pred   err     ms meas/pred        err  band ms/resv"]
     for r in df.itertuples():
         capped = isinstance(r.cap_gib, float) and r.cap_gib == r.cap_gib  # not NaN
         cap = f"{r.cap_gib:.0f}" if capped else "-"
@@ -202,7 +295,8 @@ def format_validation(df: pd.DataFrame) -> str:
                          f"  {r.measured_alloc_gib:7.2f} / {r.predicted_alloc_gib:7.2f}"
                          f"  {r.alloc_err:+6.1%}   {r.measured_reserved_gib:7.2f} / "
                          f"{r.predicted_reserved_gib:7.2f}  {r.reserved_err:+6.1%}"
-                         f"  {r.measured_ms:8.1f} / {_ms(r.predicted_ms)}  {_pct(r.time_err)}")
+                         f"  {r.measured_ms:8.1f} / {_ms(r.predicted_ms)}  {_pct(r.time_err)}"
+                         f"  {_in_band(r, 'time'):>6s}/{_in_band(r, 'reserved')}")
         else:
             lines.append(f"{r.model:12s} {r.batch_size:5d}  {r.policy:9s}  {cap:>7s}  {fits}")
     s = summarize(df)
@@ -216,6 +310,11 @@ def format_validation(df: pd.DataFrame) -> str:
                           f"{'met' if v['target_met'] else 'MISSED'})")
             lines.append(f"{name}: median |error| {v['median_abs']:.1%}, max {v['max_abs']:.1%}"
                          f" over {v['n']} runs{target}")
+    for name, what in (("time", "iteration time"), ("reserved", "peak reserved")):
+        if name in s.get("bands", {}):
+            b = s["bands"][name]
+            lines.append(f"{what}: {b['inside']} of {b['n']} predictions inside the band of "
+                         "their fresh processes' medians")
     f = s["fit"]
     lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
                  f"({f['capped_right']} of {f['capped_n']} capped runs)")

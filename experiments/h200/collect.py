@@ -309,39 +309,31 @@ def _hostcal_one(spec: str, batch: int, policy: str, steps: int) -> dict:
     import statistics
 
     import torch
-    import torch.nn.functional as F
 
-    from vdnnsim.gpu.models import build_model
     from vdnnsim.gpu.runtime import VDNN
-    model, shape, _ = build_model(spec)
-    model = model.cuda().train()
-    vd = VDNN(model, shape, policy)
-    net = vd if policy != "baseline" else model
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(batch, *shape, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    from vdnnsim.gpu.workload import build_workload, training_step
+    work = build_workload(spec)
+    model = work.model.cuda().train()
+    vd = VDNN(model, work.shape, policy)
+    net = vd if policy != "baseline" else None
+    train = training_step(work, batch, "cuda", runner=net)  # NOTE [training step]
     h: dict[str, list[float]] = {"fwd": [], "bwd": [], "step": [], "gpu": []}
 
     def step(timed: bool) -> None:
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
             enable_timing=True)
         s.record()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(x), y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
+        t: dict[str, float] = {}
+        train(mark=lambda point, loss: t.__setitem__(point, time.perf_counter()))
         if net is vd:
             vd.end_iteration()
         t3 = time.perf_counter()
         e.record()
         e.synchronize()
         if timed:
-            h["fwd"].append((t1 - t0) * 1e3)
-            h["bwd"].append((t2 - t1) * 1e3)
-            h["step"].append((t3 - t2) * 1e3)
+            h["fwd"].append((t["forward"] - t["start"]) * 1e3)
+            h["bwd"].append((t["backward"] - t["forward"]) * 1e3)
+            h["step"].append((t3 - t["backward"]) * 1e3)
             h["gpu"].append(s.elapsed_time(e))
 
     for _ in range(3):
@@ -367,7 +359,8 @@ def do_cublas(out: Path) -> None:
     them too (a conv's bias gradient, the loss)?"""
     import torch
     from torch import nn
-    import torch.nn.functional as F
+
+    from vdnnsim.gpu.workload import Workload, training_step
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
@@ -392,14 +385,10 @@ def do_cublas(out: Path) -> None:
             with torch.no_grad():
                 lin(torch.randn(8, 16, device=dev))
         else:
-            m = make().to(dev)
-            opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-            x = torch.randn(8, 3, 32, 32, device=dev)
-            y = torch.randint(0, 10, (8,), device=dev)
+            work = Workload(make(), name, "image", (3, 32, 32), 10)
+            train = training_step(work, 8, dev)  # NOTE [training step]: SGD
             for _ in range(3):
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(m(x), y).backward()
-                opt.step()
+                train()
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         torch._C._cuda_clearCublasWorkspaces()
@@ -414,7 +403,13 @@ OLD_MODES = {"heldout12": "meta-heldout1", "heldout12b": "meta-heldout2",
 
 
 def main() -> int:
-    what, out = sys.argv[1], Path(sys.argv[2])
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", help="the mode (above)")
+    p.add_argument("out", type=Path, help="the folder to write into")
+    args = p.parse_args()
+    what, out = args.what, args.out
     what = OLD_MODES.get(what, what)
     if what == "profile":
         do_profile(out, SETS)

@@ -12,6 +12,9 @@ steps one step is recorded:
   Python frame that allocated it (empty for the autograd engine's own allocations) and
   the ordinal of its allocation among the step's events;
 - ``events``: every allocator event of the step (action, size, frame).
+
+The step is NOTE [training step]'s (vdnnsim/gpu/workload.py: SGD, cross-entropy of the
+logits), with the marks after the loss and after the backward pass read at its marks.
 """
 
 from __future__ import annotations
@@ -20,13 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's vdnnsim
 
-from vdnnsim.gpu.models import build_model  # noqa: E402
-from vdnnsim.gpu.runtime import VDNN  # noqa: E402
 
 
 def _where(e: dict) -> str:
@@ -39,14 +37,25 @@ def _where(e: dict) -> str:
 
 
 def main() -> int:
-    spec, batch, policy, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model")
+    p.add_argument("batch", type=int)
+    p.add_argument("policy", choices=["baseline", "vdnn_conv", "vdnn_all"])
+    p.add_argument("out")
+    args = p.parse_args()
+    import torch
+
+    from vdnnsim.gpu.runtime import VDNN
+    from vdnnsim.gpu.workload import build_workload, training_step
+
+    spec, batch, policy, out = args.model, args.batch, args.policy, args.out
     torch.backends.cudnn.benchmark = True
-    model, shape, _ = build_model(spec)
-    model = model.cuda().train()
-    net = VDNN(model, shape, policy) if policy != "baseline" else model
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(batch, *shape, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    work = build_workload(spec)
+    model = work.model.cuda().train()
+    net = VDNN(model, work.shape, policy) if policy != "baseline" else None
+    train = training_step(work, batch, "cuda", runner=net)
     marks: list[tuple[str, str, int, int]] = []
     recording = [False]
 
@@ -67,15 +76,15 @@ def main() -> int:
                 fn.register_prehook(lambda g: mark("bwd", name))
         mod.register_forward_hook(post)
 
+    def at(point: str, loss) -> None:  # NOTE [training step]'s marks
+        if point == "forward":
+            mark("fwd", "loss_done")
+        elif point == "backward":
+            mark("bwd", "backward_done")
+
     def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(x), y)
-        mark("fwd", "loss_done")
-        loss.backward()
-        del loss
-        mark("bwd", "backward_done")
-        opt.step()
-        if isinstance(net, VDNN):
+        train(mark=at)
+        if net is not None:
             net.end_iteration()
 
     for _ in range(2):

@@ -6,6 +6,9 @@ long as the step, the GPU waited for the host; when the host finishes well befor
 set the pace. CPU time close to the issuing time means the host was busy, not blocked.
 
     python3 experiments/h200/hostbound.py MODEL BATCH OUT.json [POLICY ...]
+
+The step is NOTE [training step]'s (vdnnsim/gpu/workload.py: SGD, cross-entropy of the
+logits).
 """
 
 from __future__ import annotations
@@ -16,33 +19,36 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's vdnnsim
-
-from vdnnsim.gpu.models import build_model  # noqa: E402
-from vdnnsim.gpu.runtime import VDNN  # noqa: E402
 
 
 def main() -> int:
-    spec, batch, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    policies = sys.argv[4:] or ["baseline", "vdnn_conv", "vdnn_all"]
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model")
+    p.add_argument("batch", type=int)
+    p.add_argument("out")
+    p.add_argument("policies", nargs="*", metavar="POLICY",
+                   default=["baseline", "vdnn_conv", "vdnn_all"])
+    args = p.parse_args()
+    import torch
+
+    from vdnnsim.gpu.runtime import VDNN
+    from vdnnsim.gpu.workload import build_workload, training_step
+
+    spec, batch, out, policies = args.model, args.batch, args.out, args.policies
     torch.backends.cudnn.benchmark = True
     rows = []
     for policy in policies:
-        model, shape, _ = build_model(spec)
-        model = model.cuda().train()
-        net = VDNN(model, shape, policy) if policy != "baseline" else model
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        x = torch.randn(batch, *shape, device="cuda")
-        y = torch.randint(0, 1000, (batch,), device="cuda")
+        work = build_workload(spec)
+        model = work.model.cuda().train()
+        net = VDNN(model, work.shape, policy) if policy != "baseline" else None
+        train = training_step(work, batch, "cuda", runner=net)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x), y).backward()
-            opt.step()
-            if isinstance(net, VDNN):
+        def step(train=train, net=net):
+            train()
+            if net is not None:
                 net.end_iteration()
 
         for _ in range(3):
@@ -67,7 +73,7 @@ def main() -> int:
         print(f"{spec} b{batch} {policy}: host issues a step in {row['host_issue_ms']:.1f} ms "
               f"({row['host_cpu_ms']:.1f} ms of CPU, all threads), the step takes "
               f"{row['step_ms']:.1f} ms", flush=True)
-        del model, net, opt, x, y
+        del work, model, net, train, step
         torch.cuda.empty_cache()
     json.dump(rows, open(out, "w"), indent=1)
     return 0

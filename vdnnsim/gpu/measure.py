@@ -15,7 +15,15 @@ allocator's counts of device allocations, frees and retries over the timed steps
 recorded. The peak reserved over the timed steps keeps whatever segments the warm-up left
 cached (cuDNN's autotuner tries algorithms with their own workspaces there); one more step
 from an emptied cache (``torch.cuda.empty_cache()`` first) gives ``reserved_one_step_bytes``,
-what one iteration reserves on its own, which is what the simulator replays.
+what one iteration reserves on its own, which is what the simulator replays. With
+``history`` the allocator's history (``torch.cuda.memory._record_memory_history``, its
+ring buffer of HISTORY_ENTRIES entries, no stack traces: they cost host time a step would
+pay) is recorded over the timed steps and ``torch.cuda.memory._snapshot()`` taken after
+them is handed to ``history`` (``vdnnsim measure --memory-history FILE`` pickles it; NOTE
+[snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
+those steps' times include the recording's cost. The allocator's settings
+(``allocator_conf``, NOTE [allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
+is read when CUDA first allocates, before this runs.
 ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 """
 
@@ -25,7 +33,7 @@ import contextlib
 import gc
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -36,6 +44,7 @@ from .runtime import VDNN
 from .workload import DTYPES, build_workload, training_step
 
 POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
+HISTORY_ENTRIES = 1_000_000  # NOTE [measurement]: the history's ring buffer
 
 
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
@@ -43,11 +52,14 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             dtype: str = "fp32", plan: PlanFile | dict[str, Any] | None = None,
             optimizer: str = "sgd", seq_len: int | None = None,
             input_spec: str | None = None,
-            model_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+            model_kwargs: dict[str, Any] | None = None,
+            history: Callable[[dict[str, Any]], None] | None = None,
+            allocator_conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
-    autocast-fp16)."""
+    autocast-fp16); ``history``: given the allocator's snapshot over the timed steps;
+    ``allocator_conf``: the settings this process's allocator runs with, recorded."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
@@ -62,6 +74,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
                               "optimizer": optimizer,
+                              "allocator_conf": dict(allocator_conf or {}),
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
         fields = plan.model_dump(mode="json")
@@ -106,6 +119,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_stats(dev)
+        if history is not None:
+            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES,
+                                                     context=None)
         times, host = [], []
         for _ in range(iters):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -117,6 +133,12 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             e.synchronize()
             times.append(s.elapsed_time(e))
         after = torch.cuda.memory_stats(dev)
+        if history is not None:
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            history(snapshot)
+            del snapshot
+            record["memory_history"] = {"max_entries": HISTORY_ENTRIES, "steps": iters}
         # the allocator's own counts over the timed steps: how often it asked the driver for
         # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
         counts = {k: after.get(k, 0) - before.get(k, 0)
@@ -127,27 +149,24 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)
         # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
-        # so that its reserved peak is one iteration's own (NOTE [measurement])
-        phases = {}
-        step.optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize(dev)
-        torch.cuda.empty_cache()
-        phases["start"] = torch.cuda.memory_allocated(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        reserved = []
-        loss = step.forward()
-        phases["forward_peak"] = torch.cuda.max_memory_allocated(dev)
-        phases["after_forward"] = torch.cuda.memory_allocated(dev)
-        reserved.append(torch.cuda.max_memory_reserved(dev))
-        torch.cuda.reset_peak_memory_stats(dev)
-        step.backward(loss)
-        del loss
-        phases["backward_peak"] = torch.cuda.max_memory_allocated(dev)
-        phases["after_backward"] = torch.cuda.memory_allocated(dev)
-        reserved.append(torch.cuda.max_memory_reserved(dev))
-        torch.cuda.reset_peak_memory_stats(dev)
-        step.update()
-        phases["step_peak"] = torch.cuda.max_memory_allocated(dev)
+        # so that its reserved peak is one iteration's own (NOTE [measurement]); the step
+        # itself is NOTE [training step]'s, read at its marks
+        phases: dict[str, int] = {}
+        reserved: list[int] = []
+        def read(point: str, loss: Any) -> None:
+            if point == "zero_grad":
+                torch.cuda.synchronize(dev)
+                torch.cuda.empty_cache()
+                phases["start"] = torch.cuda.memory_allocated(dev)
+                torch.cuda.reset_peak_memory_stats(dev)
+            elif point in ("forward", "backward", "step"):
+                phases[f"{point}_peak"] = torch.cuda.max_memory_allocated(dev)
+                if point != "step":  # the update's reserved peak is read once it is done
+                    phases[f"after_{point}"] = torch.cuda.memory_allocated(dev)
+                    reserved.append(torch.cuda.max_memory_reserved(dev))
+                    torch.cuda.reset_peak_memory_stats(dev)
+
+        step(mark=read)
         if runtime is not None:
             runtime.end_iteration()
         torch.cuda.synchronize(dev)

@@ -178,12 +178,13 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
 # the loss (under the step's context and, where the precision asks, torch.autocast), the
 # backward pass (of the loss scaled by the GradScaler where there is one) and the optimizer
 # step (through the scaler, which unscales the gradients and updates its scale). Everything
-# that runs a step runs this one: measure's warm-up and timed steps (NOTE [measurement]; its
-# last, phase-by-phase step calls these phases in this order itself, with the allocator's
-# readings between them), the profilers' plain, profiled and memory steps (NOTE [module
-# timing]), the per-layer profiler's timed steps (NOTE [layer timing]) and the kernel
-# counter's (NOTE [kernel counts]). What they add goes through the step's options, not a
-# copy of it:
+# that runs a step runs this one: measure's warm-up, timed and last, phase-by-phase steps
+# (NOTE [measurement]; the last reads the allocator at the marks), the profilers' plain,
+# profiled and memory steps (NOTE [module timing]), the per-layer profiler's timed steps
+# (NOTE [layer timing]), the kernel counter's (NOTE [kernel counts]) and the experiments'
+# GPU scripts (experiments/h200: collect.py's host calibration and cuBLAS check,
+# diagnose.py, hostbound.py). What they add goes through the step's options, not a copy
+# of it:
 # - ``mark(point, loss)``: called at the start, then after each phase, at POINTS ("start",
 #   "zero_grad", "forward", "backward", "step"); at "forward" with the loss, so that a
 #   profiler can hook its autograd node before the backward pass; by "backward" the step

@@ -153,14 +153,23 @@ def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
 
 
 def validation_scatter(df: pd.DataFrame) -> plt.Figure:
-    """Predicted against measured peak allocated memory and iteration time."""
+    """Predicted against measured peak allocated memory and iteration time; a measured
+    time's band (NOTE [bands]: the fresh processes' medians, min to max) as an error bar."""
     d = df[df.measured_fits]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     left_out = len(df) - len(d)
     for ax, (m, p, label) in zip(axes, (("measured_alloc_gib", "predicted_alloc_gib",
                                          "peak allocated (GiB)"),
                                         ("measured_ms", "predicted_ms", "iteration (ms)"))):
+        banded = False
         for k, (policy, g) in enumerate(d.groupby("policy")):
+            if m == "measured_ms" and "time_band_min" in g:
+                b = g[g.time_band_min.notna()]
+                if len(b):
+                    banded = True
+                    ax.errorbar(b[m], b[p], xerr=[b[m] - b.time_band_min,
+                                                  b.time_band_max - b[m]],
+                                fmt="none", ecolor=f"C{k}", elinewidth=0.8, capsize=2)
             fit = g.predicted_fits.astype(bool) if "predicted_fits" in g else g[m] == g[m]
             ax.scatter(g[m][fit], g[p][fit], label=policy, s=18, color=f"C{k}",
                        marker=MARKERS[k % len(MARKERS)])
@@ -170,6 +179,9 @@ def validation_scatter(df: pd.DataFrame) -> plt.Figure:
         ax.plot([0, hi], [0, hi], "k--", lw=0.8, label="predicted = measured")
         ax.scatter([], [], s=18, facecolors="none", edgecolors="0.3",
                    label="predicted not to fit")
+        if banded:
+            ax.errorbar([], [], xerr=[], fmt="none", ecolor="0.3", elinewidth=0.8, capsize=2,
+                        label="measured band (fresh processes)")
         ax.set_xlabel(f"measured {label}")
         ax.set_ylabel(f"predicted {label}")
         ax.grid(alpha=0.3)

@@ -1,0 +1,316 @@
+"""Issue 28, the measurement side, on a CPU: records of runs measured in fresh processes
+(NOTE [repeated measurement]) made one and judged by their bands (NOTE [bands]); the
+allocator settings a measurement runs with (NOTE [allocator settings]) and validate's
+refusal of those it does not model; `vdnnsim measure`'s one-line errors without a GPU;
+the experiments' GPU scripts still start on a CPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vdnnsim.allocconf import ENV, effective, env_string, is_default, parse_pairs
+from vdnnsim.cli import main
+from vdnnsim.errors import ConfigError
+from vdnnsim.gpu.repeat import aggregate, child_argv, run_child
+from vdnnsim.validate import (allocator_supported, format_validation, load_measurements,
+                              summarize, validate)
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "traces" / "h200"
+GiB = 2**30
+
+
+def _proc(ms, alloc=5_000_000_000, reserved=8_000_000_000, fits=True, **more):
+    """One child process's record, as `vdnnsim measure --json` prints it."""
+    rec = {"model": "torchvision:vgg16", "batch_size": 64, "policy": "baseline",
+           "memory_cap_bytes": None, "dtype": "fp32", "optimizer": "sgd",
+           "allocator_conf": {}, "gpu": "NVIDIA H200", "fits": fits, **more}
+    if fits:
+        rec.update(iteration_ms=ms, iteration_ms_all=[ms - 1, ms, ms + 1], host_issue_ms=ms / 2,
+                   peak_allocated_bytes=alloc, peak_reserved_bytes=reserved,
+                   reserved_one_step_bytes=reserved - 10**9,
+                   allocator={"num_device_alloc": 0, "num_device_free": 0,
+                              "num_alloc_retries": 0},
+                   phases={"start": 1})
+    else:
+        rec["error"] = "CUDA out of memory. Tried to allocate 2.00 GiB"
+    return rec
+
+
+# ------------------------------------------------------------ aggregation (pure)
+
+def test_aggregate_takes_the_median_of_the_processes_and_their_band():
+    procs = [_proc(50.0, reserved=8_000_000_000), _proc(46.0, reserved=8_080_000_000),
+             _proc(47.0, reserved=8_040_000_000)]
+    rec = aggregate(procs, [_proc(65.0)])
+    assert rec["iteration_ms"] == 47.0 and rec["iteration_ms_band"] == [46.0, 50.0]
+    assert rec["iteration_ms_spread"] == pytest.approx(4.0 / 47.0)
+    assert rec["peak_reserved_bytes"] == 8_040_000_000
+    assert rec["peak_reserved_bytes_band"] == [8_000_000_000, 8_080_000_000]
+    assert rec["peak_allocated_bytes"] == 5_000_000_000
+    assert rec["reserved_one_step_bytes_band"] == [7_000_000_000, 7_080_000_000]
+    assert rec["host_issue_ms"] == 23.5
+    assert rec["repeat"] == {"processes": 3, "warmup_processes": 1, "fits_agree": True,
+                             "discarded": [{"iteration_ms": 65.0, "fits": True,
+                                            "discarded": True}]}
+    # every process's own record is kept, its timed steps and counts with it
+    assert [p["iteration_ms"] for p in rec["processes"]] == [50.0, 46.0, 47.0]
+    assert rec["processes"][1]["iteration_ms_all"] == [45.0, 46.0, 47.0]
+    assert set(rec["processes"][0]) >= {"host_issue_ms", "peak_allocated_bytes", "allocator",
+                                        "reserved_one_step_bytes", "peak_reserved_bytes"}
+    assert "iteration_ms_all" not in rec and "warnings" not in rec
+    assert rec["fits"] is True and rec["model"] == "torchvision:vgg16"
+    # an even count: the median of the middle two
+    assert aggregate(procs + [_proc(48.0)])["iteration_ms"] == 47.5
+
+
+def test_the_aggregate_is_a_measurement_record_validate_reads(tmp_path):
+    rec = aggregate([_proc(47.0), _proc(48.0), _proc(49.0)], [])
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps([rec]))
+    (m,) = load_measurements(f)
+    assert m["iteration_ms_band"] == (47.0, 49.0) and m["repeat"]["warmup_processes"] == 0
+
+
+def test_fits_that_disagree_are_said_and_the_run_does_not_fit():
+    rec = aggregate([_proc(47.0), _proc(0, fits=False), _proc(49.0)], [])
+    assert rec["fits"] is False and rec["repeat"]["fits_agree"] is False
+    assert rec["warnings"] == ["the processes do not agree whether the run fits: 2 of 3 fit; "
+                               "the run is recorded as not fitting"]
+    assert rec["iteration_ms_band"] == [47.0, 49.0]  # what the processes that fit measured
+    assert rec["error"].startswith("CUDA out of memory")
+    oom = aggregate([_proc(0, fits=False)] * 3, [])
+    assert oom["fits"] is False and oom["repeat"]["fits_agree"] and "iteration_ms" not in oom
+
+
+def test_processes_of_different_runs_are_not_aggregated():
+    with pytest.raises(ValueError, match="process 2 measured another run"):
+        aggregate([_proc(47.0), {**_proc(47.0), "batch_size": 128}])
+    with pytest.raises(ValueError):
+        aggregate([])
+
+
+def test_a_child_measures_the_same_run_once():
+    args = argparse.Namespace(model="hf:gpt2", batch_size=8, optimizer="adamw",
+                              dtype="autocast-bf16", warmup=3, iters=7,
+                              model_arg=["n_layer=2"], input=None, seq_len=256, plan=None,
+                              policy="baseline")
+    argv = child_argv(args, 12 * GiB, "/tmp/h.pickle")
+    assert argv[0] == "measure" and argv[-1] == "--json"
+    assert "--repeat" not in argv and "--warmup-processes" not in argv
+    pairs = dict(zip(argv[1::2], argv[2::2]))
+    assert pairs["--memory-cap"] == str(12 * GiB) and pairs["--seq-len"] == "256"
+    assert pairs["--model-arg"] == "n_layer=2" and pairs["--memory-history"] == "/tmp/h.pickle"
+    assert pairs["--iters"] == "7" and pairs["--policy"] == "baseline"
+    # the parser takes what the child is given
+    from vdnnsim.cli import build_parser
+    back = build_parser().parse_args(argv)
+    assert (back.model, back.batch_size, back.seq_len, back.repeat) == ("hf:gpt2", 8, 256, None)
+
+
+def test_a_failing_child_is_one_line_naming_the_process():
+    """A real child `vdnnsim measure` on this machine: without a GPU it fails, and the
+    parent says which process and why in one line."""
+    args = argparse.Namespace(model="torchvision:resnet18", batch_size=2, optimizer="sgd",
+                              dtype="fp32", warmup=1, iters=1, model_arg=None, input=None,
+                              seq_len=None, plan=None, policy="baseline")
+    with pytest.raises(ConfigError) as exc:
+        run_child(child_argv(args, None), {**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                  "process 1 of 3")
+    msg = str(exc.value)
+    assert msg.startswith("process 1 of 3 failed (exit 2): ") and "\n" not in msg
+    assert "needs a CUDA GPU" in msg
+
+
+# ------------------------------------------------------------ bands in validate
+
+def _banded(tmp_path, edit):
+    """The committed measurements with bands added by ``edit``; the file's path."""
+    recs = json.loads((H200 / "measurements.json").read_text())
+    edit(recs)
+    f = tmp_path / "banded.json"
+    f.write_text(json.dumps(recs))
+    return f
+
+
+def test_each_prediction_is_judged_against_its_band(tmp_path):
+    plain = validate(H200, H200 / "measurements.json")
+    row = plain.iloc[0]  # vgg16 64 baseline: predicted 47.7 ms, reserved 8.16 GiB
+    pt, pr = row.predicted_ms, row.predicted_reserved_gib * GiB
+
+    def edit(recs):
+        r0, r1 = recs[0], recs[1]
+        r0["iteration_ms_band"] = [pt * 0.98, pt * 1.02]  # inside
+        r0["iteration_ms"] = pt
+        r0["peak_reserved_bytes_band"] = [pr * 1.1, pr * 1.3]  # prediction 1/1.1 of its edge
+        r0["peak_reserved_bytes"] = pr * 1.2
+        m1 = r1["iteration_ms"]
+        r1["iteration_ms_band"] = [m1 * 0.5, m1 * 0.6]  # far below the prediction
+        r1["iteration_ms"] = m1 * 0.55
+
+    df = validate(H200, _banded(tmp_path, edit))
+    a, b = df.iloc[0], df.iloc[1]
+    assert a.time_in_band is True and a.time_band_err == 0.0
+    assert a.reserved_in_band is False and a.reserved_band_err == pytest.approx(1 / 1.1 - 1)
+    assert a.reserved_band_min == pytest.approx(pr * 1.1 / GiB)
+    assert b.time_in_band is False and b.time_band_err > 0.5 and b.reserved_in_band is None
+    assert b.time_err == pytest.approx((b.predicted_ms - b.measured_ms) / b.measured_ms)
+    s = summarize(df)
+    assert s["bands"] == {"time": {"inside": 1, "n": 2}, "reserved": {"inside": 0, "n": 1}}
+    text = format_validation(df).splitlines()
+    assert text[0].endswith("band ms/resv")
+    assert text[1].endswith(f"    in/{a.reserved_band_err:+.1%}")
+    assert text[2].endswith(f"{b.time_band_err:+.1%}/-")
+    assert text[3].endswith("     -/-")
+    assert "iteration time: 1 of 2 predictions inside the band" in text[-3]
+    assert "peak reserved: 0 of 1 predictions inside the band" in text[-2]
+
+
+def test_records_without_bands_keep_their_table_and_summary():
+    df = validate(H200, H200 / "measurements.json")
+    s = summarize(df)
+    assert "bands" not in s
+    text = format_validation(df)
+    assert "inside the band" not in text
+    fitted = [x for x in text.splitlines()[1:] if "yes/" in x]
+    assert fitted and all(x.endswith("     -/-") for x in fitted)
+    assert df.time_band_min.isna().all()
+
+
+def test_a_band_that_does_not_hold_its_median_is_refused(tmp_path, capsys):
+    def edit(recs):
+        recs[0]["iteration_ms_band"] = [1.0, 2.0]
+    f = _banded(tmp_path, edit)
+    rc = main(["validate", str(H200), str(f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "iteration_ms_band" in err and "[0]" in err
+
+
+def test_the_plot_draws_bands_as_error_bars(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+
+    from vdnnsim.report import plots
+
+    def edit(recs):
+        recs[0]["iteration_ms_band"] = [recs[0]["iteration_ms"] * 0.9,
+                                        recs[0]["iteration_ms"] * 1.1]
+    df = validate(H200, _banded(tmp_path, edit))
+    fig = plots.validation_scatter(df)
+    alloc_ax, time_ax = fig.axes
+    bars = [c for c in time_ax.collections if isinstance(c, LineCollection)]
+    (seg,) = [s for c in bars for s in c.get_segments() if len(s)]
+    m = df.iloc[0].measured_ms
+    assert seg[:, 0].min() == pytest.approx(m * 0.9) and seg[:, 0].max() == pytest.approx(m * 1.1)
+    assert "measured band (fresh processes)" in time_ax.get_legend_handles_labels()[1]
+    assert not [c for c in alloc_ax.collections if isinstance(c, LineCollection)]
+    plt.close(fig)
+
+
+# ------------------------------------------------------------ allocator settings
+
+def test_allocator_settings_are_parsed_against_the_table():
+    assert parse_pairs(["expandable_segments=true"]) == {"expandable_segments": True}
+    got = parse_pairs(["max_split_size_mb:128,garbage_collection_threshold=0.8",
+                       "roundup_power2_divisions=4"])
+    assert got == {"max_split_size_mb": 128, "garbage_collection_threshold": 0.8,
+                   "roundup_power2_divisions": 4}
+    assert env_string(got) == ("max_split_size_mb:128,garbage_collection_threshold:0.8,"
+                               "roundup_power2_divisions:4")
+    assert env_string({"expandable_segments": True}) == "expandable_segments:True"
+    for bad, words in ((["foo=1"], "unknown allocator setting 'foo'"),
+                       (["expandable_segments=yes"], "must be true or false"),
+                       (["max_split_size_mb=20"], "above 20"),
+                       (["roundup_power2_divisions=3"], "power of two"),
+                       (["garbage_collection_threshold=1"], "between 0 and 1"),
+                       (["expandable_segments"], "use KEY=VALUE"),
+                       (["expandable_segments=true", "expandable_segments=false"], "twice")):
+        with pytest.raises(ConfigError, match=words):
+            parse_pairs(bad)
+    assert is_default({}) and is_default(None) and is_default({"expandable_segments": False})
+    assert not is_default({"expandable_segments": True})
+
+
+def test_the_environment_and_the_flag_must_not_disagree():
+    env = {ENV: "expandable_segments:True"}
+    assert effective({}, env) == {"expandable_segments": True}  # recorded, not ignored
+    assert effective({"expandable_segments": True}, env) == {"expandable_segments": True}
+    with pytest.raises(ConfigError, match="give them one way"):
+        effective({"max_split_size_mb": 64}, env)
+    with pytest.raises(ConfigError, match="unknown allocator setting 'backend'"):
+        effective({}, {ENV: "backend:cudaMallocAsync"})
+    assert effective({}, {}) == {}
+
+
+def test_validate_refuses_allocator_settings_it_does_not_model(tmp_path, capsys):
+    assert allocator_supported(None) and allocator_supported({})
+    assert not allocator_supported({"expandable_segments": True})
+
+    def edit(recs):
+        recs[3]["allocator_conf"] = {"expandable_segments": True}
+        recs[0]["allocator_conf"] = {}
+    rc = main(["validate", str(H200), str(_banded(tmp_path, edit))])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "vgg16 batch 128 baseline was measured with allocator settings " \
+           "'expandable_segments:True', which the simulator does not model" in err
+
+    def unknown(recs):
+        recs[0]["allocator_conf"] = {"pinned_num_register_threads": 8}
+    rc = main(["validate", str(H200), str(_banded(tmp_path, unknown))])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown allocator setting" in err and err.count("\n") == 1
+    assert "banded.json: [0]: allocator_conf: " in err
+
+
+# ------------------------------------------------------------ the command without a GPU
+
+def _measure(*argv, env=None):
+    e = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+    e.pop(ENV, None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "vdnnsim", "measure", *argv], env=e,
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--repeat", "3"], "vdnnsim measure needs a CUDA GPU (none is visible)"),
+    (["--repeat", "3", "--allocator", "expandable_segments=true", "--memory-history",
+      "h.pickle"], "needs a CUDA GPU"),
+    (["--allocator", "expandable_segments=maybe"], "expandable_segments must be true or false"),
+    (["--allocator", "backend=cudaMallocAsync"], "unknown allocator setting 'backend'"),
+    (["--warmup-processes", "0"], "--warmup-processes goes with --repeat N"),
+    (["--repeat", "0"], "--repeat must be from 1 to 100"),
+    (["--repeat", "3", "--warmup-processes", "11"], "--warmup-processes must be from 0 to 10"),
+    (["--memory-history", "/nonexistent/dir/h.pickle"], "h.pickle"),
+])
+def test_measure_errors_are_one_line(argv, words):
+    p = _measure("--model", "torchvision:resnet18", "-b", "2", *argv)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+
+
+def test_an_allocator_setting_in_the_environment_that_disagrees_is_one_line():
+    p = _measure("--model", "torchvision:resnet18", "-b", "2", "--allocator",
+                 "max_split_size_mb=64", env={ENV: "expandable_segments:True"})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "give them one way" in p.stderr
+
+
+# ------------------------------------------------------------ the GPU scripts start on a CPU
+
+@pytest.mark.parametrize("script", ["collect.py", "diagnose.py", "hostbound.py"])
+def test_the_experiments_gpu_scripts_print_their_help_on_a_cpu(script):
+    path = ROOT / "experiments" / "h200" / script
+    p = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("usage: ")
+    assert path.read_text().split('"""')[1].strip().splitlines()[0] in p.stdout
+    q = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert q.returncode == 2 and "error: the following arguments are required" in q.stderr

@@ -251,16 +251,17 @@ def test_the_environment_and_the_flag_must_not_disagree():
 
 def test_validate_refuses_allocator_settings_it_does_not_model(tmp_path, capsys):
     assert allocator_supported(None) and allocator_supported({})
-    assert not allocator_supported({"expandable_segments": True})
+    assert allocator_supported({"expandable_segments": True})  # replayed (NOTE [allocator
+    assert not allocator_supported({"max_split_size_mb": 128})  # settings])
 
     def edit(recs):
-        recs[3]["allocator_conf"] = {"expandable_segments": True}
+        recs[3]["allocator_conf"] = {"max_split_size_mb": 128}
         recs[0]["allocator_conf"] = {}
     rc = main(["validate", str(H200), str(_banded(tmp_path, edit))])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert "vgg16 batch 128 baseline was measured with allocator settings " \
-           "'expandable_segments:True', which the simulator does not model" in err
+           "'max_split_size_mb:128', which the simulator does not model" in err
 
     def unknown(recs):
         recs[0]["allocator_conf"] = {"pinned_num_register_threads": 8}
@@ -314,3 +315,19 @@ def test_the_experiments_gpu_scripts_print_their_help_on_a_cpu(script):
     assert path.read_text().split('"""')[1].strip().splitlines()[0] in p.stdout
     q = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
     assert q.returncode == 2 and "error: the following arguments are required" in q.stderr
+
+
+def test_validate_replays_expandable_segments_where_they_were_measured(tmp_path):
+    """A record measured with expandable segments is predicted with them (NOTE [allocator
+    settings]): its reserved prediction is the expandable pool's, not the default's (its
+    allocated bytes may differ a little: a block's unsplit tail counts as allocated, NOTE
+    [caching allocator], and where blocks fall differs)."""
+    from vdnnsim.validate import validate
+
+    def edit(recs):
+        recs[0]["allocator_conf"] = {"expandable_segments": True}
+    base = validate(H200, _banded(tmp_path, lambda recs: None))
+    exp = validate(H200, _banded(tmp_path, edit))
+    assert abs(exp.predicted_alloc_gib[0] / base.predicted_alloc_gib[0] - 1) < 0.005
+    assert exp.predicted_reserved_gib[0] < base.predicted_reserved_gib[0]
+    assert exp.predicted_reserved_gib[1:].equals(base.predicted_reserved_gib[1:])

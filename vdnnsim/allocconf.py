@@ -1,6 +1,6 @@
 """The caching allocator's settings a measurement ran with (PYTORCH_CUDA_ALLOC_CONF).
 
-NOTE [allocator settings]
+NOTE [measured allocator settings]
 PyTorch's caching allocator reads ``PYTORCH_CUDA_ALLOC_CONF`` (``key:value,key:value``)
 once, when CUDA first allocates; what it reads changes the reserved memory a run measures
 (expandable segments map pages into one growing segment instead of cudaMalloc'ing whole
@@ -8,7 +8,8 @@ segments; max_split_size_mb keeps large cached blocks whole; roundup_power2_divi
 rounds requests up further). So a measurement records the settings it ran with
 (``allocator_conf``: the keys given, with typed values; ``{}`` or absent is PyTorch's
 defaults), and ``vdnnsim validate`` refuses to hold a prediction against settings the
-simulator does not model (``validate.allocator_supported``), rather than answer wrongly.
+simulator does not model (``validate.allocator_supported``), rather than answer wrongly;
+what the simulator replays is NOTE [allocator settings] in engine/caching.py.
 
 The keys allowed are those of ALLOWED: each with its type, its range (as PyTorch's own
 parser checks it, so that a bad value is one line here and not an error inside the GPU
@@ -88,7 +89,7 @@ def _value(key: str, raw: Any, where: str) -> Any:
 def _known(key: str, where: str) -> None:
     if key not in ALLOWED:
         raise ConfigError(f"{where}: unknown allocator setting {key!r}; allowed: "
-                          f"{', '.join(ALLOWED)} (NOTE [allocator settings])")
+                          f"{', '.join(ALLOWED)} (NOTE [measured allocator settings])")
 
 
 def parse_pairs(items: list[str] | None, where: str = "--allocator") -> dict[str, Any]:

@@ -546,7 +546,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from .errors import ConfigError
 
     cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
-    conf = effective(parse_pairs(args.allocator))  # NOTE [allocator settings]
+    conf = effective(parse_pairs(args.allocator))  # NOTE [measured allocator settings]
     if args.warmup_processes is not None and not args.repeat:
         raise ConfigError("--warmup-processes goes with --repeat N")
     _writable(args.memory_history)
@@ -855,7 +855,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "for a machine already warm)")
     ms.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
                     help="a caching allocator setting (PYTORCH_CUDA_ALLOC_CONF), e.g. "
-                    "expandable_segments=true; repeatable (NOTE [allocator settings])")
+                    "expandable_segments=true; repeatable (NOTE [measured allocator settings])")
     ms.add_argument("--memory-history", default=None, metavar="FILE",
                     help="record the allocator's history over the timed steps and write its "
                     "snapshot (a pickle) to FILE; with --repeat, the last process's")

@@ -22,8 +22,10 @@ without a band (one process) has none of these (NaN; ``-`` in the table). The su
 counts the predictions inside their bands.
 
 A measurement records its caching allocator's settings (``allocator_conf``, NOTE
-[allocator settings]); the simulator models PyTorch's defaults only, so a record made with
-other settings is refused (``allocator_supported``) rather than compared wrongly.
+[measured allocator settings]); the prediction replays those the engine models (NOTE
+[allocator settings] in engine/caching.py: expandable segments), and a record made with
+any other setting away from its default is refused (``allocator_supported``) rather than
+compared wrongly.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 from . import limits
 from .allocconf import check_conf, is_default
 from .api import resolve_gpu, run_trace
+from .engine.caching import KNOWN_SETTINGS
 from .errors import ConfigError, VdnnError
 from .hardware import Capacity
 from .trace import Trace, load_trace
@@ -96,7 +99,7 @@ def _positive_finite(value: Any) -> float:
 
 
 def _allocator_conf(value: Any) -> dict[str, Any]:
-    """NOTE [allocator settings]: a recorded ``allocator_conf``, checked as pydantic
+    """NOTE [measured allocator settings]: a recorded ``allocator_conf``, checked as pydantic
     reports it (the record's place in the file named)."""
     try:
         return check_conf(value, "allowed keys and values")
@@ -139,7 +142,7 @@ class Measurement(BaseModel):
             "[bands]); absent for one process.")
     allocator_conf: Annotated[dict[str, Any], BeforeValidator(_allocator_conf)] | None = Field(
         None, description="The caching allocator's settings the run was measured with "
-        "(NOTE [allocator settings]); absent or {}: PyTorch's defaults.")
+        "(NOTE [measured allocator settings]); absent or {}: PyTorch's defaults.")
 
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":
@@ -158,10 +161,15 @@ class Measurement(BaseModel):
 
 
 def allocator_supported(conf: dict[str, Any] | None) -> bool:
-    """NOTE [allocator settings]: whether the simulator models a measurement made with the
-    allocator settings ``conf``. Today it models PyTorch's defaults only; the simulator's
-    run option for other settings (issue 28) makes this say yes for what it models."""
-    return is_default(conf)
+    """NOTE [measured allocator settings]: whether the simulator models a measurement made
+    with the allocator settings ``conf``: every setting is PyTorch's default or one the
+    engine replays (NOTE [allocator settings] in engine/caching.py)."""
+    return is_default({k: v for k, v in (conf or {}).items() if k not in KNOWN_SETTINGS})
+
+
+def _simulated_settings(conf: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings of ``conf`` the engine replays, as ``run_trace``'s ``allocator``."""
+    return {k: v for k, v in (conf or {}).items() if k in KNOWN_SETTINGS}
 
 
 def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
@@ -203,10 +211,12 @@ def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
             raise ConfigError(f"{shown(measurements)}: {m['model']} batch {m['batch_size']} "
                               f"{m['policy']} was measured with allocator settings "
                               f"{env_string(m['allocator_conf'])!r}, which the simulator "
-                              "does not model (it models PyTorch's defaults): not compared "
-                              "(NOTE [allocator settings])")
+                              f"does not model (it models {', '.join(KNOWN_SETTINGS)} and "
+                              "PyTorch's defaults): not compared (NOTE [measured allocator "
+                              "settings])")
         trace = tr[key]
-        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"))
+        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"),
+                      allocator=_simulated_settings(m.get("allocator_conf")))
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]

@@ -22,7 +22,7 @@ pay) is recorded over the timed steps and ``torch.cuda.memory._snapshot()`` take
 them is handed to ``history`` (``vdnnsim measure --memory-history FILE`` pickles it; NOTE
 [snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
 those steps' times include the recording's cost. The allocator's settings
-(``allocator_conf``, NOTE [allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
+(``allocator_conf``, NOTE [measured allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
 is read when CUDA first allocates, before this runs.
 ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 """

@@ -9,7 +9,7 @@ therefore one draw, not the run's time. The protocol: ``--warmup-processes K`` (
 discarded processes, then N fresh processes, one after another (never two at once: they
 would share the GPU and the host), each a child ``python -m vdnnsim measure ... --json``
 with the same run's arguments (``child_argv``) and the allocator settings in its
-environment (NOTE [allocator settings]). ``aggregate`` (pure, over the children's
+environment (NOTE [measured allocator settings]). ``aggregate`` (pure, over the children's
 records) keeps every process's record and gives the run:
 - ``iteration_ms``: the median of the processes' medians; ``iteration_ms_band``: their
   [min, max]; ``iteration_ms_spread``: (max - min) / median;

@@ -25,12 +25,19 @@ workspaces) is allocated first, as category 'resident', and never freed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from ..hardware import GPU
 from ..trace.model import Trace
 from .allocator import Pool
 from .caching import CachingPool
+from .memory_model import MemoryModel
 from .plan import Liveness
+from .uvm import Pager
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 @dataclass(frozen=True)
@@ -41,9 +48,24 @@ class Semantics:
     one_side_stream: bool  # every copy on one side stream, else one per copy engine
     per_layer_weights: bool  # weights and their gradients per layer, gradients at backward
     holds_inputs: bool  # the training loop holds the network's inputs
+    # NOTE [uvm]: memory is unified memory (the pager): each pass runs once its page faults
+    # are served, nothing else in flight; weights and their gradients are pages the passes
+    # touch; the step is one pass; no launch queue
+    paged: bool = False
+    warmup_iterations: int = 0  # replayed before the one reported, on the same memory
 
-    def pool(self, capacity_bytes: int | None) -> Pool | CachingPool:
-        return CachingPool(capacity_bytes) if self.caching_allocator else Pool(capacity_bytes)
+    def memory(self, trace: Trace, gpu: GPU, plan: "Plan", capacity_bytes: int | None,
+               lv: Liveness) -> MemoryModel:
+        """The run's memory (NOTE [memory interface]): the pager, or a pool."""
+        if self.paged:
+            if capacity_bytes is None:
+                raise ValueError("unified memory needs a capacity")
+            inputs = frozenset(b for b in lv.size if b not in lv.producer)
+            return Pager(capacity_bytes, plan.uvm, gpu.link, inputs)
+        pool = CachingPool(capacity_bytes) if self.caching_allocator else Pool(capacity_bytes)
+        if plan.placement == "first":  # NOTE [placement] (a CNMeM pool: Torch7 traces)
+            pool.first_fit = True
+        return pool
 
     def grad_keys(self, trace: Trace, lv: Liveness
                   ) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
@@ -76,5 +98,14 @@ PYTORCH = Semantics("pytorch", caching_allocator=True, host_ahead=True, one_side
                     per_layer_weights=True, holds_inputs=True)
 
 
-def semantics_for(trace: Trace) -> Semantics:
+# NOTE [uvm]: either framework's on unified memory (its gradients keyed as its own); the
+# host never waits for the GPU, and the training loop's batch is never freed
+TORCH7_UVM = replace(TORCH7, name="torch7+uvm", host_ahead=True, holds_inputs=True,
+                     paged=True, warmup_iterations=1)
+PYTORCH_UVM = replace(PYTORCH, name="pytorch+uvm", paged=True, warmup_iterations=1)
+
+
+def semantics_for(trace: Trace, plan: "Plan | None" = None) -> Semantics:
+    if plan is not None and plan.memory == "uvm":
+        return PYTORCH_UVM if trace.pytorch else TORCH7_UVM
     return PYTORCH if trace.pytorch else TORCH7

@@ -21,6 +21,8 @@ with host costs of zero, which is all the paper's traces have, this times the GP
 as a host that runs ahead would).
 Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
 workspaces) is allocated first, as category 'resident', and never freed.
+A plan on unified memory (``memory: uvm``) runs either framework's semantics with its
+memory paged (TORCH7_UVM, PYTORCH_UVM; NOTE [uvm]): the memory is the pager, not a pool.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
     out-of-memory (a pass that only asks whether and where it runs out)."""
     lv = lv if lv is not None else liveness(trace)
     sem = semantics_for(trace, plan)
-    memory = sem.memory(trace, gpu, plan, capacity_bytes, lv)
+    memory = sem.memory(gpu, plan, capacity_bytes, lv)
     for warm in range(sem.warmup_iterations, -1, -1):  # the last one is the run's
         sim = Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops and not warm,
                          checks=checks, stop_at_oom=stop_at_oom).run()

@@ -56,8 +56,8 @@ class Semantics:
     paged: bool = False
     warmup_iterations: int = 0  # replayed before the one reported, on the same memory
 
-    def memory(self, trace: Trace, gpu: GPU, plan: "Plan", capacity_bytes: int | None,
-               lv: Liveness) -> MemoryModel:
+    def memory(self, gpu: GPU, plan: "Plan", capacity_bytes: int | None, lv: Liveness
+               ) -> MemoryModel:
         """The run's memory (NOTE [memory interface]): the pager, or a pool."""
         if self.paged:
             if capacity_bytes is None:

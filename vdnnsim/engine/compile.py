@@ -176,7 +176,7 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
     base = _trace_part(trace, lv, sem, host, runtime)
     fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below
     segments: dict[int, tuple[int, frozenset[str]]] = {}
-    if plan.memory != "layer_wise":
+    if plan.memory == "network_wide":
         fwd_free, bwd_free = {}, {}
     elif plan.recompute:  # NOTE [recompute]: its frees move, in copies of the lists
         fwd_free = {k: list(v) for k, v in fwd_free.items()}
@@ -206,7 +206,7 @@ def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
         steps, gkey, gsize, gneeds,
         tuple(x.host_fwd_ns + rf for x in layers), tuple(x.host_bwd_ns + rb for x in layers),
         h.runtime_offload_ns if runtime else 0, h.runtime_fetch_ns if runtime else 0,
-        h.launch_queue if sem.host_ahead else 0,
+        h.launch_queue if sem.host_ahead and not sem.paged else 0,
         tuple(h.layer_kernels_fwd if x.kernels_fwd is None else x.kernels_fwd for x in layers),
         tuple(h.layer_kernels_bwd if x.kernels_bwd is None else x.kernels_bwd for x in layers),
         held, fwd_free, bwd_free, {},

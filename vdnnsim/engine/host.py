@@ -48,7 +48,7 @@ class Host:
 
     def _spend(self, ns: int, layer: str, what: str) -> None:
         if ns:
-            if self.record_ops:
+            if self._host_track:  # (no host track under unified memory, NOTE [uvm])
                 self.ops.append(_record(Op, ("host", "issue", layer, what, self.host_ns,
                                              self.host_ns + ns, 0)))
             self.host_ns += ns

@@ -17,6 +17,9 @@ class Iteration:
         """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
         (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs
         the first while the host still issues the rest."""
+        if self.sem.paged:  # NOTE [uvm]: one pass over every weight
+            self._paged_step()
+            return
         trace = self.trace
         n = STEP_PIECES if trace.host_step_ns and trace.step_ns else 1
         host = [trace.host_step_ns * (k + 1) // n - trace.host_step_ns * k // n
@@ -81,6 +84,10 @@ class Iteration:
 
     def _layer_wise(self):
         lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
+        if sem.paged:  # NOTE [uvm]: the weights are pages the passes touch, the batch
+            self._paged_start()  # is written on the host
+            yield from self._iteration(prog.fwd_free, prog.bwd_free)
+            return
         self._persistent(grads=not sem.per_layer_weights)
         for b, size in lv.size.items():
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
@@ -181,7 +188,10 @@ class Iteration:
             before = cs.last
             if self._queue:
                 yield from self._throttle(op, self._kf[i], lid)
-            self._push(cs, op)
+            if sem.paged:  # NOTE [uvm]: its page faults first
+                self._paged(op, self._touched_fwd(i))
+            else:
+                self._push(cs, op)
             copies = [self._offload(b, lid, before) for b in offload] if offload else ()
             s1 = self._stamp(op, 1)
             if held:
@@ -292,7 +302,10 @@ class Iteration:
             self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)
-            self._push(cs, op)
+            if sem.paged:  # NOTE [uvm]: its page faults first
+                self._paged(op, self._touched_bwd(i))
+            else:
+                self._push(cs, op)
             s1 = self._stamp(op, 1)
             if held:
                 pool.free(("workspace", layer.id), s1)

@@ -3,8 +3,10 @@
 NOTE [replay]
 Every caller that replays a plan (the API, the CLI, vDNN_dyn's profiling passes, the
 planners, the benchmarks) calls :func:`replay`; nothing else constructs a simulation. The
-plan's memory mode picks the model of memory: a pool (CNMeM's or PyTorch's caching
-allocator, chosen by the trace's semantics) or page-based unified memory (NOTE [uvm]).
+semantics (the trace's framework, and the plan's memory mode) pick the model of memory
+behind the one interface (NOTE [memory interface]): a pool (CNMeM's or PyTorch's caching
+allocator) or page-based unified memory's pager, whose iteration is replayed twice on the
+same pages and the second reported (NOTE [uvm]).
 """
 
 from __future__ import annotations
@@ -14,17 +16,17 @@ from typing import TYPE_CHECKING
 from ..hardware import GPU
 from ..trace.model import Trace
 from .plan import Liveness, Plan, liveness
+from .semantics import semantics_for
+from .sim import Simulation
 
 if TYPE_CHECKING:
     from .caching import AllocatorSettings
-    from .sim import Simulation
-    from .uvm import UvmSimulation
 
 
 def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
            lv: Liveness | None = None, *, record_ops: bool = True, checks: bool = True,
            stop_at_oom: bool = False, allocator: "AllocatorSettings | None" = None
-           ) -> "Simulation | UvmSimulation":
+           ) -> Simulation:
     """Replay ``plan`` on ``trace`` for ``gpu`` with ``capacity_bytes`` of device memory
     (``None``: unlimited) and return the finished run. ``record_ops=False``: no op
     timeline or tensor lifetimes; ``checks=False``: no invariant checks (the benchmark's
@@ -32,16 +34,11 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
     out-of-memory (a pass that only asks whether and where it runs out); ``allocator``:
     the caching allocator's settings (NOTE [allocator settings])."""
     lv = lv if lv is not None else liveness(trace)
-    if plan.memory == "uvm":  # NOTE [uvm]
-        from .uvm import UvmSimulation
-        if capacity_bytes is None:
-            raise ValueError("unified memory needs a capacity")
-        if allocator is not None and not allocator.default:
-            from ..errors import ConfigError
-            raise ConfigError("allocator settings apply to the caching allocator, not to "
-                              "unified memory (cudaMallocManaged)")
-        return UvmSimulation(trace, gpu, plan, capacity_bytes, lv,
-                             record_ops=record_ops).run()
-    from .sim import Simulation
-    return Simulation(trace, gpu, plan, capacity_bytes, lv, record_ops=record_ops,
-                      checks=checks, stop_at_oom=stop_at_oom, allocator=allocator).run()
+    sem = semantics_for(trace, plan)
+    memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
+    for warm in range(sem.warmup_iterations, -1, -1):  # the last one is the run's
+        sim = Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops and not warm,
+                         checks=checks, stop_at_oom=stop_at_oom).run()
+        if warm:  # NOTE [uvm]: the next iteration finds the pages where this one left them
+            memory.next_iteration()  # type: ignore[attr-defined]
+    return sim

@@ -21,18 +21,27 @@ with host costs of zero, which is all the paper's traces have, this times the GP
 as a host that runs ahead would).
 Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
 workspaces) is allocated first, as category 'resident', and never freed.
+A plan on unified memory (``memory: uvm``) runs either framework's semantics with its
+memory paged (TORCH7_UVM, PYTORCH_UVM; NOTE [uvm]): the memory is the pager, not a pool.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..hardware import GPU
 from ..trace.model import Trace
 from .allocator import Pool
 from .caching import AllocatorSettings, CachingPool
 from .expandable import ExpandablePool
+from .memory_model import MemoryModel
 from .plan import Liveness
+from .uvm import Pager
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 @dataclass(frozen=True)
@@ -43,19 +52,38 @@ class Semantics:
     one_side_stream: bool  # every copy on one side stream, else one per copy engine
     per_layer_weights: bool  # weights and their gradients per layer, gradients at backward
     holds_inputs: bool  # the training loop holds the network's inputs
+    # NOTE [uvm]: memory is unified memory (the pager): each pass runs once its page faults
+    # are served, nothing else in flight; weights and their gradients are pages the passes
+    # touch; the step is one pass; no launch queue
+    paged: bool = False
+    warmup_iterations: int = 0  # replayed before the one reported, on the same memory
 
-    def pool(self, capacity_bytes: int | None, allocator: AllocatorSettings | None = None
-             ) -> Pool | CachingPool:
-        """The pool of a run; ``allocator``: the caching allocator's settings (NOTE
-        [allocator settings]), which a CNMeM pool (Torch7) does not have."""
+    def memory(self, gpu: GPU, plan: "Plan", capacity_bytes: int | None, lv: Liveness,
+               allocator: AllocatorSettings | None = None) -> MemoryModel:
+        """The run's memory (NOTE [memory interface]): the pager, or a pool;
+        ``allocator``: the caching allocator's settings (NOTE [allocator settings]), which
+        unified memory and a CNMeM pool (Torch7) do not have."""
+        custom = allocator is not None and not allocator.default
+        if self.paged:
+            if capacity_bytes is None:
+                raise ValueError("unified memory needs a capacity")
+            if custom:
+                raise ConfigError("allocator settings apply to the caching allocator, not "
+                                  "to unified memory (cudaMallocManaged)")
+            inputs = frozenset(b for b in lv.size if b not in lv.producer)
+            return Pager(capacity_bytes, plan.uvm, gpu.link, inputs)
         if not self.caching_allocator:
-            if allocator is not None and not allocator.default:
+            if custom:
                 raise ConfigError("allocator settings apply to PyTorch traces (framework: "
                                   "pytorch): this trace replays Torch7's CNMeM pool")
-            return Pool(capacity_bytes)
-        if allocator is not None and allocator.expandable_segments:
-            return ExpandablePool(capacity_bytes)
-        return CachingPool(capacity_bytes)
+            pool: Pool | CachingPool = Pool(capacity_bytes)
+        elif custom and allocator.expandable_segments:
+            pool = ExpandablePool(capacity_bytes)
+        else:
+            pool = CachingPool(capacity_bytes)
+        if plan.placement == "first":  # NOTE [placement] (a CNMeM pool: Torch7 traces)
+            pool.first_fit = True
+        return pool
 
     def grad_keys(self, trace: Trace, lv: Liveness
                   ) -> tuple[dict[str, str], dict[str, int], dict[str, bool]]:
@@ -88,5 +116,14 @@ PYTORCH = Semantics("pytorch", caching_allocator=True, host_ahead=True, one_side
                     per_layer_weights=True, holds_inputs=True)
 
 
-def semantics_for(trace: Trace) -> Semantics:
+# NOTE [uvm]: either framework's on unified memory (its gradients keyed as its own); the
+# host never waits for the GPU, and the training loop's batch is never freed
+TORCH7_UVM = replace(TORCH7, name="torch7+uvm", host_ahead=True, holds_inputs=True,
+                     paged=True, warmup_iterations=1)
+PYTORCH_UVM = replace(PYTORCH, name="pytorch+uvm", paged=True, warmup_iterations=1)
+
+
+def semantics_for(trace: Trace, plan: "Plan | None" = None) -> Semantics:
+    if plan is not None and plan.memory == "uvm":
+        return PYTORCH_UVM if trace.pytorch else TORCH7_UVM
     return PYTORCH if trace.pytorch else TORCH7

@@ -1,8 +1,10 @@
 """The discrete-event model of one training iteration (simpy): a :class:`Simulation` is
 the host (host.py), the streams (streams.py), the host's memory decisions (memory.py) and
-the iteration it walks (iteration.py), over what compile.py worked out beforehand.
-NOTE [host], NOTE [streams], NOTE [launch queue] and NOTE [memory time] are in those files;
-engine/replay.py is the one place a simulation is made (NOTE [replay])."""
+the iteration it walks (iteration.py), over what compile.py worked out beforehand, on a
+model of memory behind one interface (memory_model.py: a pool, or the pager of unified
+memory, whose hooks are paged.py). NOTE [host], NOTE [streams], NOTE [launch queue],
+NOTE [memory time] and NOTE [uvm] are in those files; engine/replay.py is the one place a
+simulation is made (NOTE [replay])."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from ..trace.model import Trace
 from .compile import Program, compile_plan, checkpoint_buffers, free_points, keepers, recompute_sets
 from .host import Host
 from .allocator import key_name
-from .caching import AllocatorSettings
 from .invariants import InvariantViolation
 from .iteration import STEP_PIECES, Iteration
 from .memory import Memory
+from .memory_model import MemoryModel
+from .paged import Paging
 from .plan import Liveness, Plan, liveness
 from .semantics import semantics_for
 from .streams import Op, Streams, _Op, _Stream, _Zero
@@ -27,13 +30,14 @@ __all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "
            "recompute_sets"]
 
 
-class Simulation(Streams, Host, Memory, Iteration):
-    """Replays ``plan`` on ``trace`` for ``gpu`` with a pool of ``capacity_bytes``
-    (``None``: unlimited). One simpy Environment per instance; :meth:`run` once."""
+class Simulation(Streams, Host, Memory, Iteration, Paging):
+    """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (NOTE [memory interface]:
+    what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
+    once."""
 
-    def __init__(self, trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
+    def __init__(self, trace: Trace, gpu: GPU, plan: Plan, memory: MemoryModel,
                  lv: Liveness | None = None, record_ops: bool = True, checks: bool = True,
-                 stop_at_oom: bool = False, allocator: AllocatorSettings | None = None):
+                 stop_at_oom: bool = False):
         """``checks=False`` skips the data, stream and end checks of NOTE [invariants]; it
         exists only so that bench/bench_engine.py can measure what they cost.
         ``stop_at_oom``: the host stops issuing at the first layer that starts after an
@@ -44,11 +48,9 @@ class Simulation(Streams, Host, Memory, Iteration):
         self.trace, self.gpu, self.plan = trace, gpu, plan
         self.checks = checks
         self.lv = lv or liveness(trace)
-        self.sem = sem = semantics_for(trace)
+        self.sem = sem = semantics_for(trace, plan)
         self.env = simpy.Environment()
-        self.pool = sem.pool(capacity_bytes, allocator)  # NOTE [allocator settings]
-        if plan.placement == "first":  # NOTE [placement] (a CNMeM pool: Torch7 traces)
-            self.pool.first_fit = True
+        self.pool = memory
         # NOTE [compile]: what the host walks, worked out before it starts
         self.program = prog = compile_plan(trace, plan, self.lv, sem, gpu.host)
         self._gkey, self._gsize, self._gneeds = prog.gkey, prog.gsize, prog.gneeds
@@ -74,6 +76,7 @@ class Simulation(Streams, Host, Memory, Iteration):
             self._copy = {"d2h": _Stream("d2h", shares), "h2d": _Stream("h2d", shares)}
         self._streams = [self.compute] + list(dict.fromkeys(self._copy.values()))
         self.record_ops = record_ops
+        self._host_track = record_ops and not sem.paged  # NOTE [uvm]: no host track
         if record_ops:
             self.pool.spans = []
         self.ops: list[Op] = []
@@ -119,6 +122,8 @@ class Simulation(Streams, Host, Memory, Iteration):
         if not self.stopped:
             self._check_end()
         self._to_gpu_time()
+        if self.sem.paged:
+            self._paged_totals()
         self.fwd_end_ns = max([self._fwd_host] + [op.end for op in self._fwd_ops
                                                   if op is not None])  # type: ignore[misc]
         return self
@@ -154,7 +159,7 @@ class Simulation(Streams, Host, Memory, Iteration):
         if self.plan.sync and self.prefetched_bytes != self.offloaded_bytes:
             raise InvariantViolation(f"{self.offloaded_bytes} bytes offloaded but "
                                      f"{self.prefetched_bytes} came back")
-        if self.plan.memory != "layer_wise":
+        if self.plan.memory == "network_wide":
             return
         leaves = {b for b in self.lv.size if b not in self.lv.producer}
         for key in self.pool.live_keys():

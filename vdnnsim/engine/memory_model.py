@@ -1,0 +1,86 @@
+"""The one interface the executor has to device memory (NOTE [memory interface]).
+
+NOTE [memory interface]
+The executor (sim.py and its parts) asks its model of device memory to allocate, free,
+retire and release a buffer, to take a workspace for one op (NOTE [transient]), and to
+let a pass *access* the buffers it touches; it reads back what is live and the accounting
+of the run (the curve of live bytes, its peak and breakdown, the first out-of-memory, the
+buffers' lifetimes). Three implementations: the CNMeM pool (allocator.Pool), PyTorch's
+caching allocator (caching.CachingPool) and page-based unified memory (uvm.Pager). In
+device memory every allocated buffer is where a pass needs it, so a pool's ``access``
+costs nothing; the pager answers with the page faults the pass pays for (NOTE [uvm]).
+The executor asks for an access only where the semantics say memory is paged
+(``Semantics.paged``): a pool's answer is known without asking, and a pass of a pool run
+builds no list of what it touches.
+Every ``now`` is a stamp of NOTE [memory time]: the executor turns them into GPU times
+when the run has ended, and writes ``times``, ``levels``, ``spans`` and ``oom`` back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from .allocator import Key, OutOfMemory
+
+
+class Faults(NamedTuple):
+    """What an access cost: the time the pass waits before its kernel runs and the bytes
+    that crossed the link to the device for it."""
+
+    stall_ns: int
+    migrated_bytes: int
+
+
+NO_FAULTS = Faults(0, 0)
+
+# a buffer a pass touches: (key, bytes it is made with if it does not exist yet, written)
+Touch = tuple[Any, int, bool]
+
+
+@runtime_checkable
+class MemoryModel(Protocol):
+    """What the executor calls on its memory (NOTE [memory interface])."""
+
+    oom: "OutOfMemory | None"  # the first failure to place a buffer (NOTE [out of memory])
+    spans: list[tuple[str, str, int, int, int]] | None  # a list: lifetimes are recorded
+    times: list[int]  # the curve of live bytes: a step to levels[k] at times[k]
+    levels: list[int]
+    live_bytes: int
+    peak_live_bytes: int
+    peak_footprint_bytes: int
+    peak_breakdown: dict[str, int]
+
+    def __contains__(self, key: "Key") -> bool: ...
+
+    def alloc(self, key: "Key", size_bytes: int, category: str, now: int, layer: str = "",
+              phase: str = "", can_sync: bool = False) -> bool:
+        """Place ``key``; ``False`` only where the caller must synchronise and ask again
+        (NOTE [caching allocator])."""
+        ...
+
+    def free(self, key: "Key", now: int) -> None: ...
+
+    def retire(self, key: "Key", now: int) -> None:
+        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        ...
+
+    def release(self, key: "Key", now: int) -> None: ...
+
+    def transient(self, key: "Key", size_bytes: int, category: str, start: int, end: int
+                  ) -> bool:
+        """NOTE [transient]: ``key`` taken at ``start`` and given back at ``end`` around
+        one op; ``False``: the caller allocates and frees it itself."""
+        ...
+
+    def access(self, touched: Sequence[Touch], now: int) -> Faults:
+        """A pass touches ``touched`` (in the order it names them) at ``now``."""
+        ...
+
+    def live_keys(self) -> list["Key"]: ...
+
+    def open_spans(self) -> list[tuple["Key", int, int, str]]:
+        """(key, start stamp, bytes, category) of what is still allocated."""
+        ...
+
+    def average_bytes(self, end_ns: int) -> float: ...

@@ -10,6 +10,16 @@
 #   bash experiments/h200_issue28/collect.sh DIR caps       capped runs at the median reserved
 #                                                           of the rounds +-3% -> DIR/caps.jsonl
 #   bash experiments/h200_issue28/collect.sh DIR profile    vdnnsim profile of each model
+# Set B (the same with `vdnnsim measure --repeat 3`; MODELS=set B):
+#   bash experiments/h200_issue28/collect.sh DIR repeat-b K  each model, each allocator:
+#                                                           --repeat 3 (K discarded processes
+#                                                           first, then 0) -> DIR/b/repeat.jsonl
+#   bash experiments/h200_issue28/collect.sh DIR caps-b     caps at +-3% of each allocator's
+#                                                           median reserved -> DIR/b/caps.jsonl
+#   bash experiments/h200_issue28/collect.sh DIR profile-b  profiles -> DIR/b/profile/
+#   bash experiments/h200_issue28/collect.sh DIR plan-b     bloom-560m's block plan (budget 80%
+#                                                           of its measured peak allocated),
+#                                                           measured --repeat 3 both allocators
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -24,9 +34,27 @@ spec() {
     qwen2-0.5b) echo "--model hf:$H/qwen2-0.5b.yaml -b 8 --seq-len 512 --dtype autocast-bf16 --optimizer adamw" ;;
     pythia-410m) echo "--model hf:$H/pythia-410m.yaml -b 8 --seq-len 512 --dtype fp32 --optimizer adamw" ;;
     convnext-tiny) echo "--model hf:$H/convnext-tiny.yaml -b 64 --dtype fp32 --optimizer sgd" ;;
+    bloom-560m) echo "--model hf:$H/bloom-560m.yaml -b 4 --seq-len 512 --dtype autocast-bf16 --optimizer adamw" ;;
+    swin-tiny) echo "--model hf:$H/swin-tiny.yaml -b 64 --dtype fp32 --optimizer sgd" ;;
+    mobilevit-small) echo "--model hf:$H/mobilevit-small.yaml -b 64 --dtype fp32 --optimizer sgd" ;;
   esac
 }
 MODELS="qwen2-0.5b pythia-410m convnext-tiny"
+MODELS_B="bloom-560m swin-tiny mobilevit-small"
+B="$DIR/b"
+mkdir -p "$B/profile"
+# the median of a JSONL's field over the records of NAME (and allocator conf ALLOC)
+median() {  # FILE NAME ALLOC FIELD FACTOR
+  python3 - "$@" <<'PY'
+import json, sys
+f, name, alloc, field, factor = sys.argv[1:]
+for x in open(f):
+    r = json.loads(x)
+    if r.get("name") == name and r.get("alloc") == alloc and r.get(field):
+        print(int(r[field] * float(factor)))
+        break
+PY
+}
 # one JSON line: the record of a process with what it was, or its error's tail
 line() {  # FILE ERR key=value ...
   python3 - "$@" <<'PY'
@@ -104,5 +132,93 @@ PY
       # shellcheck disable=SC2046
       python3 -m vdnnsim profile $(spec $m) --no-check -o "$DIR/profile/$m.yaml.gz" > "$DIR/profile/$m.log" 2>&1
       echo "$m rc=$?" >> "$DIR/profile/profile.txt"
+    done ;;
+  repeat-b)
+    K=$3
+    for m in $MODELS_B; do
+      for alloc in default expandable; do
+        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+        # shellcheck disable=SC2046,SC2086
+        python3 -m vdnnsim measure $(spec $m) --repeat 3 --warmup-processes "$K" $a --json > "$B/m.json" 2> "$B/m.err"
+        line "$B/m.json" "$B/m.err" name=$m alloc=$alloc >> "$B/repeat.jsonl"
+        K=0
+      done
+    done ;;
+  caps-b)
+    i=0
+    for m in $MODELS_B; do
+      for alloc in default expandable; do
+        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+        for f in 0.97 1.03; do
+          cap=$(median "$B/repeat.jsonl" $m $alloc peak_reserved_bytes $f)
+          [ -z "$cap" ] && continue
+          # shellcheck disable=SC2046,SC2086
+          (python3 -m vdnnsim measure $(spec $m) --memory-cap "$cap" $a --json > "$B/c_${m}_${alloc}_$f.json" 2> "$B/c_${m}_${alloc}_$f.err";
+           line "$B/c_${m}_${alloc}_$f.json" "$B/c_${m}_${alloc}_$f.err" name=$m alloc=$alloc factor=$f >> "$B/caps.jsonl") &
+          i=$((i + 1)); [ $((i % 4)) -eq 0 ] && wait
+        done
+      done
+    done
+    wait ;;
+  profile-b)
+    for m in $MODELS_B; do
+      # shellcheck disable=SC2046
+      python3 -m vdnnsim profile $(spec $m) --no-check -o "$B/profile/$m.yaml.gz" > "$B/profile/$m.log" 2>&1
+      echo "$m rc=$?" >> "$B/profile/profile.txt"
+    done ;;
+  plan-b)
+    m=bloom-560m
+    budget=$(median "$B/repeat.jsonl" $m default peak_allocated_bytes 0.8)
+    printf 'network: profile/%s.yaml.gz\ngpu: h200\noptimizer: adamw\npolicy: eager\n' $m > "$B/run.yaml"
+    python3 -m vdnnsim plan "$B/run.yaml" --budget "$budget" --method blocks -o "$B/plan.yaml" > "$B/plan.log" 2>&1
+    for alloc in default expandable; do
+      a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+      # shellcheck disable=SC2046,SC2086
+      python3 -m vdnnsim measure $(spec $m) --plan "$B/plan.yaml" --repeat 3 --warmup-processes 0 $a --json > "$B/m.json" 2> "$B/m.err"
+      line "$B/m.json" "$B/m.err" name=$m alloc=$alloc budget=$budget >> "$B/planned.jsonl"
+    done ;;
+  repeat-b)
+    K=$3
+    for m in $MODELS_B; do
+      for alloc in default expandable; do
+        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+        # shellcheck disable=SC2046,SC2086
+        python3 -m vdnnsim measure $(spec $m) --repeat 3 --warmup-processes "$K" $a --json > "$B/m.json" 2> "$B/m.err"
+        line "$B/m.json" "$B/m.err" name=$m alloc=$alloc >> "$B/repeat.jsonl"
+        K=0
+      done
+    done ;;
+  caps-b)
+    i=0
+    for m in $MODELS_B; do
+      for alloc in default expandable; do
+        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+        for f in 0.97 1.03; do
+          cap=$(median "$B/repeat.jsonl" $m $alloc peak_reserved_bytes $f)
+          [ -z "$cap" ] && continue
+          # shellcheck disable=SC2046,SC2086
+          (python3 -m vdnnsim measure $(spec $m) --memory-cap "$cap" $a --json > "$B/c_${m}_${alloc}_$f.json" 2> "$B/c_${m}_${alloc}_$f.err";
+           line "$B/c_${m}_${alloc}_$f.json" "$B/c_${m}_${alloc}_$f.err" name=$m alloc=$alloc factor=$f >> "$B/caps.jsonl") &
+          i=$((i + 1)); [ $((i % 4)) -eq 0 ] && wait
+        done
+      done
+    done
+    wait ;;
+  profile-b)
+    for m in $MODELS_B; do
+      # shellcheck disable=SC2046
+      python3 -m vdnnsim profile $(spec $m) --no-check -o "$B/profile/$m.yaml.gz" > "$B/profile/$m.log" 2>&1
+      echo "$m rc=$?" >> "$B/profile/profile.txt"
+    done ;;
+  plan-b)
+    m=bloom-560m
+    budget=$(median "$B/repeat.jsonl" $m default peak_allocated_bytes 0.8)
+    printf 'network: profile/%s.yaml.gz\ngpu: h200\noptimizer: adamw\npolicy: eager\n' $m > "$B/run.yaml"
+    python3 -m vdnnsim plan "$B/run.yaml" --budget "$budget" --method blocks -o "$B/plan.yaml" > "$B/plan.log" 2>&1
+    for alloc in default expandable; do
+      a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
+      # shellcheck disable=SC2046,SC2086
+      python3 -m vdnnsim measure $(spec $m) --plan "$B/plan.yaml" --repeat 3 --warmup-processes 0 $a --json > "$B/m.json" 2> "$B/m.err"
+      line "$B/m.json" "$B/m.err" name=$m alloc=$alloc budget=$budget >> "$B/planned.jsonl"
     done ;;
 esac

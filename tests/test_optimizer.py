@@ -123,16 +123,53 @@ def test_a_foreach_steps_temporaries_are_one_per_parameter_in_freed_blocks():
     one tensor per parameter, not one block of their total. Two layers of 12 MiB of weights
     each, 14 MiB activations: by the step, the activations' and their gradients' 14 MiB
     segments are cached and free, so each 12 MiB temporary takes one of them and nothing
-    new is reserved (reserved = the allocated peak, 140 MiB). One 24 MiB block would have
-    needed a 24 MiB segment of its own (164 MiB reserved)."""
+    new is reserved (reserved = the allocated peak, 92 MiB: 4 x 14 MiB of activations and
+    gradients' segments, 2 x 12 of weights, 2 x 12 of their gradients, less what is free by
+    then). One 24 MiB block would have needed a 24 MiB segment of its own."""
     m = 2**20
     t = chain_trace([{"id": "c1", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
                       "weight": 12 * m},
                      {"id": "c2", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
                       "weight": 12 * m}], input_bytes=14 * m, framework="pytorch")
     t = with_optimizer(replace(t, step_ns=10**6), "adamw")
+    # the moments kept out of resident_bytes: one iteration, no warm-up (NOTE [steady state])
+    t = replace(t, resident_bytes=0)
     r = run_trace(t, hand_gpu(), "eager")
     temps = r.tensors[r.tensors.key.str.startswith("step_temp")]
     assert sorted(temps.size_bytes) == [12 * m, 12 * m]
-    assert r.peak_memory_bytes == r.peak_footprint_bytes == 140 * m
+    assert r.peak_memory_bytes == r.peak_footprint_bytes == 92 * m
     assert t.step_workspace_bytes == 24 * m  # the total the trace carries
+
+
+def test_a_stateful_optimizers_step_is_replayed_after_a_warm_up_step():
+    """NOTE [steady state]: AdamW's moments are made by the first step, one per moment and
+    layer's parameters (4 x 12 MiB here), in the blocks the backward pass freed; the run
+    reported is the next iteration, whose books start after the warm-up (the moments live
+    from time 0, the allocated peak counts them). SGD replays one iteration."""
+    m = 2**20
+    t = chain_trace([{"id": "c1", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
+                      "weight": 12 * m},
+                     {"id": "c2", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
+                      "weight": 12 * m}], input_bytes=14 * m, framework="pytorch")
+    sgd = replace(t, step_ns=10**6)
+    adam = with_optimizer(sgd, "adamw")
+    r = run_trace(adam, hand_gpu(), "eager")
+    state = r.tensors[r.tensors.category == "optimizer_state"]
+    assert sorted(state.size_bytes) == [12 * m] * 4
+    assert (state.alloc_ns == 0).all()  # made by the warm-up's step: there from the start
+    assert "resident" not in set(r.tensors.category)  # the moments were all it held
+    # the peak is the backward pass's, with the moments beside it (by the step, whose
+    # temporaries are 24 MiB, the activations are gone)
+    assert r.peak_memory_bytes == run_trace(sgd, hand_gpu(), "eager").peak_memory_bytes \
+        + 48 * m
+    one = run_trace(replace(adam, resident_bytes=0), hand_gpu(), "eager")
+    assert not (one.tensors.category == "optimizer_state").any()
+
+
+def test_a_warm_up_that_runs_out_of_memory_is_the_run_reported():
+    m = 2**20
+    t = chain_trace([{"id": "c1", "size": 14 * m, "fwd": 10**6, "bwd": 10**6,
+                      "weight": 12 * m}], input_bytes=14 * m, framework="pytorch")
+    t = with_optimizer(replace(t, step_ns=10**6), "adamw")
+    r = run_trace(t, hand_gpu(), "eager", None, 60 * m)
+    assert not r.fits and r.oom is not None

@@ -180,6 +180,17 @@ class CachingPool(Accounting):
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
 
+    def next_iteration(self) -> None:
+        """NOTE [steady state]: the books start again for the iteration that is reported,
+        as ``torch.cuda.reset_peak_memory_stats`` starts them after the warm-up steps: the
+        peaks from what is allocated and reserved now, the curve from the live bytes at
+        time 0, every live block's lifetime from time 0; the blocks and segments stay."""
+        self.peak_live_bytes = self.live_bytes
+        self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
+        self.peak_footprint_bytes = self.reserved_bytes
+        self.times, self.levels = [0], [self.live_bytes]
+        self._open = {key: (0, b[2], b[3]) for key, b in self._blocks.items()}
+
     def live_keys(self) -> list[Key]:
         """The keys allocated now (a retired block is not: it waits apart for release)."""
         return list(self._blocks)

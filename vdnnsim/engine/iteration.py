@@ -39,7 +39,12 @@ class Iteration:
                 if w is not None:
                     held = yield from w
                 temps = ()
-            s0 = self._stamp(op, 0) if temps else 0
+            state = self.program.state if self.first else ()
+            s0 = self._stamp(op, 0) if temps or state else 0
+            for k, size in enumerate(state):  # NOTE [steady state]: made by the first step
+                a = (("state", str(k)), size, "optimizer_state", s0, "", "step")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
             for k, size in enumerate(temps):  # NOTE [step temporaries]
                 a = (("step_temp", str(k)), size, "workspace", s0, "", "step")
                 if not self._take(*a):
@@ -60,6 +65,9 @@ class Iteration:
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
+        if not self.first:  # NOTE [steady state]: everything it holds, it holds still
+            yield from self._network_wide_passes()
+            return
         self._persistent()
         for b, size in lv.size.items():
             pool.alloc(b, size, "activations", 0, "", "start")
@@ -70,6 +78,10 @@ class Iteration:
         ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
                  default=0)
         pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")
+        yield from self._network_wide_passes()
+
+    def _network_wide_passes(self):
+        trace, plan = self.trace, self.plan
         cs = self.compute
         for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
             self._spend(self._hf[i], layer.id, f"{layer.id}:fwd")
@@ -86,6 +98,11 @@ class Iteration:
         lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
         if sem.paged:  # NOTE [uvm]: the weights are pages the passes touch, the batch
             self._paged_start()  # is written on the host
+            yield from self._iteration(prog.fwd_free, prog.bwd_free)
+            return
+        if not self.first:  # NOTE [steady state]: zero_grad(set_to_none=True) frees the
+            for layer in self.trace.layers:  # last step's gradients; the rest is kept
+                pool.free(("wgrad", layer.id), 0)
             yield from self._iteration(prog.fwd_free, prog.bwd_free)
             return
         self._persistent(grads=not sem.per_layer_weights)

@@ -229,8 +229,10 @@ class Memory:
 
     def _persistent(self, grads: bool = True) -> None:
         pool = self.pool
-        if self.trace.resident_bytes:
-            pool.alloc(("resident", ""), self.trace.resident_bytes, "resident", 0, "", "start")
+        # NOTE [steady state]: the optimizer's state is made at the first step, not here
+        resident = self.trace.resident_bytes - sum(self.program.state)
+        if resident:
+            pool.alloc(("resident", ""), resident, "resident", 0, "", "start")
         if self.sem.per_layer_weights:
             for layer in self.trace.layers:
                 pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "", "start")

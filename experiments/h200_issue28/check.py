@@ -2,6 +2,9 @@
 
     python experiments/h200_issue28/check.py [SESSION_DIR ...]   (default: every session)
 
+A session folder with ``time.jsonl`` is set A's (a record per process); one with
+``repeat.jsonl`` set B's (a `vdnnsim measure --repeat 3` record per run).
+
 For each model and allocator setting: the step time (the median of the fresh processes'
 medians, and their band) against the replay of the model's profiled trace (eager, h200
 preset, the run's allocator settings); peak allocated and peak reserved against the
@@ -111,11 +114,58 @@ def check(session: Path) -> dict[str, list[float]]:
     return errs
 
 
+def check_repeated(folder: Path) -> dict[str, list[float]]:
+    """Set B: one `vdnnsim measure --repeat 3` record per model and allocator
+    (``repeat.jsonl``: the median of the processes' medians and its band), against the
+    replays of the model's profiled and meta-device traces under that allocator."""
+    gpu = resolve_gpu("h200")
+    errs: dict[str, list[float]] = {"time": [], "alloc": [], "reserved": [], "reserved_meta": []}
+    print(f"{folder.relative_to(DATA)}:")
+    print("| model | allocator | ms measured (band) | replay | err | band | alloc GiB meas / pred "
+          "| err | reserved GiB meas (band) | profiled | err | band | meta | err |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for line in (folder / "repeat.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        name, conf = m["name"], m.get("allocator_conf") or {}
+        label = "expandable_segments:True" if conf.get("expandable_segments") \
+            or m.get("alloc") == "expandable" else "default"
+        if "error" in m or not m.get("fits"):
+            why = str(m.get("error", "out of memory")).strip().splitlines()[-1][:80]
+            print(f"| {name} | {label} | not measured: {why} |")
+            continue
+        prof = load_trace(folder / "profile" / f"{name}.yaml.gz")
+        meta = load_trace(folder / "meta" / f"{name}.json")
+        conf_s = "expandable_segments:True" if conf.get("expandable_segments") else ""
+        p, q = replay(prof, gpu, conf_s), replay(meta, gpu, conf_s)
+        t, mt = p.iteration_time_ns / 1e6, m["iteration_ms"]
+        lo, hi = m["iteration_ms_band"]
+        mr, (rlo, rhi) = m["peak_reserved_bytes"], m["peak_reserved_bytes_band"]
+        al = m["peak_allocated_bytes"]
+        row = [t / mt - 1, p.peak_memory_bytes / al - 1, p.peak_footprint_bytes / mr - 1,
+               q.peak_footprint_bytes / mr - 1]
+        for k, e in zip(errs, row):
+            errs[k].append(abs(e))
+        print(f"| {name} | {label} | {mt:.1f} ({lo:.1f}-{hi:.1f}) | {t:.1f} | {row[0]:+.1%} | "
+              f"{band(t, lo, hi)} | {al / 2**30:.2f} / {p.peak_memory_bytes / 2**30:.2f} | "
+              f"{row[1]:+.1%} | {mr / 2**30:.2f} ({rlo / 2**30:.2f}-{rhi / 2**30:.2f}) | "
+              f"{p.peak_footprint_bytes / 2**30:.2f} | {row[2]:+.1%} | "
+              f"{band(p.peak_footprint_bytes, rlo, rhi)} | {q.peak_footprint_bytes / 2**30:.2f} | "
+              f"{row[3]:+.1%} |")
+    for k, v in errs.items():
+        if v:
+            print(f"{k}: median |error| {statistics.median(v):.1%}, max {max(v):.1%} over {len(v)}")
+    return errs
+
+
 def main(argv: list[str]) -> int:
-    sessions = [Path(a) for a in argv] or sorted(p for p in DATA.iterdir()
-                                                 if (p / "time.jsonl").exists())
+    sessions = [Path(a) for a in argv] or sorted(
+        p for p in [*DATA.iterdir(), *DATA.glob("*/b")]
+        if (p / "time.jsonl").exists() or (p / "repeat.jsonl").exists())
     for s in sessions:
-        check(s.resolve())
+        if (s / "repeat.jsonl").exists():
+            check_repeated(s.resolve())
+        else:
+            check(s.resolve())
     return 0
 
 

@@ -51,6 +51,25 @@ def band(pred: float, lo: float, hi: float) -> str:
     return "in" if lo <= pred <= hi else f"{(pred - hi) / hi if pred > hi else (pred - lo) / lo:+.1%}"
 
 
+def judge(errs: dict[str, list[float]], name: str, label: str, p, q, mt: float,
+          ms_band, mr: float, res_band, al: float) -> None:
+    """One table row: the replays ``p`` (profiled) and ``q`` (meta) against the measured
+    median step ``mt`` and reserved peak ``mr`` with their bands and the allocated peak
+    ``al``; the absolute errors are added to ``errs``."""
+    t = p.iteration_time_ns / 1e6
+    (lo, hi), (rlo, rhi) = ms_band, res_band
+    row = [t / mt - 1, p.peak_memory_bytes / al - 1, p.peak_footprint_bytes / mr - 1,
+           q.peak_footprint_bytes / mr - 1]
+    for k, e in zip(errs, row):
+        errs[k].append(abs(e))
+    print(f"| {name} | {label} | {mt:.1f} ({lo:.1f}-{hi:.1f}) | {t:.1f} | {row[0]:+.1%} | "
+          f"{band(t, lo, hi)} | {al / 2**30:.2f} / {p.peak_memory_bytes / 2**30:.2f} | "
+          f"{row[1]:+.1%} | {mr / 2**30:.2f} ({rlo / 2**30:.2f}-{rhi / 2**30:.2f}) | "
+          f"{p.peak_footprint_bytes / 2**30:.2f} | {row[2]:+.1%} | "
+          f"{band(p.peak_footprint_bytes, rlo, rhi)} | {q.peak_footprint_bytes / 2**30:.2f} | "
+          f"{row[3]:+.1%} |")
+
+
 def check(session: Path) -> dict[str, list[float]]:
     gpu = resolve_gpu("h200")
     recs = [json.loads(x) for x in (session / "time.jsonl").read_text().splitlines()]
@@ -76,19 +95,8 @@ def check(session: Path) -> dict[str, list[float]]:
             if p is None:
                 print(f"| {name} | {conf or 'default'} | not modelled |")
                 continue
-            t, mt = p.iteration_time_ns / 1e6, statistics.median(ms)
-            mr = statistics.median(res)
-            row = [t / mt - 1, p.peak_memory_bytes / al - 1, p.peak_footprint_bytes / mr - 1,
-                   q.peak_footprint_bytes / mr - 1]
-            for k, e in zip(errs, row):
-                errs[k].append(abs(e))
-            print(f"| {name} | {conf or 'default'} | {mt:.1f} ({min(ms):.1f}-{max(ms):.1f}) | "
-                  f"{t:.1f} | {row[0]:+.1%} | {band(t, min(ms), max(ms))} | {al / 2**30:.2f} / "
-                  f"{p.peak_memory_bytes / 2**30:.2f} | {row[1]:+.1%} | {mr / 2**30:.2f} "
-                  f"({min(res) / 2**30:.2f}-{max(res) / 2**30:.2f}) | "
-                  f"{p.peak_footprint_bytes / 2**30:.2f} | {row[2]:+.1%} | "
-                  f"{band(p.peak_footprint_bytes, min(res), max(res))} | "
-                  f"{q.peak_footprint_bytes / 2**30:.2f} | {row[3]:+.1%} |")
+            judge(errs, name, conf or "default", p, q, statistics.median(ms),
+                  (min(ms), max(ms)), statistics.median(res), (min(res), max(res)), al)
     for k, v in errs.items():
         if v:
             print(f"{k}: median |error| {statistics.median(v):.1%}, max {max(v):.1%} over {len(v)}")
@@ -137,20 +145,9 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
         meta = load_trace(folder / "meta" / f"{name}.json")
         conf_s = "expandable_segments:True" if conf.get("expandable_segments") else ""
         p, q = replay(prof, gpu, conf_s), replay(meta, gpu, conf_s)
-        t, mt = p.iteration_time_ns / 1e6, m["iteration_ms"]
-        lo, hi = m["iteration_ms_band"]
-        mr, (rlo, rhi) = m["peak_reserved_bytes"], m["peak_reserved_bytes_band"]
-        al = m["peak_allocated_bytes"]
-        row = [t / mt - 1, p.peak_memory_bytes / al - 1, p.peak_footprint_bytes / mr - 1,
-               q.peak_footprint_bytes / mr - 1]
-        for k, e in zip(errs, row):
-            errs[k].append(abs(e))
-        print(f"| {name} | {label} | {mt:.1f} ({lo:.1f}-{hi:.1f}) | {t:.1f} | {row[0]:+.1%} | "
-              f"{band(t, lo, hi)} | {al / 2**30:.2f} / {p.peak_memory_bytes / 2**30:.2f} | "
-              f"{row[1]:+.1%} | {mr / 2**30:.2f} ({rlo / 2**30:.2f}-{rhi / 2**30:.2f}) | "
-              f"{p.peak_footprint_bytes / 2**30:.2f} | {row[2]:+.1%} | "
-              f"{band(p.peak_footprint_bytes, rlo, rhi)} | {q.peak_footprint_bytes / 2**30:.2f} | "
-              f"{row[3]:+.1%} |")
+        judge(errs, name, label, p, q, m["iteration_ms"], m["iteration_ms_band"],
+              m["peak_reserved_bytes"], m["peak_reserved_bytes_band"],
+              m["peak_allocated_bytes"])
     for k, v in errs.items():
         if v:
             print(f"{k}: median |error| {statistics.median(v):.1%}, max {max(v):.1%} over {len(v)}")

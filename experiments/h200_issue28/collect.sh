@@ -177,48 +177,4 @@ PY
       python3 -m vdnnsim measure $(spec $m) --plan "$B/plan.yaml" --repeat 3 --warmup-processes 0 $a --json > "$B/m.json" 2> "$B/m.err"
       line "$B/m.json" "$B/m.err" name=$m alloc=$alloc budget=$budget >> "$B/planned.jsonl"
     done ;;
-  repeat-b)
-    K=$3
-    for m in $MODELS_B; do
-      for alloc in default expandable; do
-        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
-        # shellcheck disable=SC2046,SC2086
-        python3 -m vdnnsim measure $(spec $m) --repeat 3 --warmup-processes "$K" $a --json > "$B/m.json" 2> "$B/m.err"
-        line "$B/m.json" "$B/m.err" name=$m alloc=$alloc >> "$B/repeat.jsonl"
-        K=0
-      done
-    done ;;
-  caps-b)
-    i=0
-    for m in $MODELS_B; do
-      for alloc in default expandable; do
-        a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
-        for f in 0.97 1.03; do
-          cap=$(median "$B/repeat.jsonl" $m $alloc peak_reserved_bytes $f)
-          [ -z "$cap" ] && continue
-          # shellcheck disable=SC2046,SC2086
-          (python3 -m vdnnsim measure $(spec $m) --memory-cap "$cap" $a --json > "$B/c_${m}_${alloc}_$f.json" 2> "$B/c_${m}_${alloc}_$f.err";
-           line "$B/c_${m}_${alloc}_$f.json" "$B/c_${m}_${alloc}_$f.err" name=$m alloc=$alloc factor=$f >> "$B/caps.jsonl") &
-          i=$((i + 1)); [ $((i % 4)) -eq 0 ] && wait
-        done
-      done
-    done
-    wait ;;
-  profile-b)
-    for m in $MODELS_B; do
-      # shellcheck disable=SC2046
-      python3 -m vdnnsim profile $(spec $m) --no-check -o "$B/profile/$m.yaml.gz" > "$B/profile/$m.log" 2>&1
-      echo "$m rc=$?" >> "$B/profile/profile.txt"
-    done ;;
-  plan-b)
-    m=bloom-560m
-    budget=$(median "$B/repeat.jsonl" $m default peak_allocated_bytes 0.8)
-    printf 'network: profile/%s.yaml.gz\ngpu: h200\noptimizer: adamw\npolicy: eager\n' $m > "$B/run.yaml"
-    python3 -m vdnnsim plan "$B/run.yaml" --budget "$budget" --method blocks -o "$B/plan.yaml" > "$B/plan.log" 2>&1
-    for alloc in default expandable; do
-      a=""; [ $alloc = expandable ] && a="--allocator expandable_segments=true"
-      # shellcheck disable=SC2046,SC2086
-      python3 -m vdnnsim measure $(spec $m) --plan "$B/plan.yaml" --repeat 3 --warmup-processes 0 $a --json > "$B/m.json" 2> "$B/m.err"
-      line "$B/m.json" "$B/m.err" name=$m alloc=$alloc budget=$budget >> "$B/planned.jsonl"
-    done ;;
 esac

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from .allocator import OutOfMemory, key_name
 from .streams import _At, _Op
 
@@ -202,6 +200,8 @@ class Memory:
 
     def _to_gpu_time(self) -> None:
         """NOTE [memory time]: stamps become GPU times."""
+        import numpy as np  # here, not at the top: every vdnnsim process imports the
+        # engine, and numpy costs ~86 ms and 13 MB at startup
         T = [op.end if edge else op.start  # type: ignore[attr-defined]
              for op, edge in zip(self._stamp_ops, self._stamp_edges)]
         pool = self.pool

@@ -8,6 +8,7 @@ could profile a transformer). "profile's step" is the profile's own median plain
 measurement is the run's own repeatability.
 
     python experiments/h200_hf/profiled_check.py [main|heldout|extra|all] [--dir FOLDER]
+    python experiments/h200_hf/profiled_check.py --reserved   (peak reserved, every set)
 
 ``--dir session11``: the profiles in FOLDER/profiled (FOLDER under traces/h200_hf) (the module profiler, NOTE [module
 timing]) against the measurements made in their own processes, FOLDER/<set>.jsonl.
@@ -60,8 +61,33 @@ def rows(which: str = "all", folder: str | None = None):
             yield name, r, first.get(k), sim, plain
 
 
+def reserved() -> None:
+    """``--reserved``: each run's peak reserved memory (over its timed steps) against the
+    replay's (NOTE [step temporaries], [steady state]), one row a run, then the median and
+    max of the absolute errors over every set."""
+    errs = []
+    print("| set | model | batch | seq | precision | reserved pred GiB | reserved meas GiB "
+          "| error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r, _, sim, _ in rows():
+        mr = r.get("peak_reserved_bytes")
+        if not mr:
+            continue
+        e = sim.peak_footprint_bytes / mr - 1
+        errs.append(abs(e))
+        model = r["model"].removeprefix("hf:").replace("traces/h200_hf/heldout/", "")
+        print(f"| {name} | {model.removesuffix('.yaml')} | {r['batch_size']} "
+              f"| {r['seq_len'] or '-'} | {r['dtype']} | {sim.peak_footprint_bytes / 2**30:.2f} "
+              f"| {mr / 2**30:.2f} | {e:+.1%} |")
+    print(f"peak reserved |error| median {statistics.median(errs):.1%}, max {max(errs):.1%} "
+          f"over {len(errs)} runs")
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if args == ["--reserved"]:
+        reserved()
+        return
     folder = None
     if "--dir" in args:
         i = args.index("--dir")

@@ -10,7 +10,7 @@ from typing import Any
 from . import limits
 from .costmodel import synthesize
 from .engine.allocator import aligned
-from .engine.caching import allocator_settings
+from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
@@ -185,10 +185,7 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     if fixed_keys:  # the registry's own settings of this name (which algorithms, which layers)
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
-    settings = allocator_settings(allocator)
-    if not settings.default and not trace.pytorch:
-        raise ConfigError(f"{trace.name}: allocator settings apply to PyTorch traces "
-                          "(framework: pytorch); this trace replays Torch7's CNMeM pool")
+    settings = _allocator_for(trace, allocator)
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
@@ -202,6 +199,16 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return result  # the block ends, then has only the result to look at
+
+
+def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
+    """NOTE [allocator settings]: ``allocator`` checked, and refused for a Torch7 trace
+    (its pool is CNMeM's) before any policy runs."""
+    settings = allocator_settings(allocator)
+    if not settings.default and not trace.pytorch:
+        raise ConfigError(f"{trace.name}: allocator settings apply to PyTorch traces "
+                          "(framework: pytorch); this trace replays Torch7's CNMeM pool")
+    return settings
 
 
 def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
@@ -267,10 +274,8 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
         for p in cfg.policy_list:
             get_policy(p)  # fail on a bad name before any work
     with in_file(source, "allocator"):  # NOTE [allocator settings]
-        settings = allocator_settings(cfg.allocator.model_dump() if cfg.allocator else None)
-        if not settings.default and not trace.pytorch:
-            raise ConfigError(f"{trace.name}: allocator settings apply to PyTorch traces "
-                              "(framework: pytorch); this trace replays Torch7's CNMeM pool")
+        settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
+                                  else None)
     with in_file(source, "policy_options"):
         return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
                           allocator=settings) for p in cfg.policy_list]

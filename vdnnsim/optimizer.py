@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .engine.compile import MOMENTS
 from .errors import ConfigError
 from .trace.model import Trace
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SGD_BYTES = 3  # bytes moved per parameter byte by the foreach SGD step
 ADAM_BYTES = 20  # by the foreach Adam/AdamW step
-ADAM_STATE = 2  # moments per parameter
+ADAM_STATE = MOMENTS["adam"]  # moments per parameter (the engine's count, NOTE [steady state])
 ADAM_TEMP = 1  # parameter-sized temporaries while the step runs
 
 

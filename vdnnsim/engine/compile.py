@@ -57,6 +57,12 @@ def free_points(lv: Liveness, held: set[str]
     return fwd_free, bwd_free
 
 
+def parameter_chunks(trace: Trace) -> tuple[int, ...]:
+    """Each layer's parameter bytes, in order, where it has any: what the trace knows of
+    its parameters' sizes (NOTE [step temporaries], [steady state])."""
+    return tuple(x.weight_bytes for x in trace.layers if x.weight_bytes)
+
+
 def step_temporaries(trace: Trace) -> tuple[int, ...]:
     """NOTE [step temporaries]
     The optimizer step's temporaries under PyTorch's semantics. A foreach step makes its
@@ -70,15 +76,15 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
     the parameters' total that ``step_workspace_bytes`` holds is one temporary per layer
     with parameters, and what is left over (a profiled step's few small tensors) one more."""
     total = trace.step_workspace_bytes
-    chunks = [x.weight_bytes for x in trace.layers if x.weight_bytes]
+    chunks = parameter_chunks(trace)
     w = sum(chunks)
     sets = total // w if w else 0
     rest = total - sets * w
-    return tuple(chunks) * sets + ((rest,) if rest else ())
+    return chunks * sets + ((rest,) if rest else ())
 
 
 # NOTE [optimizer state]: Adam's and AdamW's two moments per parameter (vdnnsim/optimizer.py
-# counts them into a trace's resident_bytes from this table)
+# counts them into a trace's resident_bytes from this table, ADAM_STATE)
 MOMENTS = {"adam": 2, "adamw": 2}
 
 
@@ -89,7 +95,7 @@ def optimizer_state(trace: Trace) -> tuple[int, ...]:
     temporaries]), where the trace's ``resident_bytes`` hold it (they do for a trace
     profiled with the optimizer, NOTE [module timing], and for ``with_optimizer``)."""
     n = MOMENTS.get(trace.optimizer, 0)
-    chunks = [x.weight_bytes for x in trace.layers if x.weight_bytes]
+    chunks = parameter_chunks(trace)
     if not n or not chunks or trace.resident_bytes < n * sum(chunks):
         return ()
     return tuple(c for c in chunks for _ in range(n))

@@ -147,6 +147,19 @@ def test_hf_spec_files_are_checked(tmp_path):
             build_workload("hf:gpt2", seq_len=4096)
 
 
+@needs_hf
+def test_a_model_without_a_position_table_takes_any_sequence_length():
+    # BLOOM (ALiBi) has neither max_position_embeddings nor n_positions: the H200 run of
+    # issue 28's held-out set B failed on that (AttributeError) in every process
+    spec = f"hf:{ROOT / 'tests/hf/bloom-tiny.yaml'}"
+    with torch.device("meta"):
+        assert build_workload(spec).shape == (512,)
+        assert build_workload(spec, seq_len=4096).shape == (4096,)
+    w = build_workload(spec, seq_len=16)
+    step = training_step(w, 2, "cpu")
+    assert torch.isfinite(step.forward())
+
+
 @pytest.mark.parametrize("argv,frag", [
     (["--model-arg", "depth"], "--model-arg 'depth': use KEY=VALUE"),
     (["--seq-len", "0"], "--seq-len must be from 1"),

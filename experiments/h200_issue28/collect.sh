@@ -40,7 +40,7 @@ spec() {
   esac
 }
 MODELS="qwen2-0.5b pythia-410m convnext-tiny"
-MODELS_B="bloom-560m swin-tiny mobilevit-small"
+MODELS_B=${MODELS_B:-"bloom-560m swin-tiny mobilevit-small"}  # a subset by environment
 B="$DIR/b"
 mkdir -p "$B/profile"
 # the median of a JSONL's field over the records of NAME (and allocator conf ALLOC)

@@ -125,11 +125,14 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             size = cfg.image_size
             return Workload(model, hspec["name"], "image", (cfg.num_channels, size, size),
                             cfg.num_labels, hspec["task"], {"config": hspec["config"]})
-        most = getattr(cfg, "max_position_embeddings", None) or cfg.n_positions
-        seq = seq_len or min(512, most)
-        if not 1 <= seq <= most:
-            raise ConfigError(f"{spec}: --seq-len must be from 1 to the model's "
-                              f"{most} positions, got {seq}")
+        # a learned or rotary position table bounds the sequence; ALiBi models (BLOOM)
+        # have none, and take any length
+        most = (getattr(cfg, "max_position_embeddings", None)
+                or getattr(cfg, "n_positions", None))
+        seq = seq_len or min(512, most or 512)
+        if seq < 1 or (most and seq > most):
+            bound = f"the model's {most} positions" if most else "any length"
+            raise ConfigError(f"{spec}: --seq-len must be from 1 to {bound}, got {seq}")
         return Workload(model, hspec["name"], "tokens", (seq,), cfg.vocab_size,
                         hspec["task"], {"config": hspec["config"]})
     if kind and name and re.fullmatch(r"[A-Za-z_][\w.]*", kind) and name.isidentifier():

@@ -19,6 +19,8 @@ from vdnnsim.planner import BLOCK_FORMAT, plan_blocks
 from vdnnsim.policies.blocks import block_regions
 from vdnnsim.trace import load_trace
 
+from .conftest import HAS_HF
+
 ROOT = Path(__file__).resolve().parents[1]
 PROFILED = ROOT / "traces" / "h200_hf" / "profiled"
 GiB = 2**30
@@ -272,3 +274,32 @@ def test_checkpointed_blocks_give_identical_gradients_on_a_cpu():
     with pytest.raises(ValueError, match="one or the other"):
         BlockOffload(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2),
                                          torch.nn.Linear(2, 2)), 1, ["0", "1", "2"], ["0"])
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_checkpointed_transformer_blocks_run_without_a_kv_cache():
+    """A checkpointed block's recomputation must not extend a KV cache its forward filled:
+    BLOOM's recomputed attention saw twice the keys (the H200's planned run of issue 28's
+    bloom-560m failed so). The runtime turns the cache off as transformers' own gradient
+    checkpointing does, gradients stay those of the plain step, and remove() restores it."""
+    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.workload import build_workload, training_step
+
+    spec = f"hf:{ROOT / 'tests/hf/bloom-tiny.yaml'}"
+
+    def grads(checkpoint: bool):
+        torch.manual_seed(0)
+        work = build_workload(spec, 16)
+        assert work.model.config.use_cache
+        blocks = ["transformer.h.0", "transformer.h.1"]
+        rt = BlockOffload(work.model, 0, blocks, blocks) if checkpoint else None
+        step = training_step(work, 2, "cpu", "fp32", "sgd")
+        step(update=False)
+        out = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()}
+        if rt is not None:
+            rt.remove()
+            assert work.model.config.use_cache  # the model's own setting back
+        return out
+
+    base, got = grads(False), grads(True)
+    assert set(base) == set(got) and all(torch.equal(base[n], got[n]) for n in base)

@@ -13,7 +13,7 @@
 # /tmp/site where the machine's Python lacks them (docs/gpu.md, "Running on the device
 # machine").
 # Writes OUT/repeat.jsonl (per run its `measure --repeat 3 --json` record, with `run`, the
-# line's number, and `rc`), OUT/history.jsonl (per run the history process's record),
+# line's number, and `rc`; WARMUP=0 where the machine has run a process already), OUT/history.jsonl (per run the history process's record),
 # OUT/runN.pickle.gz (its snapshot), OUT/segments.jsonl (per run `vdnnsim import
 # runN.pickle.gz --segments --json`) and OUT/runN.err (stderr of all three).
 set -u
@@ -43,6 +43,7 @@ PY
 }
 
 n=0
+W=${WARMUP:-1}
 while read -r model batch policy cap dtype opt alloc more; do
   n=$((n + 1))
   case "$model" in ''|'#'*) continue ;; esac
@@ -56,7 +57,10 @@ while read -r model batch policy cap dtype opt alloc more; do
   # shellcheck disable=SC2206
   [ -n "${more:-}" ] && args+=($more)
   err="$OUT/run$n.err"
-  python3 -m vdnnsim measure "${args[@]}" --repeat 3 --json > "$OUT/r.json" 2> "$err"
+  # one discarded process on the machine, before the first run (NOTE [repeated measurement])
+  python3 -m vdnnsim measure "${args[@]}" --repeat 3 --warmup-processes "$W" --json \
+    > "$OUT/r.json" 2> "$err"
+  W=0
   line "$OUT/r.json" "$n" $? "$err" >> "$OUT/repeat.jsonl"
   rm -f "$OUT/run$n.pickle"
   python3 -m vdnnsim measure "${args[@]}" --memory-history "$OUT/run$n.pickle" --json \

@@ -102,6 +102,14 @@ class BlockOffload:
         for b in dict.fromkeys(wrap):
             self._wrapped.append((b, b.__dict__.get("forward")))
             b.forward = _checkpointed(b.forward)
+        # a recomputed block must not extend a KV cache its forward filled (BLOOM's
+        # recomputed attention saw twice the keys): the cache off while blocks are
+        # checkpointed, as transformers' own gradient_checkpointing_enable does
+        config = getattr(model, "config", None)
+        self._use_cache = getattr(config, "use_cache", None) if wrap else None
+        if self._use_cache:
+            config.use_cache = False
+        self._model = model
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
         # tensor packed with it, and its memory (host and GPU copies) goes with it
         self.entries: list[weakref.WeakValueDictionary] = [
@@ -222,6 +230,9 @@ class BlockOffload:
             else:
                 b.forward = own
         self._wrapped = []
+        if self._use_cache:
+            self._model.config.use_cache = self._use_cache
+            self._use_cache = None
 
 
 def _checkpointed(forward: Any) -> Any:

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
 DATA = ROOT / "traces" / "h200_issue28"
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.planfile import read_plan_file  # noqa: E402
 from vdnnsim.trace import load_trace  # noqa: E402
 
 
@@ -141,8 +142,7 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
             why = str(m.get("error", "out of memory")).strip().splitlines()[-1][:80]
             print(f"| {name} | {label} | not measured: {why} |")
             continue
-        prof = load_trace(folder / "profile" / f"{name}.yaml.gz")
-        meta = load_trace(folder / "meta" / f"{name}.json")
+        prof, meta = traces_of(name)
         conf_s = "expandable_segments:True" if conf.get("expandable_segments") else ""
         p, q = replay(prof, gpu, conf_s), replay(meta, gpu, conf_s)
         judge(errs, name, label, p, q, m["iteration_ms"], m["iteration_ms_band"],
@@ -151,7 +151,55 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
     for k, v in errs.items():
         if v:
             print(f"{k}: median |error| {statistics.median(v):.1%}, max {max(v):.1%} over {len(v)}")
+    caps = folder / "caps.jsonl"
+    if caps.exists():  # each model's capped runs, under the allocator it ran with
+        right = n = 0
+        for line in caps.read_text().splitlines():
+            c = json.loads(line)
+            if "fits" not in c:  # the process failed (an out-of-memory run says fits: false)
+                print(f"cap {c['name']} {c['alloc']} x{c['factor']}: not measured")
+                continue
+            conf_s = "expandable_segments:True" if c["alloc"] == "expandable" else ""
+            for kind, t in zip(("profiled", "meta"), traces_of(c["name"])):
+                r = replay(t, gpu, conf_s, c["memory_cap_bytes"])
+                ok = r.fits == bool(c["fits"])
+                right += ok
+                n += 1
+                print(f"cap {c['memory_cap_bytes'] / 2**30:.2f} GiB ({c['factor']} x reserved) "
+                      f"{c['name']} {c['alloc']} {kind}: measured "
+                      f"{'fits' if c['fits'] else 'out of memory'}, predicted "
+                      f"{'fits' if r.fits else 'out of memory'}{'' if ok else '  MISS'}")
+        print(f"capped runs right: {right} of {n}")
+    for line in ((folder / "planned.jsonl").read_text().splitlines()
+                 if (folder / "planned.jsonl").exists() else ()):
+        m = json.loads(line)  # a block plan measured --repeat 3 (NOTE [block runtime])
+        if "error" in m or not m.get("fits"):
+            print(f"planned {m['name']} {m['alloc']}: not measured "
+                  f"({str(m.get('error', 'out of memory')).strip().splitlines()[-1][:80]})")
+            continue
+        conf_s = "expandable_segments:True" if m["alloc"] == "expandable" else ""
+        prof = traces_of(m["name"])[0]
+        plan = read_plan_file(folder / m["plan"])
+        opts = ({"recompute": plan.recompute_blocks} if plan.recompute_blocks
+                else {"blocks": plan.blocks})
+        r = run_trace(prof, gpu, "vdnn_blocks", opts, None, record=False,
+                      allocator=settings(conf_s))
+        t, mt, (lo, hi) = r.iteration_time_ns / 1e6, m["iteration_ms"], m["iteration_ms_band"]
+        res, mr = r.peak_reserved_bytes, m["peak_reserved_bytes"]
+        al, ma = r.peak_allocated_bytes, m["peak_allocated_bytes"]
+        print(f"planned {m['name']} {m['alloc']} ({m['plan']}): step {mt:.1f} ms "
+              f"({lo:.1f}-{hi:.1f}) predicted {t:.1f} ({(t - mt) / mt:+.1%}, {band(t, lo, hi)}); "
+              f"allocated {ma / 2**30:.2f} GiB predicted {al / 2**30:.2f} "
+              f"({(al - ma) / ma:+.1%}); reserved {mr / 2**30:.2f} predicted "
+              f"{res / 2**30:.2f} ({(res - mr) / mr:+.1%})")
     return errs
+
+
+def traces_of(name: str):
+    """A set B model's profiled and meta-device traces, from whichever session made them."""
+    prof = sorted(DATA.glob(f"*/b/profile/{name}.yaml.gz"))[-1]
+    meta = sorted(DATA.glob(f"*/b/meta/{name}.json"))[-1]
+    return load_trace(prof), load_trace(meta)
 
 
 def main(argv: list[str]) -> int:

@@ -185,8 +185,8 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
         r = run_trace(prof, gpu, "vdnn_blocks", opts, None, record=False,
                       allocator=settings(conf_s))
         t, mt, (lo, hi) = r.iteration_time_ns / 1e6, m["iteration_ms"], m["iteration_ms_band"]
-        res, mr = r.peak_reserved_bytes, m["peak_reserved_bytes"]
-        al, ma = r.peak_allocated_bytes, m["peak_allocated_bytes"]
+        res, mr = r.peak_footprint_bytes, m["peak_reserved_bytes"]
+        al, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
         print(f"planned {m['name']} {m['alloc']} ({m['plan']}): step {mt:.1f} ms "
               f"({lo:.1f}-{hi:.1f}) predicted {t:.1f} ({(t - mt) / mt:+.1%}, {band(t, lo, hi)}); "
               f"allocated {ma / 2**30:.2f} GiB predicted {al / 2**30:.2f} "

@@ -240,7 +240,16 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
-        host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed)
+        host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
+        pinned_host_bytes=pinned_host_bytes(sim))
+
+
+def pinned_host_bytes(sim: Any) -> int:
+    """NOTE [pinned pool]: PyTorch's pinned pool under its runtimes; the Torch7 runtime
+    pins each copy and frees it (its peak); a unified-memory run pins nothing."""
+    if sim.sem.paged:
+        return 0
+    return sim.pinned.reserved_bytes if sim.sem.caching_allocator else sim.peak_host_bytes
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

@@ -49,6 +49,7 @@ class RunResult:
                                                                compare=False)
     host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
     timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
+    pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -126,6 +127,7 @@ class RunResult:
             "offloaded_bytes": self.offloaded_bytes,
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
+            "pinned_host_bytes": self.pinned_host_bytes,
             "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": t(ns_to_s(self.stall_time_ns)),
             "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),

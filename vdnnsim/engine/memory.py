@@ -112,6 +112,7 @@ class Memory:
         self.host_bytes += size
         if self.host_bytes > self.peak_host_bytes:
             self.peak_host_bytes = self.host_bytes
+        self.pinned.take(size)  # NOTE [pinned pool]
         self._on_host.add(buf)
         if self.sem.host_ahead:
             self._recorded.add(buf)
@@ -136,9 +137,11 @@ class Memory:
             # its offload has not been released: keep the GPU copy (Torch7, no sync)
             self._retired.discard(buf)
             self.host_bytes -= size
+            self.pinned.give(size)
             return None
         if buf in pool:  # still allocated (its free is yet to come): nothing to move
             self.host_bytes -= size
+            self.pinned.give(size)
             return None
         kind = "fetch" if on_demand else "prefetch"
         side = not (on_demand and self.sem.one_side_stream)  # PyTorch: on compute

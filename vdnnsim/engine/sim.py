@@ -22,6 +22,7 @@ from .iteration import STEP_PIECES, Iteration
 from .memory import Memory
 from .memory_model import MemoryModel
 from .paged import Paging
+from .pinned import PinnedPool
 from .plan import Liveness, Plan, liveness
 from .semantics import semantics_for
 from .streams import Op, Streams, _Op, _Stream, _Zero
@@ -86,6 +87,7 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
         self.prefetched_bytes = 0
         self.host_bytes = 0
         self.peak_host_bytes = 0
+        self.pinned = PinnedPool()  # NOTE [pinned pool]
         self._host_cap = gpu.host_memory_bytes  # NOTE [host memory]; None: no limit
         self.end_ns = 0
         self.fwd_end_ns = 0

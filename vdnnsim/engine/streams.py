@@ -201,6 +201,7 @@ class Streams:
             if op.copy:  # an on-demand fetch: the stream copies, not computes; the host
                 self.stall_ns += end - start  # copy is released once it is back
                 self.host_bytes -= op.size
+                self.pinned.give(op.size)
             if op.stall:
                 self.stall_ns += op.stall
                 if record:
@@ -217,5 +218,6 @@ class Streams:
                                              op.size)))
             if op.kind != "offload":  # a prefetch: the host copy is released once it is back
                 self.host_bytes -= op.size
+                self.pinned.give(op.size)
         if op.done is not None:
             op.done.succeed()

@@ -148,6 +148,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)
+        # NOTE [pinned pool]: what the pinned host allocator keeps (its blocks are never
+        # given back, so after the timed steps this is its peak)
+        host_stats = getattr(torch.cuda, "host_memory_stats", None)
+        if host_stats is not None:
+            record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
         # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
         # so that its reserved peak is one iteration's own (NOTE [measurement]); the step
         # itself is NOTE [training step]'s, read at its marks

@@ -114,3 +114,22 @@ def test_json_has_the_counts_and_bytes(frames, cells):
     assert sum(f["hold"] for f in d["cells_per_figure"].values()) == d["cells_hold"]
     assert all({"paper_peak_bytes", "paper_avg_bytes", "scope"} <= set(c)
                for c in d["figure_cells"])
+
+
+def test_per_layer_figures_match_the_papers_vgg_byte_for_byte():
+    """NOTE [paper layers]: Fig. 5's feature maps of every conv of the paper's VGG-16 are
+    vgg19's to the MiB (the reading's precision is 3 MiB); model D lacks three convs."""
+    from vdnnsim.paper.layers import layer_checks
+    df = layer_checks()
+    fm = df[(df.quantity == "feature maps X+Y (fwd)") & df.paper_layer.str.startswith("CONV")]
+    assert len(fm) == 16 and (fm.vdnnsim - fm.paper).abs().max() < 3
+    d = layer_checks("vgg16")
+    assert (d.zoo_layer == "-").sum() == 3 * 6  # CONV_08, _12, _16: 3 values in each figure
+
+
+def test_per_layer_script_refuses_other_networks():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "vdnnsim.paper.layers", "alexnet"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "vgg16 or vgg19" in p.stderr

@@ -1,15 +1,18 @@
 """The paper's per-layer figures as checks of vdnnsim's model of the runtime: Fig. 5
 (VGG-16 (256): per-layer feature maps, forward workspace and weights) and Fig. 6 (VGG-16
 (64): per-layer forward and backward time, and the reuse distance of each layer's input)
-against the zoo's vgg16 on the titanx_maxwell preset under the network-wide baseline with
-the fastest algorithms (docs/reproduction.md, "The per-layer figures").
+against the zoo's network on the titanx_maxwell preset under the network-wide baseline
+with the fastest algorithms (docs/reproduction.md, "The per-layer figures").
 
 NOTE [paper layers]
-- The paper's VGG-16 has sixteen CONV layers (Figs. 5 and 6: CONV_01 to CONV_16, groups of
-  2, 2, 4, 4, 4: Fig. 5's feature maps give the group of each, e.g. CONV_05 to CONV_08 at
-  56x56), VGG's model E; the zoo's vgg16 is model D (groups of 2, 2, 3, 3, 3). A paper
-  layer is compared with the zoo layer at the same place in its group; the fourth conv of
-  groups 3, 4 and 5 has none.
+- The paper's "VGG-16" has sixteen CONV layers (Figs. 5 and 6: CONV_01 to CONV_16, groups
+  of 2, 2, 4, 4, 4: Fig. 5's feature maps give the group of each, e.g. CONV_05 to CONV_08
+  at 56x56): VGG's model E, the zoo's ``vgg19``; the zoo's ``vgg16`` is model D (groups of
+  2, 2, 3, 3, 3). The paper's totals are model E's to the MiB: Fig. 4's feature maps of
+  VGG-16 (256), 16155 MiB (model E: 16154; D: 14880). The paper studies run ``vgg19``
+  for the paper's VGG-16 (vdnnsim/paper/claims.py, ``VGG16``); ``python -m
+  vdnnsim.paper.layers vgg16`` compares model D, each paper layer with the zoo layer at
+  the same place in its group (the fourth conv of groups 3, 4 and 5 has none).
 - A paper layer's time is its conv's plus the in-place ReLU that follows (Torch runs
   ReLU as its own module; the figures show only CONV and FC layers). Both are given.
 - Reuse distance of X: from the end of the layer's forward pass to the start of its
@@ -20,41 +23,45 @@ NOTE [paper layers]
 from __future__ import annotations
 
 import re
+import sys
 
 import pandas as pd
 
+from ..errors import ConfigError
 from ..units import MiB
 from .cells import GPU, figure_values
+from .claims import VGG16
 
 GROUPS_PAPER = (2, 2, 4, 4, 4)
 
 
-def _zoo_name(paper_layer: str) -> str | None:
-    """CONV_05 -> conv3_1; FC_01 -> fc6; None where the zoo's model D has no such layer."""
+def _zoo_name(paper_layer: str, network: str = VGG16) -> str | None:
+    """CONV_05 -> conv3_1; FC_01 -> fc6; None where ``network`` has no such layer."""
     m = re.fullmatch(r"(CONV|FC)_(\d+)", paper_layer)
     if m is None:
         return None
     kind, k = m.group(1), int(m.group(2))
     if kind == "FC":
         return f"fc{5 + k}"
-    from ..network.zoo import _VGG_GROUPS
+    from ..network.zoo import _VGG_GROUPS, _VGG_GROUPS_E
+    groups = _VGG_GROUPS_E if network == "vgg19" else _VGG_GROUPS
     for g, n in enumerate(GROUPS_PAPER, start=1):
         if k <= n:
-            return f"conv{g}_{k}" if k <= _VGG_GROUPS[g - 1][1] else None
+            return f"conv{g}_{k}" if k <= groups[g - 1][1] else None
         k -= n
     return None
 
 
-def _run(batch: int):
+def _run(network: str, batch: int):
     from ..api import build_trace, resolve_gpu, run_trace
     gpu = resolve_gpu(GPU)
-    trace = build_trace("vgg16", batch, gpu)
+    trace = build_trace(network, batch, gpu)
     return trace, run_trace(trace, gpu, "baseline_p", memory_bytes=1 << 40)
 
 
-def _per_layer(batch: int) -> pd.DataFrame:
-    """vdnnsim's per-layer numbers of vgg16 at ``batch`` (NOTE [paper layers])."""
-    trace, r = _run(batch)
+def _per_layer(network: str, batch: int) -> pd.DataFrame:
+    """vdnnsim's per-layer numbers of ``network`` at ``batch`` (NOTE [paper layers])."""
+    trace, r = _run(network, batch)
     tl = r.timeline
     comp = tl[tl.stream == "compute"]
     fwd = comp[comp.kind == "fwd"].groupby("layer").agg(start=("start_ns", "min"),
@@ -92,17 +99,20 @@ QUANTITIES = {  # paper quantity -> vdnnsim column
     "reuse distance of X": "reuse_ms"}
 
 
-def layer_checks() -> pd.DataFrame:
+def layer_checks(network: str = VGG16) -> pd.DataFrame:
     """One row per value of Figs. 5 and 6: paper layer, zoo layer, quantity, paper value,
-    vdnnsim's, and the relative error (NaN where the zoo has no such layer)."""
+    vdnnsim's, and the relative error (NaN where ``network`` has no such layer)."""
+    if network not in ("vgg16", "vgg19"):
+        raise ConfigError(f"the paper's per-layer figures show a VGG: vgg16 or vgg19, not "
+                          f"{network!r}")
     vals = figure_values()
     vals = vals[vals.figure.isin(["Fig5", "Fig6"])]
-    per = {5: _per_layer(256), 6: _per_layer(64)}
+    per = {5: _per_layer(network, 256), 6: _per_layer(network, 64)}
     rows = []
     for v in vals.itertuples():
         fig = int(v.figure[3:])
         paper_layer = v.network.split()[-1]
-        zoo = _zoo_name(paper_layer)
+        zoo = _zoo_name(paper_layer, network)
         col = QUANTITIES[v.quantity]
         sim = float(per[fig].loc[zoo, col]) if zoo in per[fig].index else float("nan")
         rows.append({"figure": v.figure, "paper_layer": paper_layer, "zoo_layer": zoo or "-",
@@ -145,5 +155,17 @@ def layer_checks_markdown(df: pd.DataFrame) -> str:
     return "\n".join(out).lstrip()
 
 
+def main(argv: list[str]) -> int:
+    """``python -m vdnnsim.paper.layers [vgg19|vgg16]``: the table (NOTE [paper layers])."""
+    try:
+        if len(argv) > 1:
+            raise ConfigError("usage: python -m vdnnsim.paper.layers [vgg19|vgg16]")
+        print(layer_checks_markdown(layer_checks(*argv)))
+    except ConfigError as exc:
+        print(f"vdnnsim: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    print(layer_checks_markdown(layer_checks()))
+    sys.exit(main(sys.argv[1:]))

@@ -90,3 +90,20 @@ def test_pool_ceil_mode_and_padding():
 def test_bad_specs_name_the_layer(layers, match):
     with pytest.raises(TraceError, match=match):
         infer(_net(layers))
+
+
+def test_vgg19_is_the_papers_vgg16():
+    """NOTE [paper layers]: model E, sixteen convs in groups of 2, 2, 4, 4, 4; its feature
+    maps at batch 256 are Fig. 4's 16155 MiB (read to +-20), model D's are not."""
+    def feature_mib(name: str, batch: int) -> float:
+        info = infer(zoo_network(name))
+        elems = sum(layer.out_elems for layer in info.layers
+                    if layer.type not in ("relu", "flatten"))
+        import math
+        return batch * 4 * (math.prod(info.input_shape) + elems) / 2**20
+    info = infer(zoo_network("vgg19"))
+    convs = [layer.name for layer in info.layers if layer.type == "conv"]
+    assert len(convs) == 16 and "conv3_4" in convs and "conv5_4" in convs
+    assert info.params == 143_667_240
+    assert abs(feature_mib("vgg19", 256) - 16155) < 20
+    assert abs(feature_mib("vgg16", 256) - 16155) > 1000

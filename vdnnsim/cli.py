@@ -374,17 +374,24 @@ def _results_table(df, source) -> Any:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import json
+
     from .paper import reproduce, table_markdown
+    from .paper.cells import (cells_count_markdown, cells_markdown, figure_cells,
+                              reproduction_json)
     from .report import figures
     from .yamlio import write_atomic, write_text_atomic
 
     _writable(args.output, folder=True)
     table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference,
                               costs=args.costs)
+    cells = figure_cells(frames)
     if args.json:
-        print(table.to_json(orient="records", indent=2))
+        print(json.dumps(reproduction_json(table, cells), indent=2))
+    elif args.cells:
+        print(cells_markdown(cells))
     else:
-        print(table_markdown(table))
+        print(table_markdown(table) + "\n\n" + cells_count_markdown(cells))
     if args.output:
         out = Path(args.output)
         try:  # made only now that the table stands: a failed run leaves no folder behind
@@ -394,6 +401,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             raise ConfigError(f"{out}: cannot make this folder ({exc.strerror})") from None
         write_text_atomic(out / "reproduction.md", table_markdown(table) + "\n")
         write_atomic(out / "reproduction.csv", lambda f: table.to_csv(f, index=False))
+        write_text_atomic(out / "figure_cells.md", cells_markdown(cells) + "\n")
+        write_atomic(out / "figure_cells.csv", lambda f: cells.to_csv(f, index=False))
         conv, deep = frames["conventional_policies"], frames["deep_vgg"]
         for gpu in ("k40", "titanx_maxwell"):
             for name, fig in (("memory", figures.memory_per_policy(conv, gpu)),
@@ -404,7 +413,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                              lambda f, fig=fig: fig.savefig(f, format="png", dpi=90),
                              binary=True)
                 figures.plt.close(fig)
-        print(f"wrote {_shown(out)}/reproduction.md, reproduction.csv and 8 figures", file=sys.stderr)
+        print(f"wrote {_shown(out)}/reproduction.md, reproduction.csv, figure_cells.md, "
+              "figure_cells.csv and 8 figures", file=sys.stderr)
     return 0
 
 
@@ -788,13 +798,16 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--json", action="store_true")
     mb.set_defaults(fn=cmd_maxbatch)
 
-    rp = sub.add_parser("reproduce", help="the vDNN paper's headline numbers beside "
-                        "vdnnsim's")
+    rp = sub.add_parser("reproduce", help="the vDNN paper's headline numbers and figure "
+                        "values beside vdnnsim's")
     rp.add_argument("--studies", default=None, help="folder of the paper studies "
                     "(default: the repository's configs/paper)")
     rp.add_argument("--output", "-o", default=None, help="folder to write the table (md, "
                     "csv) and figures into")
-    rp.add_argument("--json", action="store_true", help="print the table as JSON records")
+    rp.add_argument("--json", action="store_true", help="print the claims and the figure "
+                    "cells as one JSON object")
+    rp.add_argument("--cells", action="store_true", help="print every value of the paper's "
+                    "Figs. 11, 12, 14 and 15 beside vdnnsim's (markdown)")
     rp.add_argument("--reading", choices=["measured", "text"], default="measured",
                     help="which layers findPrefetchLayer sees as offloaded (docs/policies.md, "
                     "'Offload marks'; default: measured)")

@@ -1,7 +1,7 @@
 """Recorded numbers the golden tests compare against, and how they are made.
 
 The tests only read these files. After a change that means to move the numbers, run
-    .venv/bin/python -m tests.golden.regen [configs|reproduction|validation]
+    .venv/bin/python -m tests.golden.regen [configs|reproduction|figure_cells|validation]
 from the repository root, and say in the commit why they moved.
 """
 
@@ -31,6 +31,13 @@ def config_records(path: Path) -> list[dict]:
 def reproduction_records(table) -> dict:
     return {f"{r.id}@{r.gpu}": {"vdnnsim": r.vdnnsim, "met": bool(r.met)}
             for r in table.itertuples()}
+
+
+def figure_cell_records(cells) -> dict:
+    """NOTE [figure cells]: every cell of the paper's Figs. 11, 12, 14, 15 with its paper
+    value, tolerance, vdnnsim's value and whether it holds."""
+    return {r.cell: {"paper": r.paper, "tolerance": r.tolerance, "vdnnsim": r.vdnnsim,
+                     "holds": bool(r.holds)} for r in cells.itertuples()}
 
 
 def validation_summary() -> dict:

@@ -113,28 +113,32 @@ def googlenet() -> NetworkSpec:
 
 
 _VGG_GROUPS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
+_VGG_GROUPS_E = ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4))
 
 
 def vgg(depth: int = 16) -> NetworkSpec:
-    """VGG-16 (model D), or the paper's very deep VGG-116/216/316/416: each 100 layers add
-    twenty 3x3 convs of the group's width to each of the five groups."""
-    if depth < 16 or (depth - 16) % 100:
-        raise ValueError(f"VGG depth must be 16, 116, 216, ...; got {depth}")
-    extra = (depth - 16) // 100 * 20
+    """VGG-16 (model D), VGG-19 (model E: a fourth conv in groups 3 to 5; what the vDNN
+    paper's figures show as its "VGG-16", NOTE [paper layers]), or the paper's very deep
+    VGG-116/216/316/416: each 100 layers add twenty 3x3 convs of the group's width to each
+    of the five groups of model D."""
+    if depth != 19 and (depth < 16 or (depth - 16) % 100):
+        raise ValueError(f"VGG depth must be 16, 19, 116, 216, ...; got {depth}")
+    extra = (depth - 16) // 100 * 20 if depth != 19 else 0
     layers: list[LayerDef] = []
-    for g, (width, n) in enumerate(_VGG_GROUPS, start=1):
+    for g, (width, n) in enumerate(_VGG_GROUPS_E if depth == 19 else _VGG_GROUPS, start=1):
         for j in range(1, n + extra + 1):
             layers += _conv_relu(f"conv{g}_{j}", width, 3, 1, 1, relu=f"relu{g}_{j}")
         layers.append(_L(name=f"pool{g}", type="maxpool", kernel=2, stride=2))
     layers += _classifier([4096, 4096, 1000])
     return NetworkSpec(name=f"vgg{depth}", input=(3, 224, 224),
-                       batch_size=64 if depth == 16 else 32, layers=layers,
-                       source=_SRC + "vgg_a.lua, configuration D" +
-                       ("" if depth == 16 else f", deepened to {depth} layers as in vDNN"))
+                       batch_size=64 if depth in (16, 19) else 32, layers=layers,
+                       source=_SRC + "vgg_a.lua, configuration " + ("E" if depth == 19 else "D") +
+                       ("" if depth in (16, 19) else f", deepened to {depth} layers as in vDNN"))
 
 
 ZOO: dict[str, Callable[[], NetworkSpec]] = {
     "alexnet": alexnet, "overfeat": overfeat, "googlenet": googlenet, "vgg16": vgg,
+    "vgg19": lambda: vgg(19),
     **{f"vgg{d}": (lambda d=d: vgg(d)) for d in (116, 216, 316, 416)},
 }
 

@@ -20,18 +20,18 @@ POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_co
 # NOTE [paper points]
 # The bars the paper's text gives a value for, drawn as black diamonds over vdnnsim's bars:
 # (figure, gpu, network, batch, policy, value in the figure's unit, the claim it states).
-# The per-bar values of the paper's Figs. 11, 12 and 14 themselves are not in
-# shared/reference/ and could not be read here; they belong in this list, with the
-# precision a reading of the figures can defend, once someone has the figures.
+# The per-bar values of the paper's Figs. 11, 12, 14 and 15 are held against vdnnsim cell
+# by cell in vdnnsim/paper/cells.py (`vdnnsim reproduce --cells`). The paper's "VGG-16" is
+# the zoo's vgg19 (NOTE [paper layers]).
 PAPER_POINTS: list[tuple[str, str, str, int, str, float, str]] = [
-    ("memory_peak", "titanx_maxwell", "vgg16", 128, "vdnn_all_m", 4.8,
+    ("memory_peak", "titanx_maxwell", "vgg19", 128, "vdnn_all_m", 4.8,
      "memory.vgg16_128_all_m_peak (at most)"),
-    ("offload", "titanx_maxwell", "vgg16", 256, "vdnn_all_m", 16.0, "offload.vgg16_256_all"),
-    ("performance", "titanx_maxwell", "vgg16", 128, "vdnn_all_m", 1 - 0.61,
+    ("offload", "titanx_maxwell", "vgg19", 256, "vdnn_all_m", 16.0, "offload.vgg16_256_all"),
+    ("performance", "titanx_maxwell", "vgg19", 128, "vdnn_all_m", 1 - 0.61,
      "speed.vgg16_128_all_m_loss"),
-    ("performance", "titanx_maxwell", "vgg16", 256, "vdnn_dyn", 1 - 0.18,
+    ("performance", "titanx_maxwell", "vgg19", 256, "vdnn_dyn", 1 - 0.18,
      "speed.vgg16_256_dyn_loss"),
-    ("performance", "k40", "vgg16", 256, "vdnn_dyn", 1 - 0.22, "speed.vgg16_256_dyn_loss"),
+    ("performance", "k40", "vgg19", 256, "vdnn_dyn", 1 - 0.22, "speed.vgg16_256_dyn_loss"),
 ]
 
 

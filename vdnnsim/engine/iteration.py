@@ -312,10 +312,14 @@ class Iteration:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
             held = False  # its workspace allocated for real (NOTE [transient])
-            if algo.bwd_workspace_bytes:
-                w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id, "backward")
-                if w is not None:
-                    held = yield from w
+            for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
+                if held:  # NOTE [backward workspaces]: the last call's, freed before
+                    pool.free(("workspace", layer.id), s0)
+                    held = False
+                if ws:
+                    w = self._workspace(ws, s0, op, layer.id, "backward")
+                    if w is not None:
+                        held = yield from w
             self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)

@@ -25,8 +25,9 @@ overcounted small layers by the engine's per-call work: up to +90% on DenseNet-1
 The workspace of a layer is measured alone, on the probe's own tensors: the allocator's
 peak during a pass beyond what stays allocated after it, on a call after a warm-up call
 (the first call of a conv runs cuDNN's autotuner, whose trial workspaces are far larger
-than the chosen algorithm's). On the meta device there is no time: the cost model times
-each layer for a GPU preset instead. On a CPU device (tests) the wall clock stands in for
+than the chosen algorithm's); a Conv2d's backward calls (backward data, backward filter)
+are also measured alone, one workspace each (NOTE [backward workspaces]). On the meta
+device there is no time: the cost model times each layer for a GPU preset instead. On a CPU device (tests) the wall clock stands in for
 the events, and the marks' cost is timed directly instead: K back-to-back marks, the
 median of each's cost. There the difference of two passes is the machine's noise, not the
 marks (a loaded two-core machine: whole passes differ by tens of milliseconds between
@@ -113,10 +114,12 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
         if algos is not None:
             layer["algos"] = algos[n.name]
         else:
-            f, b, fw, bw = (times or {}).get(n.name, (0, 0, 0, 0))
+            f, b, fw, bw, *split = (times or {}).get(n.name, (0, 0, 0, 0))
             if fw or bw:  # one measured algorithm with its own forward/backward workspace
                 layer["algos"] = [dict(name="profiled", fwd_ns=f, bwd_ns=b,
                                        fwd_workspace_bytes=fw, bwd_workspace_bytes=bw)]
+                if split and split[0] and max(split[0]) == bw:  # NOTE [backward workspaces]
+                    layer["algos"][0]["bwd_workspaces"] = list(split[0])
             else:
                 layer.update(fwd_ns=f, bwd_ns=b)
         hf, hb = (hosts or {}).get(n.name, (0, 0))
@@ -297,9 +300,47 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
     return times, meta
 
 
-def _workspace(n: ProbeNode) -> tuple[int, int]:
+def conv_backward_calls(mod: nn.Module, x: torch.Tensor, grad: torch.Tensor
+                        ) -> list[Any]:
+    """NOTE [backward workspaces]: the calls a Conv2d's backward pass makes one after the
+    other, each alone (``aten.convolution_backward`` with one output: backward data where
+    the input needs a gradient, then backward filter; ATen's cuDNN convolution allocates a
+    workspace in each and frees it before the next); [] where the conv is not a plain one
+    (a string or non-zero padding mode)."""
+    if not isinstance(mod, nn.Conv2d) or isinstance(mod.padding, str) \
+            or mod.padding_mode != "zeros":
+        return []
+    calls = []
+    for mask in ((True, False, False), (False, True, False)):
+        if mask[0] and not x.requires_grad:
+            continue
+        calls.append(lambda m=list(mask): torch.ops.aten.convolution_backward(
+            grad, x, mod.weight, None, list(mod.stride), list(mod.padding),
+            list(mod.dilation), False, [0, 0], mod.groups, m))
+    return calls
+
+
+def _backward_workspaces(mod: nn.Module, x: Any, grad: torch.Tensor) -> tuple[int, ...]:
+    """NOTE [backward workspaces]: each of :func:`conv_backward_calls`' workspaces, measured
+    as the pass's (the peak beyond what stays allocated), after a warm-up call."""
+    if not isinstance(x, torch.Tensor):
+        return ()
+    out = []
+    for call in conv_backward_calls(mod, x, grad):
+        call()  # warm-up: tuned by the backward pass already; its trials must not count
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        held = call()
+        out.append(max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()))
+        del held
+    return tuple(out)
+
+
+def _workspace(n: ProbeNode) -> tuple[int, int, tuple[int, ...]]:
     """A layer's forward and backward workspace on CUDA: the allocator's peak during the
-    pass beyond what stays allocated after it, on a call after a warm-up call."""
+    pass beyond what stays allocated after it, on a call after a warm-up call; and a
+    convolution's backward workspaces one by one (NOTE [backward workspaces]), ()
+    elsewhere."""
     mod = n.module
     restore = None
     if mod is not None and getattr(mod, "inplace", False):
@@ -327,7 +368,7 @@ def _workspace(n: ProbeNode) -> tuple[int, int]:
         fws = max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
         params = [p for p in (mod.parameters() if mod is not None else ()) if p.requires_grad]
         targets = leaves + params
-        bws = 0
+        bws, split = 0, ()
         if targets and out.requires_grad:
             g = torch.randn_like(out) if out.is_floating_point() else torch.ones_like(out)
             torch.autograd.grad(out, targets, g, retain_graph=True, allow_unused=True)
@@ -336,7 +377,10 @@ def _workspace(n: ProbeNode) -> tuple[int, int]:
             held = torch.autograd.grad(out, targets, g, retain_graph=True, allow_unused=True)
             bws = max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
             del held
-        return fws, bws
+            split = _backward_workspaces(mod, args[0] if args else None, g)
+            if split:  # their largest is the backward's workspace (NOTE [backward workspaces])
+                bws = max(split)
+        return fws, bws, split
     finally:
         if restore:
             mod.inplace = True
@@ -385,7 +429,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     p = probe(model, shape, batch_size, device, DTYPES[dtype], name)
     inner, meta = time_in_situ(model, p, trials, cuda)
     counts = count_kernels(model, p)[0] if cuda else None  # NOTE [kernel counts]
-    spaces = {n.name: _workspace(n) if cuda else (0, 0) for n in p.nodes}
+    spaces = {n.name: _workspace(n) if cuda else (0, 0, ()) for n in p.nodes}
     resident = resident_bytes(model) if cuda else 0
     times = {k: (*inner[k], *spaces[k]) for k in spaces}
     gpu = torch.cuda.get_device_name() if cuda else f"cpu ({device})"

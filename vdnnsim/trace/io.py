@@ -60,7 +60,9 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         else:
             d["algos"] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
                                fwd_workspace_bytes=a.fwd_workspace_bytes,
-                               bwd_workspace_bytes=a.bwd_workspace_bytes) for a in layer.algos]
+                               bwd_workspace_bytes=a.bwd_workspace_bytes,
+                               **({"bwd_workspaces": list(a.bwd_workspaces)}
+                                  if a.bwd_workspaces else {})) for a in layer.algos]
         if layer.host_fwd_ns or layer.host_bwd_ns:
             d.update(host_fwd_ns=layer.host_fwd_ns, host_bwd_ns=layer.host_bwd_ns)
         if layer.kernels_fwd is not None:
@@ -144,7 +146,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     for ls in spec.layers:
         if ls.algos is not None:
             algos = tuple(Algo(a.name, a.fwd_ns, a.bwd_ns, a.fwd_workspace_bytes,
-                               a.bwd_workspace_bytes) for a in ls.algos)
+                               a.bwd_workspace_bytes, tuple(a.bwd_workspaces or ()))
+                          for a in ls.algos)
         else:
             algos = (Algo("default", ls.fwd_ns or 0, ls.bwd_ns or 0,
                           ls.workspace_bytes, ls.workspace_bytes),)

@@ -55,6 +55,17 @@ class Algo:
     bwd_ns: int
     fwd_workspace_bytes: int = 0
     bwd_workspace_bytes: int = 0
+    # NOTE [backward workspaces]
+    # The backward pass's workspaces one by one, in the order its calls allocate them
+    # (a conv's: ATen's cuDNN backward data, then backward filter, each with its own
+    # workspace freed before the next call), () where only their largest
+    # (bwd_workspace_bytes) is known. The caching allocator places each alone: from an
+    # emptied cache a segment cut to the first cannot hold a larger second, and both stay
+    # reserved (VGG-16 at 64 on the H200: 1568 and 1570 MiB for conv1_2, one step's
+    # reserved 9.15 GiB measured, 9.12 replayed with both, 8.16 with the larger alone;
+    # experiments/h200_issue28/autotune_check.py). The engine allocates them in turn; the
+    # profiler measures each of a Conv2d's backward calls alone (profile.py).
+    bwd_workspaces: tuple[int, ...] = ()
 
     @property
     def time_ns(self) -> int:

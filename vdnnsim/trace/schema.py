@@ -63,6 +63,17 @@ class AlgoSpec(_Strict):
     bwd_ns: Nanos = Field(description="Backward time (data and filter gradients) in ns.")
     fwd_workspace_bytes: Bytes = Field(0, description="Workspace the forward pass needs.")
     bwd_workspace_bytes: Bytes = Field(0, description="Workspace the backward pass needs.")
+    bwd_workspaces: list[Bytes] | None = Field(None, description=(
+        "The backward pass's workspaces one by one, in the order its calls allocate them "
+        "(cuDNN's backward data, then backward filter), each freed before the next; their "
+        "largest is bwd_workspace_bytes (NOTE [backward workspaces])."))
+
+    @model_validator(mode="after")
+    def _largest_is_bwd(self) -> "AlgoSpec":
+        if self.bwd_workspaces and max(self.bwd_workspaces) != self.bwd_workspace_bytes:
+            raise ValueError(f"bwd_workspaces' largest ({max(self.bwd_workspaces)}) is not "
+                             f"bwd_workspace_bytes ({self.bwd_workspace_bytes})")
+        return self
 
 
 class TensorSpec(_Strict):

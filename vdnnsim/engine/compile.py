@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..trace.model import Trace
+from . import autotune
+from .autotune import autotuned
 from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
 
 if TYPE_CHECKING:
@@ -117,8 +119,13 @@ def steady_state(trace: Trace, sem: "Semantics") -> int:
     their measured reserved peak over the timed steps and one step's from an emptied cache
     agree (baselines of traces/h200 within 2%), and the engine's second iteration of a
     vDNN run reserves 15-38% more than its first, which the measurements do not show (an
-    unexplained difference, not modelled); the number of warm-up iterations, 1 or 0."""
-    return 1 if sem.caching_allocator and not sem.paged and optimizer_state(trace) else 0
+    unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
+    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: ``autotune.REPLAY``), a
+    trace with tuned convolutions replays its first step too, the tuning in it."""
+    if not sem.caching_allocator or sem.paged:
+        return 0
+    tuned = autotune.REPLAY and any(f or b for f, b in autotuned(trace))
+    return 1 if optimizer_state(trace) or tuned else 0
 
 
 def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
@@ -210,6 +217,8 @@ class Program(NamedTuple):
     segments: dict[int, tuple[int, frozenset[str]]]  # NOTE [recompute]
     step_temps: tuple[int, ...]  # the optimizer step's temporaries (NOTE [step temporaries])
     state: tuple[int, ...]  # its state, made at the first step (NOTE [steady state])
+    autotune: tuple[tuple[bool, bool], ...]  # per layer: its forward's and backward's
+    # cuDNN configuration first called there (NOTE [cudnn benchmark])
 
 
 def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
@@ -256,6 +265,7 @@ def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
         tuple(h.layer_kernels_bwd if x.kernels_bwd is None else x.kernels_bwd for x in layers),
         held, fwd_free, bwd_free, {},
         step_temporaries(trace) if sem.caching_allocator else (trace.step_workspace_bytes,),
-        optimizer_state(trace) if sem.caching_allocator and not sem.paged else ())
+        optimizer_state(trace) if sem.caching_allocator and not sem.paged else (),
+        autotuned(trace) if sem.caching_allocator and not sem.paged else ())
     trace.__dict__["_program"] = (key, part)
     return part

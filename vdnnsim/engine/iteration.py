@@ -196,6 +196,8 @@ class Iteration:
             for t, size in st.out_alloc:
                 if not take(t, size, "activations", s0, lid, "forward"):
                     yield from self._alloc(t, size, "activations", s0, lid, "forward")
+            if self.autotune and self.program.autotune[i][0]:  # NOTE [cudnn benchmark]
+                yield from self._empty_cache(lid)
             held = False  # its workspace allocated for real (NOTE [transient])
             if algo.fwd_workspace_bytes:
                 w = self._workspace(algo.fwd_workspace_bytes, s0, op, lid, "forward")
@@ -312,10 +314,13 @@ class Iteration:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
             held = False  # its workspace allocated for real (NOTE [transient])
+            tune = self.autotune and self.program.autotune[i][1]  # NOTE [cudnn benchmark]
             for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
                 if held:  # NOTE [backward workspaces]: the last call's, freed before
                     pool.free(("workspace", layer.id), s0)
                     held = False
+                if tune:  # each cuDNN call of a tuned conv empties the cache first
+                    yield from self._empty_cache(layer.id)
                 if ws:
                     w = self._workspace(ws, s0, op, layer.id, "backward")
                     if w is not None:

@@ -192,6 +192,14 @@ class Memory:
         yield from self._alloc(key, size, "workspace", s0, layer, phase)
         return True
 
+    def _empty_cache(self, layer: str):
+        """NOTE [cudnn benchmark]: the empty_cache after cuDNN's benchmark of a
+        convolution, whose timing synchronised the device: the host waits for every
+        stream, the deferred frees complete, and every fully free segment is given back."""
+        yield from self._drain(layer)
+        yield from self._process_events()
+        self.pool.empty_cache()
+
     def _free_after(self, key, stamp: int) -> None:
         """Free a block at the host's time; a block a side-stream copy used waits for
         what that stream has been given so far (record_stream)."""

@@ -68,7 +68,8 @@ def test_the_pinned_pool_against_the_h200():
     """Nine runs: the prediction is low by 2-4% on seven, and by one 1 or 2 GiB block (26%)
     on VGG-16: each run kept one block (DenseNet-121 at 128: two) more than its copies
     needed at once, a block asked for while its size's last block was still in flight,
-    which the pool does not model (NOTE [pinned pool])."""
+    which the pool does not model (NOTE [pinned pool]); with every step synchronised the
+    H200 held exactly the predicted blocks (session14/pinned)."""
     errs = []
     for name, rec in _snapshots():
         net, batch = rec["model"].split(":")[1], rec["batch_size"]
@@ -82,3 +83,12 @@ def test_the_pinned_pool_against_the_h200():
     assert len(errs) == 9
     assert statistics.median(abs(e) for e in errs) < 0.05
     assert max(abs(e) for e in errs) < 0.30
+    vgg = load_trace(ROOT / "traces" / "h200" / "vgg16_b64.yaml")
+    r = run_trace(vgg, resolve_gpu("h200"), "vdnn_conv_p", record=False)
+    probe = [json.loads(x) for x in
+             (SNAP.parent.parent / "session14" / "pinned" / "pinned_probe.jsonl").open()]
+    for p in probe:  # synchronised steps: exactly the prediction; unsynchronised: more
+        if p["sync"]:
+            assert (p["blocks"], p["pinned_bytes"]) == (12, r.pinned_host_bytes)
+        else:
+            assert p["pinned_bytes"] > r.pinned_host_bytes

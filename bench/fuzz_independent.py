@@ -3694,9 +3694,16 @@ def check_cli(c: dict, res: dict, root: str, probs: list, step: int) -> None:
                 probs.append(("out:validate_summary", f"summary n {summ.get('fit')} vs {len(runs)}"))
         elif kind == "reproduce_json":
             data = strict_json(out)
-            if len(data) != 40:
-                probs.append(("out:reproduce_count", f"{len(data)} claims (README: 40)"))
-            for r in data:
+            if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
+                probs.append(("out:reproduce_shape", "no claims list (docs/configs.md)"))
+                return
+            claims = data["claims"]
+            if len(claims) != 40:
+                probs.append(("out:reproduce_count", f"{len(claims)} claims (README: 40)"))
+            if not 0 <= data.get("cells_hold", -1) <= data.get("cells_total", -1):
+                probs.append(("out:reproduce_cells", f"cells {data.get('cells_hold')!r} of "
+                              f"{data.get('cells_total')!r}"))
+            for r in claims:
                 if not (_num(r.get("vdnnsim")) and math.isfinite(r["vdnnsim"])):
                     probs.append(("out:reproduce_value", f"{r.get('id')}: {r.get('vdnnsim')!r}"))
                     break

@@ -17,6 +17,17 @@ A profiling pass asks only whether and where the plan runs out of memory, so it 
 the first layer after an out-of-memory (``replay(stop_at_oom=True)``); a pass that
 fits runs whole, and is the result that run_trace reuses when it records no timeline.
 
+What step 2's first candidate must fit (option ``no_offload_check``): for a Torch7 trace
+(the paper's runtime) 'network_wide', the network-wide baseline with the fastest
+algorithms, Torch's own allocation without vDNN; the plan it then runs is layer-wise with
+no offload. The paper's figures decide between this and 'layer_wise' (the candidate itself
+fits, PyTorch traces' default: they have no network-wide runtime): VGG-16 (128) under
+vDNN_dyn is, in Fig. 11 and 14, vDNN_conv(p) to the MiB (avg 3852, max 6342, 1.000 of
+baseline in both bars), so the paper's step 2 found that "no offload" did not fit at 128,
+where base(p) needs 14475 MiB and the layer-wise plan without offload 9.5 GB here; at
+64, where base(p) fits, its bars are the layer-wise run without offload (avg 3696 below
+max 6342), and AlexNet, OverFeat and GoogLeNet (128), whose base(p) fits, run at 1.000.
+
 Step 2's first candidate (the fastest algorithms, no offload) is profiled before step 1:
 when it fits, the paper's answer is that plan whatever step 1 finds, so the feasibility
 pass is skipped (one simulation fewer for every network that fits without offload). The
@@ -37,10 +48,25 @@ from typing import Any
 
 from ..engine import replay
 from ..engine.sim import Simulation
+from ..errors import ConfigError
+from ..limits import short_repr
 from ..hardware import GPU
 from ..trace.model import Trace
 from .builtin import algo_choice, check_options, common_options, vdnn_plan
 from .plan import Plan, downgrade, liveness
+
+
+NO_OFFLOAD_CHECKS = ("network_wide", "layer_wise")
+
+
+def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: int | None,
+                      lv, like: Plan) -> bool:
+    """NOTE [vdnn_dyn]: whether Torch's network-wide allocation with ``algos`` fits."""
+    n = len(trace.layers)
+    base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
+                placement=like.placement)
+    return replay(trace, gpu, base, capacity, lv, record_ops=False,
+                  stop_at_oom=True).pool.oom is None
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -48,7 +74,11 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading
     more = {"distance": c.distance, "placement": c.placement}
-    check_options("vdnn_dyn", opts, set())
+    check = opts.pop("no_offload_check", "layer_wise" if trace.pytorch else "network_wide")
+    if check not in NO_OFFLOAD_CHECKS:
+        raise ConfigError(f"policy vdnn_dyn: option no_offload_check must be one of "
+                          f"{', '.join(NO_OFFLOAD_CHECKS)}, got {short_repr(check)}")
+    check_options("vdnn_dyn", opts, {"no_offload_check"})
     lv = liveness(trace)
 
     passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
@@ -78,7 +108,8 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading, **more)
-    if profile(plan) is None:
+    if (check == "layer_wise" or network_wide_fits(trace, gpu, fastest, capacity, lv, plan)) \
+            and profile(plan) is None:
         return done(plan, "step 2: fastest algorithms, offload none")
     step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading, **more)
     if profile(step1, "step1") is not None:

@@ -71,6 +71,16 @@ def judge(errs: dict[str, list[float]], name: str, label: str, p, q, mt: float,
           f"{row[3]:+.1%} |")
 
 
+def cap_line(c: dict, alloc: str, kind: str, r) -> bool:
+    """Print a capped run ``c`` against the replay ``r``; whether it is right."""
+    ok = r.fits == bool(c["fits"])
+    print(f"cap {c['memory_cap_bytes'] / 2**30:.2f} GiB ({c['factor']} x reserved) "
+          f"{c['name']} {alloc} {kind}: measured "
+          f"{'fits' if c['fits'] else 'out of memory'}, predicted "
+          f"{'fits' if r.fits else 'out of memory'}{'' if ok else '  MISS'}")
+    return ok
+
+
 def check(session: Path) -> dict[str, list[float]]:
     gpu = resolve_gpu("h200")
     recs = [json.loads(x) for x in (session / "time.jsonl").read_text().splitlines()]
@@ -112,13 +122,8 @@ def check(session: Path) -> dict[str, list[float]]:
                 r = replay(t, gpu, conf, c["memory_cap_bytes"])
                 if r is None:
                     continue
-                ok = r.fits == bool(c["fits"])
-                right += ok
+                right += cap_line(c, conf or "default", kind, r)
                 n += 1
-                print(f"cap {c['memory_cap_bytes'] / 2**30:.2f} GiB ({c['factor']} x reserved) "
-                      f"{c['name']} {conf or 'default'} {kind}: measured "
-                      f"{'fits' if c['fits'] else 'out of memory'}, predicted "
-                      f"{'fits' if r.fits else 'out of memory'}{'' if ok else '  MISS'}")
         print(f"capped runs right: {right} of {n}")
     return errs
 
@@ -162,13 +167,8 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
             conf_s = "expandable_segments:True" if c["alloc"] == "expandable" else ""
             for kind, t in zip(("profiled", "meta"), traces_of(c["name"])):
                 r = replay(t, gpu, conf_s, c["memory_cap_bytes"])
-                ok = r.fits == bool(c["fits"])
-                right += ok
+                right += cap_line(c, c["alloc"], kind, r)
                 n += 1
-                print(f"cap {c['memory_cap_bytes'] / 2**30:.2f} GiB ({c['factor']} x reserved) "
-                      f"{c['name']} {c['alloc']} {kind}: measured "
-                      f"{'fits' if c['fits'] else 'out of memory'}, predicted "
-                      f"{'fits' if r.fits else 'out of memory'}{'' if ok else '  MISS'}")
         print(f"capped runs right: {right} of {n}")
     for line in ((folder / "planned.jsonl").read_text().splitlines()
                  if (folder / "planned.jsonl").exists() else ()):

@@ -177,6 +177,7 @@ class Iteration:
         hf, steps = self._hf, self._layer_steps
         stop, take, stamps, edges = self.stop_at_oom, self._take, self._stamp_ops, \
             self._stamp_edges
+        tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
         for i, layer in enumerate(layers):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -196,7 +197,7 @@ class Iteration:
             for t, size in st.out_alloc:
                 if not take(t, size, "activations", s0, lid, "forward"):
                     yield from self._alloc(t, size, "activations", s0, lid, "forward")
-            if self.autotune and self.program.autotune[i][0]:  # NOTE [cudnn benchmark]
+            if tuned and tuned[i][0]:
                 yield from self._empty_cache(lid)
             held = False  # its workspace allocated for real (NOTE [transient])
             if algo.fwd_workspace_bytes:
@@ -263,6 +264,7 @@ class Iteration:
         hb, steps = self._hb, self._layer_steps
         stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
         segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
+        tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -314,17 +316,24 @@ class Iteration:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
             held = False  # its workspace allocated for real (NOTE [transient])
-            tune = self.autotune and self.program.autotune[i][1]  # NOTE [cudnn benchmark]
-            for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
-                if held:  # NOTE [backward workspaces]: the last call's, freed before
-                    pool.free(("workspace", layer.id), s0)
-                    held = False
-                if tune:  # each cuDNN call of a tuned conv empties the cache first
-                    yield from self._empty_cache(layer.id)
-                if ws:
-                    w = self._workspace(ws, s0, op, layer.id, "backward")
+            tune = tuned is not None and tuned[i][1]
+            if not (algo.bwd_workspaces or tune):  # one workspace (most layers)
+                if algo.bwd_workspace_bytes:
+                    w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id,
+                                        "backward")
                     if w is not None:
                         held = yield from w
+            else:
+                for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
+                    if held:  # NOTE [backward workspaces]: the last call's, freed before
+                        pool.free(("workspace", layer.id), s0)
+                        held = False
+                    if tune:  # each cuDNN call of a tuned conv empties the cache first
+                        yield from self._empty_cache(layer.id)
+                    if ws:
+                        w = self._workspace(ws, s0, op, layer.id, "backward")
+                        if w is not None:
+                            held = yield from w
             self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)

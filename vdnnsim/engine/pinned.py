@@ -38,7 +38,7 @@ class PinnedPool:
         self.blocks = 0
 
     def take(self, size: int) -> None:
-        b = pinned_block(size)
+        b = 1 << (size - 1).bit_length() if size > 0 else 0  # pinned_block, inline
         n = self.free.get(b, 0)
         if n:
             self.free[b] = n - 1
@@ -47,5 +47,6 @@ class PinnedPool:
             self.blocks += 1
 
     def give(self, size: int) -> None:
-        b = pinned_block(size)
-        self.free[b] = self.free.get(b, 0) + 1
+        b = 1 << (size - 1).bit_length() if size > 0 else 0  # pinned_block, inline
+        free = self.free
+        free[b] = free.get(b, 0) + 1

@@ -651,6 +651,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("vdnnsim calibrate needs a CUDA GPU (none is visible)")
     if not 0 < args.scale <= 10:
         raise ConfigError(f"--scale must be in (0, 10], got {args.scale}")
+    if args.ops:  # NOTE [op calibration]
+        from .gpu.calibrate_ops import calibrate_ops as calibrate
     data = calibrate(args.dtype, args.scale, args.seed,
                      progress=lambda m: print(m, file=sys.stderr, flush=True))
     write_text_atomic(args.output, json.dumps(data, indent=1))
@@ -882,6 +884,9 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--scale", type=float, default=1.0,
                     help="share of the default grid to run (0.1: a quick look)")
     ca.add_argument("--seed", type=int, default=0, help="the grid's random seed")
+    ca.add_argument("--ops", action="store_true", help="the ATen ops of transformer steps "
+                    "(GEMMs, attention, norms, pointwise, loss, AdamW; NOTE [op calibration]) "
+                    "for the op-level model, instead of the CNN grid")
     ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")

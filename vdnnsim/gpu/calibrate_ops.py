@@ -1,0 +1,350 @@
+"""``vdnnsim calibrate --ops``: microbenchmarks of the ATen ops of today's training steps
+(transformers in fp32 and bf16), for the op-level kernel model (NOTE [op model]).
+
+NOTE [op calibration]
+Each case is one op on a shape drawn from a seeded grid of transformer-like sizes (rows =
+tokens, columns = widths of 256-16384 and vocabularies), none of them a layer of a model
+the project validates on. A case runs its forward once under a dispatch mode that records
+the ATen ops it issues with their features (``op_features``, NOTE [op features]: the same
+function the op probe uses), so a fit keys on the op PyTorch really ran (``F.layer_norm``
+is ``native_layer_norm``; ``F.linear`` without bias is ``mm``); a case whose forward issues
+more than its one op is recorded with all of them and fitted on its main op. Then the GPU
+time of its forward and of its backward (``torch.autograd.grad`` of the inputs that take a
+gradient), each back to back behind a sleep kernel (NOTE [calibration]), and the host's
+time per call. In fp32, matmuls run as PyTorch's default leaves them (no TF32,
+``float32_matmul_precision`` 'highest'; recorded); bf16 is what autocast dispatches a
+matmul, an attention or a norm to. The host's costs per op come from chains of 64 small
+ops (GPU time negligible beside the host's), forward and backward, as plain functions and
+as one module per op: the host's cost per op and per module call. The optimizer's step is
+timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 parameters).
+Nothing here is fitted; vdnnsim/opmodel.py fits the file this writes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .calibrate import _Clock, _weights
+from .opfeatures import op_features
+from .profile import DTYPES, software
+
+FORMAT = "vdnnsim-op-calibration"
+VERSION = 1
+DIMS = [256, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2304, 2560, 3072, 4096, 5120,
+        6144, 8192, 11008, 16384]
+VOCABS = [30522, 32000, 50257, 51200, 128256, 151936, 262144]
+UNARY = ["gelu", "gelu_tanh", "silu", "tanh", "neg", "rsqrt", "pow", "exp", "sigmoid",
+         "relu", "mul_scalar", "add_scalar"]
+BINARY = ["add", "mul", "sub", "div", "mul_row", "add_row", "where"]
+OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax",
+         "log_softmax", "nll_loss", "embedding", "cat", "clone"]
+HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast"]
+
+
+class _Ops(TorchDispatchMode):
+    """Records the ATen ops a call issues (NOTE [op calibration])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[dict[str, Any]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(isinstance(o, torch.Tensor) for o in torch.utils._pytree.tree_leaves(out)):
+            self.ops.append(op_features(func, args, kwargs, out))
+        return out
+
+
+def _rows(rng: random.Random, lo: int = 8, hi: int = 17) -> int:
+    return int(2 ** rng.uniform(lo, hi))
+
+
+def op_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+    """The grid: GEMMs, attention, and each streaming op ``n_each`` times."""
+    e = 4 if dtype == "fp32" else 2
+    out: list[dict[str, Any]] = []
+    while sum(c["op"] in ("mm", "addmm") for c in out) < 8 * n_each:
+        m = _rows(rng)
+        k = rng.choice(DIMS)
+        n = rng.choice(VOCABS) if rng.random() < 0.12 else rng.choice(DIMS)
+        if 2 * m * n * k <= (1.5e12 if dtype == "fp32" else 2e13) and m * n * e <= 2**32:
+            out.append(dict(op=rng.choice(["mm", "addmm"]), m=m, n=n, k=k))
+    while sum(c["op"] == "bmm" for c in out) < 2 * n_each:
+        b, m, n, k = rng.choice([8, 32, 96, 192, 384, 768]), *(rng.choice(
+            [64, 128, 256, 512, 1024, 2048]) for _ in range(2)), rng.choice([32, 64, 128, 256])
+        if b * m * n * e <= 2**31:
+            out.append(dict(op="bmm", b=b, m=m, n=n, k=k))
+    kernels = ["efficient", "efficient_mask"] + (["flash"] if dtype != "fp32" else [])
+    for kern in kernels:
+        got = 0
+        while got < 3 * n_each:
+            B, H = rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.choice([4, 6, 8, 12, 16, 32])
+            S, D = rng.choice([128, 196, 256, 512, 1024, 2048]), rng.choice([64, 80, 96, 128, 256])
+            if kern == "flash" and D > 256 or B * H * S * S * e > 2**31 \
+                    or 4 * B * H * S * S * D > 4e12:
+                continue
+            out.append(dict(op="sdpa", kernel=kern, B=B, H=H, S=S, D=D,
+                            causal=kern != "efficient_mask" and rng.random() < 0.5))
+            got += 1
+    for op in UNARY + BINARY + OTHER:
+        for _ in range(n_each):
+            rows = _rows(rng)
+            cols = rng.choice(VOCABS) if op in ("log_softmax", "nll_loss") else \
+                rng.choice([128, 196, 256, 512, 1024, 2048]) if op == "softmax" else \
+                rng.choice(DIMS)
+            while rows * cols * 4 > 2**31 and rows > 64:
+                rows //= 2
+            out.append(dict(op=op, rows=rows, cols=cols))
+    return out
+
+
+def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
+            ) -> dict[str, Callable[[], Any]]:
+    """The forward and backward calls of one case (NOTE [op calibration])."""
+    op = case["op"]
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(*shape: int, grad: bool = True, dtype: torch.dtype = dt) -> torch.Tensor:
+        return torch.randn(*shape, device=dev, dtype=dtype, generator=g).requires_grad_(grad)
+
+    def fwd_bwd(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> dict[str, Callable]:
+        y = fn(*xs)
+        y = y[0] if isinstance(y, tuple) else y
+        gy = torch.randn_like(y)
+        wrt = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+        calls: dict[str, Callable] = {"fwd": lambda: fn(*xs)}
+        if wrt and y.grad_fn is not None:
+            calls["bwd"] = lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True)
+        return calls
+
+    if op in ("mm", "addmm"):
+        x, w = rand(case["m"], case["k"]), rand(case["n"], case["k"])
+        b = rand(case["n"]) if op == "addmm" else None
+        return fwd_bwd(lambda x_, w_: F.linear(x_, w_, b), x, w)
+    if op == "bmm":
+        return fwd_bwd(torch.bmm, rand(case["b"], case["m"], case["k"]),
+                       rand(case["b"], case["k"], case["n"]))
+    if op == "sdpa":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        B, H, S, D = case["B"], case["H"], case["S"], case["D"]
+        q, k, v = (rand(B, H, S, D) for _ in range(3))
+        mask = rand(B, 1, S, S, grad=False) if case["kernel"] == "efficient_mask" else None
+        backend = SDPBackend.FLASH_ATTENTION if case["kernel"] == "flash" \
+            else SDPBackend.EFFICIENT_ATTENTION
+
+        def attn(q_, k_, v_):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask,
+                                                      is_causal=case["causal"])
+        return fwd_bwd(attn, q, k, v)
+    r, c = case["rows"], case["cols"]
+    x = rand(r, c)
+    unary: dict[str, Callable] = {
+        "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+        "silu": F.silu, "tanh": torch.tanh, "neg": torch.neg,
+        "pow": lambda t: t.pow(2), "exp": torch.exp, "sigmoid": torch.sigmoid,
+        "relu": torch.relu, "mul_scalar": lambda t: t * 0.5, "add_scalar": lambda t: t + 1.0}
+    if op == "rsqrt":  # on positive values, as RMS norm takes it
+        xp = (x.detach().abs() + 1).requires_grad_()
+        return fwd_bwd(torch.rsqrt, xp)
+    if op in unary:
+        return fwd_bwd(unary[op], x)
+    if op in ("add", "mul", "sub", "div"):
+        y = rand(r, c)
+        if op == "div":
+            y = (y.detach().abs() + 1).requires_grad_()
+        return fwd_bwd(getattr(torch, op), x, y)
+    if op in ("mul_row", "add_row"):  # a norm's weight, a layer scale: broadcast over rows
+        return fwd_bwd(getattr(torch, op[:3]), x, rand(c))
+    if op == "where":
+        cond = torch.rand(r, c, device=dev, generator=g) > 0.5
+        return fwd_bwd(lambda a, b_: torch.where(cond, a, b_), x, rand(r, c))
+    if op == "to_bf16":
+        xf = rand(r, c, dtype=torch.float32)
+        return fwd_bwd(lambda t: t.to(torch.bfloat16), xf)
+    if op == "to_fp32":
+        xb = rand(r, c, dtype=torch.bfloat16)
+        return fwd_bwd(lambda t: t.to(torch.float32), xb)
+    if op == "native_dropout":
+        return fwd_bwd(lambda t: F.dropout(t, 0.1, training=True), x)
+    if op == "layer_norm":
+        w, b = rand(c), rand(c)
+        return fwd_bwd(lambda t, w_, b_: F.layer_norm(t, (c,), w_, b_), x, w, b)
+    if op == "mean":
+        return fwd_bwd(lambda t: t.mean(-1, keepdim=True), x)
+    if op == "softmax":
+        return fwd_bwd(lambda t: torch.softmax(t, -1), x)
+    if op == "log_softmax":  # the loss's, in fp32 under autocast too (NOTE [op probe])
+        return fwd_bwd(lambda t: torch.log_softmax(t, -1), rand(r, c, dtype=torch.float32))
+    if op == "nll_loss":
+        lp = torch.log_softmax(x.detach().float(), -1).requires_grad_()
+        tgt = torch.randint(0, c, (r,), device=dev, generator=g)
+        return fwd_bwd(lambda t: F.nll_loss(t, tgt), lp)
+    if op == "embedding":
+        idx = torch.randint(0, max(c, 1000), (r,), device=dev, generator=g)
+        table = rand(max(c, 1000), rng_dim(c))
+        return fwd_bwd(lambda w: F.embedding(idx, w), table)
+    if op == "cat":
+        return fwd_bwd(lambda a, b_: torch.cat([a, b_], -1), x, rand(r, c))
+    if op == "clone":  # a transposed view made contiguous (attention's heads)
+        return fwd_bwd(lambda t: t.view(r, -1, 64 if c % 64 == 0 else c).transpose(0, 1)
+                       .contiguous(), x)
+    raise ValueError(f"unknown op calibration case {op!r}")
+
+
+def rng_dim(vocab: int) -> int:
+    """An embedding's width for a table of ``vocab`` rows (the grid draws the rows)."""
+    return [512, 768, 1024, 2048][vocab % 4]
+
+
+def _record_ops(fn: Callable[[], Any]) -> list[dict[str, Any]]:
+    with _Ops() as mode:
+        fn()
+    return mode.ops
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def host_chains(dev: torch.device, dt: torch.dtype) -> list[dict[str, Any]]:
+    """The host's cost per op (NOTE [op calibration]): 64-op chains on small tensors, as
+    functions and as modules, forward (graph recorded) and backward."""
+    n = 64
+    recs = []
+    for kind in HOST_CHAINS:
+        for modules in (False, True):
+            x0 = torch.randn(8, 4, 16, 64, device=dev, dtype=dt, requires_grad=True)
+            lin = nn.Linear(64, 64).to(dev, dt)
+            ln = nn.LayerNorm(64).to(dev, dt)
+
+            def op(t: torch.Tensor, i: int) -> torch.Tensor:
+                if kind == "linear":
+                    return lin(t)
+                if kind == "pointwise":
+                    return (t * 0.5, t + 1.0, F.gelu(t), t.tanh())[i % 4]
+                if kind == "layer_norm":
+                    return ln(t)
+                if kind == "sdpa":
+                    return F.scaled_dot_product_attention(t, t, t)
+                return t.to(torch.float32 if t.dtype == torch.bfloat16 else torch.bfloat16)
+
+            class One(nn.Module):
+                def __init__(self, i: int) -> None:
+                    super().__init__()
+                    self.i = i
+
+                def forward(self, t: torch.Tensor) -> torch.Tensor:
+                    return op(t, self.i)
+            mods = [One(i) for i in range(n)]
+
+            def chain() -> torch.Tensor:
+                t = x0
+                for i in range(n):
+                    t = mods[i](t) if modules else op(t, i)
+                return t
+            fwd, bwd = [], []
+            for rep in range(12):
+                _sync(dev)
+                t0 = time.perf_counter()
+                y = chain()
+                t1 = time.perf_counter()
+                s = y.float().sum()
+                _sync(dev)
+                t2 = time.perf_counter()
+                s.backward()
+                t3 = time.perf_counter()
+                _sync(dev)
+                if rep >= 2:
+                    fwd.append((t1 - t0) / n * 1e9)
+                    bwd.append((t3 - t2) / n * 1e9)
+            recs.append({"chain": kind, "modules": modules, "ops": n,
+                         "host_fwd_ns": round(sorted(fwd)[len(fwd) // 2], 1),
+                         "host_bwd_ns": round(sorted(bwd)[len(bwd) // 2], 1)})
+    return recs
+
+
+def step_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        out.append(dict(op=("adamw_step", "sgd_step")[i % 2],
+                        tensors=rng.choice([20, 60, 160, 320]), params=int(10 ** rng.uniform(6, 9))))
+    return out
+
+
+def _step(case: dict[str, Any], dev: torch.device) -> Callable[[], Any]:
+    sizes = [max(1, int(case["params"] * w)) for w in _weights(case["tensors"])]
+    ps = [torch.zeros(s, device=dev, requires_grad=True) for s in sizes]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(ps, lr=1e-3) if case["op"] == "adamw_step" \
+        else torch.optim.SGD(ps, lr=1e-3)
+    return opt.step
+
+
+def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
+                  progress: Callable[[str], None] | None = None, dev: torch.device | None = None,
+                  clock: Any = None) -> dict[str, Any]:
+    """Run every case; returns the op calibration file's content (NOTE [op calibration]).
+    ``dev`` and ``clock``: a CUDA GPU and its ``_Clock`` unless given (the tests run the
+    harness on the CPU with a stand-in clock)."""
+    dev = dev or torch.device("cuda", torch.cuda.current_device())
+    dt = DTYPES[dtype]
+    clock = clock or _Clock(dev)
+    name, sms, cap = "cpu", 0, ""
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        name, sms, cap = props.name, props.multi_processor_count, f"{props.major}.{props.minor}"
+    rng = random.Random(seed)
+    todo = op_cases(rng, max(1, int(round(10 * scale))), dtype)
+    if dtype == "fp32":
+        todo += step_cases(random.Random(seed + 1), max(2, int(16 * scale)))
+    records, skipped = [], []
+    t_start = time.time()
+    for i, case in enumerate(todo):
+        try:
+            if case["op"].endswith("_step"):
+                fn = _step(case, dev)
+                gpu, host = clock.time_ms(fn)
+                records.append({**case, "pass": "step", "time_ns": round(gpu * 1e6, 1),
+                                "host_ns": round(host * 1e6, 1)})
+                continue
+            calls = _passes(case, dev, dt)
+            ops = _record_ops(calls["fwd"])
+            for name, fn in calls.items():
+                gpu, host = clock.time_ms(fn)
+                records.append({**case, "pass": name, "ops": ops,
+                                "time_ns": round(gpu * 1e6, 1), "host_ns": round(host * 1e6, 1)})
+            del calls
+        except RuntimeError as exc:  # out of memory, or a kernel refusing the shape: logged
+            skipped.append({**case, "error": str(exc).splitlines()[0][:200]})
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        if progress and (i % 50 == 0 or i == len(todo) - 1):
+            progress(f"{i + 1}/{len(todo)} cases, {time.time() - t_start:.0f} s")
+    chains = host_chains(dev, dt)
+    return {
+        "format": FORMAT, "version": VERSION, "dtype": dtype, "seed": seed, "scale": scale,
+        "gpu": {"name": name, "sm_count": sms, "capability": cap},
+        "software": software(),
+        "numerics": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32},
+        "made": time.strftime("%Y-%m-%d"),
+        "records": records, "host_chains": chains, "skipped": skipped,
+        "minutes": round((time.time() - t_start) / 60, 2),
+    }
+
+
+def cases_count(scale: float = 1.0, dtype: str = "bf16") -> int:
+    """How many cases a run has (for a progress line and the tests)."""
+    n = len(op_cases(random.Random(0), max(1, int(round(10 * scale))), dtype))
+    return n + (max(2, int(16 * scale)) if dtype == "fp32" else 0)
+

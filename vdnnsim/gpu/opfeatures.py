@@ -1,0 +1,74 @@
+"""What the op-level kernel model (NOTE [op model], vdnnsim/opmodel.py) reads of one ATen
+op as it runs: the same function describes an op of a model on the meta device (the op
+probe, NOTE [op probe]) and an op of ``vdnnsim calibrate --ops``'s microbenchmarks, so
+the features a fit saw are the features a prediction gets.
+
+NOTE [op features]
+Per op: ``op`` (the ATen name without overload), ``dt`` (the output's dtype: fp32, bf16,
+fp16, or what else), ``bytes`` (every tensor argument's and output's storage bytes, as the
+op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
+``b, m, n, k`` (batch, rows, columns, reduction); scaled-dot-product attention its
+``B, H, S, L, D`` (batch, query heads, query and key length, head size), ``causal`` and
+``mask`` (an additive bias given); an embedding its table's bytes (``w``) and its output's
+(``o``); a convolution its shapes (not in the op model: NOTE [op model]).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+SDPA = {"_scaled_dot_product_flash_attention": "flash",
+        "_scaled_dot_product_efficient_attention": "efficient",
+        "_scaled_dot_product_cudnn_attention": "cudnn"}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[str, Any]:
+    """NOTE [op features] of one dispatched ATen op."""
+    kwargs = kwargs or {}
+    op = func.__name__.split(".")[0]
+    ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+    main = outs[0] if outs else (ins[0] if ins else None)
+    dt = DTYPE_NAMES.get(main.dtype, str(main.dtype).replace("torch.", "")) \
+        if main is not None else "fp32"
+    f: dict[str, Any] = {"op": op, "dt": dt,
+                         "bytes": sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)}
+    try:
+        if op in ("mm", "bmm"):
+            a, b = args[0], args[1]
+            f.update(_gemm(a.shape, b.shape))
+        elif op in ("addmm", "baddbmm"):
+            a, b = args[1], args[2]
+            f.update(_gemm(a.shape, b.shape))
+        elif op in SDPA:
+            q, k = args[0], args[1]
+            causal = kwargs.get("is_causal")
+            if causal is None:  # flash: (q, k, v, dropout_p, is_causal, ...); the others:
+                # (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, ...)
+                pos = 4 if op == "_scaled_dot_product_flash_attention" else 6
+                causal = bool(args[pos]) if len(args) > pos else False
+            mask = op != "_scaled_dot_product_flash_attention" and len(args) > 3 \
+                and isinstance(args[3], torch.Tensor)
+            f.update(B=int(q.shape[0]), H=int(q.shape[1]), S=int(q.shape[2]),
+                     L=int(k.shape[2]), D=int(q.shape[3]), causal=bool(causal),
+                     mask=bool(mask), kernel=SDPA[op])
+        elif op == "embedding":
+            f.update(w=_nbytes(args[0]), o=_nbytes(outs[0]))
+    except (IndexError, AttributeError, TypeError):  # an overload of another signature
+        pass
+    return f
+
+
+def _gemm(a: torch.Size, b: torch.Size) -> dict[str, int]:
+    if len(a) == 3:
+        return {"b": int(a[0]), "m": int(a[1]), "k": int(a[2]), "n": int(b[2])}
+    return {"b": 1, "m": int(a[0]), "k": int(a[1]), "n": int(b[1])}

@@ -1,0 +1,370 @@
+"""The op-level kernel model: a training step's time from its ATen ops, for any model the
+op probe can run on the meta device (NOTE [op probe]), fitted to ``vdnnsim calibrate
+--ops``'s microbenchmarks only.
+
+NOTE [op model]
+Every op of the probe's forward pass (NOTE [op features]) gets a forward time, a backward
+time (where its output takes a gradient), and the host's cost of both:
+
+- GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): the roofline ``max(F / peak, bytes /
+  bw)`` over the utilization ``sigmoid(beta . phi)`` (NOTE [kernel model]'s form), ``phi``
+  the logs of ``b, m, n, k``, of the tiles per SM (128 x 128) and of the arithmetic
+  intensity, and the last wave's occupancy; fitted per op, precision and pass (the backward
+  is the pair of GEMMs of the two gradients, with a bias's reduction for ``addmm``,
+  measured as one). Peaks: fp32 on CUDA cores (PyTorch's default matmul precision), bf16
+  and fp16 on tensor cores.
+- Attention (SDPA's flash, memory-efficient and cuDNN kernels): the same form over the
+  attention's FLOPs (``4 B H S L D``, half where causal; the backward 2.5 times the
+  forward's: it recomputes the scores), ``phi`` the logs of ``S, L, D`` and ``B H`` and
+  causality; fitted per kernel (memory-efficient with a mask apart), precision and pass.
+  The cuDNN kernel takes the flash fit.
+- Every other op: ``t = a + s * bytes`` per ATen op, precision and pass (bytes: NOTE [op
+  features]; an embedding's backward ``a + s * output + u * table``: it zeroes the whole
+  table's gradient), least squares on the relative error (NOTE [kernel model]). An op
+  the calibration has no case of takes the pooled fit of all streaming ops of its
+  precision and pass, and the trace says how many ops did (``source.note``).
+- Views and other ops that launch nothing (the probe's aliases) cost the host only.
+- The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
+- Host: per op, the median forward and backward cost per op of the calibration's chains of
+  small ops (NOTE [op calibration]); per module call, what the same chains cost more as one
+  module an op. A host-bound step's time is then the host's, op by op.
+
+A gradient that several ops add up (a residual stream's) costs one ``add`` per extra
+reader in the backward pass (NOTE [gradient sums]).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+MODEL = "aten-v1"
+FORMAT = "vdnnsim-op-model"
+GEMMS = ("mm", "addmm", "bmm", "baddbmm")
+SDPA_OPS = {"_scaled_dot_product_flash_attention": "flash",
+            "_scaled_dot_product_efficient_attention": "efficient",
+            "_scaled_dot_product_cudnn_attention": "flash"}
+# the ATen op a calibration case stands for (NOTE [op calibration])
+CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_row": "mul",
+           "add_row": "add", "to_bf16": "_to_copy", "to_fp32": "_to_copy",
+           "layer_norm": "native_layer_norm", "softmax": "_softmax",
+           "log_softmax": "_log_softmax", "nll_loss": "nll_loss_forward"}
+# ops whose name differs from a calibrated one that does the same work
+SAME_AS = {"_safe_softmax": "_softmax", "baddbmm": "bmm", "rsub": "sub", "mul_": "mul",
+           "add_": "add", "div_": "div", "copy_": "_to_copy", "contiguous": "clone",
+           "gelu_": "gelu", "silu_": "silu"}
+RIDGE = 1.0
+TILE = 128
+
+
+def _e(dt: str) -> int:
+    return 4 if dt == "fp32" else 2
+
+
+def _peak(dt: str, peaks: dict[str, float]) -> float:
+    return peaks["fp32"] if dt == "fp32" else peaks.get(dt, peaks.get("bf16", peaks["fp32"]))
+
+
+def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
+             ) -> tuple[list[float], float]:
+    """(features, roofline ns) of a GEMM's pass (NOTE [op model])."""
+    b, m, n, k = f.get("b", 1), f["m"], f["n"], f["k"]
+    e = _e(f["dt"])
+    mult = 1 if pass_ == "fwd" else 2
+    flops = 2.0 * b * m * n * k * mult
+    nbytes = (b * (m * k + k * n + m * n)) * e * (1 if pass_ == "fwd" else 2.5)
+    roof = max(flops / peak, nbytes / bw) * 1e9
+    tiles = b * math.ceil(m / TILE) * math.ceil(n / TILE)
+    waves = tiles / sms
+    q = waves / math.ceil(waves)
+    ln = math.log
+    return [1.0, ln(m), ln(n), ln(k), ln(b), ln(max(waves, 1e-3)), q,
+            ln(flops / nbytes), ln(roof)], roof
+
+
+def sdpa_phi(f: dict[str, Any], pass_: str, peak: float, bw: float
+             ) -> tuple[list[float], float]:
+    """(features, roofline ns) of an attention's pass (NOTE [op model])."""
+    B, H, S, L, D = f["B"], f["H"], f["S"], f.get("L", f["S"]), f["D"]
+    flops = 4.0 * B * H * S * L * D * (0.5 if f.get("causal") else 1.0)
+    flops *= 1.0 if pass_ == "fwd" else 2.5
+    nbytes = B * H * (2 * S + 2 * L) * D * _e(f["dt"]) * (1 if pass_ == "fwd" else 2)
+    roof = max(flops / peak, nbytes / bw) * 1e9
+    ln = math.log
+    return [1.0, ln(S), ln(L), ln(D), ln(B * H), float(bool(f.get("causal"))),
+            ln(roof)], roof
+
+
+def _fit_util(rows, t, np) -> dict[str, Any]:
+    """logit(roofline / time) linear in the features, ridge, weighted toward long kernels."""
+    X = np.array([f for f, _ in rows])
+    roof = np.array([r for _, r in rows])
+    u = np.clip(roof / t, 1e-4, 0.999)
+    y = np.log(u / (1 - u))
+    w = np.sqrt(t) / np.sqrt(t).mean()
+    mu, sd = X.mean(0), X.std(0)
+    sd[sd == 0] = 1.0
+    mu[0], sd[0] = 0.0, 1.0
+    Z = (X - mu) / sd
+    reg = RIDGE * np.eye(Z.shape[1])
+    reg[0, 0] = 0.0
+    beta = np.linalg.solve(Z.T @ (Z * w[:, None]) + reg, Z.T @ (w * y))
+    c = {"kind": "util", "beta": beta.tolist(), "mu": mu.tolist(), "sd": sd.tolist()}
+    pred = np.array([_util(c, f, r) for f, r in rows])
+    c["scale"] = float(t.sum() / pred.sum())  # NOTE [sum scale]
+    return c
+
+
+def _util(c: dict[str, Any], phi: list[float], roof: float) -> float:
+    z = sum(b * (x - m) / s for b, x, m, s in zip(c["beta"], phi, c["mu"], c["sd"]))
+    z = max(min(z, 50.0), -50.0)
+    return roof * (1 + math.exp(-z)) * c.get("scale", 1.0)
+
+
+def _lstsq(A, t, np) -> list[float]:
+    """Least squares on the relative error weighted by sqrt(time), coefficients >= 0."""
+    w = 1.0 / np.sqrt(t)
+    active = list(range(A.shape[1]))
+    coef = np.zeros(A.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], t * w, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active = [j for j, v in zip(active, sol) if v > 0]
+    return coef.tolist()
+
+
+def _main_op(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The recorded ATen op a case stands for."""
+    want = CASE_OP.get(rec["op"], rec["op"])
+    if rec["op"] == "sdpa":
+        return next((o for o in rec["ops"] if o["op"] in SDPA_OPS), None)
+    return next((o for o in rec["ops"] if o["op"] == want), None)
+
+
+def _err(pred, t, np) -> dict[str, Any]:
+    rel = np.abs(np.array(pred) / t - 1)
+    return {"n": int(len(t)), "median": round(float(np.median(rel)), 4),
+            "p90": round(float(np.quantile(rel, 0.9)), 4)}
+
+
+def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
+        ) -> dict[str, Any]:
+    """The model's constants from calibration files (NOTE [op model])."""
+    import numpy as np
+
+    groups: dict[str, list[tuple[dict, float]]] = {}
+    steps: dict[str, list[dict]] = {}
+    for raw in raws:
+        for r in raw["records"]:
+            if r["op"].endswith("_step"):
+                steps.setdefault(r["op"], []).append(r)
+                continue
+            f = _main_op(r)
+            if f is None or r["time_ns"] <= 0:
+                continue
+            if f["op"] in SDPA_OPS:
+                kern = SDPA_OPS[f["op"]] + ("_mask" if f.get("mask") else "")
+                key = f"sdpa:{kern}|{f['dt']}|{r['pass']}"
+            else:
+                key = f"{f['op']}|{f['dt']}|{r['pass']}"
+            groups.setdefault(key, []).append((f, r["time_ns"]))
+    classes: dict[str, Any] = {}
+    pooled: dict[str, list[tuple[dict, float]]] = {}
+    for key, recs in sorted(groups.items()):
+        op, dt, pass_ = key.split("|")
+        t = np.array([x for _, x in recs])
+        if op in GEMMS or op.startswith("sdpa:"):
+            peak = _peak(dt, peaks)
+            rows = [gemm_phi(f, pass_, sms, peak, bw) if op in GEMMS
+                    else sdpa_phi(f, pass_, peak, bw) for f, _ in recs]
+            c = _fit_util(rows, t, np)
+            pred = [_util(c, phi, roof) for phi, roof in rows]
+        elif op == "embedding" and pass_ == "bwd":
+            A = np.array([[1.0, f["o"], f["w"]] for f, _ in recs])
+            a, s, u = _lstsq(A, t, np)
+            c = {"kind": "embedding", "a": a, "s": s, "u": u}
+            pred = (A @ np.array([a, s, u])).tolist()
+        else:
+            A = np.array([[1.0, f["bytes"]] for f, _ in recs])
+            a, s = _lstsq(A, t, np)
+            c = {"kind": "affine", "a": a, "s": s}
+            pred = (A @ np.array([a, s])).tolist()
+            if op != "embedding":
+                pooled.setdefault(f"{dt}|{pass_}", []).extend(recs)
+        c["fit_error"] = _err(pred, t, np)
+        classes[key] = c
+    for key, recs in pooled.items():  # the fallback of an op without cases
+        t = np.array([x for _, x in recs])
+        A = np.array([[1.0, f["bytes"]] for f, _ in recs])
+        a, s = _lstsq(A, t, np)
+        classes[f"*|{key}"] = {"kind": "affine", "a": a, "s": s,
+                               "fit_error": _err((A @ np.array([a, s])).tolist(), t, np)}
+    for op, recs in steps.items():
+        t = np.array([r["time_ns"] for r in recs])
+        A = np.array([[1.0, r["params"] * 4.0, r["tensors"]] for r in recs])
+        a, s, u = _lstsq(A, t, np)
+        ht = np.array([r["host_ns"] for r in recs])
+        ha, _, hu = _lstsq(A, ht, np)
+        classes[f"{op}|fp32|step"] = {
+            "kind": "step", "a": a, "s": s, "u": u, "host_a": ha, "host_u": hu,
+            "fit_error": _err((A @ np.array([a, s, u])).tolist(), t, np)}
+    host = _host(raws)
+    raw0 = raws[0]
+    return {"format": FORMAT, "model": MODEL, "gpu": raw0["gpu"]["name"], "sm_count": sms,
+            "peaks": peaks, "mem_bw_bytes_per_s": bw, "software": raw0.get("software", {}),
+            "numerics": {r["dtype"]: r.get("numerics", {}) for r in raws},
+            "calibrations": [f"{r['dtype']}: {r.get('made', '')}, {len(r['records'])} "
+                             "passes" for r in raws],
+            "host": host, "classes": classes}
+
+
+def _host(raws: list[dict[str, Any]]) -> dict[str, float]:
+    """NOTE [op model]: the host's cost per op and per module call, from the chains."""
+    fwd, bwd, mod_f, mod_b, view_f, view_b = [], [], [], [], [], []
+    for raw in raws:
+        by = {(c["chain"], c["modules"]): c for c in raw.get("host_chains", [])}
+        for (chain, modules), c in by.items():
+            if chain == "view":
+                if not modules:
+                    view_f.append(c["host_fwd_ns"])
+                    view_b.append(c["host_bwd_ns"])
+                continue
+            if modules:
+                plain = by.get((chain, False))
+                if plain:
+                    mod_f.append(c["host_fwd_ns"] - plain["host_fwd_ns"])
+                    mod_b.append(c["host_bwd_ns"] - plain["host_bwd_ns"])
+            else:
+                fwd.append(c["host_fwd_ns"])
+                bwd.append(c["host_bwd_ns"])
+    med = statistics.median
+    return {"op_fwd_ns": med(fwd) if fwd else 0.0, "op_bwd_ns": med(bwd) if bwd else 0.0,
+            "module_fwd_ns": max(0.0, med(mod_f)) if mod_f else 0.0,
+            "module_bwd_ns": max(0.0, med(mod_b)) if mod_b else 0.0,
+            "view_fwd_ns": med(view_f) if view_f else 0.0,
+            "view_bwd_ns": med(view_b) if view_b else 0.0}
+
+
+@dataclass(frozen=True)
+class OpModel:
+    """A fitted op model bound to a GPU's peaks, bandwidth and SM count."""
+
+    fitted: dict[str, Any]
+    peaks: dict[str, float]
+    mem_bw: float
+    sms: int
+    source: str
+
+    def _cls(self, key: str) -> dict[str, Any] | None:
+        return self.fitted["classes"].get(key)
+
+    def time_ns(self, f: dict[str, Any], pass_: str) -> tuple[float, bool]:
+        """(ns, whether the op had a class of its own) of one pass of one op."""
+        op, dt = f["op"], f["dt"]
+        if op in SDPA_OPS:
+            kern = SDPA_OPS[op]
+            c = None
+            if f.get("mask"):
+                c = self._cls(f"sdpa:{kern}_mask|{dt}|{pass_}")
+            c = c or self._cls(f"sdpa:{kern}|{dt}|{pass_}") \
+                or self._cls(f"sdpa:efficient|{dt}|{pass_}")
+            if c is not None:
+                phi, roof = sdpa_phi(f, pass_, _peak(dt, self.peaks), self.mem_bw)
+                return _util(c, phi, roof), True
+        base = SAME_AS.get(op, op) or op
+        if op in GEMMS and "m" in f:
+            c = self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}") \
+                or self._cls(f"mm|{dt}|{pass_}")
+            if c is not None:
+                phi, roof = gemm_phi(f, pass_, self.sms, _peak(dt, self.peaks), self.mem_bw)
+                return _util(c, phi, roof), True
+        c = self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}")
+        own = c is not None
+        if c is None:
+            other = "fp32" if dt != "fp32" else "bf16"
+            c = self._cls(f"{op}|{other}|{pass_}") or self._cls(f"{base}|{other}|{pass_}")
+            own = c is not None
+            c = c or self._cls(f"*|{dt}|{pass_}") or self._cls(f"*|fp32|{pass_}")
+        if c is None:
+            return 0.0, False
+        if c["kind"] == "embedding":
+            return c["a"] + c["s"] * f.get("o", 0) + c["u"] * f.get("w", 0), own
+        return c["a"] + c["s"] * f["bytes"], own
+
+    def step_ns(self, optimizer: str, params: int, tensors: int) -> tuple[float, float]:
+        """(GPU ns, host ns) of the optimizer's step over fp32 parameters."""
+        c = self._cls(f"{'adamw' if optimizer in ('adam', 'adamw') else 'sgd'}_step|fp32|step")
+        if c is None:
+            return 0.0, 0.0
+        return (c["a"] + c["s"] * params * 4 + c["u"] * tensors,
+                c["host_a"] + c["host_u"] * tensors)
+
+    @property
+    def host(self) -> dict[str, float]:
+        return self.fitted["host"]
+
+
+@lru_cache(maxsize=8)
+def load(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_absolute():
+        return json.loads(resources.files("vdnnsim").joinpath("data", path).read_text())
+    return json.loads(p.read_text())
+
+
+def for_gpu(gpu: Any) -> OpModel | None:
+    """The op model of a GPU preset: its own calibration (``op_calibration``), else None."""
+    cal = getattr(gpu, "op_calibration", "")
+    if not cal:
+        return None
+    fitted = load(cal)
+    peaks = {k: gpu.peak_flops.get(k, v) for k, v in fitted["peaks"].items()}
+    return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m vdnnsim.opmodel PRESET OUT RAW...: fit the op calibrations RAW against
+    PRESET's specs (NOTE [op model])."""
+    import sys
+
+    from .errors import VdnnError
+    from .hardware import gpu_preset
+    from .yamlio import write_text_atomic
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3:
+        print("usage: python -m vdnnsim.opmodel PRESET OUT.json CALIBRATION.json...",
+              file=sys.stderr)
+        return 2
+    try:
+        raws = []
+        for a in args[2:]:
+            try:
+                raw = json.loads(Path(a).read_text())
+            except (OSError, ValueError) as exc:
+                raise VdnnError(f"{a}: cannot read an op calibration ({exc})") from None
+            if not isinstance(raw, dict) or raw.get("format") != "vdnnsim-op-calibration":
+                raise VdnnError(f"{a}: not a file of vdnnsim calibrate --ops")
+            raws.append(raw)
+        gpu = gpu_preset(args[0])
+        out = fit(raws, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s, raws[0]["gpu"]["sm_count"])
+        write_text_atomic(args[1], json.dumps(out, indent=1) + "\n")
+    except VdnnError as exc:
+        print(f"vdnnsim: error: {exc}", file=sys.stderr)
+        return 2
+    for key, c in out["classes"].items():
+        fe = c["fit_error"]
+        print(f"{key:44s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}")
+    print("host:", {k: round(v) for k, v in out["host"].items()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -103,6 +103,7 @@ class GPU:
     calibration: str = ""  # fitted kernel model, relative to vdnnsim/data (NOTE [kernel model])
     cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold (NOTE [resident memory])
     host_memory_bytes: int | None = None  # NOTE [host memory]; None: no limit
+    op_calibration: str = ""  # fitted op-level model, relative to vdnnsim/data (NOTE [op model])
 
 
     def flops(self, dtype: str) -> float:
@@ -172,6 +173,8 @@ class _GPUSpec(BaseModel):
                                      "where it serves several) that offloads may pin (NOTE "
                                      "[host memory]).")
     source: str = Field(description="Where the numbers come from.")
+    op_calibration: str = Field("", description="Fitted op-level kernel model (NOTE [op "
+                                "model]): any model's meta-device trace is timed by it.")
 
 
 Bandwidth = Annotated[float, BeforeValidator(limits.bandwidth)]
@@ -219,7 +222,8 @@ def _presets() -> dict[str, GPU]:
                         s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
                         Link(**s.link.model_dump()), s.source,
                         Host(**s.host.model_dump(exclude={"source"})), s.sm_count,
-                        s.calibration, s.cublas_workspace_bytes, s.host_memory_bytes)
+                        s.calibration, s.cublas_workspace_bytes, s.host_memory_bytes,
+                        s.op_calibration)
     return out
 
 

@@ -299,12 +299,12 @@ class OpModel:
             return c["a"] + c["s"] * f.get("o", 0) + c["u"] * f.get("w", 0), own
         return c["a"] + c["s"] * f["bytes"], own
 
-    def step_ns(self, optimizer: str, params: int, tensors: int) -> tuple[float, float]:
-        """(GPU ns, host ns) of the optimizer's step over fp32 parameters."""
+    def step_ns(self, optimizer: str, param_bytes: int, tensors: int) -> tuple[float, float]:
+        """(GPU ns, host ns) of the optimizer's step over ``param_bytes`` of parameters."""
         c = self._cls(f"{'adamw' if optimizer in ('adam', 'adamw') else 'sgd'}_step|fp32|step")
         if c is None:
             return 0.0, 0.0
-        return (c["a"] + c["s"] * params * 4 + c["u"] * tensors,
+        return (c["a"] + c["s"] * param_bytes + c["u"] * tensors,
                 c["host_a"] + c["host_u"] * tensors)
 
     @property

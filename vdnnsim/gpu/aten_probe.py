@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from .graph import Probe, ProbeNode, Saved, _nbytes, _sid
+from .opfeatures import op_features
 
 # ops whose backward reads their own output (``result`` in PyTorch's derivatives.yaml):
 # a pack of that output right after them is theirs (NOTE [op probe]); other outputs
@@ -282,6 +283,7 @@ class _Recorder(TorchDispatchMode):
         node.attrs["module"] = self.module  # NOTE [module paths]
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
         node.attrs["_dtype"] = main.dtype
+        node.attrs["_f"] = op_features(func, args, kwargs, out)  # NOTE [op features]
         counter = flop_registry.get(getattr(func, "overloadpacket", None))
         if counter is not None:
             try:
@@ -771,6 +773,12 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
     return live, sum(params.values()) - sum(n.weight_bytes for n in live)
 
 
+def op_model_for(gpu: Any) -> Any:
+    """NOTE [op model]: the GPU's op-level model, or None (then a memory trace)."""
+    from ..opmodel import for_gpu
+    return for_gpu(gpu)
+
+
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                  seq_len: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  input_spec: str | None = None) -> dict[str, Any]:
@@ -792,13 +800,28 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
     p = probe_ops(work.model, batch, work.loss, work.name, autocast_dtype(precision), values)
-    d = assemble(p, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
-                 source={"kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
-                         "note": f"memory only (NOTE [op probe]): every layer 0 ns; "
-                                 f"{spec}, {precision}" + (
-                                     f"; {p.resident_weight_bytes} bytes of weights that no "
-                                     "op the loss depends on reads are resident_bytes"
-                                     if p.resident_weight_bytes else "")})
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32")
+    extra = (f"; {p.resident_weight_bytes} bytes of weights that no op the loss depends on "
+             "reads are resident_bytes" if p.resident_weight_bytes else "")
+    om = op_model_for(gpu)
+    if om is None:
+        d = assemble(p, dtype=dtype, source={
+            "kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
+            "note": f"memory only (NOTE [op probe]): every layer 0 ns; {spec}, {precision}"
+                    + extra})
+    else:  # NOTE [op model]
+        from ..opmodel import MODEL
+        from .op_times import pooled_note, time_probe
+        from .profile import software
+        params = [q for q in work.model.parameters() if q.requires_grad]
+        ot = time_probe(p, om, sum(q.numel() * q.element_size() for q in params), len(params))
+        d = assemble(p, times=ot.times, dtype=dtype, hosts=ot.hosts, kernels=ot.kernels,
+                     step_ns=ot.step_ns, host_step_ns=ot.host_step_ns, source={
+                         "kind": "synthesized", "gpu": gpu.name, "cost_model": MODEL,
+                         "software": software(),
+                         "note": f"{spec}, {precision}: meta device, op-level kernel model "
+                                 f"fitted to {gpu.op_calibration} ({om.source})"
+                                 + pooled_note(ot.pooled) + extra})
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
     d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \

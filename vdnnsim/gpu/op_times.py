@@ -1,0 +1,77 @@
+"""The op probe's layers timed by the op-level kernel model (NOTE [op model]): what turns a
+meta-device memory trace of any model into a timed one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..opmodel import GEMMS, OpModel
+from .graph import Probe
+
+
+@dataclass
+class OpTimes:
+    """Per layer (GPU fwd, GPU bwd, 0, 0), host (fwd, bwd) and kernel counts; the step's
+    SGD times (NOTE [optimizer state]) and what the trace's note says of the model."""
+
+    times: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    hosts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    kernels: dict[str, tuple[int, int]] = field(default_factory=dict)
+    step_ns: int = 0
+    host_step_ns: int = 0
+    pooled: Counter = field(default_factory=Counter)  # op -> layers timed by the pooled fit
+
+
+def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> OpTimes:
+    """NOTE [op model] over every layer of the probe ``p``; ``param_bytes`` and
+    ``param_tensors``: the trainable parameters the optimizer steps over."""
+    out = OpTimes()
+    h = om.host
+    readers: Counter = Counter()
+    for n in p.nodes:
+        for t in dict.fromkeys(n.inputs):
+            readers[t] += 1
+    last_module = None
+    for n in p.nodes:
+        f = n.attrs.get("_f")
+        view = n.alias_of is not None and n.kind == "flatten"
+        module = n.attrs.get("module")
+        mod_f = h["module_fwd_ns"] if module != last_module else 0.0
+        last_module = module
+        if view or f is None:
+            out.times[n.name] = (0, 0, 0, 0)
+            out.hosts[n.name] = (round(h["view_fwd_ns"] + mod_f),
+                                 round(h["view_bwd_ns"]) if n.requires_grad else 0)
+            out.kernels[n.name] = (0, 0)
+            continue
+        fwd, own = om.time_ns(f, "fwd")
+        if not own:
+            out.pooled[f["op"]] += 1
+        bwd, kb = 0.0, 0
+        if n.requires_grad:
+            bwd, _ = om.time_ns(f, "bwd")
+            kb = (2 + (f["op"] in ("addmm", "baddbmm"))) if f["op"] in GEMMS else 1
+            extra = readers.get(n.name, 0) - 1  # NOTE [gradient sums]
+            if extra > 0:
+                add = {"op": "add", "dt": f["dt"], "bytes": 3 * n.out_nbytes}
+                bwd += extra * om.time_ns(add, "fwd")[0]
+                kb += extra
+        out.times[n.name] = (round(fwd), round(bwd), 0, 0)
+        out.hosts[n.name] = (round(h["op_fwd_ns"] + mod_f),
+                             round(h["op_bwd_ns"]) if n.requires_grad else 0)
+        out.kernels[n.name] = (1, kb)
+    gpu_step, host_step = om.step_ns("sgd", param_bytes, param_tensors)
+    out.step_ns, out.host_step_ns = round(gpu_step), round(host_step)
+    return out
+
+
+def pooled_note(pooled: Counter) -> str:
+    """What the trace's note says of ops the calibration has no case of."""
+    if not pooled:
+        return ""
+    top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
+    return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
+            f"timed by the pooled streaming fit ({top})")
+

@@ -653,11 +653,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--scale must be in (0, 10], got {args.scale}")
     if args.ops:  # NOTE [op calibration]
         from .gpu.calibrate_ops import calibrate_ops as calibrate
-    data = calibrate(args.dtype, args.scale, args.seed,
-                     progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.host_only:
+        if not args.ops:
+            raise ConfigError("--host-only goes with --ops")
+        from .gpu.calibrate_ops import host_only
+        data = host_only()
+    else:
+        data = calibrate(args.dtype, args.scale, args.seed,
+                         progress=lambda m: print(m, file=sys.stderr, flush=True))
     write_text_atomic(args.output, json.dumps(data, indent=1))
-    print(f"wrote {_shown(args.output)}: {len(data['records'])} timed passes on "
-          f"{data['gpu']['name']} ({args.dtype})")
+    print(f"wrote {_shown(args.output)}: {len(data['records'])} timed passes, "
+          f"{len(data.get('host_chains', []))} host chains on {data['gpu']['name']} "
+          f"({data['dtype']})")
     return 0
 
 
@@ -887,6 +894,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--ops", action="store_true", help="the ATen ops of transformer steps "
                     "(GEMMs, attention, norms, pointwise, loss, AdamW; NOTE [op calibration]) "
                     "for the op-level model, instead of the CNN grid")
+    ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
+                    "cost per op (chains of small ops; fp32, bf16, bf16 autocast)")
     ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")

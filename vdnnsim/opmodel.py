@@ -55,6 +55,9 @@ CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_r
            "add_row": "add", "to_bf16": "_to_copy", "to_fp32": "_to_copy",
            "layer_norm": "native_layer_norm", "softmax": "_softmax",
            "log_softmax": "_log_softmax", "nll_loss": "nll_loss_forward"}
+# the form of a binary op a case has (NOTE [op features]: recorded from the shapes)
+CASE_FORM = {"mul_scalar": "scalar", "add_scalar": "scalar", "mul_row": "bcast",
+             "add_row": "bcast"}
 # ops whose name differs from a calibrated one that does the same work
 SAME_AS = {"_safe_softmax": "_softmax", "baddbmm": "bmm", "rsub": "sub", "mul_": "mul",
            "add_": "add", "div_": "div", "copy_": "_to_copy", "contiguous": "clone",
@@ -174,7 +177,8 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
                 kern = SDPA_OPS[f["op"]] + ("_mask" if f.get("mask") else "")
                 key = f"sdpa:{kern}|{f['dt']}|{r['pass']}"
             else:
-                key = f"{f['op']}|{f['dt']}|{r['pass']}"
+                form = CASE_FORM.get(r["op"], f.get("form", ""))
+                key = f"{f['op']}{'@' + form if form else ''}|{f['dt']}|{r['pass']}"
             groups.setdefault(key, []).append((f, r["time_ns"]))
     classes: dict[str, Any] = {}
     pooled: dict[str, list[tuple[dict, float]]] = {}
@@ -201,12 +205,16 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
                 pooled.setdefault(f"{dt}|{pass_}", []).extend(recs)
         c["fit_error"] = _err(pred, t, np)
         classes[key] = c
-    for key, recs in pooled.items():  # the fallback of an op without cases
+    for key, recs in pooled.items():  # the fallback of an op without cases: the median
+        dt, pass_ = key.split("|")    # streaming class of its precision and pass
+        own = [c for k, c in classes.items() if c["kind"] == "affine"
+               and k.endswith(f"|{dt}|{pass_}") and "@" not in k]
+        a = statistics.median(c["a"] for c in own)
+        s = statistics.median(c["s"] for c in own)
         t = np.array([x for _, x in recs])
-        A = np.array([[1.0, f["bytes"]] for f, _ in recs])
-        a, s = _lstsq(A, t, np)
+        pred = [a + s * f["bytes"] for f, _ in recs]
         classes[f"*|{key}"] = {"kind": "affine", "a": a, "s": s,
-                               "fit_error": _err((A @ np.array([a, s])).tolist(), t, np)}
+                               "fit_error": _err(pred, t, np)}
     for op, recs in steps.items():
         t = np.array([r["time_ns"] for r in recs])
         A = np.array([[1.0, r["params"] * 4.0, r["tensors"]] for r in recs])
@@ -226,31 +234,37 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             "host": host, "classes": classes}
 
 
-def _host(raws: list[dict[str, Any]]) -> dict[str, float]:
-    """NOTE [op model]: the host's cost per op and per module call, from the chains."""
-    fwd, bwd, mod_f, mod_b, view_f, view_b = [], [], [], [], [], []
+def host_class(op: str) -> str:
+    """The host chain (NOTE [op calibration]) whose cost an op takes."""
+    if op in GEMMS:
+        return "linear"
+    if op in SDPA_OPS:
+        return "sdpa"
+    return {"native_layer_norm": "layer_norm", "_to_copy": "cast"}.get(op, "pointwise")
+
+
+def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """NOTE [op model]: the host's cost per op (by chain) and per module call."""
+    plain: dict[str, list[tuple[float, float]]] = {}
+    mods: list[tuple[float, float]] = []
     for raw in raws:
         by = {(c["chain"], c["modules"]): c for c in raw.get("host_chains", [])}
+        per_link = raw.get("pointwise_ops_per_link", 1)  # the first files' chain: 4
         for (chain, modules), c in by.items():
-            if chain == "view":
-                if not modules:
-                    view_f.append(c["host_fwd_ns"])
-                    view_b.append(c["host_bwd_ns"])
-                continue
-            if modules:
-                plain = by.get((chain, False))
-                if plain:
-                    mod_f.append(c["host_fwd_ns"] - plain["host_fwd_ns"])
-                    mod_b.append(c["host_bwd_ns"] - plain["host_bwd_ns"])
-            else:
-                fwd.append(c["host_fwd_ns"])
-                bwd.append(c["host_bwd_ns"])
+            k = per_link if chain == "pointwise" else 1
+            fb = (c["host_fwd_ns"] / k, c["host_bwd_ns"])
+            if not modules:
+                plain.setdefault(chain, []).append(fb)
+            elif (chain, False) in by and chain != "pointwise":
+                p = by[(chain, False)]
+                mods.append((c["host_fwd_ns"] - p["host_fwd_ns"],
+                             c["host_bwd_ns"] - p["host_bwd_ns"]))
     med = statistics.median
-    return {"op_fwd_ns": med(fwd) if fwd else 0.0, "op_bwd_ns": med(bwd) if bwd else 0.0,
-            "module_fwd_ns": max(0.0, med(mod_f)) if mod_f else 0.0,
-            "module_bwd_ns": max(0.0, med(mod_b)) if mod_b else 0.0,
-            "view_fwd_ns": med(view_f) if view_f else 0.0,
-            "view_bwd_ns": med(view_b) if view_b else 0.0}
+    out: dict[str, Any] = {chain: [med(x[0] for x in v), med(x[1] for x in v)]
+                           for chain, v in sorted(plain.items())}
+    out["module"] = [max(0.0, med(x[0] for x in mods)), max(0.0, med(x[1] for x in mods))] \
+        if mods else [0.0, 0.0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -286,7 +300,9 @@ class OpModel:
             if c is not None:
                 phi, roof = gemm_phi(f, pass_, self.sms, _peak(dt, self.peaks), self.mem_bw)
                 return _util(c, phi, roof), True
-        c = self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}")
+        form = f.get("form")
+        c = (self._cls(f"{op}@{form}|{dt}|{pass_}") if form else None) \
+            or self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}")
         own = c is not None
         if c is None:
             other = "fp32" if dt != "fp32" else "bf16"
@@ -307,9 +323,14 @@ class OpModel:
         return (c["a"] + c["s"] * param_bytes + c["u"] * tensors,
                 c["host_a"] + c["host_u"] * tensors)
 
+    def host_ns(self, op: str | None) -> tuple[float, float]:
+        """The host's (forward, backward) cost of an op; None: a view."""
+        h = self.fitted["host"]
+        return tuple(h.get("view" if op is None else host_class(op), h["pointwise"]))
+
     @property
-    def host(self) -> dict[str, float]:
-        return self.fitted["host"]
+    def module_ns(self) -> tuple[float, float]:
+        return tuple(self.fitted["host"]["module"])
 
 
 @lru_cache(maxsize=8)
@@ -362,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, c in out["classes"].items():
         fe = c["fit_error"]
         print(f"{key:44s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}")
-    print("host:", {k: round(v) for k, v in out["host"].items()})
+    print("host (fwd, bwd ns):", {k: [round(x) for x in v] for k, v in out["host"].items()})
     return 0
 
 

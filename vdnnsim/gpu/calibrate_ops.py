@@ -215,11 +215,16 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def host_chains(dev: torch.device, dt: torch.dtype) -> list[dict[str, Any]]:
+def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None
+                ) -> list[dict[str, Any]]:
     """The host's cost per op (NOTE [op calibration]): 64-op chains on small tensors, as
-    functions and as modules, forward (graph recorded) and backward."""
+    functions and as modules, forward (graph recorded) and backward; ``autocast``: fp32
+    tensors and weights under torch.autocast to that dtype, as autocast training runs."""
+    import contextlib
     n = 64
     recs = []
+    ctx = (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
+        else contextlib.nullcontext
     for kind in HOST_CHAINS:
         for modules in (False, True):
             x0 = torch.randn(8, 4, 16, 64, device=dev, dtype=dt, requires_grad=True)
@@ -229,8 +234,9 @@ def host_chains(dev: torch.device, dt: torch.dtype) -> list[dict[str, Any]]:
             def op(t: torch.Tensor, i: int) -> torch.Tensor:
                 if kind == "linear":
                     return lin(t)
-                if kind == "pointwise":
-                    return (t * 0.5, t + 1.0, F.gelu(t), t.tanh())[i % 4]
+                if kind == "pointwise":  # one op a link (a tuple would issue all four)
+                    return t * 0.5 if i % 4 == 0 else t + 1.0 if i % 4 == 1 else \
+                        F.gelu(t) if i % 4 == 2 else t.tanh()
                 if kind == "layer_norm":
                     return ln(t)
                 if kind == "sdpa":
@@ -257,7 +263,8 @@ def host_chains(dev: torch.device, dt: torch.dtype) -> list[dict[str, Any]]:
             for rep in range(12):
                 _sync(dev)
                 t0 = time.perf_counter()
-                y = chain()
+                with ctx():
+                    y = chain()
                 t1 = time.perf_counter()
                 s = y.float().sum()
                 _sync(dev)
@@ -269,9 +276,25 @@ def host_chains(dev: torch.device, dt: torch.dtype) -> list[dict[str, Any]]:
                     fwd.append((t1 - t0) / n * 1e9)
                     bwd.append((t3 - t2) / n * 1e9)
             recs.append({"chain": kind, "modules": modules, "ops": n,
+                         "dtype": str(dt).replace("torch.", ""),
+                         "autocast": str(autocast).replace("torch.", "") if autocast else None,
                          "host_fwd_ns": round(sorted(fwd)[len(fwd) // 2], 1),
                          "host_bwd_ns": round(sorted(bwd)[len(bwd) // 2], 1)})
     return recs
+
+
+def host_only(progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``vdnnsim calibrate --ops --host-only``: the host chains alone, in fp32, bf16 and fp32
+    under bf16 autocast (a second process on a warm machine: NOTE [op calibration])."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    chains = (host_chains(dev, torch.float32) + host_chains(dev, torch.bfloat16)
+              + host_chains(dev, torch.float32, torch.bfloat16))
+    props = torch.cuda.get_device_properties(dev)
+    return {"format": FORMAT, "version": VERSION, "dtype": "host", "host_only": True,
+            "gpu": {"name": props.name, "sm_count": props.multi_processor_count,
+                    "capability": f"{props.major}.{props.minor}"},
+            "software": software(), "made": time.strftime("%Y-%m-%d"), "records": [],
+            "host_chains": chains, "skipped": []}
 
 
 def step_cases(rng: random.Random, n: int) -> list[dict[str, Any]]:
@@ -301,10 +324,11 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
     dev = dev or torch.device("cuda", torch.cuda.current_device())
     dt = DTYPES[dtype]
     clock = clock or _Clock(dev)
-    name, sms, cap = "cpu", 0, ""
+    gpu_name, sms, cap = "cpu", 0, ""
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
-        name, sms, cap = props.name, props.multi_processor_count, f"{props.major}.{props.minor}"
+        gpu_name, sms, cap = props.name, props.multi_processor_count, \
+            f"{props.major}.{props.minor}"
     rng = random.Random(seed)
     todo = op_cases(rng, max(1, int(round(10 * scale))), dtype)
     if dtype == "fp32":
@@ -335,7 +359,7 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
     chains = host_chains(dev, dt)
     return {
         "format": FORMAT, "version": VERSION, "dtype": dtype, "seed": seed, "scale": scale,
-        "gpu": {"name": name, "sm_count": sms, "capability": cap},
+        "gpu": {"name": gpu_name, "sm_count": sms, "capability": cap},
         "software": software(),
         "numerics": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
                      "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32},

@@ -28,7 +28,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> O
     """NOTE [op model] over every layer of the probe ``p``; ``param_bytes`` and
     ``param_tensors``: the trainable parameters the optimizer steps over."""
     out = OpTimes()
-    h = om.host
+    mod_fwd = om.module_ns[0]
     readers: Counter = Counter()
     for n in p.nodes:
         for t in dict.fromkeys(n.inputs):
@@ -38,12 +38,12 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> O
         f = n.attrs.get("_f")
         view = n.alias_of is not None and n.kind == "flatten"
         module = n.attrs.get("module")
-        mod_f = h["module_fwd_ns"] if module != last_module else 0.0
+        mod_f = mod_fwd if module != last_module else 0.0
         last_module = module
         if view or f is None:
             out.times[n.name] = (0, 0, 0, 0)
-            out.hosts[n.name] = (round(h["view_fwd_ns"] + mod_f),
-                                 round(h["view_bwd_ns"]) if n.requires_grad else 0)
+            hf, hb = om.host_ns(None)
+            out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
             out.kernels[n.name] = (0, 0)
             continue
         fwd, own = om.time_ns(f, "fwd")
@@ -59,8 +59,8 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> O
                 bwd += extra * om.time_ns(add, "fwd")[0]
                 kb += extra
         out.times[n.name] = (round(fwd), round(bwd), 0, 0)
-        out.hosts[n.name] = (round(h["op_fwd_ns"] + mod_f),
-                             round(h["op_bwd_ns"]) if n.requires_grad else 0)
+        hf, hb = om.host_ns(f["op"])
+        out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
         out.kernels[n.name] = (1, kb)
     gpu_step, host_step = om.step_ns("sgd", param_bytes, param_tensors)
     out.step_ns, out.host_step_ns = round(gpu_step), round(host_step)

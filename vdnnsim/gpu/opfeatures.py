@@ -9,7 +9,9 @@ fp16, or what else), ``bytes`` (every tensor argument's and output's storage byt
 op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
 ``b, m, n, k`` (batch, rows, columns, reduction); scaled-dot-product attention its
 ``B, H, S, L, D`` (batch, query heads, query and key length, head size), ``causal`` and
-``mask`` (an additive bias given); an embedding its table's bytes (``w``) and its output's
+``mask`` (an additive bias given); a binary op's ``form`` where it is not elementwise
+between equal shapes (``bcast``: an operand broadcast, ``scalar``: a one-element operand);
+an embedding its table's bytes (``w``) and its output's
 (``o``); a convolution its shapes (not in the op model: NOTE [op model]).
 """
 
@@ -42,6 +44,12 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
         if main is not None else "fp32"
     f: dict[str, Any] = {"op": op, "dt": dt,
                          "bytes": sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)}
+    if main is not None and len(ins) > 1:  # a binary op's form: its backward differs
+        n = main.numel()
+        if any(1 < a.numel() < n for a in ins):
+            f["form"] = "bcast"  # a row or a column broadcast: its gradient is a reduction
+        elif any(a.numel() == 1 for a in ins):
+            f["form"] = "scalar"
     try:
         if op in ("mm", "bmm"):
             a, b = args[0], args[1]

@@ -244,24 +244,31 @@ def host_class(op: str) -> str:
 
 
 def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
-    """NOTE [op model]: the host's cost per op (by chain) and per module call."""
+    """NOTE [op model]: the host's cost per op (by chain and precision: fp32, bf16, or
+    ``autocast``) and per module call, the median over the host-only files' processes
+    (the op calibration's own chains where there is no such file)."""
+    only = [r for r in raws if r.get("host_only")]
     plain: dict[str, list[tuple[float, float]]] = {}
     mods: list[tuple[float, float]] = []
-    for raw in raws:
-        by = {(c["chain"], c["modules"]): c for c in raw.get("host_chains", [])}
+    for raw in only or raws:
         per_link = raw.get("pointwise_ops_per_link", 1)  # the first files' chain: 4
-        for (chain, modules), c in by.items():
+        by = {}
+        for c in raw.get("host_chains", []):
+            variant = "autocast" if c.get("autocast") else \
+                {"float32": "fp32", "bfloat16": "bf16"}.get(c.get("dtype"), raw["dtype"])
+            by[(c["chain"], c["modules"], variant, c.get("process", 0))] = c
+        for (chain, modules, variant, proc), c in by.items():
             k = per_link if chain == "pointwise" else 1
-            fb = (c["host_fwd_ns"] / k, c["host_bwd_ns"])
             if not modules:
-                plain.setdefault(chain, []).append(fb)
-            elif (chain, False) in by and chain != "pointwise":
-                p = by[(chain, False)]
+                plain.setdefault(f"{chain}:{variant}", []).append(
+                    (c["host_fwd_ns"] / k, c["host_bwd_ns"]))
+            elif (chain, False, variant, proc) in by and chain != "pointwise":
+                p = by[(chain, False, variant, proc)]
                 mods.append((c["host_fwd_ns"] - p["host_fwd_ns"],
                              c["host_bwd_ns"] - p["host_bwd_ns"]))
     med = statistics.median
-    out: dict[str, Any] = {chain: [med(x[0] for x in v), med(x[1] for x in v)]
-                           for chain, v in sorted(plain.items())}
+    out: dict[str, Any] = {key: [med(x[0] for x in v), med(x[1] for x in v)]
+                           for key, v in sorted(plain.items())}
     out["module"] = [max(0.0, med(x[0] for x in mods)), max(0.0, med(x[1] for x in mods))] \
         if mods else [0.0, 0.0]
     return out
@@ -323,10 +330,16 @@ class OpModel:
         return (c["a"] + c["s"] * param_bytes + c["u"] * tensors,
                 c["host_a"] + c["host_u"] * tensors)
 
-    def host_ns(self, op: str | None) -> tuple[float, float]:
-        """The host's (forward, backward) cost of an op; None: a view."""
+    def host_ns(self, op: str | None, variant: str = "fp32") -> tuple[float, float]:
+        """The host's (forward, backward) cost of an op under ``variant`` (fp32, bf16 or
+        autocast); op None: a view."""
         h = self.fitted["host"]
-        return tuple(h.get("view" if op is None else host_class(op), h["pointwise"]))
+        cls = "view" if op is None else host_class(op)
+        for key in (f"{cls}:{variant}", f"{cls}:fp32", f"pointwise:{variant}",
+                    "pointwise:fp32"):
+            if key in h:
+                return tuple(h[key])
+        return (0.0, 0.0)
 
     @property
     def module_ns(self) -> tuple[float, float]:

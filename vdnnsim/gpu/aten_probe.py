@@ -814,7 +814,9 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
         from .op_times import pooled_note, time_probe
         from .profile import software
         params = [q for q in work.model.parameters() if q.requires_grad]
-        ot = time_probe(p, om, sum(q.numel() * q.element_size() for q in params), len(params))
+        variant = "autocast" if precision.startswith("autocast") else dtype
+        ot = time_probe(p, om, sum(q.numel() * q.element_size() for q in params), len(params),
+                        variant)
         d = assemble(p, times=ot.times, dtype=dtype, hosts=ot.hosts, kernels=ot.kernels,
                      step_ns=ot.step_ns, host_step_ns=ot.host_step_ns, source={
                          "kind": "synthesized", "gpu": gpu.name, "cost_model": MODEL,

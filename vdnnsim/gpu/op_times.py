@@ -24,9 +24,11 @@ class OpTimes:
     pooled: Counter = field(default_factory=Counter)  # op -> layers timed by the pooled fit
 
 
-def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> OpTimes:
+def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
+               variant: str = "fp32") -> OpTimes:
     """NOTE [op model] over every layer of the probe ``p``; ``param_bytes`` and
-    ``param_tensors``: the trainable parameters the optimizer steps over."""
+    ``param_tensors``: the trainable parameters the optimizer steps over; ``variant``: the
+    host's costs of fp32, bf16 or autocast."""
     out = OpTimes()
     mod_fwd = om.module_ns[0]
     readers: Counter = Counter()
@@ -42,7 +44,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> O
         last_module = module
         if view or f is None:
             out.times[n.name] = (0, 0, 0, 0)
-            hf, hb = om.host_ns(None)
+            hf, hb = om.host_ns(None, variant)
             out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
             out.kernels[n.name] = (0, 0)
             continue
@@ -59,7 +61,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int) -> O
                 bwd += extra * om.time_ns(add, "fwd")[0]
                 kb += extra
         out.times[n.name] = (round(fwd), round(bwd), 0, 0)
-        hf, hb = om.host_ns(f["op"])
+        hf, hb = om.host_ns(f["op"], variant)
         out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
         out.kernels[n.name] = (1, kb)
     gpu_step, host_step = om.step_ns("sgd", param_bytes, param_tensors)

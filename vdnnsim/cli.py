@@ -454,8 +454,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
             trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
                                                  args.seq_len, _model_kwargs(args.model_arg),
                                                  args.input), args.model)
-            print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its runs "
-                  "show memory, not times (NOTE [memory-only traces])", file=sys.stderr)
+            if trace.source.cost_model == "none":
+                from .hardware import gpu_preset, preset_names
+                timed_on = ", ".join(n for n in preset_names() if gpu_preset(n).op_calibration)
+                print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its "
+                      "runs show memory, not times (NOTE [memory-only traces]); GPUs with an "
+                      f"op-level model (NOTE [op model]): {timed_on}", file=sys.stderr)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
             from .errors import ConfigError
@@ -473,8 +477,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_yaml(trace_to_dict(trace)))
     else:
         save_trace(trace, args.output)
-        how = ("its calibrated kernel model" if trace.source.cost_model == "calibrated-v1"
-               else f"the cost model ({trace.source.cost_model})")
+        how = {"calibrated-v1": "its calibrated kernel model",
+               "aten-v1": "its op-level kernel model (NOTE [op model])"}.get(
+            trace.source.cost_model, f"the cost model ({trace.source.cost_model})")
         timed = (f"timed for {gpu.name} by {how}"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
                  else f"times as recorded ({trace.source.kind})")

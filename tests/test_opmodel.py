@@ -1,0 +1,87 @@
+"""The op-level kernel model (NOTE [op model]): its fit on the shipped H200 calibration, its
+predictions' form, and a meta-device trace of a transformer timed by it."""
+
+import json
+from importlib import resources
+
+import pytest
+
+from vdnnsim import opmodel
+from vdnnsim.hardware import gpu_preset
+
+
+def _raws():
+    d = resources.files("vdnnsim").joinpath("data", "calibration")
+    return [json.loads(d.joinpath(f"h200_ops_{x}.json").read_text())
+            for x in ("bf16", "fp32", "host")]
+
+
+def test_shipped_model_is_the_fit_of_the_shipped_calibration():
+    """The model file is what `python -m vdnnsim.opmodel` makes of the raw files: nothing
+    edited by hand, nothing fitted elsewhere."""
+    gpu = gpu_preset("h200")
+    raws = _raws()
+    fitted = opmodel.fit(raws, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s,
+                         raws[0]["gpu"]["sm_count"])
+    shipped = opmodel.load(gpu.op_calibration)
+    assert json.loads(json.dumps(fitted)) == shipped
+
+
+def test_fit_errors_on_calibration_are_reported_and_bounded():
+    shipped = opmodel.load(gpu_preset("h200").op_calibration)
+    gemm = [c["fit_error"]["median"] for k, c in shipped["classes"].items()
+            if k.split("|")[0] in ("mm", "addmm")]
+    assert gemm and max(gemm) < 0.2  # per-kernel medians on its own cases
+    assert {"mm|bf16|fwd", "mm|fp32|bwd", "sdpa:flash|bf16|bwd", "native_layer_norm|fp32|fwd",
+            "adamw_step|fp32|step", "sgd_step|fp32|step"} <= set(shipped["classes"])
+
+
+def test_predictions_scale_with_work():
+    om = opmodel.for_gpu(gpu_preset("h200"))
+    small = {"op": "mm", "dt": "bf16", "b": 1, "m": 1024, "n": 1024, "k": 1024, "bytes": 6 << 20}
+    big = dict(small, m=16384)
+    t_small, own = om.time_ns(small, "fwd")
+    t_big, _ = om.time_ns(big, "fwd")
+    assert own and t_big > 4 * t_small
+    # fp32 GEMMs run on CUDA cores (no TF32 by default): much slower than bf16
+    assert om.time_ns(dict(big, dt="fp32"), "fwd")[0] > 5 * t_big
+    assert om.time_ns(big, "bwd")[0] > 1.5 * t_big
+    x = {"op": "gelu", "dt": "bf16", "bytes": 1 << 28}
+    assert om.time_ns(x, "fwd")[0] > om.time_ns(dict(x, bytes=1 << 24), "fwd")[0]
+    unknown, own = om.time_ns({"op": "erfinv", "dt": "bf16", "bytes": 1 << 26}, "fwd")
+    assert unknown > 0 and not own
+    flash = {"op": "_scaled_dot_product_flash_attention", "dt": "bf16", "B": 8, "H": 16,
+             "S": 1024, "L": 1024, "D": 128, "causal": True, "bytes": 0}
+    assert om.time_ns(flash, "bwd")[0] > om.time_ns(flash, "fwd")[0]
+    assert om.host_ns("mm", "autocast")[0] > om.host_ns(None, "autocast")[0] > 0
+
+
+def test_gpu_without_op_calibration_has_no_op_model():
+    assert opmodel.for_gpu(gpu_preset("k40")) is None
+
+
+torch = pytest.importorskip("torch")
+
+
+def test_transformer_meta_trace_is_timed_on_h200():
+    from vdnnsim.api import resolve_gpu, run_trace
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.trace import trace_from_dict
+
+    gpu = resolve_gpu("h200")
+    d = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, gpu, "autocast-bf16", 32, {}, None)
+    assert d["source"]["cost_model"] == opmodel.MODEL
+    layers = d["layers"]
+    timed = [x for x in layers if x["fwd_ns"] > 0]
+    assert len(timed) > len(layers) // 2
+    assert all(x["host_fwd_ns"] > 0 for x in layers)
+    assert d["step_ns"] > 0
+    trace = trace_from_dict(d, "opt-tiny")
+    assert trace.timed
+    r = run_trace(trace, gpu, "baseline_p")
+    assert r.iteration_time_ns > sum(x["fwd_ns"] + x["bwd_ns"] for x in layers)
+    # a GPU without an op model keeps the memory trace (times 0), as before
+    k40 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, resolve_gpu("k40"), "fp32", 32, {},
+                       None)
+    assert k40["source"]["cost_model"] == "none"
+    assert all(x["fwd_ns"] == 0 for x in k40["layers"])

@@ -615,7 +615,8 @@ def test_opt_traces_on_the_meta_device(tmp_path, capsys):
     assert not [x for x in t.tensors.values() if x.shape and x.shape[-2:] == (32, 32)]
     assert {x.attrs["block"] for x in t.layers} == {0, 1, 2, 3}  # two blocks, head, loss
     r = run_trace(t, gpu_preset("h200"), "eager")
-    assert r.fits and not r.timed and r.peak_memory_bytes > r.weight_bytes
+    assert r.fits and r.timed and r.peak_memory_bytes > r.weight_bytes  # NOTE [op model]
+    assert r.iteration_time_ns > 0
 
 
 class _Reused(nn.Module):

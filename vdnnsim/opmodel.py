@@ -23,6 +23,10 @@ time (where its output takes a gradient), and the host's cost of both:
   table's gradient), least squares on the relative error (NOTE [kernel model]). An op
   the calibration has no case of takes the pooled fit of all streaming ops of its
   precision and pass, and the trace says how many ops did (``source.note``).
+- A convolution (no op-level classes yet): its implicit GEMM (``b`` groups of ``N Ho Wo x
+  C_out / g``, reducing over ``C_in / g x kh x kw``) by the ``mm`` fit, a stand-in the
+  trace's note counts like the pooled ones: a CNN's meta trace of the op probe is timed,
+  and says it is rough (torchvision and zoo models take the CNN kernel model instead).
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
@@ -301,6 +305,11 @@ class OpModel:
                 phi, roof = sdpa_phi(f, pass_, _peak(dt, self.peaks), self.mem_bw)
                 return _util(c, phi, roof), True
         base = SAME_AS.get(op, op) or op
+        if op == "convolution" and "m" in f:  # no conv classes yet: an implicit GEMM by
+            c = self._cls(f"mm|{dt}|{pass_}")  # the mm fit, counted as a stand-in
+            if c is not None:
+                phi, roof = gemm_phi(f, pass_, self.sms, _peak(dt, self.peaks), self.mem_bw)
+                return _util(c, phi, roof), False
         if op in GEMMS and "m" in f:
             c = self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}") \
                 or self._cls(f"mm|{dt}|{pass_}")

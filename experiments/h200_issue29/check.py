@@ -8,10 +8,12 @@ fresh-process measurements (traces/h200_issue29/session15/measure.jsonl).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its loss_type notice
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "experiments" / "h200_issue29"
 MEASURED = ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl"

@@ -75,5 +75,6 @@ def pooled_note(pooled: Counter) -> str:
         return ""
     top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
     return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
-            f"timed by the pooled streaming fit ({top})")
+            f"of their own, timed by a stand-in (a convolution as an implicit GEMM, any other "
+            f"by the median streaming class; NOTE [op model]): {top}")
 

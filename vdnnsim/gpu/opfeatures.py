@@ -69,6 +69,11 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             f.update(B=int(q.shape[0]), H=int(q.shape[1]), S=int(q.shape[2]),
                      L=int(k.shape[2]), D=int(q.shape[3]), causal=bool(causal),
                      mask=bool(mask), kernel=SDPA[op])
+        elif op == "convolution" and outs:  # as an implicit GEMM (NOTE [op model])
+            x, w, y = args[0], args[1], outs[0]
+            groups = int(args[8]) if len(args) > 8 else 1
+            f.update(b=groups, m=int(y.shape[0]) * int(y[0, 0].numel()),
+                     n=int(w.shape[0]) // groups, k=int(w[0].numel()))
         elif op == "embedding":
             f.update(w=_nbytes(args[0]), o=_nbytes(outs[0]))
     except (IndexError, AttributeError, TypeError):  # an overload of another signature

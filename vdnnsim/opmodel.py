@@ -31,7 +31,10 @@ time (where its output takes a gradient), and the host's cost of both:
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
   small ops (NOTE [op calibration]); per module call, what the same chains cost more as one
-  module an op. A host-bound step's time is then the host's, op by op.
+  module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
+  mask arithmetic the loss does not need, an op without a tensor output) costs the host
+  a view's forward cost, charged to the next layer. A host-bound step's time is then the
+  host's, op by op.
 
 A gradient that several ops add up (a residual stream's) costs one ``add`` per extra
 reader in the backward pass (NOTE [gradient sums]).

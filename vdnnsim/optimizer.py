@@ -17,7 +17,9 @@ sqrt's list is a temporary the size of the parameters while the step runs
 (``step_workspace_bytes``; under PyTorch's caching allocator one tensor per parameter,
 NOTE [step temporaries] in engine/compile.py). The step's GPU time is scaled by the bytes moved (20 / 3,
 the same achieved bandwidth as the traced SGD step); its host time is kept (one foreach
-launch per op either way, a few more ops). These are counts of the optimizer's code
+launch per op either way, a few more ops). A trace that carries calibrated steps
+(``optimizer_steps``: the op-level model's AdamW and SGD fits, NOTE [op model]) takes
+the optimizer's own GPU and host times from them instead. These are counts of the optimizer's code
 (torch 2.11), not fits; the H200 measurements that check them are in
 docs/validation.md ("Optimizers"). A measured fact they agree with: on every H200
 transformer run (traces/h200_hf), the memory before a step is 12 bytes a parameter (fp32
@@ -52,6 +54,10 @@ def with_optimizer(trace: Trace, optimizer: str) -> Trace:
                           f"profiled with it); it replays with optimizer {trace.optimizer} "
                           f"only, not {optimizer}")
     w = trace.weight_bytes
+    step_ns, host_ns = round(trace.step_ns * ADAM_BYTES / SGD_BYTES), trace.host_step_ns
+    for name, gpu_ns, h_ns in trace.optimizer_steps:  # calibrated (NOTE [op model])
+        if name == optimizer:
+            step_ns, host_ns = gpu_ns, h_ns
     return replace(trace, resident_bytes=trace.resident_bytes + ADAM_STATE * w,
                    step_workspace_bytes=trace.step_workspace_bytes + ADAM_TEMP * w,
-                   step_ns=round(trace.step_ns * ADAM_BYTES / SGD_BYTES), optimizer=optimizer)
+                   step_ns=step_ns, host_step_ns=host_ns, optimizer=optimizer)

@@ -201,6 +201,7 @@ class _Recorder(TorchDispatchMode):
         self.last_outs: set[int] = set()  # the previous op's output storages
         self.last_main = -1
         self.last_op = ""
+        self.calls = 0
 
     def same(self, copy: torch.Tensor, original: torch.Tensor) -> None:
         """``copy`` (made unrecorded) stands for ``original``."""
@@ -240,6 +241,7 @@ class _Recorder(TorchDispatchMode):
                     node.inputs.append(tid)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1  # every op the host dispatches, layer or not (NOTE [op model])
         if self.values is None:
             out = func(*args, **(kwargs or {}))
         else:  # NOTE [op values]
@@ -284,6 +286,7 @@ class _Recorder(TorchDispatchMode):
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
         node.attrs["_dtype"] = main.dtype
         node.attrs["_f"] = op_features(func, args, kwargs, out)  # NOTE [op features]
+        node.attrs["_seq"] = self.calls
         counter = flop_registry.get(getattr(func, "overloadpacket", None))
         if counter is not None:
             try:
@@ -824,6 +827,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                          "note": f"{spec}, {precision}: meta device, op-level kernel model "
                                  f"fitted to {gpu.op_calibration} ({om.source})"
                                  + pooled_note(ot.pooled) + extra})
+        d["optimizer_steps"] = ot.steps
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
     d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \

@@ -21,6 +21,7 @@ class OpTimes:
     kernels: dict[str, tuple[int, int]] = field(default_factory=dict)
     step_ns: int = 0
     host_step_ns: int = 0
+    steps: dict[str, list[int]] = field(default_factory=dict)  # optimizer -> [GPU, host ns]
     pooled: Counter = field(default_factory=Counter)  # op -> layers timed by the pooled fit
 
 
@@ -36,7 +37,12 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         for t in dict.fromkeys(n.inputs):
             readers[t] += 1
     last_module = None
+    last_seq = 0
     for n in p.nodes:
+        seq = n.attrs.get("_seq", last_seq + 1)
+        unseen = max(0, seq - last_seq - 1)  # ops dispatched since the last layer: views of
+        last_seq = seq                       # weights, ops the loss does not need, ...
+        host_unseen = unseen * om.host_ns(None, variant)[0]
         f = n.attrs.get("_f")
         view = n.alias_of is not None and n.kind == "flatten"
         module = n.attrs.get("module")
@@ -45,7 +51,8 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         if view or f is None:
             out.times[n.name] = (0, 0, 0, 0)
             hf, hb = om.host_ns(None, variant)
-            out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
+            out.hosts[n.name] = (round(hf + mod_f + host_unseen),
+                                 round(hb) if n.requires_grad else 0)
             out.kernels[n.name] = (0, 0)
             continue
         fwd, own = om.time_ns(f, "fwd")
@@ -62,10 +69,13 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
                 kb += extra
         out.times[n.name] = (round(fwd), round(bwd), 0, 0)
         hf, hb = om.host_ns(f["op"], variant)
-        out.hosts[n.name] = (round(hf + mod_f), round(hb) if n.requires_grad else 0)
+        out.hosts[n.name] = (round(hf + mod_f + host_unseen),
+                             round(hb) if n.requires_grad else 0)
         out.kernels[n.name] = (1, kb)
-    gpu_step, host_step = om.step_ns("sgd", param_bytes, param_tensors)
-    out.step_ns, out.host_step_ns = round(gpu_step), round(host_step)
+    for opt in ("sgd", "adam", "adamw"):  # NOTE [optimizer state]: calibrated, each
+        g, hs = om.step_ns(opt, param_bytes, param_tensors)
+        out.steps[opt] = [round(g), round(hs)]
+    out.step_ns, out.host_step_ns = out.steps["sgd"]
     return out
 
 

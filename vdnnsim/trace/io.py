@@ -80,7 +80,9 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             **({"host_step_ns": trace.host_step_ns} if trace.host_step_ns else {}),
             **({"step_workspace_bytes": trace.step_workspace_bytes}
                if trace.step_workspace_bytes else {}),
-            **({"optimizer": trace.optimizer} if trace.optimizer != "sgd" else {})}
+            **({"optimizer": trace.optimizer} if trace.optimizer != "sgd" else {}),
+            **({"optimizer_steps": {n: [g, h] for n, g, h in trace.optimizer_steps}}
+               if trace.optimizer_steps else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -158,7 +160,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
-                 spec.step_workspace_bytes, spec.optimizer)
+                 spec.step_workspace_bytes, spec.optimizer,
+                 tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))
 
 
 def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:

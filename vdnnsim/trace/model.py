@@ -141,6 +141,7 @@ class Trace:
     host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
     step_workspace_bytes: int = 0  # held while the step runs (NOTE [optimizer state])
     optimizer: str = "sgd"  # whose step the step fields are (NOTE [optimizer state])
+    optimizer_steps: tuple[tuple[str, int, int], ...] = ()  # calibrated (name, GPU, host ns)
 
     @property
     def timed(self) -> bool:

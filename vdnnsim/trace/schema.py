@@ -158,6 +158,10 @@ class TraceSpec(_Strict):
     step_workspace_bytes: Bytes = Field(0, description=(
         "Temporary device memory the optimizer step takes while it runs (AdamW's foreach "
         "intermediates; NOTE [optimizer state])."))
+    optimizer_steps: dict[Literal["sgd", "adam", "adamw"], list[Nanos]] | None = Field(
+        None, description="Calibrated [GPU ns, host ns] of each optimizer's step over these "
+        "parameters, where the trace's cost model has them (NOTE [op model]): "
+        "with_optimizer takes them instead of scaling the SGD step.")
     optimizer: Literal["sgd", "adam", "adamw"] = Field("sgd", description=(
         "The optimizer whose step step_ns, host_step_ns, step_workspace_bytes and the "
         "moments in resident_bytes are (NOTE [optimizer state]); sgd unless profiled with "

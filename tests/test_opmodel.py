@@ -85,3 +85,26 @@ def test_transformer_meta_trace_is_timed_on_h200():
                        None)
     assert k40["source"]["cost_model"] == "none"
     assert all(x["fwd_ns"] == 0 for x in k40["layers"])
+
+
+def test_calibrated_optimizer_steps_survive_io_and_are_taken():
+    """NOTE [optimizer state]: a trace with optimizer_steps takes AdamW's calibrated step
+    (GPU and host) instead of SGD's scaled by bytes; one without scales as before."""
+    from dataclasses import replace
+
+    from vdnnsim.optimizer import ADAM_BYTES, SGD_BYTES, with_optimizer
+    from vdnnsim.trace import trace_from_dict, trace_to_dict
+
+    d = {"format": "vdnnsim-trace", "version": 1, "name": "t", "batch_size": 1,
+         "tensors": [{"id": "x", "size_bytes": 64, "kind": "input"},
+                     {"id": "y", "size_bytes": 64}],
+         "layers": [{"id": "y", "kind": "fc", "inputs": ["x"], "outputs": ["y"],
+                     "weight_bytes": 1024, "fwd_ns": 10, "bwd_ns": 20}],
+         "step_ns": 300, "host_step_ns": 50,
+         "optimizer_steps": {"sgd": [300, 50], "adamw": [2100, 900]}}
+    t = trace_from_dict(d, "t")
+    assert trace_from_dict(trace_to_dict(t), "t").optimizer_steps == t.optimizer_steps
+    a = with_optimizer(t, "adamw")
+    assert (a.step_ns, a.host_step_ns, a.optimizer) == (2100, 900, "adamw")
+    plain = with_optimizer(replace(t, optimizer_steps=()), "adamw")
+    assert plain.step_ns == round(300 * ADAM_BYTES / SGD_BYTES) and plain.host_step_ns == 50

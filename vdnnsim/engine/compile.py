@@ -179,11 +179,12 @@ def steady_state(trace: Trace, sem: "Semantics") -> int:
     agree (baselines of traces/h200 within 2%), and the engine's second iteration of a
     vDNN run reserves 15-38% more than its first, which the measurements do not show (an
     unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
-    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: ``autotune.REPLAY``), a
-    trace with tuned convolutions replays its first step too, the tuning in it."""
+    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: by default for a trace
+    with its backward workspaces one by one), a trace with tuned convolutions replays its
+    first step too, the tuning in it."""
     if not sem.caching_allocator or sem.paged:
         return 0
-    tuned = autotune.REPLAY and any(f or b for f, b in autotuned(trace))
+    tuned = autotune.replays_tuning(trace) and any(f or b for f, b in autotuned(trace))
     return 1 if optimizer_state(trace) or tuned else 0
 
 

@@ -39,7 +39,8 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
     sem = semantics_for(trace, plan)
     memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
     warmup = sem.warmup_iterations or steady_state(trace, sem)
-    tune = autotune.REPLAY and not sem.paged and warmup > 0  # NOTE [cudnn benchmark]
+    tune = warmup > 0 and not sem.paged and autotune.replays_tuning(trace)  # NOTE [cudnn
+    # benchmark]
     for warm in range(warmup, -1, -1):  # the last one is the run's
         first = warm == warmup
         sim = Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops and not warm,

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from vdnnsim import run_trace
-from vdnnsim.engine import autotune
+from vdnnsim.api import resolve_gpu
+from vdnnsim.engine import autotune, memory
 from vdnnsim.engine.autotune import autotuned
 from vdnnsim.engine.caching import CachingPool
 from vdnnsim.engine.compile import steady_state
 from vdnnsim.engine.semantics import PYTORCH
+from vdnnsim.trace import load_trace
 
 from .conftest import chain_trace, hand_gpu
 
@@ -59,8 +63,44 @@ def test_each_cudnn_configuration_is_tuned_once_and_fp32_depthwise_never(tuned):
 
 def test_replays_do_not_model_the_tuning_unless_asked():
     t = _convs([_conv(3, 16, 32), _conv(16, 16, 32)])
-    assert not autotune.REPLAY  # NOTE [cudnn benchmark]: off, as it says why
-    assert steady_state(t, PYTORCH) == 0
+    assert autotune.REPLAY is None  # NOTE [cudnn benchmark]: by the trace, as it says why
+    assert steady_state(t, PYTORCH) == 0  # only the largest backward workspace: off
+
+
+def _per_call(t):
+    """``t`` with each layer's backward workspaces one by one (NOTE [backward workspaces])."""
+    return replace(t, layers=tuple(replace(x, algos=tuple(
+        replace(a, bwd_workspace_bytes=3 * M, bwd_workspaces=(2 * M, 3 * M))
+        for a in x.algos)) for x in t.layers))
+
+
+def test_a_trace_with_its_backward_workspaces_one_by_one_replays_the_tuning(monkeypatch):
+    t = _per_call(_convs([_conv(3, 16, 32), _conv(16, 16, 32)]))
+    assert autotune.replays_tuning(t) and steady_state(t, PYTORCH) == 1
+    monkeypatch.setattr(autotune, "REPLAY", False)  # asked not to: one step
+    assert not autotune.replays_tuning(t) and steady_state(t, PYTORCH) == 0
+
+
+def test_vgg16_baseline_reserves_what_its_first_step_leaves_cached():
+    """traces/h200_bwdws's VGG-16 (64) against its timed peak reserved in fresh processes
+    (traces/h200_repeat, run 4: 11444158464 bytes, the same in all three): the first step's
+    tuning (its empty_caches) and the cuBLAS workspaces made at its first matmuls (NOTE
+    [cublas workspaces]) leave the cache the timed steps grow from."""
+    root = Path(__file__).resolve().parents[1] / "traces"
+    measured = next(r for r in map(json.loads, (root / "h200_repeat" / "repeat.jsonl")
+                                   .read_text().splitlines()) if r["run"] == 4)
+    assert (measured["model"], measured["policy"]) == ("torchvision:vgg16", "baseline")
+    t = load_trace(root / "h200_bwdws" / "vgg16_b64.yaml")
+    gpu = resolve_gpu("h200")
+    r = run_trace(t, gpu, "eager", record=False)
+    assert r.peak_footprint_bytes / measured["peak_reserved_bytes"] - 1 == \
+        pytest.approx(0.006, abs=0.003)  # 10.72 GiB against 10.66
+    with mock.patch.object(memory, "cublas_workspaces", lambda *a: None):  # before the step
+        early = run_trace(t, gpu, "eager", record=False).peak_footprint_bytes
+    assert early / measured["peak_reserved_bytes"] - 1 == pytest.approx(-0.136, abs=0.003)
+    with mock.patch.object(autotune, "REPLAY", False):  # one step, no tuning
+        one = run_trace(t, gpu, "eager", record=False).peak_footprint_bytes
+    assert one / measured["reserved_one_step_bytes"] - 1 == pytest.approx(-0.003, abs=0.003)
 
 
 def test_the_first_step_empties_the_cache_at_each_tuned_pass_and_only_then(tuned):

@@ -41,13 +41,35 @@ from ..trace.model import Layer, Trace
 
 HALF = ("fp16", "autocast-fp16")  # the precisions whose depthwise convs may go to cuDNN
 
-# NOTE [cudnn benchmark]: whether replays model the first step's tuning. Off: with the
-# traces' backward workspaces (one, the largest, per conv: NOTE [backward workspaces]) the
-# replayed second step follows the real one less well than one step does (traces/h200:
-# peak reserved 3.8% / 23.5% median / max error without, 4.3% / 26.9% with; held-out
-# 4.6% / 28.2% against 6.3% / 29.4%); python experiments/h200_issue28/snap_reserved.py
-# and autotune_check.py show why. Experiments turn it on (``autotune.REPLAY = True``).
-REPLAY = False
+# NOTE [cudnn benchmark]: whether replays model the first step's tuning. None (the
+# default): where the trace has the backward pass's workspaces one by one (NOTE [backward
+# workspaces]), which the replayed step needs: each of a tuned conv's backward calls
+# empties the cache before allocating its own workspace, and from the emptied cache each
+# needs a segment of its own. With the cuBLAS workspaces made where the first step makes
+# them (NOTE [cublas workspaces]), traces/h200_bwdws's VGG-16 and ResNet-50 at 64 replay
+# their timed reserved peaks at 3.2% / 21.3% (median / max, 6 runs; 7.0% / 22.2% with one
+# step), 0.8% / 6.7% against the fresh-process medians of traces/h200_repeat (4.4% /
+# 14.4%), VGG-16's baseline in the GPU's segments but for 68 MiB (10.72 GiB against 10.66;
+# 9.12 without the first step). A trace with only the largest backward workspace per conv
+# (``bwd_workspaces`` empty: every trace profiled before them) is replayed without: its
+# replayed second step lacks the other call's segments and follows the real one less well
+# than one step does (traces/h200: peak reserved 3.8% / 23.5% without, 4.4% / 19.7% with;
+# held-out 4.6% / 28.2% against 6.3% / 26.0%). True or False: every trace or none
+# (experiments: snap_reserved.py, autotune_check.py, reserved_segments.py).
+REPLAY: bool | None = None
+
+
+def replays_tuning(trace: Trace) -> bool:
+    """NOTE [cudnn benchmark]: whether a replay of ``trace`` models the first step's
+    tuning (``REPLAY``; by default, where the trace's convolutions have their backward
+    workspaces one by one)."""
+    if REPLAY is not None:
+        return REPLAY
+    cached = trace.__dict__.get("_per_call_workspaces")  # a trace is immutable
+    if cached is None:
+        cached = any(a.bwd_workspaces for layer in trace.layers for a in layer.algos)
+        trace.__dict__["_per_call_workspaces"] = cached
+    return cached
 
 
 def _cudnn(layer: Layer, dtype: str) -> bool:

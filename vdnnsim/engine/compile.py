@@ -103,6 +103,65 @@ def optimizer_state(trace: Trace) -> tuple[int, ...]:
     return tuple(c for c in chunks for _ in range(n))
 
 
+# the operations that run through cuBLAS (a module profile's nn.Linear is "fc"; an op-level
+# trace names ATen's matmuls), NOTE [cublas workspaces]
+MATMUL_KINDS = frozenset({"fc", "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear",
+                          "addmv", "mv"})
+LT_WORKSPACE = 1 << 20  # PyTorch's cuBLASLt workspace (CUBLASLT_WORKSPACE_SIZE's 1024 KiB)
+
+
+class CublasWorkspaces(NamedTuple):
+    """NOTE [cublas workspaces]: where a replayed first step allocates them."""
+
+    fwd_layer: int  # the forward pass's first matmul
+    bwd_layer: int  # the backward pass's first (the last layer in the forward's order)
+    fwd: tuple[int, ...]  # the forward thread's handle: its cuBLAS and cuBLASLt workspaces
+    bwd: tuple[int, ...]  # the autograd thread's handle: its cuBLAS workspace
+
+
+def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
+                      ) -> CublasWorkspaces | None:
+    """NOTE [cublas workspaces]
+    PyTorch gives a cuBLAS handle its workspace at the handle's first matmul on a stream,
+    through the caching allocator, and keeps it for the process (CublasHandlePool.cpp):
+    the forward pass's first matmul allocates the main thread's cuBLAS workspace and
+    cuBLASLt's 1 MiB one, the backward pass's first matmul the autograd thread's (its
+    own handle) cuBLAS workspace. So in the first training step they are allocated in the
+    middle of the step, in whatever free block the allocator finds then, usually in a
+    segment made for something else, which they then hold for good: under cuDNN's
+    autotuner (NOTE [cudnn benchmark]) every empty_cache of the first step keeps that
+    segment, and the next step allocates around it. In the allocator histories of the
+    eight default-allocator runs of ``traces/h200_issue28/session13/snap`` (VGG-16,
+    ResNet-50, DenseNet-121, MobileNetV2) the only blocks of the first step that are never
+    freed are these three, 32 MiB and 1 MiB at the forward's first Linear and 32 MiB at
+    the backward's; VGG-16 (64) puts the two 32 MiB blocks into a 206 MiB segment made for
+    a convolution's workspace; the second step's first pool output no longer fits there,
+    and the chain of best fits that follows leaves conv1_2's backward workspace no free
+    1570 MiB block: one more 1570 MiB segment (10.66 GiB reserved at the timed peak; with
+    the first step's tuning replayed, NOTE [cudnn benchmark], and the trace's backward
+    workspaces one by one, the replay reserves 9.21 GiB with the workspaces allocated
+    before the step, 10.72 with them allocated here, the GPU's segments but for 68 MiB:
+    docs/validation.md). The preset's
+    ``cublas_workspace_bytes`` is their total (NOTE [resident memory]: the trace's
+    ``resident_bytes`` hold it); it is split as measured: 1 MiB for cuBLASLt, the rest
+    in two equal handles' workspaces. A replay whose first iteration is not the
+    process's first step (one iteration standing for a step in the steady state) has them
+    at its start, with the rest of ``resident_bytes``. None where the trace has no matmul,
+    the preset no cuBLAS workspaces, or ``resident`` (the trace's resident bytes less the
+    optimizer's state) does not hold them."""
+    if cublas_bytes <= 0 or resident < cublas_bytes:
+        return None
+    mm = [i for i, x in enumerate(trace.layers) if x.kind in MATMUL_KINDS]
+    if not mm:
+        return None
+    rest = cublas_bytes - LT_WORKSPACE
+    if rest > 0 and rest % 2 == 0:
+        fwd, bwd = (rest // 2, LT_WORKSPACE), (rest // 2,)
+    else:  # not two handles and cuBLASLt's: all at the forward's first matmul
+        fwd, bwd = (cublas_bytes,), ()
+    return CublasWorkspaces(mm[0], mm[-1], fwd, bwd)
+
+
 def steady_state(trace: Trace, sem: "Semantics") -> int:
     """NOTE [steady state]
     A training step of PyTorch with a stateful optimizer (Adam, AdamW) is not its first:
@@ -120,11 +179,12 @@ def steady_state(trace: Trace, sem: "Semantics") -> int:
     agree (baselines of traces/h200 within 2%), and the engine's second iteration of a
     vDNN run reserves 15-38% more than its first, which the measurements do not show (an
     unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
-    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: ``autotune.REPLAY``), a
-    trace with tuned convolutions replays its first step too, the tuning in it."""
+    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: by default for a trace
+    with its backward workspaces one by one), a trace with tuned convolutions replays its
+    first step too, the tuning in it."""
     if not sem.caching_allocator or sem.paged:
         return 0
-    tuned = autotune.REPLAY and any(f or b for f, b in autotuned(trace))
+    tuned = autotune.replays_tuning(trace) and any(f or b for f, b in autotuned(trace))
     return 1 if optimizer_state(trace) or tuned else 0
 
 

@@ -105,7 +105,7 @@ class Iteration:
                 pool.free(("wgrad", layer.id), 0)
             yield from self._iteration(prog.fwd_free, prog.bwd_free)
             return
-        self._persistent(grads=not sem.per_layer_weights)
+        self._persistent(grads=not sem.per_layer_weights, lazy=self.first_step)
         for b, size in lv.size.items():
             if b not in lv.producer:  # network inputs are on the GPU before the iteration
                 pool.alloc(b, size, "activations", 0, "", "start")
@@ -178,6 +178,8 @@ class Iteration:
         stop, take, stamps, edges = self.stop_at_oom, self._take, self._stamp_ops, \
             self._stamp_edges
         tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
+        cublas = self._cublas  # NOTE [cublas workspaces]: None, or made in this pass
+        first_mm = cublas.fwd_layer if cublas is not None else -1
         for i, layer in enumerate(layers):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -197,6 +199,8 @@ class Iteration:
             for t, size in st.out_alloc:
                 if not take(t, size, "activations", s0, lid, "forward"):
                     yield from self._alloc(t, size, "activations", s0, lid, "forward")
+            if i == first_mm:  # NOTE [cublas workspaces]: the main thread's handle's
+                yield from self._cublas_alloc(cublas.fwd, "forward", s0, lid, "forward")
             if tuned and tuned[i][0]:
                 yield from self._empty_cache(lid)
             held = False  # its workspace allocated for real (NOTE [transient])
@@ -265,6 +269,8 @@ class Iteration:
         stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
         segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
         tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
+        cublas = self._cublas  # NOTE [cublas workspaces]
+        first_mm = cublas.bwd_layer if cublas is not None else -1
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -312,6 +318,9 @@ class Iteration:
             for g, size in st.grads_in:
                 if g not in pool and not take(g, size, "gradients", s0, layer.id, "backward"):
                     yield from self._alloc(g, size, "gradients", s0, layer.id, "backward")
+            if i == first_mm:  # NOTE [cublas workspaces]: the autograd thread's handle's
+                yield from self._cublas_alloc(cublas.bwd, "backward", s0, layer.id,
+                                              "backward")
             if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .allocator import OutOfMemory, key_name
+from .compile import cublas_workspaces
 from .streams import _At, _Op
 
 
@@ -238,10 +239,28 @@ class Memory:
             for key, t0, size, cat in pool.open_spans():  # what lives to the end
                 pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
 
-    def _persistent(self, grads: bool = True) -> None:
+    def _cublas_alloc(self, sizes: tuple[int, ...], which: str, stamp: int, layer: str,
+                      phase: str):
+        """NOTE [cublas workspaces]: a handle's workspaces, at its first matmul; held for
+        the run, as the rest of the resident memory."""
+        for k, size in enumerate(sizes):
+            a = (("resident", f"cublas:{which}:{k}"), size, "resident", stamp, layer, phase)
+            if not self._take(*a):
+                yield from self._alloc(*a)
+
+    def _persistent(self, grads: bool = True, lazy: bool = False) -> None:
+        """What is allocated before the first iteration: the weights (and their gradients
+        where the semantics keep them), and what the framework holds all run long, but
+        for the cuBLAS workspaces where ``lazy`` (the process's first step, NOTE [cublas
+        workspaces]): those its first matmuls allocate."""
         pool = self.pool
         # NOTE [steady state]: the optimizer's state is made at the first step, not here
         resident = self.trace.resident_bytes - sum(self.program.state)
+        ws = cublas_workspaces(self.trace, self.gpu.cublas_workspace_bytes, resident) \
+            if lazy else None
+        if ws is not None:
+            resident -= sum(ws.fwd) + sum(ws.bwd)
+            self._cublas = ws
         if resident:
             pool.alloc(("resident", ""), resident, "resident", 0, "", "start")
         if self.sem.per_layer_weights:

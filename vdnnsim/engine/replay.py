@@ -39,17 +39,21 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
     sem = semantics_for(trace, plan)
     memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
     warmup = sem.warmup_iterations or steady_state(trace, sem)
-    tune = autotune.REPLAY and not sem.paged and warmup > 0  # NOTE [cudnn benchmark]
+    tune = warmup > 0 and not sem.paged and autotune.replays_tuning(trace)  # NOTE [cudnn
+    # benchmark]
     for warm in range(warmup, -1, -1):  # the last one is the run's
+        first = warm == warmup
         sim = Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops and not warm,
-                         checks=checks, stop_at_oom=stop_at_oom, first=warm == warmup,
-                         autotune=tune and warm == warmup).run()
+                         checks=checks, stop_at_oom=stop_at_oom, first=first,
+                         autotune=tune and first,
+                         first_step=first and warmup > 0).run()  # NOTE [cublas workspaces]
         if warm and not sem.paged and memory.oom is not None:
             # NOTE [steady state]: a run whose first iteration does not fit is that
             # iteration, replayed again to be recorded
             memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
             return Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops,
-                              checks=checks, stop_at_oom=stop_at_oom, autotune=tune).run()
+                              checks=checks, stop_at_oom=stop_at_oom, autotune=tune,
+                              first_step=True).run()
         if warm:  # NOTE [uvm], [steady state]: the next iteration finds the memory where
             memory.next_iteration()  # type: ignore[attr-defined]  # this one left it
     return sim

@@ -38,17 +38,23 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
 
     def __init__(self, trace: Trace, gpu: GPU, plan: Plan, memory: MemoryModel,
                  lv: Liveness | None = None, record_ops: bool = True, checks: bool = True,
-                 stop_at_oom: bool = False, first: bool = True, autotune: bool = False):
+                 stop_at_oom: bool = False, first: bool = True, autotune: bool = False,
+                 first_step: bool = False):
         """``checks=False`` skips the data, stream and end checks of NOTE [invariants]; it
         exists only so that bench/bench_engine.py can measure what they cost.
         ``stop_at_oom``: the host stops issuing at the first layer that starts after an
         out-of-memory, for a caller that wants only whether and where it ran out (vdnn_dyn's
         profiling passes); such a run's other numbers are partial. ``autotune``: this is
         the process's first step, in which cuDNN's autotuner empties the cache at each
-        convolution it tunes (NOTE [cudnn benchmark])."""
+        convolution it tunes (NOTE [cudnn benchmark]). ``first_step``: this iteration is
+        the process's first step, replayed as such before the one reported (or reported
+        itself where it does not fit): the cuBLAS workspaces are allocated at the first
+        matmuls (NOTE [cublas workspaces]), not before it."""
         self.stop_at_oom = stop_at_oom
         self.first = first  # NOTE [steady state]: else the memory holds the last iteration's
         self.autotune = autotune  # NOTE [cudnn benchmark]
+        self.first_step = first and first_step  # NOTE [cublas workspaces]
+        self._cublas = None  # and where this iteration allocates them, if it does
         self.stopped = False
         self.trace, self.gpu, self.plan = trace, gpu, plan
         self.checks = checks

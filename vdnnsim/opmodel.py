@@ -46,10 +46,12 @@ import json
 import math
 import statistics
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from .kernelmodel import _fit_util as fit_util
+from .kernelmodel import _nonneg_rel_lstsq as nonneg_rel_lstsq
+from .kernelmodel import load_fitted
 
 MODEL = "aten-v1"
 FORMAT = "vdnnsim-op-model"
@@ -69,7 +71,6 @@ CASE_FORM = {"mul_scalar": "scalar", "add_scalar": "scalar", "mul_row": "bcast",
 SAME_AS = {"_safe_softmax": "_softmax", "baddbmm": "bmm", "rsub": "sub", "mul_": "mul",
            "add_": "add", "div_": "div", "copy_": "_to_copy", "contiguous": "clone",
            "gelu_": "gelu", "silu_": "silu"}
-RIDGE = 1.0
 TILE = 128
 
 
@@ -112,22 +113,10 @@ def sdpa_phi(f: dict[str, Any], pass_: str, peak: float, bw: float
 
 
 def _fit_util(rows, t, np) -> dict[str, Any]:
-    """logit(roofline / time) linear in the features, ridge, weighted toward long kernels."""
-    X = np.array([f for f, _ in rows])
-    roof = np.array([r for _, r in rows])
-    u = np.clip(roof / t, 1e-4, 0.999)
-    y = np.log(u / (1 - u))
-    w = np.sqrt(t) / np.sqrt(t).mean()
-    mu, sd = X.mean(0), X.std(0)
-    sd[sd == 0] = 1.0
-    mu[0], sd[0] = 0.0, 1.0
-    Z = (X - mu) / sd
-    reg = RIDGE * np.eye(Z.shape[1])
-    reg[0, 0] = 0.0
-    beta = np.linalg.solve(Z.T @ (Z * w[:, None]) + reg, Z.T @ (w * y))
-    c = {"kind": "util", "beta": beta.tolist(), "mu": mu.tolist(), "sd": sd.tolist()}
+    """NOTE [kernel model]'s utilization fit, with its sum scale (NOTE [sum scale])."""
+    c = fit_util(rows, t, np)
     pred = np.array([_util(c, f, r) for f, r in rows])
-    c["scale"] = float(t.sum() / pred.sum())  # NOTE [sum scale]
+    c["scale"] = float(t.sum() / pred.sum())
     return c
 
 
@@ -137,18 +126,7 @@ def _util(c: dict[str, Any], phi: list[float], roof: float) -> float:
     return roof * (1 + math.exp(-z)) * c.get("scale", 1.0)
 
 
-def _lstsq(A, t, np) -> list[float]:
-    """Least squares on the relative error weighted by sqrt(time), coefficients >= 0."""
-    w = 1.0 / np.sqrt(t)
-    active = list(range(A.shape[1]))
-    coef = np.zeros(A.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], t * w, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            break
-        active = [j for j, v in zip(active, sol) if v > 0]
-    return coef.tolist()
+_lstsq = nonneg_rel_lstsq  # NOTE [kernel model]'s least squares on the relative error
 
 
 def _main_op(rec: dict[str, Any]) -> dict[str, Any] | None:
@@ -358,12 +336,7 @@ class OpModel:
         return tuple(self.fitted["host"]["module"])
 
 
-@lru_cache(maxsize=8)
-def load(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_absolute():
-        return json.loads(resources.files("vdnnsim").joinpath("data", path).read_text())
-    return json.loads(p.read_text())
+load = load_fitted  # a fitted file, by path relative to vdnnsim/data or absolute
 
 
 def for_gpu(gpu: Any) -> OpModel | None:

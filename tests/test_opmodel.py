@@ -108,3 +108,19 @@ def test_calibrated_optimizer_steps_survive_io_and_are_taken():
     assert (a.step_ns, a.host_step_ns, a.optimizer) == (2100, 900, "adamw")
     plain = with_optimizer(replace(t, optimizer_steps=()), "adamw")
     assert plain.step_ns == round(300 * ADAM_BYTES / SGD_BYTES) and plain.host_step_ns == 50
+
+
+def test_other_precisions_take_stand_ins_not_a_crash():
+    """fp16 (autocast-fp16) has no calibration: bf16's classes stand in and are counted as
+    such; an integer op takes a streaming class; nothing raises."""
+    om = opmodel.for_gpu(gpu_preset("h200"))
+    g = {"op": "addmm", "dt": "fp16", "b": 1, "m": 4096, "n": 4096, "k": 4096, "bytes": 1 << 26}
+    t16, own16 = om.time_ns(g, "fwd")
+    tb, ownb = om.time_ns(dict(g, dt="bf16"), "fwd")
+    assert t16 == tb and ownb and not own16
+    a = {"op": "_scaled_dot_product_flash_attention", "dt": "fp16", "B": 2, "H": 8, "S": 512,
+         "L": 512, "D": 64, "causal": False, "bytes": 0}
+    assert om.time_ns(a, "bwd")[0] > 0
+    assert om.time_ns({"op": "mm", "dt": "int64", "m": 8, "n": 8, "k": 8, "bytes": 1536},
+                      "fwd")[0] > 0
+    assert om.time_ns({"op": "arange", "dt": "int64", "bytes": 4096}, "fwd")[0] > 0

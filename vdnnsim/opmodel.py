@@ -273,39 +273,42 @@ class OpModel:
         return self.fitted["classes"].get(key)
 
     def time_ns(self, f: dict[str, Any], pass_: str) -> tuple[float, bool]:
-        """(ns, whether the op had a class of its own) of one pass of one op."""
+        """(ns, whether the op had a class of its own) of one pass of one op. fp16 takes
+        bf16's classes (the same tensor-core peak and bytes; no fp16 calibration: a
+        stand-in); a GEMM or an attention falls back only to another GEMM or attention
+        class, a streaming op to its op in the other precision, then to the median class."""
         op, dt = f["op"], f["dt"]
+        look = "bf16" if dt == "fp16" else dt
+        mine = dt != "fp16"
+        peak = _peak(dt, self.peaks)
         if op in SDPA_OPS:
             kern = SDPA_OPS[op]
-            c = None
-            if f.get("mask"):
-                c = self._cls(f"sdpa:{kern}_mask|{dt}|{pass_}")
-            c = c or self._cls(f"sdpa:{kern}|{dt}|{pass_}") \
-                or self._cls(f"sdpa:efficient|{dt}|{pass_}")
-            if c is not None:
-                phi, roof = sdpa_phi(f, pass_, _peak(dt, self.peaks), self.mem_bw)
-                return _util(c, phi, roof), True
+            for key in ([f"sdpa:{kern}_mask"] if f.get("mask") else []) + \
+                    [f"sdpa:{kern}", "sdpa:efficient"]:
+                c = self._cls(f"{key}|{look}|{pass_}") or self._cls(f"{key}|fp32|{pass_}")
+                if c is not None:
+                    phi, roof = sdpa_phi(f, pass_, peak, self.mem_bw)
+                    return _util(c, phi, roof), mine
         base = SAME_AS.get(op, op) or op
-        if op == "convolution" and "m" in f:  # no conv classes yet: an implicit GEMM by
-            c = self._cls(f"mm|{dt}|{pass_}")  # the mm fit, counted as a stand-in
+        if op in GEMMS + ("convolution",) and "m" in f:
+            # a convolution: no conv classes yet, its implicit GEMM by the mm fit (a stand-in)
+            keys = [op, base, "mm"] if op != "convolution" else ["mm"]
+            c = next((self._cls(f"{k}|{look}|{pass_}") for k in keys
+                      if self._cls(f"{k}|{look}|{pass_}")), None)
             if c is not None:
-                phi, roof = gemm_phi(f, pass_, self.sms, _peak(dt, self.peaks), self.mem_bw)
-                return _util(c, phi, roof), False
-        if op in GEMMS and "m" in f:
-            c = self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}") \
-                or self._cls(f"mm|{dt}|{pass_}")
-            if c is not None:
-                phi, roof = gemm_phi(f, pass_, self.sms, _peak(dt, self.peaks), self.mem_bw)
-                return _util(c, phi, roof), True
+                phi, roof = gemm_phi(f, pass_, self.sms, peak, self.mem_bw)
+                return _util(c, phi, roof), mine and op != "convolution"
         form = f.get("form")
-        c = (self._cls(f"{op}@{form}|{dt}|{pass_}") if form else None) \
-            or self._cls(f"{op}|{dt}|{pass_}") or self._cls(f"{base}|{dt}|{pass_}")
-        own = c is not None
+        c = (self._cls(f"{op}@{form}|{look}|{pass_}") if form else None) \
+            or self._cls(f"{op}|{look}|{pass_}") or self._cls(f"{base}|{look}|{pass_}")
+        own = c is not None and mine
         if c is None:
-            other = "fp32" if dt != "fp32" else "bf16"
+            other = "fp32" if look != "fp32" else "bf16"
             c = self._cls(f"{op}|{other}|{pass_}") or self._cls(f"{base}|{other}|{pass_}")
-            own = c is not None
-            c = c or self._cls(f"*|{dt}|{pass_}") or self._cls(f"*|fp32|{pass_}")
+            own = c is not None and mine
+            if c is not None and c["kind"] not in ("affine", "embedding"):
+                c, own = None, False
+            c = c or self._cls(f"*|{look}|{pass_}") or self._cls(f"*|fp32|{pass_}")
         if c is None:
             return 0.0, False
         if c["kind"] == "embedding":

@@ -27,6 +27,18 @@ def test_no_engine_file_over_400_lines():
     assert not long, long
 
 
+def test_simulation_has_slots_not_a_dict():
+    """NOTE [engine speed]: every part of the simulation declares slots, so an instance
+    has no __dict__ (one part without them brings the dict, and its lookups, back)."""
+    g = resolve_gpu("k40")
+    t = build_trace("vgg16", 32, g)
+    fn, fixed = get_policy("vdnn_all_p")
+    sim = replay(t, g, fn(t, g, g.memory_bytes, dict(fixed)), g.memory_bytes)
+    assert not hasattr(sim, "__dict__")
+    with pytest.raises(AttributeError):
+        sim.not_an_attribute = 1
+
+
 def test_one_construction_site():
     """NOTE [replay]: only engine/replay.py constructs a simulation."""
     made = re.compile(r"\b(Uvm)?Simulation\(")

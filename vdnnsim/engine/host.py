@@ -37,6 +37,8 @@ class Host:
     """The host's clock of a :class:`~.sim.Simulation` (a part of it: the attributes it
     reads are the simulation's)."""
 
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
     def _stamp(self, op: object, edge: int) -> int:
         ops, edges = self._stamp_ops, self._stamp_edges
         n = len(ops) - 1

@@ -13,6 +13,8 @@ STEP_PIECES = 8
 class Iteration:
     """The host's program of a :class:`~.sim.Simulation` (a part of it)."""
 
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
     def _step(self):
         """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
         (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs

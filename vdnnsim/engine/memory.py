@@ -23,6 +23,8 @@ class Memory:
     """The memory side of a :class:`~.sim.Simulation` (a part of it: the attributes it
     reads are the simulation's)."""
 
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
     def _process_events(self):
         """PyTorch's process_events at a malloc: release the deferred frees whose events
         the host sees complete, in order (NOTE [deferred free])."""
@@ -117,8 +119,8 @@ class Memory:
         self._on_host.add(buf)
         if self.sem.host_ahead:
             self._recorded.add(buf)
-        op = _Op(self._copy["d2h"], "offload", layer, buf, size=size,
-                 waits=(before,) if before is not None else (), copy="d2h")
+        op = self._copy_op(self._copy["d2h"], "offload", layer, buf, size,
+                           (before,) if before is not None else (), "d2h")
         self._sent[buf] = op
         cap = self._host_cap
         if cap is not None and self.host_bytes > cap and self.pool.oom is None:
@@ -150,7 +152,7 @@ class Memory:
         waits: tuple[_Op, ...] = (sent,)  # the host copy must have landed
         if side and self.sem.host_ahead and self.compute.last is not None:
             waits += (self.compute.last,)  # side.wait_stream(compute)
-        op = _Op(stream, kind, layer, buf, size=size, waits=waits, copy="h2d")
+        op = self._copy_op(stream, kind, layer, buf, size, waits, "h2d")
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
         # NOTE [stream pools]: a prefetch on the side stream, from its pool where the
         # runtime allocates it there

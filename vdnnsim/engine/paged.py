@@ -13,6 +13,8 @@ class Paging:
     """The paged hooks of a :class:`~.sim.Simulation` (a part of it: the attributes it
     reads are the simulation's)."""
 
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
     def _paged_start(self) -> None:
         """Before the first pass: a new input batch, written on the host (last
         iteration's is freed first), and the framework's resident memory."""

@@ -36,6 +36,20 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
     what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
     once."""
 
+    # NOTE [engine speed]: slots, not a __dict__ of sixty names (an instance dict that
+    # large is not shared, and every self.x in the hot loop became a dict lookup)
+    __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_fwd_host", "_fwd_ops",
+                 "_gkey", "_gneeds", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
+                 "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
+                 "_layer_steps", "_link_ns", "_next_waits", "_on_host", "_pending",
+                 "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
+                 "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
+                 "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
+                 "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_ns", "lv",
+                 "offloaded_bytes", "ops", "peak_host_bytes", "pinned", "plan", "pool",
+                 "prefetched_bytes", "program", "record_ops", "sem", "stall_ns",
+                 "stop_at_oom", "stopped", "trace")
+
     def __init__(self, trace: Trace, gpu: GPU, plan: Plan, memory: MemoryModel,
                  lv: Liveness | None = None, record_ops: bool = True, checks: bool = True,
                  stop_at_oom: bool = False, first: bool = True, autotune: bool = False,
@@ -78,6 +92,8 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
             h.segment_malloc_ns or h.segment_free_ns or h.segment_malloc_ns_per_gib
             or h.segment_free_ns_per_gib)
         link = gpu.link
+        self._d2h_bw, self._h2d_bw = link.d2h_bw_bytes_per_s, link.h2d_bw_bytes_per_s
+        self._link_ns = link.latency_ns
         self.compute = _Stream("compute")
         if sem.one_side_stream or not link.duplex:
             side = _Stream("copy")

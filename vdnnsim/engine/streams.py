@@ -107,6 +107,8 @@ class Streams:
     """The compute stream and the copy engines of a :class:`~.sim.Simulation` (a part of
     it: the attributes it reads are the simulation's)."""
 
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
     def _push(self, s: _Stream, op: _Op) -> _Op:
         op.issue = self.host_ns
         tail = s.tail
@@ -120,8 +122,7 @@ class Streams:
                 if w.end > t:
                     t = w.end
             if t >= 0:
-                dur = op.dur if not op.copy else self._copy_ns(op, False)
-                op.start, op.end, op.stall = t, t + dur, t - base
+                op.start, op.end, op.stall = t, t + op.dur, t - base
                 op.idle = op.issue - tail if op.issue > tail else 0
                 if self._credit and s is self.compute:
                     self._settle(op)
@@ -140,6 +141,14 @@ class Streams:
             s.wake.succeed()
             s.wake = None
         return op
+
+    def _copy_op(self, stream: _Stream, kind: str, layer: str, buf: str, size: int,
+                 waits: tuple[_Op, ...], copy: str) -> _Op:
+        """A copy's op, timed as if alone on the link (a duplex link whose engines share
+        its bandwidth times it again when it starts, :meth:`_serve`)."""
+        bw = self._d2h_bw if copy == "d2h" else self._h2d_bw
+        return _Op(stream, kind, layer, buf, transfer_ns(size, bw, self._link_ns), size, waits,
+                   copy)
 
     def _copy_ns(self, op: _Op, shared: bool) -> int:
         link = self.gpu.link
@@ -174,7 +183,7 @@ class Streams:
                     other = self._copy["h2d" if op.copy == "d2h" else "d2h"]
                     dur = self._copy_ns(op, other.cur is not None)
                 else:
-                    dur = op.dur if not op.copy else self._copy_ns(op, False)
+                    dur = op.dur  # a copy's: alone on the link (_copy_op)
                 op.start, op.end, op.stall = start, start + dur, start - base
                 op.idle = op.issue - s.prev_end if op.issue > s.prev_end else 0
                 if self._credit and s is self.compute:

@@ -192,6 +192,7 @@ class Pool(Accounting):
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
         self._by_size: list[int] = [_INF << _SHIFT]  # size << _SHIFT | start, each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
+        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
         self.first_fit = False  # NOTE [placement]
 
     def __contains__(self, key: Key) -> bool:

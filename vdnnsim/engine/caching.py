@@ -169,6 +169,7 @@ class CachingPool(Accounting):
         self._index: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
         self._stream: dict[int, str] = {}  # segment -> the stream it was made for
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
+        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
         self._retired: dict[Key, tuple[int, int, int, str]] = {}  # NOTE [deferred free]
         self._next_seg = 0
         self.reserved_bytes = 0

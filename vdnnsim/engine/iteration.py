@@ -182,6 +182,11 @@ class Iteration:
         tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
         cublas = self._cublas  # NOTE [cublas workspaces]: None, or made in this pass
         first_mm = cublas.fwd_layer if cublas is not None else -1
+        # NOTE [engine speed]: what _take and _workspace would do, without their calls,
+        # where no deferred free is pending (then no event can change the answer)
+        pending, direct = self._pending, not self._seg_costs
+        alloc, transient, free = pool.alloc, pool.transient, pool.free
+        checks, on_gpu = self.checks, self._check_on_gpu
         for i, layer in enumerate(layers):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -199,18 +204,21 @@ class Iteration:
             edges.append(0)
             s0 = len(edges) - 1
             for t, size in st.out_alloc:
-                if not take(t, size, "activations", s0, lid, "forward"):
+                if direct and not pending:
+                    alloc(t, size, "activations", s0, lid, "forward")
+                elif not take(t, size, "activations", s0, lid, "forward"):
                     yield from self._alloc(t, size, "activations", s0, lid, "forward")
             if i == first_mm:  # NOTE [cublas workspaces]: the main thread's handle's
                 yield from self._cublas_alloc(cublas.fwd, "forward", s0, lid, "forward")
             if tuned and tuned[i][0]:
                 yield from self._empty_cache(lid)
             held = False  # its workspace allocated for real (NOTE [transient])
-            if algo.fwd_workspace_bytes:
-                w = self._workspace(algo.fwd_workspace_bytes, s0, op, lid, "forward")
-                if w is not None:
-                    held = yield from w
-            self._check_on_gpu(st.reads, lid, "forward")
+            ws = algo.fwd_workspace_bytes
+            if ws and (pending or not transient(("workspace", lid), ws, "workspace", s0,
+                                                 self._stamp(op, 1))):
+                held = yield from self._workspace_wait(ws, s0, op, lid, "forward")
+            if checks:
+                on_gpu(st.reads, lid, "forward")
             before = cs.last
             if self._queue:
                 yield from self._throttle(op, self._kf[i], lid)
@@ -219,11 +227,15 @@ class Iteration:
             else:
                 self._push(cs, op)
             copies = [self._offload(b, lid, before) for b in offload] if offload else ()
-            s1 = self._stamp(op, 1)
+            s1 = len(edges) - 1  # _stamp(op, 1), inline
+            if stamps[s1] is not op or not edges[s1]:
+                stamps.append(op)
+                edges.append(1)
+                s1 += 1
             if held:
-                pool.free(("workspace", lid), s1)
+                free(("workspace", lid), s1)
             for b in fwd_free.get(i, ()):
-                pool.free(b, s1)
+                free(b, s1)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
                 if op.end is None:  # unless it waits for a copy whose start is not)
                     yield from self._wait_ops((op,), layer.id)
@@ -241,7 +253,7 @@ class Iteration:
                         yield from self._sync(copies, layer.id, "offload")
                     at = self._stamp(_At(self.host_ns), 1)
                     for b in offload:
-                        pool.free(b, at)
+                        free(b, at)
             elif copies:  # no sync: each buffer is released when its copy has landed
                 for b, c in zip(offload, copies):
                     if ahead:
@@ -256,7 +268,7 @@ class Iteration:
             if not lv.kept(b):
                 pool.free(b, sf)
             g = self._gkey[b]
-            if self._gneeds[g] and ("grad", g) not in pool:
+            if self._gneeds[g] and ("grad", g) not in pool.live:
                 yield from self._alloc(("grad", g), self._gsize[g], "gradients", sf, "",
                                        "backward")
         return False
@@ -273,6 +285,9 @@ class Iteration:
         tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
         cublas = self._cublas  # NOTE [cublas workspaces]
         first_mm = cublas.bwd_layer if cublas is not None else -1
+        pending, direct = self._pending, not self._seg_costs  # NOTE [engine speed]
+        alloc, transient, free, live = pool.alloc, pool.transient, pool.free, pool.live
+        checks, on_gpu, in_flight = self.checks, self._check_on_gpu, self._in_flight
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -318,22 +333,25 @@ class Iteration:
             edges.append(0)
             s0 = len(edges) - 1
             for g, size in st.grads_in:
-                if g not in pool and not take(g, size, "gradients", s0, layer.id, "backward"):
+                if g in live:
+                    continue
+                if direct and not pending:
+                    alloc(g, size, "gradients", s0, layer.id, "backward")
+                elif not take(g, size, "gradients", s0, layer.id, "backward"):
                     yield from self._alloc(g, size, "gradients", s0, layer.id, "backward")
             if i == first_mm:  # NOTE [cublas workspaces]: the autograd thread's handle's
                 yield from self._cublas_alloc(cublas.bwd, "backward", s0, layer.id,
                                               "backward")
-            if sem.per_layer_weights and ("wgrad", layer.id) not in pool:
+            if sem.per_layer_weights and ("wgrad", layer.id) not in live:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
             held = False  # its workspace allocated for real (NOTE [transient])
             tune = tuned is not None and tuned[i][1]
             if not (algo.bwd_workspaces or tune):  # one workspace (most layers)
-                if algo.bwd_workspace_bytes:
-                    w = self._workspace(algo.bwd_workspace_bytes, s0, op, layer.id,
-                                        "backward")
-                    if w is not None:
-                        held = yield from w
+                ws = algo.bwd_workspace_bytes
+                if ws and (pending or not transient(("workspace", layer.id), ws, "workspace",
+                                                     s0, self._stamp(op, 1))):
+                    held = yield from self._workspace_wait(ws, s0, op, layer.id, "backward")
             else:
                 for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
                     if held:  # NOTE [backward workspaces]: the last call's, freed before
@@ -345,21 +363,26 @@ class Iteration:
                         w = self._workspace(ws, s0, op, layer.id, "backward")
                         if w is not None:
                             held = yield from w
-            self._check_on_gpu(st.saved, layer.id, "backward", op.waits)
+            if checks:
+                on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)
             if sem.paged:  # NOTE [uvm]: its page faults first
                 self._paged(op, self._touched_bwd(i))
             else:
                 self._push(cs, op)
-            s1 = self._stamp(op, 1)
+            s1 = len(edges) - 1  # _stamp(op, 1), inline
+            if stamps[s1] is not op or not edges[s1]:
+                stamps.append(op)
+                edges.append(1)
+                s1 += 1
             if held:
-                pool.free(("workspace", layer.id), s1)
+                free(("workspace", layer.id), s1)
             for g in st.grads_out:
-                pool.free(g, s1)
+                free(g, s1)
             for b in bwd_free.get(i, ()):
                 self._free_after(b, s1)
-                self._in_flight.pop(b, None)
+                in_flight.pop(b, None)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
                 if op.end is None:  # unless it waits for a copy whose start is not)
                     yield from self._wait_ops((op,), layer.id)

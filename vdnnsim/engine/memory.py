@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from .allocator import OutOfMemory, key_name
 from .compile import cublas_workspaces
+from ..units import transfer_ns
 from .streams import _At, _Op
 
 
@@ -119,8 +120,11 @@ class Memory:
         self._on_host.add(buf)
         if self.sem.host_ahead:
             self._recorded.add(buf)
-        op = self._copy_op(self._copy["d2h"], "offload", layer, buf, size,
-                           (before,) if before is not None else (), "d2h")
+        # a copy is timed as if alone on the link (a duplex link whose engines share its
+        # bandwidth times it again when it starts, Streams._serve)
+        op = _Op(self._copy["d2h"], "offload", layer, buf,
+                 transfer_ns(size, self._d2h_bw, self._link_ns), size,
+                 (before,) if before is not None else (), "d2h")
         self._sent[buf] = op
         cap = self._host_cap
         if cap is not None and self.host_bytes > cap and self.pool.oom is None:
@@ -142,7 +146,7 @@ class Memory:
             self.host_bytes -= size
             self.pinned.give(size)
             return None
-        if buf in pool:  # still allocated (its free is yet to come): nothing to move
+        if buf in pool.live:  # still allocated (its free is yet to come): nothing to move
             self.host_bytes -= size
             self.pinned.give(size)
             return None
@@ -152,14 +156,16 @@ class Memory:
         waits: tuple[_Op, ...] = (sent,)  # the host copy must have landed
         if side and self.sem.host_ahead and self.compute.last is not None:
             waits += (self.compute.last,)  # side.wait_stream(compute)
-        op = self._copy_op(stream, kind, layer, buf, size, waits, "h2d")
+        op = _Op(stream, kind, layer, buf, transfer_ns(size, self._h2d_bw, self._link_ns), size,
+                 waits, "h2d")  # (timed as _offload's)
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
-        # NOTE [stream pools]: a prefetch on the side stream, from its pool where the
-        # runtime allocates it there
-        # (the block runtime fetches on demand there too)
-        pstream = self.plan.prefetch_stream if self.plan.prefetch_stream != "compute" \
-            and hasattr(self.pool, "would_release") else None
-        a = (buf, size, "activations", self._stamp(anchor, 0), layer, kind, pstream)
+        pstream = self._pstream  # NOTE [stream pools]
+        stamp = self._stamp(anchor, 0)
+        if pstream is None and not self._pending and not self._seg_costs:  # _take, inline
+            pool.alloc(buf, size, "activations", stamp, layer, kind)
+            self._fetched(buf, op, side)
+            return None
+        a = (buf, size, "activations", stamp, layer, kind, pstream)
         if self._take(*a):
             self._fetched(buf, op, side)
             return None

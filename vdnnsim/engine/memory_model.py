@@ -18,7 +18,7 @@ when the run has ended, and writes ``times``, ``levels``, ``spans`` and ``oom`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     from .allocator import Key, OutOfMemory
@@ -50,6 +50,9 @@ class MemoryModel(Protocol):
     peak_live_bytes: int
     peak_footprint_bytes: int
     peak_breakdown: dict[str, int]
+    # the keys allocated now, as a mapping: ``key in memory.live`` is ``key in memory``
+    # without a Python call (the executor asks it at every pass, NOTE [engine speed])
+    live: "Mapping[Key, object]"
 
     def __contains__(self, key: "Key") -> bool: ...
 

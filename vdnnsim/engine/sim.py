@@ -41,7 +41,7 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
     __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_fwd_host", "_fwd_ops",
                  "_gkey", "_gneeds", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
-                 "_layer_steps", "_link_ns", "_next_waits", "_on_host", "_pending",
+                 "_layer_steps", "_link_ns", "_next_waits", "_on_host", "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
@@ -91,6 +91,10 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
         self._seg_costs = hasattr(self.pool, "would_release") and bool(
             h.segment_malloc_ns or h.segment_free_ns or h.segment_malloc_ns_per_gib
             or h.segment_free_ns_per_gib)
+        # NOTE [stream pools]: a prefetch on the side stream is allocated from its pool
+        # where the runtime allocates it there (the block runtime fetches on demand there too)
+        self._pstream = plan.prefetch_stream if plan.prefetch_stream != "compute" \
+            and hasattr(self.pool, "would_release") else None
         link = gpu.link
         self._d2h_bw, self._h2d_bw = link.d2h_bw_bytes_per_s, link.h2d_bw_bytes_per_s
         self._link_ns = link.latency_ns
@@ -163,14 +167,14 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
         allocated)."""
         if not self.checks:
             return
-        pool = self.pool
+        live, on_host, in_flight = self.pool.live, self._on_host, self._in_flight
         for b in bufs:
-            fetch = self._in_flight.get(b)
+            fetch = in_flight.get(b)
             late = (fetch is not None and fetch not in waits
                     and (fetch.end is None or fetch.end > self.host_ns))
-            if b not in pool or b in self._on_host or late:
-                where = ("on the host" if b in self._on_host else "still being fetched"
-                         if b in pool else "not allocated")
+            if b not in live or b in on_host or late:
+                where = ("on the host" if b in on_host else "still being fetched"
+                         if b in live else "not allocated")
                 raise InvariantViolation(f"{phase} pass reads a buffer that is {where}",
                                          layer, b)
 

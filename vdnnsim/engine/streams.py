@@ -110,23 +110,25 @@ class Streams:
     __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
 
     def _push(self, s: _Stream, op: _Op) -> _Op:
-        op.issue = self.host_ns
+        issue = op.issue = self.host_ns
         tail = s.tail
         if tail is not None and not s.shares_bw:
-            base = op.issue if op.issue > tail else tail
+            base = issue if issue > tail else tail
             t = base
             for w in op.waits:
-                if w.end is None:
+                e = w.end
+                if e is None:
                     t = -1
                     break
-                if w.end > t:
-                    t = w.end
+                if e > t:
+                    t = e
             if t >= 0:
-                op.start, op.end, op.stall = t, t + op.dur, t - base
-                op.idle = op.issue - tail if op.issue > tail else 0
+                end = t + op.dur
+                op.start, op.end, op.stall = t, end, t - base
+                op.idle = issue - tail if issue > tail else 0
                 if self._credit and s is self.compute:
                     self._settle(op)
-                s.tail = op.end
+                s.tail = end
                 if not s.q and s.cur is None:  # nothing before it left to play: done
                     s.last = op
                     self._finish(s, op)
@@ -141,14 +143,6 @@ class Streams:
             s.wake.succeed()
             s.wake = None
         return op
-
-    def _copy_op(self, stream: _Stream, kind: str, layer: str, buf: str, size: int,
-                 waits: tuple[_Op, ...], copy: str) -> _Op:
-        """A copy's op, timed as if alone on the link (a duplex link whose engines share
-        its bandwidth times it again when it starts, :meth:`_serve`)."""
-        bw = self._d2h_bw if copy == "d2h" else self._h2d_bw
-        return _Op(stream, kind, layer, buf, transfer_ns(size, bw, self._link_ns), size, waits,
-                   copy)
 
     def _copy_ns(self, op: _Op, shared: bool) -> int:
         link = self.gpu.link

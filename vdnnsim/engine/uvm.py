@@ -87,6 +87,7 @@ class Pager(Accounting):
         self.p, self.link = params, link
         self.host_written = host_written  # buffers made on the host, not on the GPU
         self.size: dict[Any, int] = {}  # managed buffers that exist -> bytes
+        self.live = self.size  # NOTE [memory interface]: what `key in` asks
         self.resident: dict[Any, int] = {}  # buffer -> bytes on the GPU
         self.cached = 0  # freed buffers' pages still on the GPU (the caching allocator's)
         self.dirty: set[Any] = set()  # the GPU's copy is newer than the host's

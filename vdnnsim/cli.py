@@ -904,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")
-    va.add_argument("traces", help="folder of profiled traces (or one trace file)")
+    va.add_argument("traces", nargs="+", help="folders of profiled traces (or trace files)")
     va.add_argument("measurements", help="JSON list of measurement records")
     va.add_argument("--gpu", default="h200", help="GPU preset to simulate with")
     va.add_argument("--reserved", choices=["timed", "one-step"], default="timed",

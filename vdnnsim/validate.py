@@ -34,7 +34,7 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import pandas as pd
 
@@ -59,11 +59,18 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
     p = Path(path)
     if os.path.isdir(p):
         raise ConfigError(f"{shown(p)}: is a folder; expected a JSON file of measurement "
-                          "records (a list of vdnnsim measure --json outputs)")
+                          "records (a list of vdnnsim measure --json outputs, or one a line)")
     if not os.path.isfile(p):
         raise ConfigError(f"{shown(p)}: no such file")
     try:
-        data = json.loads(p.read_text())
+        text = p.read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if "Extra data" not in exc.msg:
+                raise
+            # JSON Lines: one record a line, as `vdnnsim measure --json` runs append them
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         _not_measurements(p)  # NOTE [file kinds]: a YAML trace or config, say so
         raise ConfigError(f"{shown(p)}: not JSON: {str(exc)[:200]}") from None
@@ -172,22 +179,31 @@ def _simulated_settings(conf: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (conf or {}).items() if k in KNOWN_SETTINGS}
 
 
-def load_traces(path: str | os.PathLike) -> dict[tuple[str, int], Trace]:
-    p = Path(path)
-    files = sorted(p.glob("*.yaml")) if os.path.isdir(p) else [p]
-    if not files or not os.path.exists(files[0]):
-        raise ConfigError(f"{shown(p)}: no trace files")
-    out = {}
-    for f in files:
-        t = load_trace(f)
-        out[(t.name, t.batch_size)] = t
+def load_traces(path: "str | os.PathLike | Sequence[str | os.PathLike]"
+                ) -> dict[tuple[str, int], Trace]:
+    """The traces of a folder (its ``*.yaml``), of one file, or of several of either; one
+    model at one batch size in two files is an error (which would be judged?)."""
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    out: dict[tuple[str, int], Trace] = {}
+    where: dict[tuple[str, int], Path] = {}
+    for p in map(Path, paths):
+        files = sorted(p.glob("*.yaml")) if os.path.isdir(p) else [p]
+        if not files or not os.path.exists(files[0]):
+            raise ConfigError(f"{shown(p)}: no trace files")
+        for f in files:
+            t = load_trace(f)
+            key = (t.name, t.batch_size)
+            if key in where:
+                raise ConfigError(f"{shown(f)}: a second trace of {t.name} at batch "
+                                  f"{t.batch_size} (the first: {shown(where[key])})")
+            out[key], where[key] = t, f
     return out
 
 
 RESERVED = {"timed": "peak_reserved_bytes", "one-step": "reserved_one_step_bytes"}
 
 
-def validate(traces: str | os.PathLike, measurements: str | os.PathLike,
+def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurements: str | os.PathLike,
              gpu: str = "h200", reserved: str = "timed") -> pd.DataFrame:
     """``reserved``: which measured reserved peak the prediction is held against: 'timed'
     (over the timed steps, with what the warm-up cached) or 'one-step' (one step from an

@@ -9,7 +9,8 @@ each such package too, unless the importing module is inside it (a package's own
 submodules import each other while it loads, as Python allows).
 
 The layers checked: the engine (vdnnsim/engine/) imports from the rest of vdnnsim only
-the trace model, the hardware presets, units, errors and limits; results.py reaches
+the trace model, the hardware presets, units, errors, limits and the allocator settings'
+reader (allocconf, a leaf); results.py reaches
 nothing of vdnnsim/report/ or the CLI, even through other modules; nothing imports the CLI
 but ``python -m vdnnsim`` (vdnnsim/__main__.py).
 
@@ -28,7 +29,7 @@ import pytest
 ROOT = Path(os.environ.get("VDNNSIM_IMPORTS_ROOT") or Path(__file__).resolve().parents[1])
 
 ENGINE_MAY_IMPORT = {"vdnnsim.trace.model", "vdnnsim.hardware", "vdnnsim.units",
-                     "vdnnsim.errors", "vdnnsim.limits"}
+                     "vdnnsim.errors", "vdnnsim.limits", "vdnnsim.allocconf"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

@@ -92,10 +92,13 @@ def _known(key: str, where: str) -> None:
                           f"{', '.join(ALLOWED)} (NOTE [measured allocator settings])")
 
 
-def parse_pairs(items: list[str] | None, where: str = "--allocator") -> dict[str, Any]:
-    """``["expandable_segments=true", "max_split_size_mb:128,..."]`` -> typed settings."""
-    out: dict[str, Any] = {}
-    for item in items or []:
+def split_pairs(items: list[str] | str | None, where: str = "--allocator") -> dict[str, str]:
+    """The one reader of PYTORCH_CUDA_ALLOC_CONF's text (``key:value,key:value``, or
+    ``key=value`` as a flag gives it): ``{key: raw value}``, each key once. What a key may
+    be is the caller's: a measurement takes what PyTorch takes (:func:`parse_pairs`), the
+    simulator what it models (``engine.caching.allocator_settings``)."""
+    out: dict[str, str] = {}
+    for item in [items] if isinstance(items, str) else items or []:
         for piece in str(item).split(","):
             piece = piece.strip()
             if not piece:
@@ -104,12 +107,21 @@ def parse_pairs(items: list[str] | None, where: str = "--allocator") -> dict[str
             key, found, raw = piece.partition(sep)
             key = key.strip()
             if not found or not key:
-                raise ConfigError(f"{where} {piece!r}: use KEY=VALUE, e.g. "
-                                  "expandable_segments=true")
-            _known(key, where)
+                raise ConfigError(f"{where} {piece!r}: is not KEY:VALUE "
+                                  "(PYTORCH_CUDA_ALLOC_CONF's form); use KEY=VALUE or "
+                                  "KEY:VALUE, e.g. expandable_segments=true")
             if key in out:
                 raise ConfigError(f"{where}: {key} given twice")
-            out[key] = _value(key, raw, where)
+            out[key] = raw.strip()
+    return out
+
+
+def parse_pairs(items: list[str] | None, where: str = "--allocator") -> dict[str, Any]:
+    """``["expandable_segments=true", "max_split_size_mb:128,..."]`` -> typed settings."""
+    out: dict[str, Any] = {}
+    for key, raw in split_pairs(items, where).items():
+        _known(key, where)
+        out[key] = _value(key, raw, where)
     return out
 
 

@@ -30,12 +30,10 @@ from vdnnsim.trace import load_trace  # noqa: E402
 
 
 def settings(conf: str) -> dict:
-    """PYTORCH_CUDA_ALLOC_CONF as the simulator's allocator settings."""
-    out = {}
-    for item in filter(None, conf.split(",")):
-        k, _, v = item.partition(":")
-        out[k] = v.lower() == "true"
-    return out
+    """PYTORCH_CUDA_ALLOC_CONF as the simulator's allocator settings (read by the package's
+    one reader of that text)."""
+    from vdnnsim.engine.caching import allocator_settings
+    return {k: v for k, v in allocator_settings(conf).__dict__.items() if v}
 
 
 def replay(trace, gpu, conf: str, cap=None):

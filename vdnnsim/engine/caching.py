@@ -62,6 +62,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
+from ..allocconf import split_pairs
 from ..errors import ConfigError
 from ..limits import short_repr
 from .allocator import Accounting, Key, key_name, oom_record
@@ -112,15 +113,9 @@ def allocator_settings(value: Any) -> AllocatorSettings:
     ``expandable_segments:True``, or settings) as settings; a one-line error otherwise."""
     if value is None or isinstance(value, AllocatorSettings):
         return value or AllocatorSettings()
-    if isinstance(value, str):
-        pairs = {}
-        for item in filter(None, (x.strip() for x in value.split(","))):
-            k, sep, v = item.partition(":")
-            if not sep:
-                raise ConfigError(f"allocator: {short_repr(item)} is not KEY:VALUE "
-                                  "(PYTORCH_CUDA_ALLOC_CONF's form)")
-            pairs[k.strip()] = {"true": True, "false": False}.get(v.strip().lower(), v.strip())
-        value = pairs
+    if isinstance(value, str):  # the one reader of that text (allocconf.split_pairs)
+        value = {k: {"true": True, "false": False}.get(v.lower(), v)
+                 for k, v in split_pairs(value, "allocator:").items()}
     if not isinstance(value, dict):
         raise ConfigError(f"allocator must be a mapping such as {{expandable_segments: true}}"
                           f", got {type(value).__name__}")

@@ -4,6 +4,9 @@ VGG-416 / VGG-16 ratio measured in the same run, and what the engine's invariant
 (NOTE [invariants]) cost: the same replay with and without them, as a ratio.
 
     .venv/bin/python bench/bench_engine.py [--repeat 15] [--json out.json]
+
+Wall time on a shared two-core machine swings about 2x within an hour for the same code;
+bench/engine_instructions.py counts instructions instead (NOTE [engine speed]).
 """
 
 from __future__ import annotations

@@ -99,3 +99,28 @@ def test_a_run_does_not_depend_on_the_hash_seed():
         out.add(subprocess.run([sys.executable, "-c", SPANS], env=env, cwd=ROOT, check=True,
                                capture_output=True, text=True).stdout)
     assert len(out) == 1, out
+
+
+def test_trace_analyses_are_kept_on_their_trace_alone():
+    """NOTE [trace analyses]: what a policy derives from a trace is worked out once and kept
+    on that trace; a changed copy (dataclasses.replace) works it out again, and an analysis
+    asked with another liveness than the trace's own is not kept."""
+    from vdnnsim.api import oracle_time_ns
+    from vdnnsim.engine.plan import _liveness
+    from vdnnsim.policies import liveness, offload_sets
+
+    gpu = resolve_gpu("k40")
+    t = build_trace("vgg16", 64, gpu)
+    assert t.fastest_algos == tuple(layer.fastest_algo() for layer in t.layers)
+    assert t.leanest_algos == tuple(layer.leanest_algo() for layer in t.layers)
+    assert t.weight_bytes == sum(layer.weight_bytes for layer in t.layers)
+    assert oracle_time_ns(t, gpu) == t.step_ns + sum(
+        layer.algos[layer.fastest_algo()].time_ns for layer in t.layers)
+    sets = offload_sets(t, liveness(t), False)
+    assert offload_sets(t, liveness(t), False) is sets  # kept
+    other = offload_sets(t, _liveness(t), False)
+    assert other == sets and other is not sets  # worked out, not kept
+    assert offload_sets(t, liveness(t), True) != sets  # vDNN_conv's own
+    t2 = replace(t, step_ns=t.step_ns + 5)
+    assert "_memo" not in t2.__dict__
+    assert oracle_time_ns(t2, gpu) == oracle_time_ns(t, gpu) + 5

@@ -224,7 +224,7 @@ def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "plan
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
             sim: Any, record: bool) -> RunResult:
-    oracle_ns = oracle_time_ns(trace, gpu)  # a sum over layers: cheaper to redo than to trust
+    oracle_ns = oracle_time_ns(trace, gpu)
     pool = sim.pool
     return RunResult(
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
@@ -256,10 +256,7 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
     """The paper's oracular baseline: no offload, the fastest algorithm everywhere and
     enough memory; each layer timed alone and the times summed (what baseline_p with
     unlimited memory simulates, to the nanosecond: tests/test_invariants.py checks it)."""
-    total = trace.step_ns
-    for layer in trace.layers:
-        total += layer.algos[layer.fastest_algo()].time_ns
-    return total
+    return trace.fastest_time_ns  # NOTE [trace analyses]
 
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",

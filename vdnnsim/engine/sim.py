@@ -14,7 +14,8 @@ keeps it there: the simulation declares slots (sixty attributes made its instanc
 unshared, so each ``self.x`` was a dict lookup); the walks allocate, place a workspace and
 stamp inline where no deferred free is pending (what ``_take``, ``_workspace`` and
 ``_stamp`` do, without a call each); a memory model's ``live`` mapping answers ``key in``
-without a Python call; a copy is timed once, when its op is made. Speed is counted in
+without a Python call; a copy is timed once, when its op is made; what a policy derives
+from the trace alone is worked out once per trace (NOTE [trace analyses]). Speed is counted in
 instructions (``bench/engine_instructions.py``): wall time on the two-core development
 machine swings about 2x within an hour for the same code.
 """

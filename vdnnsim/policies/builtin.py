@@ -26,9 +26,7 @@ from ..limits import short_repr, whole_number
 
 
 def algo_choice(trace: Trace, mode: str) -> tuple[int, ...]:
-    if mode == "m":
-        return tuple(layer.leanest_algo() for layer in trace.layers)
-    return tuple(layer.fastest_algo() for layer in trace.layers)
+    return trace.leanest_algos if mode == "m" else trace.fastest_algos
 
 
 def check_options(name: str, options: dict[str, Any], allowed: set[str]) -> None:
@@ -122,8 +120,9 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
         schedule = (-1,) * n
     elif distance:
         schedule = distance_schedule(offload, distance)
-    else:
-        schedule = find_prefetch_schedule(trace, offload, policy_marks(trace, which, reading))
+    else:  # NOTE [trace analyses]: one scan per trace, kind and reading
+        schedule = trace.memo(("vdnn_schedule", which, reading), lambda: find_prefetch_schedule(
+            trace, offload, policy_marks(trace, which, reading)))
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync,
                 runtime=name != "eager", placement=placement)
 

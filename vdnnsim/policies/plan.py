@@ -12,7 +12,16 @@ def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str
     """vDNN's choice: a layer offloads each input buffer it is the last forward reader of,
     if backward needs that buffer (reference counts for forks and joins). A layer never
     offloads a buffer it overwrites in place: the copy would race the write. Under PyTorch
-    semantics the network input is never moved: the training loop holds the batch."""
+    semantics the network input is never moved: the training loop holds the batch.
+    Worked out once per trace (NOTE [trace analyses]) where ``lv`` is the trace's own."""
+    if lv is liveness(trace):
+        return trace.memo(("offload_sets", conv_only), lambda: _offload_sets(trace, lv,
+                                                                             conv_only))
+    return _offload_sets(trace, lv, conv_only)
+
+
+def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
+                  ) -> tuple[tuple[str, ...], ...]:
     out = []
     skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
     for i, layer in enumerate(trace.layers):

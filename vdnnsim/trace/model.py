@@ -188,9 +188,38 @@ class Trace:
     def _layer_index(self) -> dict[str, int]:
         return {layer.id: i for i, layer in enumerate(self.layers)}
 
-    @property
+    @cached_property
     def weight_bytes(self) -> int:
         return sum(layer.weight_bytes for layer in self.layers)
+
+    # NOTE [trace analyses]: a trace is immutable, so what is derived from it alone is
+    # worked out once and kept on it: every policy of a run, every run of a sweep and
+    # every profiling pass of vdnn_dyn ask the same questions of one trace
+    @cached_property
+    def fastest_algos(self) -> tuple[int, ...]:
+        """Each layer's performance-optimal algorithm (its fastest_algo)."""
+        return tuple(layer.fastest_algo() for layer in self.layers)
+
+    @cached_property
+    def leanest_algos(self) -> tuple[int, ...]:
+        """Each layer's memory-optimal algorithm (its leanest_algo)."""
+        return tuple(layer.leanest_algo() for layer in self.layers)
+
+    @cached_property
+    def fastest_time_ns(self) -> int:
+        """The optimizer step plus each layer timed alone under its fastest algorithm."""
+        return self.step_ns + sum(layer.algos[a].time_ns
+                                  for layer, a in zip(self.layers, self.fastest_algos))
+
+    def memo(self, key: object, make):
+        """NOTE [trace analyses]: ``make()``, worked out once per trace and ``key`` (an
+        analysis of this trace alone, immutable as the trace is)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        try:
+            return memo[key]
+        except KeyError:
+            value = memo[key] = make()
+            return value
 
     @cached_property
     def buffers(self) -> dict[str, Tensor]:

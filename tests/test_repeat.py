@@ -120,6 +120,35 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
     assert s["iteration_time"]["max_abs"] == pytest.approx(0.070, abs=0.001)
 
 
+def test_a_sample_by_rule_remeasured_in_fresh_processes():
+    """traces/h200_bwdws/middle: every model of the committed sets at its middle batch size
+    under each policy (21 runs, chosen by that rule). Against the fresh-process medians
+    the re-profiled traces are within issue 28's step-time target (5% / 15%) and not its
+    reserved one (3% / 10%): the baselines' reserved peaks are within 3.1%, the vDNN runs'
+    off by up to 13.3% either way (docs/validation.md)."""
+    from vdnnsim.validate import summarize, validate
+    data = ROOT / "traces" / "h200_bwdws"
+    src = data / "middle" / "repeat.jsonl"
+    reps = load_measurements(src)
+    assert len(reps) == 21 and all(r["repeat"]["processes"] == 3 for r in reps)
+    runs = {(r["model"].split(":")[1], r["batch_size"], r["policy"]) for r in reps}
+    chosen = {ln for ln in (ROOT / "experiments" / "h200_issue28" / "remeasure_runs.txt")
+              .read_text().splitlines() if ln and not ln.startswith("#")}
+    assert {f"{m}:{b}:{p}" for m, b, p in runs} == chosen
+    rows = validate([data / "h200", data / "heldout"], src)
+    s = summarize(rows)
+    assert s["iteration_time"]["n"] == s["peak_reserved"]["n"] == 21
+    assert s["iteration_time"]["median_abs"] == pytest.approx(0.016, abs=0.001)
+    assert s["iteration_time"]["max_abs"] == pytest.approx(0.149, abs=0.001)
+    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.031, abs=0.001)
+    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.133, abs=0.001)
+    assert s["peak_allocated"]["max_abs"] == pytest.approx(0.035, abs=0.001)
+    base = [abs(e) for p, e in zip(rows.policy, rows.reserved_err) if p == "baseline"]
+    vdnn = [e for p, e in zip(rows.policy, rows.reserved_err) if p != "baseline"]
+    assert len(base) == 8 and max(base) < 0.032
+    assert min(vdnn) < -0.13 and max(vdnn) > 0.13
+
+
 def test_fits_that_disagree_are_said_and_the_run_does_not_fit():
     rec = aggregate([_proc(47.0), _proc(0, fits=False), _proc(49.0)], [])
     assert rec["fits"] is False and rec["repeat"]["fits_agree"] is False

@@ -4,7 +4,9 @@
 # 3`: three fresh processes one after another), one run after another:
 #   bash experiments/h200_issue28/remeasure.sh OUT RUN... [-- WHEELS]
 # RUN is NAME:BATCH:POLICY (torchvision NAME, fp32, SGD, no cap, default allocator).
-# Appends one JSON line per run to OUT/repeat.jsonl (the record, or the error, with `run`).
+# Appends one JSON line per run to OUT/repeat.jsonl (the record, or the error, with `run`
+# and `device`: CUDA_VISIBLE_DEVICES). DEADLINE (epoch seconds): no run starts after it
+# (remeasure_parallel.sh's queues stop before the device call's limit).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?usage: remeasure.sh OUT RUN...}
@@ -17,19 +19,26 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 W=${WARMUP:-1}
 for run in "$@"; do
+  if [ -n "${DEADLINE:-}" ] && [ "$(date +%s)" -ge "$DEADLINE" ]; then
+    echo "[$(date +%T)] $run not started (deadline)" >> "$OUT/log.txt"
+    continue
+  fi
   IFS=: read -r name b policy <<< "$run"
   python3 -m vdnnsim measure --model "torchvision:$name" --batch "$b" --policy "$policy" \
     --repeat 3 --warmup-processes "$W" --json > "$OUT/r.json" 2> "$OUT/r.err"
   rc=$?
   W=0
-  python3 - "$OUT/r.json" "$OUT/r.err" "$run" "$rc" >> "$OUT/repeat.jsonl" <<'PY'
+  python3 - "$OUT/r.json" "$OUT/r.err" "$run" "$rc" "${CUDA_VISIBLE_DEVICES:-}" \
+    >> "$OUT/repeat.jsonl" <<'PY'
 import json, sys
-path, err, run, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+path, err, run, rc, device = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 try:
     rec = json.load(open(path))
 except (OSError, ValueError):
     rec = {"error": open(err).read()[-400:]}
 rec.update(run=run, rc=rc)
+if device:
+    rec["device"] = device
 print(json.dumps(rec))
 PY
   echo "[$(date +%T)] $run rc=$rc" >> "$OUT/log.txt"

@@ -68,15 +68,29 @@ def test_runtime_gradients_are_identical_on_cpu(spec, policy):
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), mm.parameters()))
 
 
-def test_runtime_and_simulator_move_the_same_bytes():
-    m, shape, _ = build_model("zoo:alexnet")
-    rt = VDNN(copy.deepcopy(m), shape, "vdnn_all")
-    F.cross_entropy(rt(torch.randn(4, *shape)), torch.zeros(4, dtype=torch.long)).backward()
-    moved = rt.stats["offloaded_bytes"]
+@pytest.mark.parametrize("spec", ["zoo:alexnet", "torchvision:shufflenet_v2_x1_0"])
+def test_runtime_and_simulator_move_the_same_bytes(spec):
+    """NOTE [vdnn runtime]: the runtime moves the plan's buffers. ShuffleNetV2 reads a
+    buffer through ``x.chunk(2)``'s parts (a tuple of views): before the runtime followed
+    a buffer through a tuple it moved 13 of the simulator's 130 buffers not at all (1.97
+    GiB offloaded on the H200 at batch 128 against the 2.29 the simulator replayed,
+    traces/h200_bwdws/middle), gradients unchanged either way."""
+    torch.manual_seed(0)
+    m, shape, _ = build_model(spec)
+    x, y = torch.randn(4, *shape), torch.zeros(4, dtype=torch.long)
+    ref = copy.deepcopy(m)
+    F.cross_entropy(ref(x), y).backward()
+    mm = copy.deepcopy(m)
+    rt = VDNN(mm, shape, "vdnn_all")
+    F.cross_entropy(rt(x), y).backward()
+    moved, offloads = rt.stats["offloaded_bytes"], rt.stats["offloads"]
     rt.end_iteration()
     g = resolve_gpu("h200")
-    t = trace_from_dict(synthesize_model("zoo:alexnet", 4, g), "alexnet")
-    assert run_trace(t, g, "vdnn_all_p").offloaded_bytes == moved
+    t = trace_from_dict(synthesize_model(spec, 4, g), spec)
+    r = run_trace(t, g, "vdnn_all_p")
+    assert r.offloaded_bytes == moved
+    assert offloads == sum(1 for op in r.ops if op.kind == "offload")
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), mm.parameters()))
 
 
 def test_cpu_profile_is_a_trace_the_simulator_replays():

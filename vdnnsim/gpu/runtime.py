@@ -6,7 +6,10 @@ The model runs node by node (torch.fx), as the probe saw it; the plan is the sim
 (``offload_sets`` and ``find_prefetch_schedule`` over the probe's trace), so the runtime and
 the simulator move the same buffers at the same layers.
 - Forward: every storage that a plan offloads is wrapped in one handle, however many ops
-  save it (an in-place ReLU's output that is also the next conv's input moves once). After
+  save it (an in-place ReLU's output that is also the next conv's input moves once). A
+  buffer is followed through views, in-place ops and the parts of a tuple of views
+  (``x1, x2 = x.chunk(2)``: either part reads x's buffer), as the probe's trace names it;
+  a part not followed would be saved under its own name and its buffer never moved. After
   layer i is launched, its offloads are copied to pinned host memory on a side stream that
   waits only for what layer i reads, so the copy overlaps layer i. The GPU copy is dropped
   from the handle; the allocator reuses it once the copy is done (record_stream) and the
@@ -328,8 +331,7 @@ class VDNN(nn.Module):
         packing = not recompute and (lid in self.candidates or any(
             buf.get(a) in self.candidates for a in node.all_input_nodes))
         if packing:
-            self._inputs = {_sid(env[a]): buf[a] for a in node.all_input_nodes
-                            if a in buf and isinstance(env.get(a), torch.Tensor)}
+            self._inputs = _storages(node, env, buf)
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 result = _call(gm, node, args, kwargs)
         else:
@@ -338,13 +340,15 @@ class VDNN(nn.Module):
         env[node] = result
         new, self._new = self._new, {}
         if isinstance(result, torch.Tensor):
-            ins = self._inputs if packing else {
-                _sid(env[a]): buf[a] for a in node.all_input_nodes
-                if a in buf and isinstance(env.get(a), torch.Tensor)}
+            ins = self._inputs if packing else _storages(node, env, buf)
             sid = _sid(result)
             buf[node] = ins.get(sid, lid)  # in place or a view: alias
             if sid in new and buf[node] in self.candidates:
                 self._handles[buf[node]] = new[sid]
+        elif _tensors(result):  # chunk, split, unbind: each part a view of its input's
+            ins = self._inputs if packing else _storages(node, env, buf)  # buffer
+            buf[node] = tuple(ins.get(_sid(r), f"{lid}:{k}")  # type: ignore[assignment]
+                              for k, r in enumerate(result))
         self._inputs = {}
         if isinstance(result, torch.Tensor) and i is not None and not recompute:
             fn = result.grad_fn
@@ -398,6 +402,29 @@ class VDNN(nn.Module):
         self.stats["recomputed_segments"] += 1
         for o, v in zip(outs, results):
             env[o] = v
+
+
+def _tensors(x: Any) -> bool:
+    """A tuple or list of tensors (what chunk, split and unbind return)."""
+    return isinstance(x, (tuple, list)) and bool(x) and all(
+        isinstance(r, torch.Tensor) for r in x)
+
+
+def _storages(node: fx.Node, env: dict[fx.Node, Any], buf: dict[fx.Node, str]
+              ) -> dict[int, str]:
+    """Storage id -> buffer, for what ``node`` reads: its tensor inputs, and each part of
+    an input that is a tuple of views (NOTE [vdnn runtime]: ``x1, x2 = x.chunk(2)`` reads
+    x's buffer through either part, as the probe's trace has it)."""
+    out: dict[int, str] = {}
+    for a in node.all_input_nodes:
+        v = env.get(a)
+        if isinstance(v, torch.Tensor):
+            if a in buf:
+                out[_sid(v)] = buf[a]
+        elif a in buf and _tensors(v) and isinstance(buf[a], tuple):
+            for r, b in zip(v, buf[a]):
+                out.setdefault(_sid(r), b)
+    return out
 
 
 def _boundary(nodes: list[fx.Node]) -> tuple[list[fx.Node], list[fx.Node]]:

@@ -125,7 +125,8 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
     under each policy (21 runs, chosen by that rule). Against the fresh-process medians
     the re-profiled traces are within issue 28's step-time target (5% / 15%) and not its
     reserved one (3% / 10%): the baselines' reserved peaks are within 3.1%, the vDNN runs'
-    off by up to 13.3% either way (docs/validation.md)."""
+    off by up to 13.3% either way (docs/validation.md). middle/superseded.jsonl: the
+    ShuffleNetV2 run the runtime measured before it moved every buffer of its plan."""
     from vdnnsim.validate import summarize, validate
     data = ROOT / "traces" / "h200_bwdws"
     src = data / "middle" / "repeat.jsonl"
@@ -146,7 +147,12 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
     base = [abs(e) for p, e in zip(rows.policy, rows.reserved_err) if p == "baseline"]
     vdnn = [e for p, e in zip(rows.policy, rows.reserved_err) if p != "baseline"]
     assert len(base) == 8 and max(base) < 0.032
-    assert min(vdnn) < -0.13 and max(vdnn) > 0.13
+    assert min(vdnn) < -0.13 and max(vdnn) > 0.12
+    # ShuffleNetV2 (128) vdnn_all measured again once the runtime moved the plan's
+    # buffers (tests/test_torch_cpu.py): what it offloaded is what the replay offloads
+    shuffle = next(r for r in reps if r["model"].endswith("shufflenet_v2_x1_0")
+                   and r["policy"] == "vdnn_all")
+    assert shuffle["offloaded_bytes"] == 2455134208 and shuffle["offloads"] == 130
 
 
 def test_fits_that_disagree_are_said_and_the_run_does_not_fit():

@@ -65,11 +65,8 @@ def replays_tuning(trace: Trace) -> bool:
     workspaces one by one)."""
     if REPLAY is not None:
         return REPLAY
-    cached = trace.__dict__.get("_per_call_workspaces")  # a trace is immutable
-    if cached is None:
-        cached = any(a.bwd_workspaces for layer in trace.layers for a in layer.algos)
-        trace.__dict__["_per_call_workspaces"] = cached
-    return cached
+    return trace.memo("per_call_workspaces", lambda: any(  # NOTE [trace analyses]
+        a.bwd_workspaces for layer in trace.layers for a in layer.algos))
 
 
 def _cudnn(layer: Layer, dtype: str) -> bool:
@@ -86,9 +83,10 @@ def _cudnn(layer: Layer, dtype: str) -> bool:
 def autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:
     """NOTE [cudnn benchmark]: per layer, whether its forward and its backward pass are the
     first calls of their cuDNN configuration in the step (each then empties the cache)."""
-    cached = trace.__dict__.get("_autotuned")  # a trace is immutable; replays ask often
-    if cached is not None:
-        return cached
+    return trace.memo("autotuned", lambda: _autotuned(trace))  # NOTE [trace analyses]
+
+
+def _autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:
     seen: set[tuple] = set()
     out = []
     for layer in trace.layers:
@@ -104,5 +102,4 @@ def autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:
         new = key not in seen
         seen.add(key)
         out.append((new, new))
-    trace.__dict__["_autotuned"] = res = tuple(out)
-    return res
+    return tuple(out)

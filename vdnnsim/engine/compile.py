@@ -200,9 +200,7 @@ def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
 def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: set[str]
                        ) -> tuple[frozenset[str], frozenset[str]]:
     """NOTE [recompute]: (the buffers a checkpointed segment drops, its inputs)."""
-    keep = trace.__dict__.get("_keepers")
-    if keep is None:
-        keep = trace.__dict__["_keepers"] = keepers(trace, lv)
+    keep = trace.memo("keepers", lambda: keepers(trace, lv))  # NOTE [trace analyses]
     dropped = frozenset(
         b for b, p in lv.producer.items()
         if first <= p <= last and b in keep and b not in held and b not in lv.outputs

@@ -46,10 +46,7 @@ def liveness(trace: Trace) -> Liveness:
     """The trace's buffers and their lifetimes; computed once per trace (a trace and its
     Liveness are immutable: the policy and the engine of a run, and every run of a
     sweep, share it)."""
-    cached = trace.__dict__.get("_liveness")
-    if cached is None:
-        cached = trace.__dict__["_liveness"] = _liveness(trace)
-    return cached
+    return trace.memo("liveness", lambda: _liveness(trace))  # NOTE [trace analyses]
 
 
 def _liveness(trace: Trace) -> Liveness:

@@ -339,14 +339,15 @@ class VDNN(nn.Module):
         del args, kwargs
         env[node] = result
         new, self._new = self._new, {}
-        if isinstance(result, torch.Tensor):
+        parts = _tensors(result)
+        if parts or isinstance(result, torch.Tensor):
             ins = self._inputs if packing else _storages(node, env, buf)
+        if isinstance(result, torch.Tensor):
             sid = _sid(result)
             buf[node] = ins.get(sid, lid)  # in place or a view: alias
             if sid in new and buf[node] in self.candidates:
                 self._handles[buf[node]] = new[sid]
-        elif _tensors(result):  # chunk, split, unbind: each part a view of its input's
-            ins = self._inputs if packing else _storages(node, env, buf)  # buffer
+        elif parts:  # chunk, split, unbind: each part a view of its input's buffer
             buf[node] = tuple(ins.get(_sid(r), f"{lid}:{k}")  # type: ignore[assignment]
                               for k, r in enumerate(result))
         self._inputs = {}

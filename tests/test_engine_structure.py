@@ -124,3 +124,20 @@ def test_trace_analyses_are_kept_on_their_trace_alone():
     t2 = replace(t, step_ns=t.step_ns + 5)
     assert "_memo" not in t2.__dict__
     assert oracle_time_ns(t2, gpu) == oracle_time_ns(t, gpu) + 5
+
+
+@pytest.mark.parametrize("policy", ["vdnn_all_p", "vdnn_conv_m"])
+def test_a_pass_stopped_at_its_oom_answers_where_and_keeps_no_curve(policy):
+    """NOTE [memory time]: a pass that stops at its out-of-memory (vdnn_dyn's and the
+    planners' profiling passes) reports the out-of-memory a whole run reports, time
+    included, and has no curve or lifetimes that could be read as a run's."""
+    gpu = resolve_gpu("k40")
+    trace = build_trace("vgg16", 256, gpu)
+    fn, fixed = get_policy(policy)
+    plan = fn(trace, gpu, 8 * 2**30, dict(fixed))
+    whole = replay(trace, gpu, plan, 8 * 2**30)
+    stopped = replay(trace, gpu, plan, 8 * 2**30, stop_at_oom=True)
+    assert whole.pool.oom is not None and not whole.stopped and stopped.stopped
+    assert stopped.pool.oom == whole.pool.oom
+    assert stopped.pool.times is stopped.pool.levels is stopped.pool.spans is None
+    assert whole.pool.times and whole.pool.spans

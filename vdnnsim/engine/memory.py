@@ -7,7 +7,10 @@ memory curve, the tensor lifetimes and an out-of-memory's time are shown on the 
 clock: each change is stamped with the GPU op it belongs to (an allocation with the start
 of the op that first uses the block, a free with the end of the op that last used it, a
 deferred free with the end of the copy it waited for), and the stamps become times when
-the run has ended.
+the run has ended. A pass that stopped at its out-of-memory (``replay(stop_at_oom=True)``)
+is no result, only an answer to whether and where it runs out: its curve and lifetimes are
+not worked out (``times``, ``levels`` and ``spans`` are None, so nothing can read them as a
+run's), only the out-of-memory's time.
 """
 
 from __future__ import annotations
@@ -217,6 +220,16 @@ class Memory:
             self._retire(key, stamp, self._copy["d2h"].last)
         else:
             self.pool.free(key, stamp)
+
+    def _stopped_time(self) -> None:
+        """NOTE [memory time]: a stopped pass: the out-of-memory's stamp becomes its
+        time; the curve and the lifetimes are dropped."""
+        pool = self.pool
+        if pool.oom is not None:
+            k = pool.oom.time_ns
+            op = self._stamp_ops[k]
+            pool.oom = replace(pool.oom, time_ns=op.end if self._stamp_edges[k] else op.start)
+        pool.times = pool.levels = pool.spans = None
 
     def _to_gpu_time(self) -> None:
         """NOTE [memory time]: stamps become GPU times."""

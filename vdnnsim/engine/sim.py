@@ -167,7 +167,10 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
             raise InvariantViolation("the GPU still had work queued when the host was done")
         if not self.stopped:
             self._check_end()
-        self._to_gpu_time()
+        if self.stopped:  # NOTE [memory time]: no result, only whether and where
+            self._stopped_time()
+        else:
+            self._to_gpu_time()
         if self.sem.paged:
             self._paged_totals()
         self.fwd_end_ns = max([self._fwd_host] + [op.end for op in self._fwd_ops

@@ -98,19 +98,23 @@ class Accounting:
         self.times: list[int] = [0]
         self.levels: list[int] = [0]
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
-        self._open: dict[Key, tuple[int, int, str]] = {}
+        self._open: dict[Key, int] = {}  # each live allocation's start stamp (spans a list)
 
     def open_spans(self) -> list[tuple[Key, int, int, str]]:
         """(key, start stamp, bytes, category) of every allocation not yet freed, when
         lifetimes are recorded (``spans`` a list)."""
-        return [(key, t0, size, cat) for key, (t0, size, cat) in self._open.items()]
+        return [(key, t0, *self._size_category(key)) for key, t0 in self._open.items()]
+
+    def _size_category(self, key: Key) -> tuple[int, str]:
+        """The bytes and category of live allocation ``key``."""
+        raise NotImplementedError
 
     # _taken and _given_back run at every allocation and free (bench/bench_engine.py)
     def _taken(self, key: Key, size: int, category: str, now: int) -> None:
         bc = self.by_category
         bc[category] = bc.get(category, 0) + size
         if self.spans is not None:
-            self._open[key] = (now, size, category)
+            self._open[key] = now
         live = self.live_bytes = self.live_bytes + size
         if live > self.peak_live_bytes:
             self.peak_live_bytes = live
@@ -124,9 +128,11 @@ class Accounting:
 
     def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
-        if self.spans is not None and key in self._open:
-            t0, sz, cat = self._open.pop(key)
-            self.spans.append((key_name(key), cat, sz, t0, now))
+        spans = self.spans  # the key, named when the run ends (NOTE [memory time])
+        if spans is not None:
+            t0 = self._open.pop(key, None)
+            if t0 is not None:
+                spans.append((key, category, size, t0, now))
         live = self.live_bytes = self.live_bytes - size
         if live < 0:  # NOTE [invariants]
             raise InvariantViolation(f"the pool's live bytes fell to {live}")
@@ -148,7 +154,7 @@ class Accounting:
             self.peak_breakdown = {k: v for k, v in bc.items() if v}
         bc[category] -= size
         if self.spans is not None:
-            self.spans.append((key_name(key), category, size, start, end))
+            self.spans.append((key, category, size, start, end))
         times, levels = self.times, self.levels
         if times[-1] == start:
             levels[-1] = live
@@ -201,6 +207,10 @@ class Pool(Accounting):
     def live_keys(self) -> list[Key]:
         """The keys allocated now."""
         return list(self._blocks)
+
+    def _size_category(self, key: Key) -> tuple[int, str]:
+        _, size, category = self._blocks[key]
+        return size, category
 
     def retire(self, key: Key, now: int) -> None:
         """NOTE [deferred free]: CNMeM has no stream semantics; the block stays allocated

@@ -185,11 +185,15 @@ class CachingPool(Accounting):
         self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
         self.peak_footprint_bytes = self.reserved_bytes
         self.times, self.levels = [0], [self.live_bytes]
-        self._open = {key: (0, b[2], b[3]) for key, b in self._blocks.items()}
+        self._open = dict.fromkeys(self._blocks, 0)
 
     def live_keys(self) -> list[Key]:
         """The keys allocated now (a retired block is not: it waits apart for release)."""
         return list(self._blocks)
+
+    def _size_category(self, key: Key) -> tuple[int, str]:
+        block = self._blocks[key]
+        return block[2], block[3]
 
     def _add_free(self, seg: int, off: int, size: int) -> None:
         self._free[seg][off] = size

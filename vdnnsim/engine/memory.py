@@ -7,7 +7,8 @@ memory curve, the tensor lifetimes and an out-of-memory's time are shown on the 
 clock: each change is stamped with the GPU op it belongs to (an allocation with the start
 of the op that first uses the block, a free with the end of the op that last used it, a
 deferred free with the end of the copy it waited for), and the stamps become times when
-the run has ended. A pass that stopped at its out-of-memory (``replay(stop_at_oom=True)``)
+the run has ended; the lifetimes' keys are named then too, each key once a trace (the
+pools record the keys themselves). A pass that stopped at its out-of-memory (``replay(stop_at_oom=True)``)
 is no result, only an answer to whether and where it runs out: its curve and lifetimes are
 not worked out (``times``, ``levels`` and ``spans`` are None, so nothing can read them as a
 run's), only the out-of-memory's time.
@@ -255,8 +256,10 @@ class Memory:
         pool.times, pool.levels = times, levels
         if pool.oom is not None:
             pool.oom = replace(pool.oom, time_ns=T[pool.oom.time_ns])
-        if pool.spans is not None:
-            pool.spans = [(k, c, size, T[t0], T[t1]) for k, c, size, t0, t1 in pool.spans]
+        if pool.spans is not None:  # the pools record keys; each is named once a trace
+            names = self.trace.memo("key names", dict)
+            pool.spans = [(names[k] if k in names else names.setdefault(k, key_name(k)), c,
+                           size, T[t0], T[t1]) for k, c, size, t0, t1 in pool.spans]
             for key, t0, size, cat in pool.open_spans():  # what lives to the end
                 pool.spans.append((key_name(key), cat, size, T[t0], self.end_ns))
 

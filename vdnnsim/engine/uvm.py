@@ -121,6 +121,9 @@ class Pager(Accounting):
     def live_keys(self) -> list[Any]:
         return list(self.size)
 
+    def open_spans(self) -> list[tuple[Any, int, int, str]]:
+        return [(key, t0, size, cat) for key, (t0, size, cat) in self._open.items()]
+
     def alloc(self, key: Any, size_bytes: int, category: str, now: int, layer: str = "",
               phase: str = "", can_sync: bool = False) -> bool:
         """A new managed buffer: on the GPU (it takes cached pages first, the rest is

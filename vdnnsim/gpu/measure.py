@@ -27,7 +27,7 @@ is read when CUDA first allocates, before this runs.
 ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 
 NOTE [host probe]
-The lent machines' hosts are not equally fast: on 2026-12-04 two loans an hour apart issued
+The lent machines' hosts are not equally fast: on 2026-12-04 two loans a quarter of an hour apart issued
 the same host-bound steps 1.15x and 1.76x as slowly as the committed records
 (traces/h200_bwdws/README.md, session 18), and three fresh processes on one machine cannot
 see that. So every record carries ``host_probe_ns``: before the model is built, the

@@ -132,6 +132,7 @@ def test_profile_cli_on_cpu(tmp_path, capsys):
     assert rc == 0
     t = load_trace(out)
     assert t.source.kind == "profiled" and t.layers
+    assert t.source.host_probe_ns > 0  # NOTE [host probe]
     assert "(0.0% of it idle gaps between kernels)" in t.source.note  # a CPU has none
     blocks = {layer.attrs["block"] for layer in t.layers}
     assert blocks == {0, 1, 2, 3}

@@ -521,6 +521,35 @@ def test_the_experiments_gpu_scripts_print_their_help_on_a_cpu(script):
     assert q.returncode == 2 and "error: the following arguments are required" in q.stderr
 
 
+def test_validate_says_where_the_measuring_host_was_not_the_profiling_one(tmp_path):
+    """NOTE [host probe]: a trace keeps its profiling host's probe through its file; validate
+    warns, one line a run, where a record's host was more than 10% faster or slower."""
+    import yaml
+    from vdnnsim.trace import load_trace
+    from vdnnsim.trace.io import trace_to_dict
+    from vdnnsim.validate import format_validation, validate
+    t = load_trace(H200 / "vgg16_b64.yaml")
+    d = trace_to_dict(t)
+    d["source"]["host_probe_ns"] = 6000.0
+    (tmp_path / "tr").mkdir()
+    (tmp_path / "tr" / "vgg16_b64.yaml").write_text(yaml.safe_dump(d))
+    assert load_trace(tmp_path / "tr" / "vgg16_b64.yaml").source.host_probe_ns == 6000.0
+    recs = [r for r in json.loads((H200 / "measurements.json").read_text())
+            if r["model"] == "torchvision:vgg16" and r["batch_size"] == 64][:2]
+    recs[0]["host_probe_ns"], recs[1]["host_probe_ns"] = 9000.0, 6300.0
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(recs))
+    rows = validate(tmp_path / "tr", f)
+    assert list(rows.host_ratio) == [1.5, 1.05]
+    warned = [ln for ln in format_validation(rows).splitlines() if ln.startswith("warning")]
+    assert len(warned) == 1 and "1.50x" in warned[0] and recs[0]["policy"] in warned[0]
+    # and a probe that is no speed is refused in a trace file
+    d["source"]["host_probe_ns"] = -1
+    with pytest.raises(Exception, match="host_probe_ns"):
+        from vdnnsim.trace.io import trace_from_dict
+        trace_from_dict(d, "bad")
+
+
 def test_validate_replays_expandable_segments_where_they_were_measured(tmp_path):
     """A record measured with expandable segments is predicted with them (NOTE [allocator
     settings]): its reserved prediction is the expandable pool's, not the default's (its

@@ -98,6 +98,7 @@ def test_cpu_profile_is_a_trace_the_simulator_replays():
     # read 0 ns for a small conv when the machine is busy (timestamps cost subtracted)
     t = trace_from_dict(data, "alexnet")
     assert t.source.kind == "profiled" and t.pytorch and t.step_ns > 0
+    assert t.source.host_probe_ns > 0  # NOTE [host probe]: the profiling host's speed
     assert all(layer.algos[0].fwd_ns > 0 for layer in t.layers if layer.kind == "conv")
     g = resolve_gpu("h200")
     eager = run_trace(t, g, "eager")

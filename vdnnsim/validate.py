@@ -150,6 +150,9 @@ class Measurement(BaseModel):
     allocator_conf: Annotated[dict[str, Any], BeforeValidator(_allocator_conf)] | None = Field(
         None, description="The caching allocator's settings the run was measured with "
         "(NOTE [measured allocator settings]); absent or {}: PyTorch's defaults.")
+    host_probe_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
+        None, description="How fast the measuring host was (NOTE [host probe]); absent in "
+        "records made before it was recorded.")
 
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":
@@ -234,6 +237,9 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
         r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"),
                       allocator=_simulated_settings(m.get("allocator_conf")))
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
+        # NOTE [host probe]: how much slower the measuring host was than the profiling one
+        probes = (m.get("host_probe_ns"), trace.source.host_probe_ns)
+        row["host_ratio"] = probes[0] / probes[1] if None not in probes else float("nan")
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
             pr, mr = r.peak_footprint_bytes, m[RESERVED[reserved]]
@@ -344,4 +350,24 @@ def format_validation(df: pd.DataFrame) -> str:
     f = s["fit"]
     lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
                  f"({f['capped_right']} of {f['capped_n']} capped runs)")
+    lines += host_warnings(df)
     return "\n".join(lines)
+
+
+HOST_PROBE_TOLERANCE = 0.10  # NOTE [host probe]: the fresh processes' own spread is 6-8%
+
+
+def host_warnings(df: pd.DataFrame) -> list[str]:
+    """NOTE [host probe]: a line for each run whose measuring host was more than
+    HOST_PROBE_TOLERANCE faster or slower than its trace's profiling host."""
+    if "host_ratio" not in df:
+        return []
+    out = []
+    for r in df.itertuples():
+        k = r.host_ratio
+        if k == k and abs(k - 1) > HOST_PROBE_TOLERANCE:
+            out.append(f"warning: {r.model} {r.batch_size} {r.policy}: the measuring host "
+                       f"took {k:.2f}x the profiling host's time per launch (host_probe_ns):"
+                       " a host-bound time, and a vDNN run's reserved peak, compare two "
+                       "hosts")
+    return out

@@ -25,17 +25,6 @@ those steps' times include the recording's cost. The allocator's settings
 (``allocator_conf``, NOTE [measured allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
 is read when CUDA first allocates, before this runs.
 ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
-
-NOTE [host probe]
-The lent machines' hosts are not equally fast: on 2026-12-04 two loans a quarter of an hour apart issued
-the same host-bound steps 1.15x and 1.76x as slowly as the committed records
-(traces/h200_bwdws/README.md, session 18), and three fresh processes on one machine cannot
-see that. So every record carries ``host_probe_ns``: before the model is built, the
-median over PROBE_TRIALS of the host's time per launch of PROBE_OPS back-to-back
-``x.add_(1)`` on a one-element tensor of the measured device (each a dispatch and, on a
-GPU, a kernel launch; the GPU is idle, so the launch queue never fills). It is a number
-to compare records by (``--repeat`` keeps its median and band), not yet one the
-simulator scales its host costs by.
 """
 
 from __future__ import annotations
@@ -50,34 +39,13 @@ import torch
 
 from ..planfile import BlockPlanFile, PlanFile, plan_from_data
 from .block_offload import BlockOffload
+from .hostprobe import host_probe_ns
 from .profile import software
 from .runtime import VDNN
 from .workload import DTYPES, build_workload, training_step
 
 POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
 HISTORY_ENTRIES = 1_000_000  # NOTE [measurement]: the history's ring buffer
-PROBE_OPS, PROBE_TRIALS = 2000, 5  # NOTE [host probe]
-
-
-def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
-                  trials: int = PROBE_TRIALS) -> float:
-    """NOTE [host probe]: the host's median time per ``x.add_(1)`` launch on ``device``."""
-    x = torch.zeros(1, device=device)
-    x.add_(1)  # the first launch loads the kernel
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
-    per_op = []
-    for _ in range(trials):
-        t0 = time.perf_counter_ns()
-        for _ in range(ops):
-            x.add_(1)
-        per_op.append((time.perf_counter_ns() - t0) / ops)
-        if x.is_cuda:
-            torch.cuda.synchronize(x.device)
-    if x.is_cuda:  # its block's segment is not the run's to reserve
-        del x
-        torch.cuda.empty_cache()
-    return statistics.median(per_op)
 
 
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",

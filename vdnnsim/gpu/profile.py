@@ -60,6 +60,7 @@ from torch.utils._pytree import tree_map
 
 from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
+from .hostprobe import host_probe_ns
 from .instrument import hook_backward, instrument
 from .kernels import count_kernels
 from .models import ZooModule, build_model
@@ -422,6 +423,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     if torch.device(device).type == "cuda" and torch.device(device).index is not None:
         with torch.cuda.device(torch.device(device)):  # events and statistics: that GPU's
             return profile_model(model_spec, batch_size, dtype, trials, "cuda")
+    probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built
     model, shape, name = build_model(model_spec)
     names = _rename(model)
     cuda = torch.device(device).type == "cuda"
@@ -434,6 +436,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     times = {k: (*inner[k], *spaces[k]) for k in spaces}
     gpu = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     src = {"kind": "profiled", "gpu": gpu, "software": software(),
+           "host_probe_ns": round(probe_ns, 1),
            "note": f"vdnnsim profile --model {model_spec} --batch {batch_size}; per-layer "
                    f"median of {trials} whole steps (NOTE [layer timing]); one step took "
                    f"{meta['instrumented_ns'] / 1e6:.2f} ms with the timestamps, "

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from .aten_probe import OUTSIDE, probe_ops
+from .hostprobe import host_probe_ns
 from .profile import _Clock, assemble, resident_bytes, software
 from .workload import DTYPES, PRECISIONS, build_workload, training_step
 
@@ -314,6 +315,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     # of traces/h200_timm (session10: the profiles' own plain steps 0-12% over the
     # measurements), which its check, against the same process's plain steps, cannot see
     torch.backends.cudnn.benchmark = True
+    probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)
@@ -336,6 +338,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
     gaps = t["gap_ns"] / t["device_total_ns"] if t["device_total_ns"] else 0
     src = {"kind": "profiled", "gpu": name, "software": software(),
+           "host_probe_ns": round(probe_ns, 1),
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "

@@ -158,7 +158,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
                             ls.host_fwd_ns, ls.host_bwd_ns, ls.kernels_fwd, ls.kernels_bwd))
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
-                 Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note),
+                 Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note,
+                        s.host_probe_ns),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
                  spec.step_workspace_bytes, spec.optimizer,
                  tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))

@@ -126,6 +126,8 @@ class Source:
     cost_model: str | None = None
     software: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     note: str | None = None
+    # the profiling host's speed (NOTE [host probe]): where the trace was made, as software
+    host_probe_ns: float | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

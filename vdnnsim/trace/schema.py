@@ -136,6 +136,10 @@ class SourceSpec(_Strict):
     cost_model: str | None = Field(None, description="Cost model that synthesized it.")
     software: dict[str, str] = Field(default_factory=dict, description="Versions.")
     note: str | None = Field(None, description="Anything a reader should know.")
+    host_probe_ns: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="How fast the profiling machine's host was: its median time per tiny "
+        "kernel launch, ns (NOTE [host probe] in vdnnsim/gpu/hostprobe.py).")
 
 
 class TraceSpec(_Strict):

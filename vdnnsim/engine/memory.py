@@ -8,10 +8,10 @@ clock: each change is stamped with the GPU op it belongs to (an allocation with 
 of the op that first uses the block, a free with the end of the op that last used it, a
 deferred free with the end of the copy it waited for), and the stamps become times when
 the run has ended; the lifetimes' keys are named then too, each key once a trace (the
-pools record the keys themselves). A pass that stopped at its out-of-memory (``replay(stop_at_oom=True)``)
-is no result, only an answer to whether and where it runs out: its curve and lifetimes are
-not worked out (``times``, ``levels`` and ``spans`` are None, so nothing can read them as a
-run's), only the out-of-memory's time.
+pools record the keys themselves). A pass that stopped at its out-of-memory
+(``replay(stop_at_oom=True)``) is no result, only an answer to whether and where it runs
+out: its curve and lifetimes are not worked out (``times``, ``levels`` and ``spans`` are
+None, so nothing can read them as a run's), only the out-of-memory's time.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Link
-from .allocator import Accounting, key_name
+from .allocator import Accounting
 from .invariants import InvariantViolation
 from .memory_model import Faults, Touch
 
@@ -107,7 +107,7 @@ class Pager(Accounting):
         """A new iteration on the same pages: the books start again, with what is resident
         and cached at time 0 and every buffer that exists as made then."""
         Accounting.__init__(self, self.capacity)
-        self._open = {k: (0, size, _category(k)) for k, size in self.size.items()}
+        self._open = dict.fromkeys(self.size, 0)
         for r in self.resident.values():
             self._level(r, "resident", 0)
         self._level(self.cached, "cached", 0)
@@ -121,8 +121,8 @@ class Pager(Accounting):
     def live_keys(self) -> list[Any]:
         return list(self.size)
 
-    def open_spans(self) -> list[tuple[Any, int, int, str]]:
-        return [(key, t0, size, cat) for key, (t0, size, cat) in self._open.items()]
+    def _size_category(self, key: Any) -> tuple[int, str]:
+        return self.size[key], _category(key)
 
     def alloc(self, key: Any, size_bytes: int, category: str, now: int, layer: str = "",
               phase: str = "", can_sync: bool = False) -> bool:
@@ -139,9 +139,9 @@ class Pager(Accounting):
         if size is None:
             return
         self.managed -= size
-        t0 = self._open.pop(key, (0, 0, ""))[0]
-        if self.spans is not None:
-            self.spans.append((key_name(key), _category(key), size, t0, now))
+        t0 = self._open.pop(key, 0)
+        if self.spans is not None:  # the key, named when the run ends (NOTE [memory time])
+            self.spans.append((key, _category(key), size, t0, now))
         r = self.resident.pop(key, 0)
         if r:  # the caching allocator keeps the block: its pages stay on the GPU
             self._level(-r, "resident", now)
@@ -186,7 +186,7 @@ class Pager(Accounting):
     # -- the pages -----------------------------------------------------------------------
     def _create(self, key: Any, size: int, now: int) -> None:
         self.size[key] = size
-        self._open[key] = (now, size, _category(key))
+        self._open[key] = now
         self.managed += size
         self.peak_managed = max(self.peak_managed, self.managed)
         if key in self.host_written or isinstance(key, tuple) and key[0] == "weights":

@@ -42,8 +42,9 @@ from ..errors import ConfigError
 
 # per process, what the aggregate keeps of each child's record
 PER_PROCESS = ("fits", "error", "iteration_ms", "iteration_ms_all", "host_issue_ms",
-               "host_probe_ns", "peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
-               "pinned_host_bytes", "allocator", "phases", "memory_history")
+               "host_probe_ns", "peak_allocated_bytes", "peak_reserved_bytes",
+               "reserved_one_step_bytes", "pinned_host_bytes", "allocator", "phases",
+               "memory_history")
 # measured per process and made one by the median (with a band)
 MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "peak_allocated_bytes",
            "peak_reserved_bytes", "reserved_one_step_bytes", "pinned_host_bytes")

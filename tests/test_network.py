@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from vdnnsim.errors import TraceError, UnknownNameError
@@ -92,18 +94,35 @@ def test_bad_specs_name_the_layer(layers, match):
         infer(_net(layers))
 
 
+def _feature_mib(name: str, batch: int) -> float:
+    """Fig. 4's "feature maps": the input and every layer's output but the in-place ones."""
+    info = infer(zoo_network(name))
+    elems = sum(layer.out_elems for layer in info.layers
+                if layer.type not in ("relu", "flatten"))
+    return batch * 4 * (math.prod(info.input_shape) + elems) / 2**20
+
+
 def test_vgg19_is_the_papers_vgg16():
     """NOTE [paper layers]: model E, sixteen convs in groups of 2, 2, 4, 4, 4; its feature
     maps at batch 256 are Fig. 4's 16155 MiB (read to +-20), model D's are not."""
-    def feature_mib(name: str, batch: int) -> float:
-        info = infer(zoo_network(name))
-        elems = sum(layer.out_elems for layer in info.layers
-                    if layer.type not in ("relu", "flatten"))
-        import math
-        return batch * 4 * (math.prod(info.input_shape) + elems) / 2**20
     info = infer(zoo_network("vgg19"))
     convs = [layer.name for layer in info.layers if layer.type == "conv"]
     assert len(convs) == 16 and "conv3_4" in convs and "conv5_4" in convs
     assert info.params == 143_667_240
-    assert abs(feature_mib("vgg19", 256) - 16155) < 20
-    assert abs(feature_mib("vgg16", 256) - 16155) > 1000
+    assert abs(_feature_mib("vgg19", 256) - 16155) < 20
+    assert abs(_feature_mib("vgg16", 256) - 16155) > 1000
+
+
+def test_overfeat_accurate_is_the_papers_overfeat():
+    """NOTE [paper layers]: Sermanet et al.'s Table 3 (221 -> 36 -> 15 -> 5 after layers
+    1, 2 and 6; 144 M parameters), whose feature maps at batch 128 are Fig. 4's 1176 MiB
+    (read to +-20); the fast model's of convnet-benchmarks are half that."""
+    info = {layer.name: layer for layer in infer(zoo_network("overfeat_accurate")).layers}
+    for layer, shape in {"conv1": (96, 108, 108), "pool1": (96, 36, 36),
+                         "conv2": (256, 30, 30), "pool2": (256, 15, 15),
+                         "conv6": (1024, 15, 15), "pool6": (1024, 5, 5),
+                         "view": (25600,), "fc8": (1000,)}.items():
+        assert info[layer].out_shape == shape, layer
+    assert infer(zoo_network("overfeat_accurate")).params == 144_656_488
+    assert abs(_feature_mib("overfeat_accurate", 128) - 1176) < 20
+    assert abs(_feature_mib("overfeat", 128) - 1176) > 500

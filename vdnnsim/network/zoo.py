@@ -7,6 +7,9 @@ Trick" AlexNet, OverFeat fast at 231x231, GoogLeNet v1 without LRN and with the
 post-2015-12-18 padding (stage 4 at 14x14), VGG-16 as model D of ``vgg_a.lua``. The
 classifier nonlinearity is ``nn.Threshold`` (not in place); feature ReLUs are in place;
 there is no dropout, softmax or loss layer. The first layer computes no input gradient.
+``overfeat_accurate`` is the one builder from a paper rather than a benchmark file:
+OverFeat's accurate model, which the vDNN paper's figures show (NOTE [paper layers]), built
+with the same conventions.
 """
 
 from __future__ import annotations
@@ -65,6 +68,24 @@ def overfeat() -> NetworkSpec:
               *_classifier([3072, 4096, 1000])]
     return NetworkSpec(name="overfeat", input=(3, 231, 231), batch_size=128, layers=layers,
                        source=_SRC + "overfeat.lua")
+
+
+def overfeat_accurate() -> NetworkSpec:
+    """OverFeat's "accurate" model (Sermanet et al. 2013, Table 3) at its 221x221 training
+    input: what the vDNN paper's figures show as "OverFeat" (NOTE [paper layers])."""
+    layers = [*_conv_relu("conv1", 96, 7, 2, 0, relu="relu1"),
+              _L(name="pool1", type="maxpool", kernel=3, stride=3),
+              *_conv_relu("conv2", 256, 7, 1, 0, relu="relu2"),
+              _L(name="pool2", type="maxpool", kernel=2, stride=2),
+              *_conv_relu("conv3", 512, 3, 1, 1, relu="relu3"),
+              *_conv_relu("conv4", 512, 3, 1, 1, relu="relu4"),
+              *_conv_relu("conv5", 1024, 3, 1, 1, relu="relu5"),
+              *_conv_relu("conv6", 1024, 3, 1, 1, relu="relu6"),
+              _L(name="pool6", type="maxpool", kernel=3, stride=3),
+              *_classifier([4096, 4096, 1000])]
+    return NetworkSpec(name="overfeat_accurate", input=(3, 221, 221), batch_size=128,
+                       layers=layers, source="Sermanet et al. 2013 (OverFeat), Table 3, "
+                       "the accurate model; layer conventions as " + _SRC + "overfeat.lua")
 
 
 _INCEPTION = {  # name: (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj)
@@ -137,7 +158,8 @@ def vgg(depth: int = 16) -> NetworkSpec:
 
 
 ZOO: dict[str, Callable[[], NetworkSpec]] = {
-    "alexnet": alexnet, "overfeat": overfeat, "googlenet": googlenet, "vgg16": vgg,
+    "alexnet": alexnet, "overfeat": overfeat, "overfeat_accurate": overfeat_accurate,
+    "googlenet": googlenet, "vgg16": vgg,
     "vgg19": lambda: vgg(19),
     **{f"vgg{d}": (lambda d=d: vgg(d)) for d in (116, 216, 316, 416)},
 }

@@ -49,11 +49,11 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..units import MiB
-from .claims import VGG16, Frames, row
+from .claims import OVERFEAT, VGG16, Frames, row
 
 FIGURES = ("Fig11", "Fig12", "Fig14", "Fig15")
 GPU = "titanx_maxwell"
-NETWORKS = {"AlexNet": "alexnet", "OverFeat": "overfeat", "GoogLeNet": "googlenet",
+NETWORKS = {"AlexNet": "alexnet", "OverFeat": OVERFEAT, "GoogLeNet": "googlenet",
             "VGG-16": VGG16, "VGG-116": "vgg116", "VGG-216": "vgg216", "VGG-316": "vgg316",
             "VGG-416": "vgg416"}
 POLICIES = {"all(m)": "vdnn_all_m", "all(p)": "vdnn_all_p", "conv(m)": "vdnn_conv_m",

@@ -13,6 +13,14 @@ NOTE [paper layers]
   for the paper's VGG-16 (vdnnsim/paper/claims.py, ``VGG16``); ``python -m
   vdnnsim.paper.layers vgg16`` compares model D, each paper layer with the zoo layer at
   the same place in its group (the fourth conv of groups 3, 4 and 5 has none).
+- The paper's "OverFeat" is the accurate model of Sermanet et al. (2013, Table 3: six
+  convs, 7x7/2 then 7x7, pools 3/3, 2/2, 3/3, 221x221 input), the zoo's
+  ``overfeat_accurate``; the zoo's ``overfeat`` is convnet-benchmarks' fast model (the
+  benchmark file). Fig. 4's feature maps of OverFeat (128), 1176 MiB, are the accurate
+  model's (1178; fast: 557), Fig. 12's offloaded bytes agree (vDNN_all 1149 and vDNN_conv
+  383 MiB; accurate 1178 and 385, fast 557 and 241), and its weights are as Fig. 4's
+  either way (552 and 557 MiB against 559). The paper studies run ``overfeat_accurate``
+  (``OVERFEAT`` in vdnnsim/paper/claims.py).
 - A paper layer's time is its conv's plus the in-place ReLU that follows (Torch runs
   ReLU as its own module; the figures show only CONV and FC layers). Both are given.
 - Reuse distance of X: from the end of the layer's forward pass to the start of its

@@ -4,6 +4,7 @@ checkpointed segments run again, NOTE [recompute]) and the optimizer step (NOTE 
 from __future__ import annotations
 
 from .streams import _At, _Later, _Op
+from .plan import grad_buffers
 
 # NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
 # (its foreach kernels go out one after another; the GPU need not wait for the last launch)
@@ -75,8 +76,8 @@ class Iteration:
             pool.alloc(b, size, "activations", 0, "", "start")
         grads = [lv.size[b] for b in lv.size if lv.needs_grad[b]]
         big = max(grads, default=0)
-        pool.alloc(("grad_buffer_0", ""), big, "gradients", 0, "", "start")
-        pool.alloc(("grad_buffer_1", ""), big, "gradients", 0, "", "start")
+        for k in range(grad_buffers(trace, lv)):
+            pool.alloc((f"grad_buffer_{k}", ""), big, "gradients", 0, "", "start")
         ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
                  default=0)
         pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")

@@ -16,7 +16,17 @@ semantics]):
 
 Network-wide management (the paper's baseline) allocates every buffer, the weights and
 their gradients for the whole iteration, two gradient buffers the size of the largest
-gradient, and one workspace the size of the largest the chosen algorithms need.
+gradient (three where the network forks: ``grad_buffers``), and one workspace the size of
+the largest the chosen algorithms need.
+
+NOTE [fork gradient buffer]
+Torch's baseline reuses two gradient buffers, one layer's dY and its dX, in turn; where a
+tensor that needs a gradient is read by more than one layer (a fork: GoogLeNet's
+inception inputs), its gradient is the sum of its readers' and is accumulated in a buffer
+of its own while the branches' backward passes use the other two (nn.Concat's gradInput).
+The paper's Fig. 4 shows it: GoogLeNet (128)'s gradient maps are 1176 MiB, three times its
+largest gradient (conv1's output, 392 MiB); AlexNet's, OverFeat's and VGG-16's, which do
+not fork, are two times theirs (193, 1080, 1581/3123/6265 MiB).
 """
 
 from __future__ import annotations
@@ -68,6 +78,17 @@ def _liveness(trace: Trace) -> Liveness:
     needs_grad = {b: buffers[b].requires_grad for b in buffers}
     outputs = frozenset(b for b in buffers if fwd_last[b] == -1 and buffers[b].kind == "activation")
     return Liveness(root, size, producer, fwd_last, bwd_last, needs_grad, outputs)
+
+
+def grad_buffers(trace: Trace, lv: Liveness) -> int:
+    """How many gradient buffers the network-wide baseline reuses (NOTE [fork gradient
+    buffer]): 2, or 3 where a tensor that needs a gradient has more than one reader."""
+    readers: dict[str, int] = {}
+    for layer in trace.layers:
+        for t in dict.fromkeys(layer.inputs):
+            readers[t] = readers.get(t, 0) + 1
+    forks = any(n > 1 and lv.needs_grad.get(lv.root[t], False) for t, n in readers.items())
+    return 3 if forks else 2
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pytest
 from vdnnsim import run_trace
 from vdnnsim.engine.allocator import Pool
 from vdnnsim.policies import find_prefetch_schedule, liveness, offload_sets
+from vdnnsim.policies.plan import policy_marks
 from vdnnsim.trace import trace_from_dict
 
 from .conftest import chain_trace, hand_gpu
@@ -134,6 +135,47 @@ def test_fork_offloads_once_at_the_last_reader():
     assert r.offloaded_bytes == r.prefetched_bytes == 2 * U
     # the gradient of s is written by b's backward and accumulated by a's: one buffer
     assert r.fits
+
+
+def _conv_and_pool_fork(pytorch: bool = False):
+    """data -> conv s; s read by conv a, then by maxpool p (its last reader); a and p
+    joined."""
+    t = trace_from_dict({
+        "format": "vdnnsim-trace", "version": 1, "name": "fork2", "batch_size": 1,
+        "tensors": [{"id": "data", "size_bytes": U, "kind": "input"},
+                    {"id": "s", "size_bytes": U}, {"id": "a", "size_bytes": U},
+                    {"id": "p", "size_bytes": U}, {"id": "j", "size_bytes": 2 * U}],
+        "layers": [
+            {"id": "s", "kind": "conv", "inputs": ["data"], "outputs": ["s"],
+             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "a", "kind": "conv", "inputs": ["s"], "outputs": ["a"], "saved": ["s"],
+             "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "p", "kind": "maxpool", "inputs": ["s"], "outputs": ["p"],
+             "saved": ["s", "p"], "fwd_ns": MS, "bwd_ns": MS},
+            {"id": "j", "kind": "concat", "inputs": ["a", "p"], "outputs": ["j"],
+             "saved": [], "fwd_ns": MS, "bwd_ns": MS},
+        ]})
+    return replace(t, source=replace(t.source, framework="pytorch")) if pytorch else t
+
+
+def test_vdnn_conv_moves_what_a_conv_reads_even_when_a_pool_reads_it_last():
+    """NOTE [conv offload at forks]: s is a conv's input, read last by the pool: the
+    paper's runtime moves it (Fig. 12's GoogLeNet bytes), copied by the pool, which then
+    carries the offloaded mark so that findPrefetchLayer brings it back."""
+    t = _conv_and_pool_fork()
+    off = offload_sets(t, liveness(t), conv_only=True)
+    assert off == (("data",), (), ("s",), ())
+    assert policy_marks(t, "conv", "measured") == (True, True, True, False)
+    r = run_trace(t, GPU, "vdnn_conv_m")
+    assert r.offloaded_bytes == r.prefetched_bytes == 2 * U
+    assert r.fits
+
+
+def test_pytorch_traces_keep_the_last_reader_rule_of_their_runtime():
+    """vdnnsim's PyTorch runtime offloads from the conv modules' hooks: a buffer a pool
+    reads last stays, as the runtime that was measured does."""
+    t = _conv_and_pool_fork(pytorch=True)
+    assert offload_sets(t, liveness(t), conv_only=True) == ((), (), (), ())
 
 
 def test_in_place_relu_buffer_moves_once():

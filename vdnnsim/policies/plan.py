@@ -24,8 +24,12 @@ def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
                   ) -> tuple[tuple[str, ...], ...]:
     out = []
     skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
+    # NOTE [conv offload at forks]: under the paper's runtime vDNN_conv moves every buffer
+    # a conv reads, copied by its last reader whatever that is
+    conv_read = {lv.root[t] for layer in trace.layers if layer.is_conv for t in layer.inputs} \
+        if conv_only and not trace.pytorch else None
     for i, layer in enumerate(trace.layers):
-        if conv_only and not layer.is_conv:
+        if conv_only and conv_read is None and not layer.is_conv:
             out.append(())
             continue
         written = {lv.root[t] for t in layer.outputs}
@@ -33,7 +37,8 @@ def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
         for t in layer.inputs:
             b = lv.root[t]
             if (lv.fwd_last[b] == i and lv.kept(b) and b not in written and b not in picked
-                    and lv.size[b] > 0 and b not in skip):
+                    and lv.size[b] > 0 and b not in skip
+                    and (conv_read is None or b in conv_read)):
                 picked.append(b)
         out.append(tuple(picked))
     return tuple(out)
@@ -99,6 +104,17 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 #   are gone. This is the reading under which the paper's measured numbers hold: VGG-16
 #   (128) under vDNN_all(m) peaks at three 1.64 GB feature maps (4.93 GB; the paper: "at
 #   most 4.8 GB"), and VGG-16 (256) trains in 12 GB (docs/policies.md, "Offload marks").
+#
+# NOTE [conv offload at forks]
+# Which buffers vDNN_conv moves where a buffer has several readers, read from the paper's
+# Fig. 12: GoogLeNet (128) under vDNN_conv offloads 1361 MiB. Moving the buffers whose last
+# forward reader is a conv gives 912 (an inception module's input is read last by its pool
+# branch); moving every buffer that some conv reads gives 1367. So under the paper's
+# runtime (Torch7 traces) vDNN_conv offloads every buffer a CONV layer reads, copied by its
+# last reader as the paper's reference counts say, even where that is a pool; such a layer
+# carries the offloaded mark ('measured'). Networks that do not fork are unchanged.
+# PyTorch traces keep the last-reader rule: vdnnsim's runtime (gpu/runtime.py) offloads
+# from the conv modules' hooks.
 # PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime.py), which marks the
 # layers that copy: its measured reading is the text's.
 READINGS = ("measured", "text")
@@ -112,7 +128,10 @@ def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | N
         return None
     if which == "all":
         return (True,) * len(trace.layers)
-    return tuple(layer.is_conv for layer in trace.layers)
+    # every CONV layer, and a layer that copies what a conv read before it (NOTE [conv
+    # offload at forks])
+    copies = offload_sets(trace, liveness(trace), True)
+    return tuple(layer.is_conv or bool(c) for layer, c in zip(trace.layers, copies))
 
 
 def downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:

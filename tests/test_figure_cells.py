@@ -133,3 +133,35 @@ def test_per_layer_script_refuses_other_networks():
     p = subprocess.run([sys.executable, "-m", "vdnnsim.paper.layers", "alexnet"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "vgg16 or vgg19" in p.stderr
+
+
+def test_googlenets_conv_offload_is_every_buffer_a_conv_reads():
+    """NOTE [conv offload at forks]: Fig. 12's 1361 MiB (read to +-32) under vDNN_conv is
+    what every buffer a conv reads adds up to; the last-reader rule would give 912."""
+    from vdnnsim.api import build_trace, resolve_gpu
+    from vdnnsim.policies import liveness, offload_sets
+    t = build_trace("googlenet", 128, resolve_gpu("titanx_maxwell"))
+    lv = liveness(t)
+    moved = sum(lv.size[b] for bufs in offload_sets(t, lv, conv_only=True) for b in bufs)
+    assert abs(moved / 2**20 - 1361) < 32
+    last = {lv.root[x] for layer in t.layers if layer.is_conv for x in layer.inputs
+            if lv.fwd_last[lv.root[x]] == t.layer_index(layer.id)}
+    assert abs(sum(lv.size[b] for b in last) / 2**20 - 912) < 2
+
+
+@pytest.mark.parametrize("figure", ["Fig11", "Fig12", "Fig14", "Fig15"])
+def test_the_papers_figures_drawn_with_vdnnsim_beside_every_bar(cells, figure):
+    """NOTE [paper beside]: two bars per cell (the paper's, vdnnsim's), at the cells'
+    values, and a red cross over exactly the cells that do not hold."""
+    from vdnnsim.report import figures
+    fig = figures.paper_beside(cells, figure)
+    d = cells[cells.figure == figure]
+    panels = [q for q, _ in figures.PAPER_PANELS[figure]]
+    d = d[d.quantity.apply(lambda q: any(q.startswith(p) for p in panels))]
+    heights = [round(b.get_height(), 6) for ax in fig.axes for c in ax.containers for b in c]
+    assert len(heights) == 2 * len(d)
+    pairs = sorted(zip(heights[0::2], heights[1::2]))  # the paper's bar, then vdnnsim's
+    assert pairs == sorted((round(p, 6), round(v, 6)) for p, v in zip(d.paper, d.vdnnsim))
+    crosses = sum(len(line.get_xdata()) for ax in fig.axes for line in ax.lines)
+    assert crosses == int((~d.holds).sum())
+    figures.plt.close(fig)

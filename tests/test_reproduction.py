@@ -119,7 +119,9 @@ def test_reproduce_output_makes_its_folder(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out / "reproduction.md").read_text().startswith("**v1 (K40)**")
-    assert len(list(out.glob("*.png"))) == 8
+    assert len(list(out.glob("*.png"))) == 12
+    assert sorted(p.name for p in out.glob("paper_*.png")) == [
+        "paper_fig11.png", "paper_fig12.png", "paper_fig14.png", "paper_fig15.png"]
     blocker = tmp_path / "file"
     blocker.write_text("x")
     proc = subprocess.run([sys.executable, "-m", "vdnnsim", "reproduce", "-o",

@@ -413,8 +413,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                              lambda f, fig=fig: fig.savefig(f, format="png", dpi=90),
                              binary=True)
                 figures.plt.close(fig)
+        for name in figures.PAPER_PANELS:  # NOTE [paper beside]
+            fig = figures.paper_beside(cells, name)
+            write_atomic(out / f"paper_{name.lower()}.png",
+                         lambda f, fig=fig: fig.savefig(f, format="png", dpi=90), binary=True)
+            figures.plt.close(fig)
         print(f"wrote {_shown(out)}/reproduction.md, reproduction.csv, figure_cells.md, "
-              "figure_cells.csv and 8 figures", file=sys.stderr)
+              "figure_cells.csv and 12 figures", file=sys.stderr)
     return 0
 
 

@@ -139,3 +139,74 @@ def deep_vgg_growth(df: pd.DataFrame, gpu: str) -> plt.Figure:
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# NOTE [paper beside]
+# Every value of the paper's Figs. 11, 12, 14 and 15 beside vdnnsim's, in the paper's
+# layout (networks along the axis, its policies in its order within each): the paper's bar
+# is grey (cross-hatched where the paper marks the run failing), vdnnsim's follows it in its
+# policy's colour, hatched and faded where the run does not fit 12 GB; a red cross above a pair marks a cell outside its tolerance (NOTE
+# [figure cells]). Drawn from the figure-cells table, so it shows what `vdnnsim reproduce
+# --cells` judges and nothing else.
+PAPER_PANELS = {
+    "Fig11": [("max GPU memory", "maximum MiB"), ("avg GPU memory", "average MiB")],
+    "Fig12": [("offloaded to pinned host", "MiB offloaded per iteration")],
+    "Fig14": [("performance normalized to baseline", "performance / oracle")],
+    "Fig15": [("GPU-side allocation", "MiB"), ("CPU-side allocation", "MiB")],
+}
+PAPER_TITLES = {
+    "Fig11": "Fig. 11: maximum and average GPU memory (vDNN bars: no weights)",
+    "Fig12": "Fig. 12: bytes offloaded to pinned host memory",
+    "Fig14": "Fig. 14: performance normalized to the oracle",
+    "Fig15": "Fig. 15: very deep VGGs (32) under vDNN_dyn",
+}
+
+
+def paper_beside(cells: pd.DataFrame, figure: str) -> plt.Figure:
+    """The paper's ``figure`` bar by bar, each of its bars with vdnnsim's beside it (NOTE
+    [paper beside]); ``cells`` is vdnnsim/paper/cells.figure_cells's table."""
+    panels = PAPER_PANELS[figure]
+    d = cells[cells.figure == figure]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)
+    colours = dict(zip(dict.fromkeys(d.paper_policy), plt.rcParams["axes.prop_cycle"]
+                       .by_key()["color"]))
+    for ax, (quantity, ylabel) in zip(axes[:, 0], panels):
+        q = d[d.quantity.str.startswith(quantity)]
+        groups = list(dict.fromkeys(zip(q.network, q.batch_size)))
+        pos, ticks = 0.0, []
+        for n, b in groups:
+            g = q[(q.network == n) & (q.batch_size == b)]
+            start = pos
+            for r in g.itertuples(index=False):
+                ax.bar(pos, r.paper, 0.4, color="0.75", edgecolor="0.3", lw=0.5,
+                       hatch="xx" if r.marked_fails else None)
+                bar = ax.bar(pos + 0.4, r.vdnnsim, 0.4, color=colours[r.paper_policy],
+                             label=r.paper_policy)[0]
+                if not r.fits:
+                    bar.set_hatch("///")
+                    bar.set_alpha(0.45)
+                if not r.holds:
+                    ax.plot(pos + 0.2, max(r.paper, r.vdnnsim) * 1.04, "rx", ms=5)
+                pos += 1.0
+            ticks.append(((start + pos - 0.6) / 2, _label(n, b)))
+            pos += 0.6
+        ax.set_xticks([t for t, _ in ticks], [lab for _, lab in ticks], fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        held = int(q.holds.sum())
+        ax.set_title(f"{quantity}: {held} of {len(q)} cells hold", fontsize=9)
+    proxies = [Rectangle((0, 0), 1, 1, color="0.75", ec="0.3", lw=0.5)]
+    names = ["paper"]
+    for p, c in colours.items():
+        proxies.append(Rectangle((0, 0), 1, 1, color=c))
+        names.append(f"vdnnsim {p}")
+    proxies += [Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="0.3", hatch="///"),
+                plt.Line2D([], [], color="r", marker="x", ls="")]
+    proxies.insert(1, Rectangle((0, 0), 1, 1, facecolor="0.75", edgecolor="0.3", hatch="xx"))
+    names.insert(1, "paper: marked failing")
+    names += ["vdnnsim: does not fit 12 GB", "outside its tolerance"]
+    fig.legend(proxies, names, ncol=6, fontsize=7, loc="lower center")  # below, off the bars
+    fig.suptitle(PAPER_TITLES[figure] + " on titanx_maxwell: the paper (grey) and vdnnsim",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.1 / len(panels) + 0.03, 1, 1))
+    return fig

@@ -178,6 +178,19 @@ def test_pytorch_traces_keep_the_last_reader_rule_of_their_runtime():
     assert offload_sets(t, liveness(t), conv_only=True) == ((), (), (), ())
 
 
+def test_the_baseline_keeps_a_third_gradient_buffer_where_the_network_forks():
+    """NOTE [fork gradient buffer]: s is read by a and by b, so its gradient is summed in
+    a buffer of its own beside the two the baseline reuses; a chain keeps two."""
+    from vdnnsim.engine.plan import grad_buffers
+    fork = _conv_and_pool_fork()
+    r = run_trace(fork, GPU, "baseline_p")
+    assert grad_buffers(fork, liveness(fork)) == 3
+    assert r.peak_breakdown["gradients"] == 3 * 2 * U  # the largest gradient: j's, 2U
+    chain = three_convs()
+    assert grad_buffers(chain, liveness(chain)) == 2
+    assert run_trace(chain, GPU, "baseline_p").peak_breakdown["gradients"] == 2 * U
+
+
 def test_in_place_relu_buffer_moves_once():
     t = chain_trace([
         {"id": "c1", "size": U, "fwd": MS, "bwd": MS},

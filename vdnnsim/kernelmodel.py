@@ -377,9 +377,16 @@ def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
     return KernelModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
 
 
+# NOTE [spec rule]
+# A GPU with no calibration is timed from its specs: by the analytic cost model (what its
+# preset uses), or by ``predict_for`` below. docs/cost-model/spec_rule.py holds both
+# against data neither was fitted to (published cuDNN 5 timings of the K40 and Titan X;
+# the H200's own calibration): median errors of 17-62%, maxima up to 93%
+# (docs/cost-model.md, "How far either rule is from measurements"). A calibration is the
+# remedy; a trace names the model that timed it (source.cost_model).
 def predict_for(gpu: Any, donor: Any, dtype: str = "fp32") -> KernelModel | None:
     """A GPU with no calibration of its own: the ``donor``'s fitted efficiencies with this
-    GPU's peaks, bandwidth and SM count (NOTE [kernel model])."""
+    GPU's peaks, bandwidth and SM count (NOTE [kernel model], NOTE [spec rule])."""
     base = for_gpu(donor, dtype)
     if base is None or not getattr(gpu, "sm_count", 0):
         return None

@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
-from .plan import PLACEMENTS, READINGS, Plan, find_prefetch_schedule, liveness, offload_sets, policy_marks
+from .plan import (PLACEMENTS, READINGS, Plan, find_prefetch_schedule, join_view, liveness,
+                   offload_sets, policy_marks)
 from ..limits import short_repr, whole_number
 
 
@@ -103,16 +104,22 @@ def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
     c = common_options(name, opts, trace)
     check_options(name, opts, set())
     return vdnn_plan(trace, which, algo_choice(trace, algo), c.sync, name, c.prefetch, c.reading,
-                     c.distance, c.placement)
+                     c.distance, c.placement, joins=True)
 
 
 def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = True,
               name: str | None = None, prefetch: bool = True,
-              reading: str = "measured", distance: int = 0, placement: str = "best") -> Plan:
+              reading: str = "measured", distance: int = 0, placement: str = "best",
+              joins: bool = False) -> Plan:
     """Layer-wise allocation offloading ``which`` ('all', 'conv' or 'none') layers' inputs.
     Without ``prefetch`` no findPrefetchLayer runs: each offloaded buffer is fetched on
     demand by the first backward pass that needs it. ``reading``: NOTE [offload marks];
-    ``distance``: NOTE [prefetch distance]; ``placement``: NOTE [placement]."""
+    ``distance``: NOTE [prefetch distance]; ``placement``: NOTE [placement]; ``joins``: the
+    plan runs the paper's runtime's joins, which hold no bytes of their own (NOTE [join as
+    view]; the plan then carries that trace)."""
+    original = trace
+    if joins:
+        trace = join_view(trace)
     lv = liveness(trace)
     n = len(trace.layers)
     offload = ((),) * n if which == "none" else offload_sets(trace, lv, which == "conv")
@@ -124,7 +131,8 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
         schedule = trace.memo(("vdnn_schedule", which, reading), lambda: find_prefetch_schedule(
             trace, offload, policy_marks(trace, which, reading)))
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync,
-                runtime=name != "eager", placement=placement)
+                runtime=name != "eager", placement=placement,
+                trace=trace if trace is not original else None)
 
 
 def distance_schedule(offload: tuple[tuple[str, ...], ...], k: int) -> tuple[int, ...]:

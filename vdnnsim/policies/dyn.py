@@ -73,7 +73,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     opts = dict(options)
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading
-    more = {"distance": c.distance, "placement": c.placement}
+    more = {"distance": c.distance, "placement": c.placement, "joins": True}
     check = opts.pop("no_offload_check", "layer_wise" if trace.pytorch else "network_wide")
     if check not in NO_OFFLOAD_CHECKS:
         raise ConfigError(f"policy vdnn_dyn: option no_offload_check must be one of "
@@ -91,8 +91,9 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
             return seen[key].pool.oom
         # only whether and where it runs out counts: a pass stops at its first OOM; one
         # that fits is the answer (step 1's excepted), so it records its timeline
-        sim = replay(trace, gpu, plan, capacity, lv, record_ops=slot != "step1",
-                     stop_at_oom=True)
+        run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
+        sim = replay(run, gpu, plan, capacity, lv if run is trace else liveness(run),
+                     record_ops=slot != "step1", stop_at_oom=True)
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim
@@ -104,7 +105,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
             sim = None
         return Plan("vdnn_dyn", plan.memory, plan.algos, plan.offload, plan.prefetch,
                     plan.sync, (note,), profiled=sim, runtime=plan.runtime,
-                    placement=plan.placement)
+                    placement=plan.placement, trace=plan.trace)
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading, **more)

@@ -8,6 +8,46 @@ from ..engine.plan import Liveness, Plan, liveness  # noqa: F401  (re-exported)
 from ..trace.model import Trace
 
 
+def join_view(trace: Trace) -> Trace:
+    """NOTE [join as view]
+    What the paper's vDNN runtime replays for a network with joins: Torch's nn.Concat copies
+    its branches' outputs into a buffer of its own (the baseline's Fig. 4 counts it:
+    GoogLeNet's feature maps, 2930 MiB, are vdnnsim's 2945 with the joins' 603), but under
+    vDNN_all the paper moves 2340 MiB (Fig. 12), which is every feature map but the joins'
+    (2945 - 603 = 2342): its layer-wise runtime lets the branches write into the join, so
+    the join holds no bytes of its own and what the next module reads is the branches'
+    outputs. This trace is that: each concat's output made empty and its readers reading
+    the concat's inputs instead (a join a layer then writes in place keeps its copy).
+    Torch7 traces with concats only (PyTorch's torch.cat copies); the vDNN policies run it (their plans carry it, ``Plan.trace``), the baselines,
+    checkpointing, the block policies and the planner keep the copying join. Worked out once
+    per trace (NOTE [trace analyses])."""
+    if trace.pytorch or not any(layer.kind == "concat" for layer in trace.layers):
+        return trace
+    return trace.memo("join view", lambda: _join_view(trace))
+
+
+def _join_view(trace: Trace) -> Trace:
+    from ..trace.io import trace_from_dict, trace_to_dict
+    data = trace_to_dict(trace)
+    tensors = {t["id"]: t for t in data["tensors"]}
+    aliased = {t.get("alias_of") for t in data["tensors"]}
+    parts: dict[str, list[str]] = {}
+    for layer in data["layers"]:
+        # a join that a layer then writes in place keeps its copy (the write needs a buffer)
+        if layer["kind"] == "concat" and not aliased & set(layer["outputs"]):
+            for t in layer["outputs"]:
+                parts[t] = [x for p in layer["inputs"] for x in parts.get(p, [p])]
+                tensors[t]["size_bytes"] = 0
+    for layer in data["layers"]:
+        if layer["kind"] == "concat" and set(layer["outputs"]) <= set(parts):
+            continue
+        for key in ("inputs", "saved"):
+            if key in layer:
+                layer[key] = list(dict.fromkeys(
+                    x for t in layer[key] for x in parts.get(t, [t])))
+    return trace_from_dict(data, trace.name)
+
+
 def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str, ...], ...]:
     """vDNN's choice: a layer offloads each input buffer it is the last forward reader of,
     if backward needs that buffer (reference counts for forks and joins). A layer never

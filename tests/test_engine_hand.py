@@ -191,25 +191,32 @@ def test_the_baseline_keeps_a_third_gradient_buffer_where_the_network_forks():
     assert run_trace(chain, GPU, "baseline_p").peak_breakdown["gradients"] == 2 * U
 
 
+def _join(relu_in_place: bool = False):
+    """Two convs on the input joined (j), read by conv c, or by an in-place ReLU r on the
+    join and c after it."""
+    head = "r" if relu_in_place else "j"
+    tensors = [{"id": "data", "size_bytes": U, "kind": "input"},
+               {"id": "a", "size_bytes": U}, {"id": "b", "size_bytes": U},
+               {"id": "j", "size_bytes": 2 * U}, {"id": "c", "size_bytes": U}]
+    layers = [{"id": x, "kind": "conv", "inputs": ["data"], "outputs": [x],
+               "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS} for x in ("a", "b")]
+    layers.append({"id": "j", "kind": "concat", "inputs": ["a", "b"], "outputs": ["j"],
+                   "saved": [], "fwd_ns": MS, "bwd_ns": MS})
+    if relu_in_place:
+        tensors.append({"id": "r", "size_bytes": 2 * U, "alias_of": "j"})
+        layers.append({"id": "r", "kind": "relu", "inputs": ["j"], "outputs": ["r"],
+                       "saved": ["r"], "fwd_ns": MS, "bwd_ns": MS})
+    layers.append({"id": "c", "kind": "conv", "inputs": [head], "outputs": ["c"],
+                   "saved": [head], "fwd_ns": MS, "bwd_ns": MS})
+    return trace_from_dict({"format": "vdnnsim-trace", "version": 1, "name": "join",
+                            "batch_size": 1, "tensors": tensors, "layers": layers})
+
+
 def test_the_papers_runtime_lets_branches_write_into_the_join():
     """NOTE [join as view]: under the vDNN policies a Torch7 join holds no bytes of its
     own and its readers read the branches' outputs; the baseline keeps Torch's copy."""
     from vdnnsim.policies.plan import join_view
-    t = trace_from_dict({
-        "format": "vdnnsim-trace", "version": 1, "name": "join", "batch_size": 1,
-        "tensors": [{"id": "data", "size_bytes": U, "kind": "input"},
-                    {"id": "a", "size_bytes": U}, {"id": "b", "size_bytes": U},
-                    {"id": "j", "size_bytes": 2 * U}, {"id": "c", "size_bytes": U}],
-        "layers": [
-            {"id": "a", "kind": "conv", "inputs": ["data"], "outputs": ["a"],
-             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "b", "kind": "conv", "inputs": ["data"], "outputs": ["b"],
-             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "j", "kind": "concat", "inputs": ["a", "b"], "outputs": ["j"],
-             "saved": [], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "c", "kind": "conv", "inputs": ["j"], "outputs": ["c"], "saved": ["j"],
-             "fwd_ns": MS, "bwd_ns": MS},
-        ]})
+    t = _join()
     v = join_view(t)
     assert v.tensors["j"].size_bytes == 0 and v.layers[3].inputs == ("a", "b")
     assert v.layers[3].saved == ("a", "b") and join_view(t) is v  # worked out once
@@ -224,25 +231,7 @@ def test_a_join_written_in_place_keeps_its_copy():
     """NOTE [join as view]: a ReLU in place on the join needs the join's own buffer (the
     fuzz campaign's case); the join stays a copy and the run keeps its invariants."""
     from vdnnsim.policies.plan import join_view
-    t = trace_from_dict({
-        "format": "vdnnsim-trace", "version": 1, "name": "join2", "batch_size": 1,
-        "tensors": [{"id": "data", "size_bytes": U, "kind": "input"},
-                    {"id": "a", "size_bytes": U}, {"id": "b", "size_bytes": U},
-                    {"id": "j", "size_bytes": 2 * U},
-                    {"id": "r", "size_bytes": 2 * U, "alias_of": "j"},
-                    {"id": "c", "size_bytes": U}],
-        "layers": [
-            {"id": "a", "kind": "conv", "inputs": ["data"], "outputs": ["a"],
-             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "b", "kind": "conv", "inputs": ["data"], "outputs": ["b"],
-             "saved": ["data"], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "j", "kind": "concat", "inputs": ["a", "b"], "outputs": ["j"],
-             "saved": [], "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "r", "kind": "relu", "inputs": ["j"], "outputs": ["r"], "saved": ["r"],
-             "fwd_ns": MS, "bwd_ns": MS},
-            {"id": "c", "kind": "conv", "inputs": ["r"], "outputs": ["c"], "saved": ["r"],
-             "fwd_ns": MS, "bwd_ns": MS},
-        ]})
+    t = _join(relu_in_place=True)
     v = join_view(t)
     assert v.tensors["j"].size_bytes == 2 * U and v.layers[3].inputs == ("j",)
     assert run_trace(t, GPU, "vdnn_all_m").fits

@@ -33,7 +33,8 @@ import torch
 from vdnnsim.api import resolve_gpu
 from vdnnsim.gpu.graph import probe
 from vdnnsim.gpu.models import build_model
-from vdnnsim.gpu.profile import _calibrated, _gradient_sums, analytic_algos
+from vdnnsim.calibration_fits import _totals
+from vdnnsim.gpu.profile import _calibrated, _gradient_sums
 from vdnnsim.kernelmodel import for_gpu, predict_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +48,9 @@ def _probe(spec: str, batch: int):
 
 
 def analytic_ms(p, gpu) -> tuple[float, float]:
-    """Forward and backward ms: each layer's fastest algorithm by the analytic model."""
-    algos = analytic_algos(p, gpu)
-    f = sum(min(a["fwd_ns"] for a in opts) for opts in algos.values())
-    b = sum(min(a["bwd_ns"] for a in opts) for opts in algos.values())
-    return f / 1e6, b / 1e6
+    """Forward and backward ms: each layer's fastest algorithm by the analytic model (the
+    sums the published fit makes, calibration_fits._totals)."""
+    return _totals({"net": p}, gpu)["net"]
 
 
 def kernel_ms(p, km) -> tuple[float, float]:

@@ -82,7 +82,14 @@ def _liveness(trace: Trace) -> Liveness:
 
 def grad_buffers(trace: Trace, lv: Liveness) -> int:
     """How many gradient buffers the network-wide baseline reuses (NOTE [fork gradient
-    buffer]): 2, or 3 where a tensor that needs a gradient has more than one reader."""
+    buffer]): 2, or 3 where a tensor that needs a gradient has more than one reader.
+    Worked out once per trace (NOTE [trace analyses]) where ``lv`` is the trace's own."""
+    if lv is liveness(trace):
+        return trace.memo("grad buffers", lambda: _grad_buffers(trace, lv))
+    return _grad_buffers(trace, lv)
+
+
+def _grad_buffers(trace: Trace, lv: Liveness) -> int:
     readers: dict[str, int] = {}
     for layer in trace.layers:
         for t in dict.fromkeys(layer.inputs):

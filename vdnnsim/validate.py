@@ -151,8 +151,12 @@ class Measurement(BaseModel):
         None, description="The caching allocator's settings the run was measured with "
         "(NOTE [measured allocator settings]); absent or {}: PyTorch's defaults.")
     host_probe_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
-        None, description="How fast the measuring host was (NOTE [host probe]); absent in "
-        "records made before it was recorded.")
+        None, description="How fast the measuring host was before the model was built (NOTE "
+        "[host probe]); absent in records made before it was recorded.")
+    host_probe_between_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
+        None, description="How fast the measuring host was right after each timed step, "
+        "the median (NOTE [host probe]): what follows the step's host time; absent in "
+        "records made before 2026-12-05.")
 
     @model_validator(mode="after")
     def _measured_if_it_fit(self) -> "Measurement":

@@ -13,6 +13,17 @@ validate` says where a measurement's host and its trace's differ by more than
 HOST_PROBE_TOLERANCE (vdnnsim/validate.py): a host-bound run's time then compares two
 hosts. The simulator does not scale its host costs by it (a replay's vDNN reserved peak
 moves with the host's speed too, docs/validation.md).
+
+Measured on 2026-12-05 (traces/h200_issue28/session20/, docs/validation.md, "How fast the
+host is"): a lent machine's host changes speed from one process to the next by up to 1.9x
+within minutes (KVM guests; the same host-bound step 21-41 ms in eleven processes, each
+steady within itself), and the probe taken once before the model hardly follows it
+(Pearson's r 0.43 and -0.02 with the step's host time over two models' processes), while
+a short probe after each timed step does (r 0.87, 0.82). So `vdnnsim measure` also times
+STEP_PROBE_OPS launches after each timed step (``StepProbe``: on a one-element tensor made
+after the warm-up steps and kept, so no cache is emptied between steps) and records them
+(``host_probe_steps_ns``) and their median (``host_probe_between_ns``); the trace's probe
+is still the one before the model.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import time
 import torch
 
 PROBE_OPS, PROBE_TRIALS = 2000, 5  # NOTE [host probe]
+STEP_PROBE_OPS = 300  # after each timed step: about 3 ms (NOTE [host probe])
 
 
 def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
@@ -44,3 +56,30 @@ def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
         del x
         torch.cuda.empty_cache()
     return statistics.median(per_op)
+
+
+class StepProbe:
+    """NOTE [host probe]: the host's time per ``x.add_(1)`` launch, taken after each timed
+    step on a one-element tensor of ``device`` kept from construction to ``close``."""
+
+    def __init__(self, device: "torch.device | str", ops: int = STEP_PROBE_OPS) -> None:
+        self.ops = ops
+        self.x = torch.zeros(1, device=device)
+        self.x.add_(1)  # the kernel loaded
+        self.times: list[float] = []
+
+    def __call__(self) -> float:
+        x = self.x
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)
+        t0 = time.perf_counter_ns()
+        for _ in range(self.ops):
+            x.add_(1)
+        ns = (time.perf_counter_ns() - t0) / self.ops
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)
+        self.times.append(ns)
+        return ns
+
+    def close(self) -> None:
+        del self.x

@@ -39,7 +39,7 @@ import torch
 
 from ..planfile import BlockPlanFile, PlanFile, plan_from_data
 from .block_offload import BlockOffload
-from .hostprobe import host_probe_ns
+from .hostprobe import StepProbe, host_probe_ns
 from .profile import software
 from .runtime import VDNN
 from .workload import DTYPES, build_workload, training_step
@@ -118,6 +118,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
 
         for _ in range(warmup):
             run_step()
+        probe = StepProbe(dev)  # NOTE [host probe]: after the warm-up, in its cache
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_stats(dev)
@@ -134,6 +135,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             host.append((time.perf_counter() - t0) * 1e3)
             e.synchronize()
             times.append(s.elapsed_time(e))
+            probe()  # NOTE [host probe]: the host's speed right after the step
         after = torch.cuda.memory_stats(dev)
         if history is not None:
             snapshot = torch.cuda.memory._snapshot()
@@ -145,8 +147,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
         counts = {k: after.get(k, 0) - before.get(k, 0)
                   for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+        probe.close()
         record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
-                      host_issue_ms=statistics.median(host),
+                      host_issue_ms=statistics.median(host), host_issue_ms_all=host,
+                      host_probe_steps_ns=probe.times,
+                      host_probe_between_ns=statistics.median(probe.times),
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)

@@ -14,8 +14,9 @@ records) keeps every process's record and gives the run:
 - ``iteration_ms``: the median of the processes' medians; ``iteration_ms_band``: their
   [min, max]; ``iteration_ms_spread``: (max - min) / median;
 - ``peak_allocated_bytes``, ``peak_reserved_bytes``, ``reserved_one_step_bytes``,
-  ``pinned_host_bytes`` (NOTE [pinned pool]), ``host_issue_ms`` and ``host_probe_ns``
-  (NOTE [host probe]): the median over the processes, each with its ``_band``;
+  ``pinned_host_bytes`` (NOTE [pinned pool]), ``host_issue_ms``, ``host_probe_ns`` and
+  ``host_probe_between_ns`` (NOTE [host probe]): the median over the processes, each with
+  its ``_band``;
 - ``repeat``: how many processes, the discarded ones' medians (marked ``discarded``),
   whether their fits agree.
 Every process must agree on whether the run fits; where they do not, ``fits`` is false
@@ -42,12 +43,14 @@ from ..errors import ConfigError
 
 # per process, what the aggregate keeps of each child's record
 PER_PROCESS = ("fits", "error", "iteration_ms", "iteration_ms_all", "host_issue_ms",
-               "host_probe_ns", "peak_allocated_bytes", "peak_reserved_bytes",
+               "host_issue_ms_all", "host_probe_ns", "host_probe_between_ns",
+               "host_probe_steps_ns", "peak_allocated_bytes", "peak_reserved_bytes",
                "reserved_one_step_bytes", "pinned_host_bytes", "allocator", "phases",
                "memory_history")
 # measured per process and made one by the median (with a band)
-MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "peak_allocated_bytes",
-           "peak_reserved_bytes", "reserved_one_step_bytes", "pinned_host_bytes")
+MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "host_probe_between_ns",
+           "peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
+           "pinned_host_bytes")
 BYTES = ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
          "pinned_host_bytes")
 

@@ -67,5 +67,17 @@ def test_the_profiler_counts_each_layers_commands_and_the_queue_blocks():
     convs = [x for x in d["layers"] if x["kind"] == "conv"]
     assert convs and all(x["kernels_fwd"] >= 1 and x["kernels_bwd"] >= 1 for x in convs)
     assert by["flatten"]["kernels_fwd"] == 0
+    # NOTE [host probe]: both probes of the profiling host, before the model and after steps
+    assert d["source"]["host_probe_ns"] > 0 and d["source"]["host_probe_between_ns"] > 0
     q = launch_queue_depth(launches=4096, trials=1)
     assert 100 < q["same_stream"][0] < 4096 and q["other_stream"] == [None]
+
+
+def test_measure_probes_the_host_after_each_timed_step_and_keeps_the_cache():
+    """NOTE [host probe]: one probe per timed step, their median, each step's host time;
+    the probe's tensor is made after the warm-up, so no cache is emptied between steps."""
+    from vdnnsim.gpu.measure import measure
+    r = measure("torchvision:resnet18", 8, iters=3, warmup=2)
+    assert len(r["host_probe_steps_ns"]) == 3 and len(r["host_issue_ms_all"]) == 3
+    assert r["host_probe_between_ns"] == sorted(r["host_probe_steps_ns"])[1] > 0
+    assert r["allocator"]["num_device_free"] == 0

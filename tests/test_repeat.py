@@ -596,6 +596,18 @@ def test_validate_says_where_the_measuring_host_was_not_the_profiling_one(tmp_pa
     assert list(rows.host_ratio) == [1.5, 1.05]
     warned = [ln for ln in format_validation(rows).splitlines() if ln.startswith("warning")]
     assert len(warned) == 1 and "1.50x" in warned[0] and recs[0]["policy"] in warned[0]
+    assert "probed before the model (the probes before the model, which hardly" in warned[0]
+    # the probes after the timed steps, where trace and record both have them, come first
+    d["source"]["host_probe_between_ns"] = 8000.0
+    (tmp_path / "tr" / "vgg16_b64.yaml").write_text(yaml.safe_dump(d))
+    assert load_trace(tmp_path / "tr" / "vgg16_b64.yaml").source.host_probe_between_ns == 8000.0
+    recs[0]["host_probe_between_ns"], recs[1]["host_probe_between_ns"] = 8200.0, 10000.0
+    f.write_text(json.dumps(recs))
+    rows = validate(tmp_path / "tr", f)
+    assert list(rows.host_ratio) == [1.025, 1.25]
+    assert list(rows.host_probe) == ["after the steps"] * 2
+    warned = [ln for ln in format_validation(rows).splitlines() if ln.startswith("warning")]
+    assert len(warned) == 1 and "1.25x" in warned[0] and "probed after the steps:" in warned[0]
     # and a probe that is no speed is refused in a trace file
     d["source"]["host_probe_ns"] = -1
     with pytest.raises(Exception, match="host_probe_ns"):

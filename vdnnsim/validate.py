@@ -241,9 +241,16 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
         r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"),
                       allocator=_simulated_settings(m.get("allocator_conf")))
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
-        # NOTE [host probe]: how much slower the measuring host was than the profiling one
-        probes = (m.get("host_probe_ns"), trace.source.host_probe_ns)
-        row["host_ratio"] = probes[0] / probes[1] if None not in probes else float("nan")
+        # NOTE [host probe]: how much slower the measuring host was than the profiling one,
+        # by the probes after the timed steps where both have them (they follow the steps'
+        # host time), else by those before the model
+        src = trace.source
+        pairs = (("after the steps", m.get("host_probe_between_ns"),
+                  src.host_probe_between_ns),
+                 ("before the model", m.get("host_probe_ns"), src.host_probe_ns))
+        kind, a, b = next((p for p in pairs if None not in p[1:]), ("", None, None))
+        row["host_ratio"] = a / b if a is not None else float("nan")
+        row["host_probe"] = kind
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
             pr, mr = r.peak_footprint_bytes, m[RESERVED[reserved]]
@@ -370,8 +377,10 @@ def host_warnings(df: pd.DataFrame) -> list[str]:
     for r in df.itertuples():
         k = r.host_ratio
         if k == k and abs(k - 1) > HOST_PROBE_TOLERANCE:
+            weak = " (the probes before the model, which hardly follow a step's host time)" \
+                if r.host_probe == "before the model" else ""
             out.append(f"warning: {r.model} {r.batch_size} {r.policy}: the measuring host "
-                       f"took {k:.2f}x the profiling host's time per launch (host_probe_ns):"
-                       " a host-bound time, and a vDNN run's reserved peak, compare two "
-                       "hosts")
+                       f"took {k:.2f}x the profiling host's time per launch, probed "
+                       f"{r.host_probe}{weak}: a host-bound time, and a vDNN run's reserved "
+                       "peak, compare two hosts")
     return out

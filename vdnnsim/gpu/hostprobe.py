@@ -22,8 +22,10 @@ steady within itself), and the probe taken once before the model hardly follows 
 a short probe after each timed step does (r 0.87, 0.82). So `vdnnsim measure` also times
 STEP_PROBE_OPS launches after each timed step (``StepProbe``: on a one-element tensor made
 after the warm-up steps and kept, so no cache is emptied between steps) and records them
-(``host_probe_steps_ns``) and their median (``host_probe_between_ns``); the trace's probe
-is still the one before the model.
+(``host_probe_steps_ns``) and their median (``host_probe_between_ns``), and `vdnnsim
+profile` takes it after each of its plain timed steps (``host_probe_between_ns`` in the
+trace's source); `vdnnsim validate` compares those two where both exist, else the probes
+before the model (and says which). Neither is yet tried across two lent machines.
 """
 
 from __future__ import annotations

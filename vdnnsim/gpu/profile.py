@@ -60,7 +60,7 @@ from torch.utils._pytree import tree_map
 
 from ..trace.schema import FORMAT, VERSION
 from .graph import Probe, ProbeNode, probe, trace_module
-from .hostprobe import host_probe_ns
+from .hostprobe import StepProbe, host_probe_ns
 from .instrument import hook_backward, instrument
 from .kernels import count_kernels
 from .models import ZooModule, build_model
@@ -232,6 +232,7 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
 
     for _ in range(warmup):
         step(True)
+    between = StepProbe("cuda") if cuda else None  # NOTE [host probe]: after each step
     samples_f: list[list[float]] = [[] for _ in range(n + 1)]
     samples_b: list[list[float]] = [[] for _ in range(n + 1)]
     host_f: list[list[float]] = [[] for _ in range(n + 1)]  # ms, as the GPU's samples
@@ -271,6 +272,8 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
         phases["h_plain_b"].append(r["host"]["b"] / 1e6)
         phases["h_step"].append(r["host"]["step"] / 1e6)
         phases["h_zero"].append(r["host"]["zero"] / 1e6)
+        if between is not None:
+            between()
     hooked.clear()
     m = {k: statistics.median(v) for k, v in phases.items()}
     if cuda:
@@ -298,6 +301,9 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
             "host_fwd_pass_ns": int(m["h_plain_f"] * 1e6),
             "host_bwd_pass_ns": int(m["h_plain_b"] * 1e6),
             "host_mark_ns": int(h_over_f * 1e6)}
+    if between is not None:
+        between.close()
+        meta["host_probe_between_ns"] = statistics.median(between.times)
     return times, meta
 
 
@@ -437,6 +443,8 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     gpu = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     src = {"kind": "profiled", "gpu": gpu, "software": software(),
            "host_probe_ns": round(probe_ns, 1),
+           **({"host_probe_between_ns": round(meta["host_probe_between_ns"], 1)}
+              if "host_probe_between_ns" in meta else {}),
            "note": f"vdnnsim profile --model {model_spec} --batch {batch_size}; per-layer "
                    f"median of {trials} whole steps (NOTE [layer timing]); one step took "
                    f"{meta['instrumented_ns'] / 1e6:.2f} ms with the timestamps, "

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from .aten_probe import OUTSIDE, probe_ops
-from .hostprobe import host_probe_ns
+from .hostprobe import StepProbe, host_probe_ns
 from .profile import _Clock, assemble, resident_bytes, software
 from .workload import DTYPES, PRECISIONS, build_workload, training_step
 
@@ -63,6 +63,7 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
     host = time.perf_counter_ns
     out: dict[str, list[float]] = {k: [] for k in ("step", "fwd", "bwd", "hf", "hb", "hs")}
     t: dict[str, Any] = {}
+    between = StepProbe("cuda") if cuda else None  # NOTE [host probe]: after each step
 
     def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
         if point == "start":
@@ -93,6 +94,11 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
         out["hf"].append((h2 - h1) / 1e6)
         out["hb"].append((h3 - h2) / 1e6)
         out["hs"].append(((h1 - h0) + (h4 - h3)) / 1e6)
+        if between is not None:
+            between()
+    if between is not None:
+        between.close()
+        out["probe"] = between.times
     return out
 
 
@@ -160,7 +166,8 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
             "plain_ms": med(plain["step"]), "plain_min_ms": min(plain["step"]),
             "plain_max_ms": max(plain["step"]), "plain_fwd_ms": med(plain["fwd"]),
             "plain_bwd_ms": med(plain["bwd"]), "host_fwd_pass_ms": med(plain["hf"]),
-            "host_bwd_pass_ms": med(plain["hb"]), "host_rest_ms": med(plain["hs"])}
+            "host_bwd_pass_ms": med(plain["hb"]), "host_rest_ms": med(plain["hs"]),
+            **({"host_probe_between_ns": med(plain["probe"])} if "probe" in plain else {})}
 
 
 def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
@@ -339,6 +346,8 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     gaps = t["gap_ns"] / t["device_total_ns"] if t["device_total_ns"] else 0
     src = {"kind": "profiled", "gpu": name, "software": software(),
            "host_probe_ns": round(probe_ns, 1),
+           **({"host_probe_between_ns": round(t["host_probe_between_ns"], 1)}
+              if "host_probe_between_ns" in t else {}),
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "

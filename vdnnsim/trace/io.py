@@ -159,7 +159,7 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note,
-                        s.host_probe_ns),
+                        s.host_probe_ns, s.host_probe_between_ns),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
                  spec.step_workspace_bytes, spec.optimizer,
                  tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))

@@ -128,6 +128,8 @@ class Source:
     note: str | None = None
     # the profiling host's speed (NOTE [host probe]): where the trace was made, as software
     host_probe_ns: float | None = field(default=None, compare=False, hash=False)
+    # and right after its timed steps, the median (NOTE [host probe]: what follows a step)
+    host_probe_between_ns: float | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

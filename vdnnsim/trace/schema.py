@@ -139,7 +139,12 @@ class SourceSpec(_Strict):
     host_probe_ns: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="How fast the profiling machine's host was: its median time per tiny "
-        "kernel launch, ns (NOTE [host probe] in vdnnsim/gpu/hostprobe.py).")
+        "kernel launch, ns, before the model was built (NOTE [host probe] in "
+        "vdnnsim/gpu/hostprobe.py).")
+    host_probe_between_ns: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="The same probe after each timed step, the median: what follows the "
+        "host's speed over the steps (NOTE [host probe]).")
 
 
 class TraceSpec(_Strict):

@@ -661,3 +661,19 @@ def test_session_20s_runs_judged_against_their_fresh_processes(tmp_path):
         f.write_text(json.dumps(base))
         assert validate([bw / "h200", bw / "heldout"], f).time_err.round(3).tolist() == old
         assert validate([data / "loan1"], f).time_err.round(3).tolist() == new
+
+
+def test_processes_that_spread_more_than_fresh_processes_repeat_are_said_to():
+    """NOTE [repeated measurement]: medians spread by more than 10% get a warning, saying
+    host-bound where the host's issue time is most of the step (session 20: a lent
+    machine's host changes speed between processes)."""
+    procs = [_proc(25.0), _proc(28.0), _proc(35.0)]
+    for p, host in zip(procs, (21.0, 25.0, 32.0)):
+        p["host_issue_ms"] = host
+    host_bound = aggregate(procs)
+    (w,) = host_bound["warnings"]
+    assert "spread by 36% (25.0 to 35.0 ms)" in w and "host-bound" in w
+    gpu_bound = aggregate([_proc(100.0), _proc(112.0), _proc(101.0)])  # host: half the step
+    (w,) = gpu_bound["warnings"]
+    assert "spread by 12%" in w and "host-bound" not in w
+    assert "warnings" not in aggregate([_proc(100.0), _proc(104.0), _proc(101.0)])

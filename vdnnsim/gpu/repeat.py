@@ -19,7 +19,10 @@ records) keeps every process's record and gives the run:
   its ``_band``;
 - ``repeat``: how many processes, the discarded ones' medians (marked ``discarded``),
   whether their fits agree.
-Every process must agree on whether the run fits; where they do not, ``fits`` is false
+Where the processes' medians spread by more than SPREAD_WARN, the record's ``warnings`` say
+so (and that the step is host-bound where the host's issue time is most of it: a lent
+machine's host changes speed between processes, docs/validation.md). Every process must
+agree on whether the run fits; where they do not, ``fits`` is false
 (the run does not fit reliably), ``repeat.fits_agree`` false and a warning is in the
 record's ``warnings`` and on stderr. The parent imports no torch and never touches CUDA:
 the GPU is the children's. Ctrl-C (NOTE [interrupt]) kills the running child; a
@@ -51,6 +54,8 @@ PER_PROCESS = ("fits", "error", "iteration_ms", "iteration_ms_all", "host_issue_
 MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "host_probe_between_ns",
            "peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
            "pinned_host_bytes")
+SPREAD_WARN = 0.10  # NOTE [repeated measurement]: fresh processes agree within 6-8%
+HOST_BOUND = 0.8  # the host's issue time at least this share of the step's: host-bound
 BYTES = ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
          "pinned_host_bytes")
 
@@ -116,7 +121,15 @@ def aggregate(records: list[dict[str, Any]], discarded: list[dict[str, Any]] | N
         out[f"{key}_band"] = band
     if "iteration_ms" in out:
         lo, hi = out["iteration_ms_band"]
-        out["iteration_ms_spread"] = (hi - lo) / out["iteration_ms"]
+        out["iteration_ms_spread"] = spread = (hi - lo) / out["iteration_ms"]
+        if spread > SPREAD_WARN and len(fitted) > 1:
+            host_bound = out.get("host_issue_ms", 0) >= HOST_BOUND * out["iteration_ms"]
+            warnings.append(
+                f"the {len(fitted)} processes' step times spread by {spread:.0%} ({lo:.1f} to "
+                f"{hi:.1f} ms), more than fresh processes repeat to (6-8%)" +
+                (": the step is host-bound, and the host's speed changed between processes "
+                 "(docs/validation.md, 'How fast the host is'); the median is uncertain by "
+                 "about as much, and more processes narrow it" if host_bound else ""))
     errors = [r["error"] for r in records if r.get("error")]
     if errors and not out["fits"]:
         out["error"] = errors[0]

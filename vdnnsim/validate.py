@@ -263,6 +263,8 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
                        alloc_err=(pa - ma) / ma, measured_reserved_gib=mr / GiB,
                        predicted_reserved_gib=pr / GiB, reserved_err=(pr - mr) / mr,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
+            host = m.get("host_issue_ms")  # NOTE [host probe]: whose time the host sets
+            row["host_bound"] = host >= HOST_BOUND * mt if host else None
             row.update(_band("time", pt, m.get("iteration_ms_band"), 1.0))
             row.update(_band("reserved", pr, m.get(f"{RESERVED[reserved]}_band"), GiB))
         rows.append(row)
@@ -303,6 +305,14 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
         judged = [bool(v) for v in col if v is not None and v == v]
         if judged:
             out.setdefault("bands", {})[name] = {"inside": sum(judged), "n": len(judged)}
+    if "host_bound" in df and "time_err" in df:  # NOTE [host probe]
+        for kind, rows in (("host", df[df.host_bound == True]),  # noqa: E712 (None: unknown)
+                           ("gpu", df[df.host_bound == False])):  # noqa: E712
+            errs = [abs(x) for x in rows.time_err.dropna()]
+            if errs:
+                out.setdefault("time_by_bound", {})[kind] = {
+                    "median_abs": statistics.median(errs), "max_abs": max(errs),
+                    "n": len(errs)}
     capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
@@ -353,6 +363,14 @@ def format_validation(df: pd.DataFrame) -> str:
                           f"{'met' if v['target_met'] else 'MISSED'})")
             lines.append(f"{name}: median |error| {v['median_abs']:.1%}, max {v['max_abs']:.1%}"
                          f" over {v['n']} runs{target}")
+    split = s.get("time_by_bound", {})
+    if "host" in split:  # NOTE [host probe]: host-bound truth repeats less
+        parts = [f"{what} {v['median_abs']:.1%} / {v['max_abs']:.1%} over {v['n']}"
+                 for what, v in (("host-bound", split["host"]), ("the rest", split.get("gpu")))
+                 if v]
+        lines.append("iteration_time, median / max |error|: " + "; ".join(parts) +
+                     f" (host-bound: host issue {HOST_BOUND:.0%} of the step or more, "
+                     "docs/validation.md, 'How fast the host is')")
     for name, what in (("time", "iteration time"), ("reserved", "peak reserved")):
         if name in s.get("bands", {}):
             b = s["bands"][name]
@@ -365,6 +383,7 @@ def format_validation(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+HOST_BOUND = 0.8  # NOTE [host probe]: the host's issue time this share of the step or more
 HOST_PROBE_TOLERANCE = 0.10  # NOTE [host probe]: the fresh processes' own spread is 6-8%
 
 

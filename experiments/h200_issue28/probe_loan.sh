@@ -21,14 +21,8 @@ if [ "${1:-}" = profile ]; then PROFILE=1; shift; fi
 [ "${1:-}" = -- ] && shift
 PROBE_RUNS="efficientnet_b0:32:baseline shufflenet_v2_x1_0:64:baseline efficientnet_b0:32:vdnn_all"
 mkdir -p "$OUT"
-if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    "$ROOT"/.whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m vdnnsim measure --model torchvision:resnet50 --batch 64 --json \
-  > "$OUT/warmup.json" 2> /dev/null
+# shellcheck source=experiments/h200_issue28/device_env.sh
+. "$HERE/device_env.sh"
 if [ "$PROFILE" = 1 ]; then
   for run in efficientnet_b0:32 shufflenet_v2_x1_0:64; do
     name=${run%%:*}; b=${run##*:}

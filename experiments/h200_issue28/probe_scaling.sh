@@ -24,14 +24,8 @@ shift 2
 export DEADLINE=$(( $(date +%s) + SECONDS_LEFT ))
 MODELS="efficientnet_b0:32 shufflenet_v2_x1_0:64 mobilenet_v2:64"
 mkdir -p "$OUT"
-if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    "$ROOT"/.whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m vdnnsim measure --model torchvision:resnet50 --batch 64 --json \
-  > "$OUT/warmup.json" 2> /dev/null
+# shellcheck source=experiments/h200_issue28/device_env.sh
+. "$HERE/device_env.sh"
 for k in 1 2; do
   for run in $MODELS; do
     name=${run%%:*}; b=${run##*:}

@@ -21,7 +21,9 @@ steady within itself), and the probe taken once before the model hardly follows 
 (Pearson's r 0.43 and -0.02 with the step's host time over two models' processes), while
 a short probe after each timed step does (r 0.87, 0.82). So `vdnnsim measure` also times
 STEP_PROBE_OPS launches after each timed step (``StepProbe``: on a one-element tensor made
-after the warm-up steps and kept, so no cache is emptied between steps) and records them
+after the warm-up steps and kept, so no cache is emptied between steps; it costs the
+reserved peak at most one 2 MiB small-pool segment, where the warm-up left no room in
+one) and records them
 (``host_probe_steps_ns``) and their median (``host_probe_between_ns``), and `vdnnsim
 profile` takes it after each of its plain timed steps (``host_probe_between_ns`` in the
 trace's source); `vdnnsim validate` compares those two where both exist, else the probes

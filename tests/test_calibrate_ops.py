@@ -57,6 +57,8 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     if dtype == "fp32":
         assert {"adamw_step", "sgd_step"} <= kinds
     assert len(data["host_chains"]) == 2 * len(co.HOST_CHAINS)
+    # NOTE [host probe]: each chain's record says how fast the host was beside it
+    assert all(c["host_probe_between_ns"] > 0 for c in data["host_chains"])
 
 
 def test_grid_is_seeded_and_respects_limits():

@@ -23,6 +23,7 @@ Nothing here is fitted; vdnnsim/opmodel.py fits the file this writes.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from typing import Any, Callable
 
@@ -221,8 +222,11 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
     functions and as modules, forward (graph recorded) and backward; ``autocast``: fp32
     tensors and weights under torch.autocast to that dtype, as autocast training runs."""
     import contextlib
+
+    from .hostprobe import StepProbe
     n = 64
     recs = []
+    probe = StepProbe(dev)  # NOTE [host probe]: the host's speed beside each chain's reps
     ctx = (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
         else contextlib.nullcontext
     for kind in HOST_CHAINS:
@@ -259,7 +263,7 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
                 for i in range(n):
                     t = mods[i](t) if modules else op(t, i)
                 return t
-            fwd, bwd = [], []
+            fwd, bwd, probes = [], [], []
             for rep in range(12):
                 _sync(dev)
                 t0 = time.perf_counter()
@@ -275,11 +279,14 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
                 if rep >= 2:
                     fwd.append((t1 - t0) / n * 1e9)
                     bwd.append((t3 - t2) / n * 1e9)
+                    probes.append(probe())
             recs.append({"chain": kind, "modules": modules, "ops": n,
                          "dtype": str(dt).replace("torch.", ""),
                          "autocast": str(autocast).replace("torch.", "") if autocast else None,
                          "host_fwd_ns": round(sorted(fwd)[len(fwd) // 2], 1),
-                         "host_bwd_ns": round(sorted(bwd)[len(bwd) // 2], 1)})
+                         "host_bwd_ns": round(sorted(bwd)[len(bwd) // 2], 1),
+                         "host_probe_between_ns": round(statistics.median(probes), 1)})
+    probe.close()
     return recs
 
 

@@ -26,8 +26,11 @@ reserved peak at most one 2 MiB small-pool segment, where the warm-up left no ro
 one) and records them
 (``host_probe_steps_ns``) and their median (``host_probe_between_ns``), and `vdnnsim
 profile` takes it after each of its plain timed steps (``host_probe_between_ns`` in the
-trace's source); `vdnnsim validate` compares those two where both exist, else the probes
-before the model (and says which). Neither is yet tried across two lent machines.
+trace's source), and `vdnnsim calibrate --ops` beside each host chain's repetitions
+(``host_probe_between_ns`` in each chain's record: the host model's calibration is a draw
+of the host's speed too); `vdnnsim validate` compares a trace's and a record's where both
+exist, else the probes before the model (and says which). None is yet tried across two
+lent machines, and no cost is scaled by a probe.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from . import limits
 from .allocconf import check_conf, is_default
 from .api import resolve_gpu, run_trace
 from .engine.caching import KNOWN_SETTINGS
+from .gpu.repeat import HOST_BOUND
 from .errors import ConfigError, VdnnError
 from .hardware import Capacity
 from .trace import Trace, load_trace
@@ -264,7 +265,8 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
                        predicted_reserved_gib=pr / GiB, reserved_err=(pr - mr) / mr,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
             host = m.get("host_issue_ms")  # NOTE [host probe]: whose time the host sets
-            row["host_bound"] = host >= HOST_BOUND * mt if host else None
+            known = isinstance(host, (int, float)) and 0 < host < float("inf")
+            row["host_bound"] = host >= HOST_BOUND * mt if known else None
             row.update(_band("time", pt, m.get("iteration_ms_band"), 1.0))
             row.update(_band("reserved", pr, m.get(f"{RESERVED[reserved]}_band"), GiB))
         rows.append(row)
@@ -306,9 +308,11 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
         if judged:
             out.setdefault("bands", {})[name] = {"inside": sum(judged), "n": len(judged)}
     if "host_bound" in df and "time_err" in df:  # NOTE [host probe]
-        for kind, rows in (("host", df[df.host_bound == True]),  # noqa: E712 (None: unknown)
-                           ("gpu", df[df.host_bound == False])):  # noqa: E712
-            errs = [abs(x) for x in rows.time_err.dropna()]
+        timed = df[df.time_err.notna()]
+        for kind, rows in (("host", timed[timed.host_bound == True]),  # noqa: E712
+                           ("gpu", timed[timed.host_bound == False]),  # noqa: E712
+                           ("unknown", timed[timed.host_bound.isna()])):  # no host time
+            errs = [abs(x) for x in rows.time_err]
             if errs:
                 out.setdefault("time_by_bound", {})[kind] = {
                     "median_abs": statistics.median(errs), "max_abs": max(errs),
@@ -366,8 +370,8 @@ def format_validation(df: pd.DataFrame) -> str:
     split = s.get("time_by_bound", {})
     if "host" in split:  # NOTE [host probe]: host-bound truth repeats less
         parts = [f"{what} {v['median_abs']:.1%} / {v['max_abs']:.1%} over {v['n']}"
-                 for what, v in (("host-bound", split["host"]), ("the rest", split.get("gpu")))
-                 if v]
+                 for what, v in (("host-bound", split["host"]), ("GPU-bound", split.get("gpu")),
+                                 ("no host time recorded", split.get("unknown"))) if v]
         lines.append("iteration_time, median / max |error|: " + "; ".join(parts) +
                      f" (host-bound: host issue {HOST_BOUND:.0%} of the step or more, "
                      "docs/validation.md, 'How fast the host is')")
@@ -383,7 +387,6 @@ def format_validation(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-HOST_BOUND = 0.8  # NOTE [host probe]: the host's issue time this share of the step or more
 HOST_PROBE_TOLERANCE = 0.10  # NOTE [host probe]: the fresh processes' own spread is 6-8%
 
 

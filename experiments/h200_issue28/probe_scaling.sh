@@ -8,10 +8,11 @@
 # 1. one discarded warm-up process;
 # 2. `vdnnsim profile` of the host-bound models, twice each (two draws of the profiling
 #    host), into OUT/NAME_bB_K.yaml;
-# 3. `vdnnsim measure --repeat 5` of their baselines (OUT/repeat.jsonl, every process's
-#    probes and host times kept);
-# 4. RUN... (remeasure.sh's queue, e.g. remeasure_runs_rest.txt from its fifth run) until
-#    SECONDS from the start.
+# 3. `vdnnsim measure --repeat 5` of their baselines (remeasure.sh with REPEAT=5:
+#    OUT/repeat.jsonl, one record a line, every process's probes and host times kept);
+# 4. RUN... (remeasure.sh's queue, e.g. remeasure_runs_rest.txt from its fifth run) into
+#    OUT/queue/. Nothing starts after SECONDS from the start (the first three steps take
+#    about 400 s on the H200: give at least 450).
 # The test, on CPU afterwards: each trace's predicted host-bound time times (the record's
 # process's probe / the trace's probe), against that process's time, over loans and draws.
 set -u
@@ -30,6 +31,10 @@ for k in 1 2; do
   for run in $MODELS; do
     name=${run%%:*}; b=${run##*:}
     t0=$(date +%s)
+    if [ "$t0" -ge "$DEADLINE" ]; then
+      echo "$run draw $k not started (deadline)" >> "$OUT/profile_log.txt"
+      continue
+    fi
     python3 -m vdnnsim profile --model "torchvision:$name" --batch "$b" \
       -o "$OUT/${name}_b${b}_$k.yaml" > "$OUT/p.log" 2>&1
     echo "$run draw $k rc=$? $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/p.log")" \
@@ -37,9 +42,9 @@ for k in 1 2; do
   done
 done
 rm -f "$OUT/p.log"
-for run in $MODELS; do
-  name=${run%%:*}; b=${run##*:}
-  python3 -m vdnnsim measure --model "torchvision:$name" --batch "$b" --repeat 5 \
-    --warmup-processes 0 --json >> "$OUT/repeat.jsonl" 2>> "$OUT/measure.err"
-done
-[ $# -gt 0 ] && WARMUP=0 bash "$HERE/remeasure.sh" "$OUT/queue" "$@"
+# shellcheck disable=SC2086
+REPEAT=5 WARMUP=0 bash "$HERE/remeasure.sh" "$OUT" $(for run in $MODELS; do
+  echo "$run:baseline"; done)
+if [ $# -gt 0 ]; then
+  WARMUP=0 bash "$HERE/remeasure.sh" "$OUT/queue" "$@"
+fi

@@ -3,7 +3,8 @@
 # measured again by the protocol of NOTE [repeated measurement] (`vdnnsim measure --repeat
 # 3`: three fresh processes one after another), one run after another:
 #   bash experiments/h200_issue28/remeasure.sh OUT RUN... [-- WHEELS]
-# RUN is NAME:BATCH:POLICY (torchvision NAME, fp32, SGD, no cap, default allocator).
+# RUN is NAME:BATCH:POLICY (torchvision NAME, fp32, SGD, no cap, default allocator);
+# REPEAT (default 3): how many fresh processes a run.
 # Appends one JSON line per run to OUT/repeat.jsonl (the record, or the error, with `run`
 # and `device`: CUDA_VISIBLE_DEVICES). DEADLINE (epoch seconds): no run starts after it
 # (remeasure_parallel.sh's queues stop before the device call's limit).
@@ -25,7 +26,7 @@ for run in "$@"; do
   fi
   IFS=: read -r name b policy <<< "$run"
   python3 -m vdnnsim measure --model "torchvision:$name" --batch "$b" --policy "$policy" \
-    --repeat 3 --warmup-processes "$W" --json > "$OUT/r.json" 2> "$OUT/r.err"
+    --repeat "${REPEAT:-3}" --warmup-processes "$W" --json > "$OUT/r.json" 2> "$OUT/r.err"
   rc=$?
   W=0
   python3 - "$OUT/r.json" "$OUT/r.err" "$run" "$rc" "${CUDA_VISIBLE_DEVICES:-}" \

@@ -263,7 +263,8 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
                 for i in range(n):
                     t = mods[i](t) if modules else op(t, i)
                 return t
-            fwd, bwd, probes = [], [], []
+            fwd, bwd = [], []
+            probes = [probe()]  # before and after the repetitions, not between them
             for rep in range(12):
                 _sync(dev)
                 t0 = time.perf_counter()
@@ -279,13 +280,13 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
                 if rep >= 2:
                     fwd.append((t1 - t0) / n * 1e9)
                     bwd.append((t3 - t2) / n * 1e9)
-                    probes.append(probe())
             recs.append({"chain": kind, "modules": modules, "ops": n,
                          "dtype": str(dt).replace("torch.", ""),
                          "autocast": str(autocast).replace("torch.", "") if autocast else None,
                          "host_fwd_ns": round(sorted(fwd)[len(fwd) // 2], 1),
                          "host_bwd_ns": round(sorted(bwd)[len(bwd) // 2], 1),
-                         "host_probe_between_ns": round(statistics.median(probes), 1)})
+                         "host_probe_between_ns": round(statistics.median(probes + [probe()]),
+                                                        1)})
     probe.close()
     return recs
 

@@ -21,16 +21,20 @@ steady within itself), and the probe taken once before the model hardly follows 
 (Pearson's r 0.43 and -0.02 with the step's host time over two models' processes), while
 a short probe after each timed step does (r 0.87, 0.82). So `vdnnsim measure` also times
 STEP_PROBE_OPS launches after each timed step (``StepProbe``: on a one-element tensor made
-after the warm-up steps and kept, so no cache is emptied between steps; it costs the
-reserved peak at most one 2 MiB small-pool segment, where the warm-up left no room in
-one) and records them
+before the model and kept, so no cache is emptied between steps; it sits in the first
+small-pool segment, which the model's small tensors use too: 512 bytes more allocated)
+and records them
 (``host_probe_steps_ns``) and their median (``host_probe_between_ns``), and `vdnnsim
 profile` takes it after each of its plain timed steps (``host_probe_between_ns`` in the
 trace's source), and `vdnnsim calibrate --ops` beside each host chain's repetitions
-(``host_probe_between_ns`` in each chain's record: the host model's calibration is a draw
-of the host's speed too); `vdnnsim validate` compares a trace's and a record's where both
+(``host_probe_between_ns`` in each chain's record, the mean of a probe before and one
+after its repetitions, none between them: the host model's calibration is a draw of the
+host's speed too); `vdnnsim validate` compares a trace's and a record's where both
 exist, else the probes before the model (and says which). None is yet tried across two
-lent machines, and no cost is scaled by a probe.
+lent machines, and no cost is scaled by a probe. Whether the probe between two timed
+steps changes the host time of the next (its 300 dispatches and two synchronisations
+come after the step's end is recorded, so GPU times are untouched) is not yet measured:
+an A/B of measure with and without it is the next loan's first check.
 """
 
 from __future__ import annotations

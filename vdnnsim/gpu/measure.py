@@ -86,6 +86,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     work = runtime = step = None
     try:
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
+        # and its tensor for the probes after the timed steps, made before the model: it
+        # shares the first small-pool segment, which every model's small tensors need anyway
+        probe = StepProbe(dev)
         if memory_cap_bytes:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
         with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
@@ -118,7 +121,6 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
 
         for _ in range(warmup):
             run_step()
-        probe = StepProbe(dev)  # NOTE [host probe]: after the warm-up, in its cache
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_stats(dev)

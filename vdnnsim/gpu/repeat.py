@@ -56,6 +56,7 @@ MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "host_probe_between
            "pinned_host_bytes")
 SPREAD_WARN = 0.10  # NOTE [repeated measurement]: fresh processes agree within 6-8%
 HOST_BOUND = 0.8  # the host's issue time at least this share of the step's: host-bound
+# (NOTE [host probe]; vdnnsim validate splits its step-time errors by it)
 BYTES = ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
          "pinned_host_bytes")
 

@@ -81,3 +81,9 @@ def test_measure_probes_the_host_after_each_timed_step_and_keeps_the_cache():
     assert len(r["host_probe_steps_ns"]) == 3 and len(r["host_issue_ms_all"]) == 3
     assert r["host_probe_between_ns"] == sorted(r["host_probe_steps_ns"])[1] > 0
     assert r["allocator"]["num_device_free"] == 0
+
+
+def test_measure_without_the_step_probe_says_so():
+    from vdnnsim.gpu.measure import measure
+    r = measure("torchvision:resnet18", 8, iters=2, warmup=1, step_probe=False)
+    assert r["step_probe"] is False and "host_probe_steps_ns" not in r

@@ -377,6 +377,10 @@ def test_a_child_measures_the_same_run_once():
     from vdnnsim.cli import build_parser
     back = build_parser().parse_args(argv)
     assert (back.model, back.batch_size, back.seq_len, back.repeat) == ("hf:gpt2", 8, 256, None)
+    assert not back.no_step_probe
+    # NOTE [host probe]: a run measured without the step probe has children without it
+    args.no_step_probe = True
+    assert build_parser().parse_args(child_argv(args, None)).no_step_probe
 
 
 def test_a_failing_child_is_one_line_naming_the_process():

@@ -621,7 +621,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         try:
             rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup,
                           args.iters, args.dtype, plan, args.optimizer, args.seq_len,
-                          args.input, kwargs, history, conf)
+                          args.input, kwargs, history, conf,
+                          step_probe=not args.no_step_probe)
         except ValueError as exc:  # a plan the model cannot run
             raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
@@ -891,6 +892,9 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--memory-history", default=None, metavar="FILE",
                     help="record the allocator's history over the timed steps and write its "
                     "snapshot (a pickle) to FILE; with --repeat, the last process's")
+    ms.add_argument("--no-step-probe", action="store_true",
+                    help="no host probe after each timed step (NOTE [host probe]): for "
+                    "checking that the probe does not move the steps' host time")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
 

@@ -55,7 +55,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             input_spec: str | None = None,
             model_kwargs: dict[str, Any] | None = None,
             history: Callable[[dict[str, Any]], None] | None = None,
-            allocator_conf: dict[str, Any] | None = None) -> dict[str, Any]:
+            allocator_conf: dict[str, Any] | None = None,
+            step_probe: bool = True) -> dict[str, Any]:
     """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
@@ -88,7 +89,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
         # and its tensor for the probes after the timed steps, made before the model: it
         # shares the first small-pool segment, which every model's small tensors need anyway
-        probe = StepProbe(dev)
+        probe = StepProbe(dev) if step_probe else None
         if memory_cap_bytes:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
         with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
@@ -137,7 +138,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             host.append((time.perf_counter() - t0) * 1e3)
             e.synchronize()
             times.append(s.elapsed_time(e))
-            probe()  # NOTE [host probe]: the host's speed right after the step
+            if probe is not None:
+                probe()  # NOTE [host probe]: the host's speed right after the step
         after = torch.cuda.memory_stats(dev)
         if history is not None:
             snapshot = torch.cuda.memory._snapshot()
@@ -149,11 +151,14 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
         counts = {k: after.get(k, 0) - before.get(k, 0)
                   for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
-        probe.close()
+        if probe is not None:
+            probe.close()
+            record.update(host_probe_steps_ns=probe.times,
+                          host_probe_between_ns=statistics.median(probe.times))
+        else:
+            record["step_probe"] = False
         record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
                       host_issue_ms=statistics.median(host), host_issue_ms_all=host,
-                      host_probe_steps_ns=probe.times,
-                      host_probe_between_ns=statistics.median(probe.times),
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)

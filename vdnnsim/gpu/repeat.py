@@ -81,6 +81,8 @@ def child_argv(args: Any, cap_bytes: int | None, history: str | None = None) -> 
         argv += ["--memory-cap", str(cap_bytes)]
     if history:
         argv += ["--memory-history", history]
+    if getattr(args, "no_step_probe", False):
+        argv += ["--no-step-probe"]
     return argv + ["--json"]
 
 

@@ -688,3 +688,24 @@ def test_processes_that_spread_more_than_fresh_processes_repeat_are_said_to():
     (w,) = gpu_bound["warnings"]
     assert "spread by 12%" in w and "host-bound" not in w
     assert "warnings" not in aggregate([_proc(100.0), _proc(104.0), _proc(101.0)])
+
+
+def test_host_bound_runs_spread_across_fresh_processes_on_every_loan():
+    """Every committed fresh-process set (sessions 13 to 20): a host-bound run's processes
+    spread by 24% (median), a GPU-bound run's by 0.5% (docs/validation.md, "How fast the
+    host is")."""
+    import statistics
+    host, gpu = [], []
+    sets = ("h200_bwdws/middle", "h200_bwdws/repeat", "h200_bwdws/runtime_fix",
+            "h200_bwdws/smallest", "h200_issue28/session13/b", "h200_issue28/session14/b",
+            "h200_issue28/session20/loan1", "h200_issue28/session20/loan2", "h200_repeat")
+    for f in (ROOT / "traces" / s / "repeat.jsonl" for s in sets):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("fits") and "iteration_ms_band" in r and r.get("host_issue_ms"):
+                (host if r["host_issue_ms"] >= 0.8 * r["iteration_ms"] else gpu).append(
+                    r["iteration_ms_spread"])
+    assert (len(host), len(gpu)) == (27, 48)
+    assert statistics.median(host) == pytest.approx(0.243, abs=0.001)
+    assert statistics.median(gpu) == pytest.approx(0.005, abs=0.001)
+    assert sum(x > 0.10 for x in host) == 24 and sum(x > 0.10 for x in gpu) == 4

@@ -14,7 +14,8 @@ then times eight, and after each step times PROBE launches of ``x.add_(1)`` on a
 made before the model (no allocation, no empty_cache between steps). One JSON line per
 process: the cores it may run on, each step's GPU ms and host ms, the probe before the
 model and each probe's ns per launch. ``--summary OUT.jsonl`` prints the table and the
-correlations (docs/validation.md, "How fast the host is").
+correlations (docs/validation.md, "How fast the host is"); ``--spreads traces`` how far
+every committed fresh-process set's host-bound and GPU-bound runs spread.
 """
 
 from __future__ import annotations
@@ -96,9 +97,42 @@ def summary(path: str) -> str:
     return "\n".join(lines)
 
 
+def spreads(root: str) -> str:
+    """Every committed fresh-process record under ``root`` (``repeat*.jsonl``) that fits
+    and has a band and a host time, by set: how far its processes' medians spread
+    (``iteration_ms_spread``), host-bound runs (the host issues for 80% of the step or
+    more) apart from the rest."""
+    from pathlib import Path
+    rows = []
+    for f in sorted(Path(root).glob("**/repeat*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("fits") and "iteration_ms_band" in r and r.get("host_issue_ms"):
+                rows.append((str(f.relative_to(root).parent), r["host_issue_ms"] >=
+                             0.8 * r["iteration_ms"], r["iteration_ms_spread"]))
+
+    def part(xs: list[float]) -> str:
+        if not xs:
+            return f"{'-':>17s}"
+        return f"{len(xs):3d} {median(xs):6.1%} {max(xs):6.1%}"
+    lines = [f"{'set':32s} {'host-bound: n, median, max':>27s}   {'GPU-bound: n, median, max':>26s}"]
+    for name in dict.fromkeys(r[0] for r in rows):
+        lines.append(f"{name:32s} {part([x for n, h, x in rows if n == name and h]):>27s}   "
+                     f"{part([x for n, h, x in rows if n == name and not h]):>26s}")
+    host = [x for _, h, x in rows if h]
+    gpu = [x for _, h, x in rows if not h]
+    lines.append(f"{'all':32s} {part(host):>27s}   {part(gpu):>26s}")
+    lines.append(f"spread over 10%: {sum(x > 0.10 for x in host)} of {len(host)} host-bound runs, "
+                 f"{sum(x > 0.10 for x in gpu)} of {len(gpu)} GPU-bound")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--summary":
         print(summary(argv[1]))
+        return 0
+    if argv and argv[0] == "--spreads":
+        print(spreads(argv[1]))
         return 0
     if argv and argv[0] == "--child":
         print(json.dumps(child(argv[1], int(argv[2]))))

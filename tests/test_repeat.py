@@ -253,8 +253,10 @@ def test_a_second_sample_by_rule_on_a_slower_host():
     assert (split["host"]["n"], split["gpu"]["n"]) == (11, 8)
     assert split["host"]["median_abs"] == pytest.approx(0.209, abs=0.001)
     assert split["gpu"]["median_abs"] == pytest.approx(0.040, abs=0.001)
-    assert "iteration_time, median / max |error|: host-bound 20.9% / 36.0% over 11; GPU-bound " \
-        "4.0% / 20.0% over 8 (" in format_validation(rows)
+    assert "iteration_time, median / max |error|: host-bound 20.9% / 36.0% over 11 (3 of 11 " \
+        "inside their bands); GPU-bound 4.0% / 20.0% over 8 (1 of 8 inside their bands) (" \
+        in format_validation(rows)
+    assert (split["host"]["in_band"], split["gpu"]["in_band"]) == (3, 1)
     old = {}
     for f in (H200 / "measurements.json", ROOT / "traces" / "h200_heldout" / "measurements.json"):
         for r in json.loads(f.read_text()):

@@ -314,9 +314,11 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
                            ("unknown", timed[timed.host_bound.isna()])):  # no host time
             errs = [abs(x) for x in rows.time_err]
             if errs:
+                band = [bool(v) for v in rows.get("time_in_band", pd.Series(dtype=object))
+                        if v is not None and v == v]  # NOTE [bands]
                 out.setdefault("time_by_bound", {})[kind] = {
                     "median_abs": statistics.median(errs), "max_abs": max(errs),
-                    "n": len(errs)}
+                    "n": len(errs), "in_band": sum(band), "banded": len(band)}
     capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
@@ -369,12 +371,13 @@ def format_validation(df: pd.DataFrame) -> str:
                          f" over {v['n']} runs{target}")
     split = s.get("time_by_bound", {})
     if "host" in split:  # NOTE [host probe]: host-bound truth repeats less
-        parts = [f"{what} {v['median_abs']:.1%} / {v['max_abs']:.1%} over {v['n']}"
+        parts = [f"{what} {v['median_abs']:.1%} / {v['max_abs']:.1%} over {v['n']}" +
+                 (f" ({v['in_band']} of {v['banded']} inside their bands)" if v["banded"]
+                  else "")
                  for what, v in (("host-bound", split["host"]), ("GPU-bound", split.get("gpu")),
                                  ("no host time recorded", split.get("unknown"))) if v]
         lines.append("iteration_time, median / max |error|: " + "; ".join(parts) +
-                     f" (host-bound: host issue {HOST_BOUND:.0%} of the step or more, "
-                     "docs/validation.md, 'How fast the host is')")
+                     f" (host-bound: host issue {HOST_BOUND:.0%} of the step or more)")
     for name, what in (("time", "iteration time"), ("reserved", "peak reserved")):
         if name in s.get("bands", {}):
             b = s["bands"][name]

@@ -711,3 +711,38 @@ def test_host_bound_runs_spread_across_fresh_processes_on_every_loan():
     assert statistics.median(host) == pytest.approx(0.243, abs=0.001)
     assert statistics.median(gpu) == pytest.approx(0.005, abs=0.001)
     assert sum(x > 0.10 for x in host) == 24 and sum(x > 0.10 for x in gpu) == 4
+
+
+def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path):
+    """experiments/h200_issue28/probe_scaling_check.py, written before its data: a process
+    whose probe equals the trace's is predicted as profiled; one whose host probed 1.5x
+    slower, slower (a host-bound step), by about the host's share; pairs without probes
+    are left out."""
+    import yaml
+    src = ROOT / "traces" / "h200_issue28" / "session20" / "loan1" / "efficientnet_b0_b32.yaml"
+    d = yaml.safe_load(src.read_text())
+    d["source"]["host_probe_between_ns"] = 8000.0
+    loan = tmp_path / "loan"
+    loan.mkdir()
+    (loan / "efficientnet_b0_b32_1.yaml").write_text(yaml.safe_dump(d))
+    procs = [{"fits": True, "iteration_ms": 30.0, "host_probe_between_ns": 8000.0},
+             {"fits": True, "iteration_ms": 30.0, "host_probe_between_ns": 12000.0},
+             {"fits": True, "iteration_ms": 30.0}]  # no probe: left out
+    (loan / "repeat.jsonl").write_text(json.dumps(
+        {"model": "torchvision:efficientnet_b0", "batch_size": 32, "fits": True,
+         "processes": procs}) + "\n")
+    p = subprocess.run([sys.executable, str(ROOT / "experiments" / "h200_issue28" /
+                                            "probe_scaling_check.py"), str(loan)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    rows = [ln.split() for ln in p.stdout.splitlines()[1:3]]
+    assert [r[1] for r in rows] == ["1.00", "1.50"]
+    same, slow = [(float(r[3].rstrip("%")), float(r[4].rstrip("%"))) for r in rows]
+    assert same[0] == same[1]  # K = 1: the scaled replay is the plain one
+    assert slow[0] == same[0] and slow[1] > slow[0] + 30  # host-bound: about 1.5x
+    assert "all: 2 pairs" in p.stdout
+    q = subprocess.run([sys.executable, str(ROOT / "experiments" / "h200_issue28" /
+                                            "probe_scaling_check.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert q.returncode == 2 and q.stderr.startswith("usage:")

@@ -16,8 +16,10 @@
 # 4. RUN... (remeasure.sh's queue, e.g. remeasure_runs_rest.txt from its fifth run) into
 #    OUT/queue/. Nothing starts after SECONDS from the start (the first three steps take
 #    about 400 s on the H200: give at least 450).
-# The test, on CPU afterwards: each trace's predicted host-bound time times (the record's
-# process's probe / the trace's probe), against that process's time, over loans and draws.
+# The test, on CPU afterwards (written before the data, fixed): each trace replayed as
+# profiled and with its host costs times (the process's probe / the trace's), against that
+# process's time, over loans and draws:
+#   .venv/bin/python experiments/h200_issue28/probe_scaling_check.py OUT1 [OUT2 ...]
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -18,9 +18,10 @@ def join_view(trace: Trace) -> Trace:
     the join holds no bytes of its own and what the next module reads is the branches'
     outputs. This trace is that: each concat's output made empty and its readers reading
     the concat's inputs instead (a join a layer then writes in place keeps its copy).
-    Torch7 traces with concats only (PyTorch's torch.cat copies); the vDNN policies run it (their plans carry it, ``Plan.trace``), the baselines,
-    checkpointing, the block policies and the planner keep the copying join. Worked out once
-    per trace (NOTE [trace analyses])."""
+    Torch7 traces with concats only (PyTorch's torch.cat copies); the vDNN policies run it
+    (their plans carry it, ``Plan.trace``), the baselines, checkpointing, the block policies
+    and the planner keep the copying join. Worked out once per trace (NOTE [trace
+    analyses])."""
     if trace.pytorch or not any(layer.kind == "concat" for layer in trace.layers):
         return trace
     return trace.memo("join view", lambda: _join_view(trace))

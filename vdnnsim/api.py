@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
+from .engine.compile import optimizer_host_bytes as host_bytes_of_optimizer
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -160,12 +162,14 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
               memory_bytes: int | None = None, *, record: bool = True,
-              allocator: Any = None) -> RunResult:
+              allocator: Any = None, optimizer_offload: bool = False) -> RunResult:
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
     tensor lifetimes (the summary and the memory curve stay): what sweeps need.
     ``allocator``: the caching allocator's settings, a mapping such as
     ``{"expandable_segments": True}`` or a PYTORCH_CUDA_ALLOC_CONF string (NOTE
-    [allocator settings])."""
+    [allocator settings]). ``optimizer_offload``: the optimizer's state and step on the
+    CPU, the weight gradients copied there as the backward pass makes them (NOTE
+    [optimizer offload]); the policy plans as if the optimizer were on the GPU."""
     if not isinstance(trace, Trace):
         raise ConfigError(f"run_trace needs a vdnnsim.Trace, got {type(trace).__name__}")
     if not isinstance(gpu, GPU):
@@ -188,6 +192,8 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     settings = _allocator_for(trace, allocator)
     with paused_gc():  # NOTE [paused gc]: a run builds many short-lived objects
         plan = fn(trace, gpu, capacity, {**options, **fixed})
+        if optimizer_offload:
+            plan = offload_optimizer(plan, trace, gpu)
         if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
@@ -199,6 +205,24 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return result  # the block ends, then has only the result to look at
+
+
+def offload_optimizer(plan: Any, trace: Trace, gpu: GPU) -> Any:
+    """NOTE [optimizer offload]: ``plan`` with the optimizer on the CPU (replayed anew: a
+    policy's profiling pass had it on the GPU), saying so where the preset's host has no
+    calibration of the CPU step, whose time is then left out."""
+    if not trace.pytorch:
+        raise ConfigError(f"{trace.name}: optimizer offload runs PyTorch traces (framework: "
+                          "pytorch); this trace replays Torch7")
+    notes = plan.notes
+    h = gpu.host
+    per = h.cpu_step_ns_per_element_16 if trace.dtype in ("bf16", "fp16") else \
+        h.cpu_step_ns_per_element
+    if not per:
+        notes += (f"optimizer offload: {gpu.name}'s host has no calibration of the CPU "
+                  "optimizer step (host.cpu_step_*): its time is left out, the step time is "
+                  "too short",)
+    return replace(plan, optimizer_offload=True, profiled=None, notes=notes)
 
 
 def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
@@ -241,7 +265,18 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
-        pinned_host_bytes=pinned_host_bytes(sim))
+        pinned_host_bytes=pinned_host_bytes(sim) + optimizer_pinned_bytes(trace, plan),
+        optimizer_host_bytes=optimizer_host_bytes(trace, plan))
+
+
+def optimizer_pinned_bytes(trace: Trace, plan: Any) -> int:
+    """NOTE [optimizer offload]: the pinned copies of the parameters and their gradients."""
+    return 2 * trace.weight_bytes if getattr(plan, "optimizer_offload", False) else 0
+
+
+def optimizer_host_bytes(trace: Trace, plan: Any) -> int:
+    """NOTE [optimizer offload]: what the host holds for the optimizer, where it is there."""
+    return host_bytes_of_optimizer(trace) if getattr(plan, "optimizer_offload", False) else 0
 
 
 def pinned_host_bytes(sim: Any) -> int:
@@ -284,4 +319,5 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                                   else None)
     with in_file(source, "policy_options"):
         return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
-                          allocator=settings) for p in cfg.policy_list]
+                          allocator=settings, optimizer_offload=cfg.optimizer_offload)
+                for p in cfg.policy_list]

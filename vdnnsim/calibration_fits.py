@@ -10,6 +10,8 @@ repository's ``traces/`` (each data set's README.md says how it was made):
   traces/h200_alloc/ (numpy only).
 - ``kernels``: its ``launch_queue`` and ``layer_kernels_fwd``/``_bwd`` (NOTE [kernel
   counts]), from traces/h200_calib/kernels.json (standard library only).
+- ``cpu_step``: its ``cpu_step_*`` (NOTE [optimizer offload]), from
+  traces/h200_offload/cpu_steps.json (numpy only).
 - ``published``: the K40's and Titan X's scales (NOTE [published costs],
   vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
   Needs torch and torchvision (the networks are probed on the meta device); about a
@@ -20,7 +22,7 @@ vdnnsim/data/calibration/h200_fp32.json). The fits of the h200 preset print valu
 vdnnsim/data/gpus.yaml, which is edited by hand; ``--check`` compares them with the
 shipped preset (exit 1 on a difference). ``published --write`` writes published.json.
 
-    python -m vdnnsim.calibration_fits host|segments|kernels|published [--traces DIR]
+    python -m vdnnsim.calibration_fits host|segments|kernels|cpu_step|published [--traces DIR]
         [--check] [--write]
 
 ``traces/`` is the source checkout's, beside the package (an installed wheel has none:
@@ -326,10 +328,43 @@ def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     return result, lines
 
 
+# -- cpu_step: NOTE [optimizer offload] ----------------------------------------------------
+
+def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
+    """The h200 preset's ``cpu_step_*``: the CPU optimizer's step as CPUOffloadOptimizer runs
+    it (one fused AdamW per tensor), from traces/h200_offload/cpu_steps.json
+    (``time_cpu_steps``: ``tensors`` tensors of ``numel`` elements stepped one after
+    another, the median of five steps). Least squares of ns = tensors x (cpu_step_ns +
+    numel x per element), the fixed part from the fp32 records, the per-element slope of the
+    16-bit records with that fixed part (numpy only)."""
+    import numpy as np
+
+    recs = _read_json(_folder(traces, "h200_offload") / "cpu_steps.json")["records"]
+    lines: Lines = []
+    by = {dt: [r for r in recs if r["dtype"] == dt] for dt in ("fp32", "bf16")}
+    if not by["fp32"] or not by["bf16"]:
+        raise VdnnError("cpu_steps.json: needs fp32 and bf16 records")
+    f = by["fp32"]
+    X = np.array([[r["tensors"], r["tensors"] * r["numel"]] for r in f], float)
+    y = np.array([r["ns"] for r in f], float)
+    coef = _lstsq_nonneg(X, y)
+    lines.append(_report("cpu_step fp32", X, y, coef))
+    b = by["bf16"]
+    Xb = np.array([[r["tensors"] * r["numel"]] for r in b], float)
+    yb = np.array([r["ns"] - r["tensors"] * coef[0] for r in b], float)
+    slope16 = float(np.linalg.lstsq(Xb, yb, rcond=None)[0][0])
+    pred = [r["tensors"] * (coef[0] + slope16 * r["numel"]) for r in b]
+    lines.append("cpu_step bf16: fitted against measured per size: " + " ".join(
+        f"{100 * (p - r['ns']) / r['ns']:+.0f}%" for p, r in zip(pred, b)))
+    return {"cpu_step_ns": round(float(coef[0])),
+            "cpu_step_ns_per_element": round(float(coef[1]), 4),
+            "cpu_step_ns_per_element_16": round(slope16, 4)}, lines
+
+
 # -- what the package ships ------------------------------------------------------------------
 
 FITS = {"host": host_costs, "segments": segment_costs, "kernels": kernel_counts,
-        "published": published}
+        "published": published, "cpu_step": cpu_step}
 
 
 def shipped(what: str) -> dict[str, Any]:
@@ -341,7 +376,7 @@ def shipped(what: str) -> dict[str, Any]:
     from .hardware import gpu_preset
     host = asdict(gpu_preset("h200").host)
     keys = {"host": ("layer_", "view_", "step_", "runtime_"), "segments": ("segment_",),
-            "kernels": ("launch_queue", "layer_kernels_")}[what]
+            "kernels": ("launch_queue", "layer_kernels_"), "cpu_step": ("cpu_step_",)}[what]
     return {k: v for k, v in host.items() if k.startswith(keys)
             and (what != "host" or not k.startswith("layer_kernels_"))}
 

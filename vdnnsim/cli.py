@@ -622,7 +622,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
             rec = measure(args.model, args.batch_size, args.policy, cap, args.warmup,
                           args.iters, args.dtype, plan, args.optimizer, args.seq_len,
                           args.input, kwargs, history, conf,
-                          step_probe=not args.no_step_probe)
+                          step_probe=not args.no_step_probe,
+                          optimizer_offload=args.optimizer_offload)
         except ValueError as exc:  # a plan the model cannot run
             raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
@@ -895,6 +896,9 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--no-step-probe", action="store_true",
                     help="no host probe after each timed step (NOTE [host probe]): for "
                     "checking that the probe does not move the steps' host time")
+    ms.add_argument("--optimizer-offload", action="store_true",
+                    help="the optimizer's state and step on the CPU, each gradient copied "
+                    "there as the backward pass makes it (NOTE [optimizer offload])")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
 

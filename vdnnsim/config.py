@@ -70,6 +70,10 @@ class RunConfig(BaseModel):
     allocator: AllocatorConfig | None = Field(None, description="PyTorch's caching "
                                               "allocator settings (NOTE [allocator "
                                               "settings]); PyTorch traces only.")
+    optimizer_offload: bool = Field(False, description="The optimizer's state and step on "
+                                    "the CPU, each weight gradient copied there as the "
+                                    "backward pass makes it (NOTE [optimizer offload]); "
+                                    "PyTorch traces only.")
 
     @model_validator(mode="after")
     def _one_policy_key(self) -> "RunConfig":

@@ -51,7 +51,10 @@ class Host:
     GPU; 0: no limit. ``segment_malloc_ns``/``segment_free_ns`` (plus ``*_per_gib`` for each
     GiB of the segment): the driver's cudaMalloc of a segment and cudaFree of one, which the caching allocator pays when it releases its cache
     under a cap (NOTE [allocator costs]; bench/alloc_costs.py). ``layer_kernels_fwd``/``_bwd``: the commands a layer issues per pass
-    where a trace does not say (NOTE [kernel counts]), the mean over calibration models."""
+    where a trace does not say (NOTE [kernel counts]), the mean over calibration models. ``cpu_step_*``: the CPU optimizer's step under
+    optimizer offload (NOTE [optimizer offload]), fitted to ``time_cpu_steps`` records of
+    the host; zeros: not calibrated (a run that offloads the optimizer says its CPU step is
+    left out)."""
 
     layer_fwd_ns: int = 0
     layer_bwd_ns: int = 0
@@ -70,6 +73,11 @@ class Host:
     segment_free_ns_per_gib: int = 0
     layer_kernels_fwd: float = 1.0
     layer_kernels_bwd: float = 1.0
+    # NOTE [optimizer offload]: the CPU optimizer's step (fused AdamW, the host's threads)
+    # over one tensor of n elements: cpu_step_ns + n x per element (fp32; _16: 16-bit)
+    cpu_step_ns: int = 0
+    cpu_step_ns_per_element: float = 0.0
+    cpu_step_ns_per_element_16: float = 0.0
 
 
 # NOTE [host memory]
@@ -151,6 +159,12 @@ class _HostSpec(BaseModel):
     layer_kernels_fwd: float = Field(1.0, ge=0, le=10**6, description="Commands a layer's "
                                      "forward pass issues, where a trace does not say.")
     layer_kernels_bwd: float = Field(1.0, ge=0, le=10**6, description="And its backward.")
+    cpu_step_ns: int = Field(0, ge=0, le=10**12, description="The CPU optimizer's step "
+                             "(NOTE [optimizer offload]) over one tensor, fixed part.")
+    cpu_step_ns_per_element: float = Field(0.0, ge=0, le=10**6, description="And per "
+                                           "element of an fp32 tensor.")
+    cpu_step_ns_per_element_16: float = Field(0.0, ge=0, le=10**6, description="And per "
+                                              "element of a 16-bit tensor.")
     source: str = Field("", description="Where the numbers come from.")
 
 

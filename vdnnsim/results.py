@@ -50,6 +50,7 @@ class RunResult:
     host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
     timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
     pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
+    optimizer_host_bytes: int = 0  # the optimizer's on the host (NOTE [optimizer offload])
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -128,6 +129,7 @@ class RunResult:
             "prefetched_bytes": self.prefetched_bytes,
             "peak_host_bytes": self.peak_host_bytes,
             "pinned_host_bytes": self.pinned_host_bytes,
+            "optimizer_host_bytes": self.optimizer_host_bytes,
             "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": t(ns_to_s(self.stall_time_ns)),
             "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),

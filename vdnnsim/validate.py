@@ -154,6 +154,8 @@ class Measurement(BaseModel):
     host_probe_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
         None, description="How fast the measuring host was before the model was built (NOTE "
         "[host probe]); absent in records made before it was recorded.")
+    optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
+                                          "step ran on the CPU (NOTE [optimizer offload]).")
     host_probe_between_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
         None, description="How fast the measuring host was right after each timed step, "
         "the median (NOTE [host probe]): what follows the step's host time; absent in "
@@ -239,8 +241,12 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
                               "PyTorch's defaults): not compared (NOTE [measured allocator "
                               "settings])")
         trace = tr[key]
+        offload = bool(m.get("optimizer_offload"))  # NOTE [optimizer offload]
         r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"),
-                      allocator=_simulated_settings(m.get("allocator_conf")))
+                      allocator=_simulated_settings(m.get("allocator_conf")),
+                      optimizer_offload=offload)
+        if offload:
+            row["policy"] = f"{m['policy']}+optimizer on CPU"
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         # NOTE [host probe]: how much slower the measuring host was than the profiling one,
         # by the probes after the timed steps where both have them (they follow the steps'

@@ -90,6 +90,13 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
 MOMENTS = {"adam": 2, "adamw": 2}
 
 
+def optimizer_host_bytes(trace: Trace) -> int:
+    """NOTE [optimizer offload]: what the host holds for an offloaded optimizer: a pinned
+    copy of the parameters and one of their gradients, and the optimizer's state (Adam's
+    two moments per parameter, in its dtype)."""
+    return (2 + MOMENTS.get(trace.optimizer, 0)) * trace.weight_bytes
+
+
 def optimizer_state(trace: Trace) -> tuple[int, ...]:
     """NOTE [steady state]: the optimizer's state as its first step makes it, lazily, one
     tensor per moment and parameter (``exp_avg`` then ``exp_avg_sq`` of each, as
@@ -295,6 +302,8 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
         bwd_free = {k: list(v) for k, v in bwd_free.items()}
         segments = recompute_sets(trace, lv, plan.recompute, set(base.held), fwd_free,
                                   bwd_free)
+    if plan.optimizer_offload:  # NOTE [optimizer offload]: no state or step on the GPU
+        base = base._replace(step_temps=(), state=())
     return base._replace(fwd_free=fwd_free, bwd_free=bwd_free, segments=segments)
 
 

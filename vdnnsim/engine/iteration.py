@@ -1,70 +1,17 @@
 """The training iteration the host walks: the forward pass, the backward pass (with
-checkpointed segments run again, NOTE [recompute]) and the optimizer step (NOTE [host])."""
+checkpointed segments run again, NOTE [recompute]) and the optimizer step
+(optimizer_step.py)."""
 
 from __future__ import annotations
 
 from .streams import _At, _Later, _Op
 from .plan import grad_buffers
 
-# NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
-# (its foreach kernels go out one after another; the GPU need not wait for the last launch)
-STEP_PIECES = 8
-
 
 class Iteration:
     """The host's program of a :class:`~.sim.Simulation` (a part of it)."""
 
     __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
-
-    def _step(self):
-        """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
-        (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs
-        the first while the host still issues the rest."""
-        if self.sem.paged:  # NOTE [uvm]: one pass over every weight
-            self._paged_step()
-            return
-        trace = self.trace
-        n = STEP_PIECES if trace.host_step_ns and trace.step_ns else 1
-        host = [trace.host_step_ns * (k + 1) // n - trace.host_step_ns * k // n
-                for k in range(n)]
-        gpu = [trace.step_ns * (k + 1) // n - trace.step_ns * k // n for k in range(n)]
-        self._spend(host[0], "", "optimizer step")
-        waits = self._next_waits
-        if self.sem.one_side_stream and self._copy["d2h"].last is not None:
-            waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
-        self._next_waits = ()
-        if trace.step_ns or waits or trace.step_workspace_bytes:
-            op = _Op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
-            held = False
-            temps = self.program.step_temps if trace.step_workspace_bytes else ()
-            if len(temps) == 1 and not self.sem.caching_allocator:  # NOTE [optimizer state]
-                w = self._workspace(temps[0], self._stamp(op, 0), op, "", "step")
-                if w is not None:
-                    held = yield from w
-                temps = ()
-            state = self.program.state if self.first else ()
-            s0 = self._stamp(op, 0) if temps or state else 0
-            for k, size in enumerate(state):  # NOTE [steady state]: made by the first step
-                a = (("state", str(k)), size, "optimizer_state", s0, "", "step")
-                if not self._take(*a):
-                    yield from self._alloc(*a)
-            for k, size in enumerate(temps):  # NOTE [step temporaries]
-                a = (("step_temp", str(k)), size, "workspace", s0, "", "step")
-                if not self._take(*a):
-                    yield from self._alloc(*a)
-            self._push(self.compute, op)
-            for k in range(1, n):
-                self._spend(host[k], "", "optimizer step")
-                op = _Op(self.compute, "step", "", "optimizer step", gpu[k])
-                self._push(self.compute, op)
-            if held:
-                self.pool.free(("workspace", ""), self._stamp(op, 1))
-            if temps:
-                s1 = self._stamp(op, 1)
-                for k in range(len(temps)):
-                    self.pool.free(("step_temp", str(k)), s1)
-        else:
-            self._spend(sum(host[1:]), "", "optimizer step")
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
@@ -289,6 +236,7 @@ class Iteration:
         pending, direct = self._pending, not self._seg_costs  # NOTE [engine speed]
         alloc, transient, free, live = pool.alloc, pool.transient, pool.free, pool.live
         checks, on_gpu, in_flight = self.checks, self._check_on_gpu, self._in_flight
+        grad_copies = plan.optimizer_offload
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -381,6 +329,8 @@ class Iteration:
                 free(("workspace", layer.id), s1)
             for g in st.grads_out:
                 free(g, s1)
+            if grad_copies and layer.weight_bytes:  # NOTE [optimizer offload]
+                self._grad_copy(layer.id, layer.weight_bytes, op, s1)
             for b in bwd_free.get(i, ()):
                 self._free_after(b, s1)
                 in_flight.pop(b, None)

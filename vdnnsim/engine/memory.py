@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .allocator import OutOfMemory, key_name
-from .compile import cublas_workspaces
+from .compile import cublas_workspaces, optimizer_state
 from ..units import transfer_ns
 from .streams import _At, _Op
 
@@ -279,7 +279,9 @@ class Memory:
         workspaces]): those its first matmuls allocate."""
         pool = self.pool
         # NOTE [steady state]: the optimizer's state is made at the first step, not here
-        resident = self.trace.resident_bytes - sum(self.program.state)
+        # (NOTE [optimizer offload]: nowhere on the GPU, where the plan offloads it)
+        resident = self.trace.resident_bytes - sum(
+            optimizer_state(self.trace) if self.plan.optimizer_offload else self.program.state)
         ws = cublas_workspaces(self.trace, self.gpu.cublas_workspace_bytes, resident) \
             if lazy else None
         if ws is not None:

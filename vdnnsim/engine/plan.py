@@ -135,6 +135,9 @@ class Plan:
     split: tuple[tuple[str, str, int], ...] = ()  # (first, last, parts) of the original
     # NOTE [stream pools]: the stream whose pool the prefetched copies are allocated from
     prefetch_stream: str = "compute"
+    # NOTE [optimizer offload]: the optimizer's state and step on the CPU, each weight
+    # gradient copied there after the backward pass that makes it
+    optimizer_offload: bool = False
 
     def check(self, trace: Trace) -> None:
         """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,
@@ -165,6 +168,9 @@ def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
         if not -1 <= plan.prefetch[i] < n:
             raise PlanError(f"plan {plan.policy}: layer {layer.id} prefetches for layer "
                             f"{plan.prefetch[i]}, outside the trace")
+    if plan.optimizer_offload and (not trace.pytorch or plan.memory != "layer_wise"):
+        raise PlanError(f"plan {plan.policy}: optimizer offload runs PyTorch traces under "
+                        "layer-wise memory (NOTE [optimizer offload])")
     for first, last in plan.recompute:
         if not 0 <= first <= last < n:
             raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "

@@ -32,9 +32,10 @@ from .compile import Program, compile_plan, checkpoint_buffers, free_points, kee
 from .host import Host
 from .allocator import key_name
 from .invariants import InvariantViolation
-from .iteration import STEP_PIECES, Iteration
+from .iteration import Iteration
 from .memory import Memory
 from .memory_model import MemoryModel
+from .optimizer_step import STEP_PIECES, OptimizerStep
 from .paged import Paging
 from .pinned import PinnedPool
 from .plan import Liveness, Plan, liveness
@@ -45,7 +46,7 @@ __all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "
            "recompute_sets"]
 
 
-class Simulation(Streams, Host, Memory, Iteration, Paging):
+class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
     """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (NOTE [memory interface]:
     what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
     once."""
@@ -53,7 +54,7 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
     # NOTE [engine speed]: slots, not a __dict__ of sixty names (an instance dict that
     # large is not shared, and every self.x in the hot loop became a dict lookup)
     __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_fwd_host", "_fwd_ops",
-                 "_gkey", "_gneeds", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
+                 "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
                  "_layer_steps", "_link_ns", "_next_waits", "_on_host", "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
@@ -146,6 +147,7 @@ class Simulation(Streams, Host, Memory, Iteration, Paging):
         self._sent: dict[str, _Op] = {}  # buffer -> its offload
         self._recorded: set[str] = set()  # blocks a side-stream copy used (record_stream)
         self._next_waits: tuple[_Op, ...] = ()
+        self._grad_copies: list[tuple[str, int, _Op]] = []  # NOTE [optimizer offload]
         self._fwd_ops: tuple = ()
         self._fwd_host = 0
         self._queued: deque[tuple[_Op, float]] = deque()  # NOTE [launch queue]

@@ -39,6 +39,9 @@ class Op(NamedTuple):
     size_bytes: int = 0
 
 
+# the copies that bring an offloaded buffer back (a gradient's copy to the optimizer on the
+# CPU and the parameters' back are the optimizer's own buffers, NOTE [optimizer offload])
+_RETURNS = frozenset({"prefetch", "fetch"})
 _record = tuple.__new__  # Op(...) without namedtuple's Python-level __new__: _record(Op, (...))
 
 
@@ -219,7 +222,7 @@ class Streams:
             if record:  # a copy shows as its direction
                 self.ops.append(_record(Op, (op.copy, op.kind, op.layer, op.name, start, end,
                                              op.size)))
-            if op.kind != "offload":  # a prefetch: the host copy is released once it is back
+            if op.kind in _RETURNS:  # the host copy is released once it is back
                 self.host_bytes -= op.size
                 self.pinned.give(op.size)
         if op.done is not None:

@@ -39,6 +39,7 @@ import torch
 
 from ..planfile import BlockPlanFile, PlanFile, plan_from_data
 from .block_offload import BlockOffload
+from .cpu_optimizer import CPUOffloadOptimizer
 from .hostprobe import StepProbe, host_probe_ns
 from .profile import software
 from .runtime import VDNN
@@ -56,18 +57,23 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             model_kwargs: dict[str, Any] | None = None,
             history: Callable[[dict[str, Any]], None] | None = None,
             allocator_conf: dict[str, Any] | None = None,
-            step_probe: bool = True) -> dict[str, Any]:
+            step_probe: bool = True, optimizer_offload: bool = False) -> dict[str, Any]:
     """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
     autocast-fp16); ``history``: given the allocator's snapshot over the timed steps;
-    ``allocator_conf``: the settings this process's allocator runs with, recorded."""
+    ``allocator_conf``: the settings this process's allocator runs with, recorded;
+    ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
+    there as they are made (NOTE [optimizer offload]))."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
         raise ValueError("policy 'planned' takes a plan, and only it")
     if isinstance(plan, dict):
         plan = plan_from_data(plan)
+    if optimizer_offload and dtype == "autocast-fp16":
+        raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
+                         "or autocast-bf16")
     dev = torch.device("cuda", torch.cuda.current_device())
     gc.collect()
     torch.cuda.empty_cache()
@@ -76,6 +82,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
                               "optimizer": optimizer,
+                              "optimizer_offload": optimizer_offload,
                               "allocator_conf": dict(allocator_conf or {}),
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
@@ -114,6 +121,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,
                              runner=None if blocks else runtime, context=ctx)
+        offloaded = None
+        if optimizer_offload:  # NOTE [optimizer offload]
+            offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
+                                                             optimizer)
 
         def run_step() -> None:
             step()
@@ -167,6 +178,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         host_stats = getattr(torch.cuda, "host_memory_stats", None)
         if host_stats is not None:
             record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
+        if offloaded is not None:  # NOTE [optimizer offload]: what the host holds for it
+            record.update(optimizer_pinned_bytes=offloaded.pinned_bytes,
+                          optimizer_state_bytes=offloaded.state_bytes())
         # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
         # so that its reserved peak is one iteration's own (NOTE [measurement]); the step
         # itself is NOTE [training step]'s, read at its marks
@@ -209,6 +223,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if isinstance(runtime, BlockOffload):
             runtime.remove()
         del work, runtime, step
+        offloaded = None
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(1.0, dev)

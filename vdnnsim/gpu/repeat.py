@@ -83,6 +83,8 @@ def child_argv(args: Any, cap_bytes: int | None, history: str | None = None) -> 
         argv += ["--memory-history", history]
     if getattr(args, "no_step_probe", False):
         argv += ["--no-step-probe"]
+    if getattr(args, "optimizer_offload", False):
+        argv += ["--optimizer-offload"]
     return argv + ["--json"]
 
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPU (the H200 device machine). Issue 31, session 21, written before it ran: the ground
+# truth for the optimizer's state and step on the CPU (NOTE [optimizer offload]).
+#   bash experiments/h200_offload/offload_loan.sh OUT SECONDS
+# 1. one discarded warm-up process (device_env.sh);
+# 2. the host's CPU step, microbenchmarked (time_cpu_steps: fused AdamW, fp32 and bf16,
+#    the machine's default threads): OUT/cpu_steps.json, with lscpu and free in host.txt;
+# 3. for each RUN (hf model, batch, sequence; autocast-bf16, AdamW): the profile
+#    (OUT/NAME_bB_sS.yaml), then `vdnnsim measure --repeat 3` plain and with
+#    --optimizer-offload (OUT/runs.jsonl, one record a line).
+# Nothing starts after SECONDS from the start.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${1:?usage: offload_loan.sh OUT SECONDS}
+DEADLINE=$(( $(date +%s) + ${2:?usage: offload_loan.sh OUT SECONDS} ))
+mkdir -p "$OUT"
+# shellcheck source=experiments/h200_issue28/device_env.sh
+. "$ROOT/experiments/h200_issue28/device_env.sh"
+{ lscpu; free -g; nproc; } > "$OUT/host.txt" 2>&1
+python3 - "$OUT/cpu_steps.json" <<'PY'
+import json, sys
+from vdnnsim.gpu.cpu_optimizer import time_cpu_steps
+from vdnnsim.gpu.profile import software
+recs = time_cpu_steps("adamw", ("fp32", "bf16"))
+json.dump({"software": software(), "records": recs}, open(sys.argv[1], "w"), indent=1)
+PY
+echo "[$(date +%T)] cpu steps rc=$?" >> "$OUT/log.txt"
+for run in llama-1b:2:1024 gpt2-medium:8:512; do
+  IFS=: read -r name b s <<< "$run"
+  for what in profile plain offload; do
+    if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+      echo "[$(date +%T)] $run $what not started (deadline)" >> "$OUT/log.txt"; continue
+    fi
+    common=(--model "hf:$name" --batch "$b" --seq-len "$s" --dtype autocast-bf16 --optimizer adamw)
+    case $what in
+      profile) python3 -m vdnnsim profile "${common[@]}" -o "$OUT/${name}_b${b}_s${s}.yaml" \
+                 > "$OUT/w.log" 2>&1 ;;
+      plain) python3 -m vdnnsim measure "${common[@]}" --repeat 3 --warmup-processes 0 --json \
+                 > "$OUT/w.json" 2> "$OUT/w.log" ;;
+      offload) python3 -m vdnnsim measure "${common[@]}" --optimizer-offload --repeat 3 \
+                 --warmup-processes 0 --json > "$OUT/w.json" 2> "$OUT/w.log" ;;
+    esac
+    rc=$?
+    if [ "$what" != profile ]; then
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r.update(run=sys.argv[2], what=sys.argv[3]); print(json.dumps(r))" \
+        "$OUT/w.json" "$run" "$what" >> "$OUT/runs.jsonl" 2>> "$OUT/w.log"
+    fi
+    echo "[$(date +%T)] $run $what rc=$rc: $(tail -1 "$OUT/w.log")" >> "$OUT/log.txt"
+  done
+done
+rm -f "$OUT/w.json" "$OUT/w.log"

@@ -1,0 +1,129 @@
+"""NOTE [optimizer offload]: the optimizer's state and step on the CPU, replayed by hand.
+
+Units: U = 1 MiB, the test GPU's link moves U in 1 ms each way; the host's CPU step is
+3 ms per U of fp32 parameters (U / 4 elements), nothing fixed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from vdnnsim import run_trace
+from vdnnsim.errors import ConfigError
+from vdnnsim.optimizer import with_optimizer
+
+from .conftest import chain_trace, hand_gpu
+
+U = 1 << 20
+MS = 1_000_000
+GPU = hand_gpu(bw=U * 1000.0)
+CPU = replace(GPU, host=replace(GPU.host, cpu_step_ns=0,
+                                cpu_step_ns_per_element=3 * MS / (U / 4)))
+
+
+def two_layers(optimizer: str = "sgd"):
+    t = chain_trace([{"id": "c1", "size": U, "fwd": MS, "bwd": MS, "weight": U},
+                     {"id": "c2", "size": U, "fwd": MS, "bwd": MS, "weight": U}],
+                    framework="pytorch")
+    return with_optimizer(t, optimizer) if optimizer != "sgd" else t
+
+
+def test_the_step_runs_on_the_cpu_after_each_gradient_copy():
+    """Forward 0-2 ms, backward c2 2-3, c1 3-4. c2's gradient goes out 3-4 and c1's 4-5
+    on the runtime's one side stream. The host waits for c2's (4), steps it 4-7 and sends
+    its weights back 7-8; c1's step runs 7-10 and its weights 10-11; the compute stream
+    waits for them: the iteration ends at 11 ms (4 ms with the optimizer on the GPU, whose
+    step this hand trace does not time)."""
+    t = two_layers()
+    on_gpu = run_trace(t, CPU, "eager")
+    r = run_trace(t, CPU, "eager", optimizer_offload=True)
+    assert on_gpu.iteration_time_ns == 4 * MS
+    assert r.iteration_time_ns == 11 * MS
+    tl = r.timeline
+    copies = tl[tl.kind.isin(["grad_offload", "param_upload"])]
+    assert list(zip(copies.kind, copies.layer, copies.start_ns // MS, copies.end_ns // MS)) \
+        == [("grad_offload", "c2", 3, 4), ("grad_offload", "c1", 4, 5),
+            ("param_upload", "c2", 7, 8), ("param_upload", "c1", 10, 11)]
+    host = tl[(tl.stream == "host") & (tl.name == "CPU optimizer step")]
+    assert list(zip(host.layer, host.start_ns // MS, host.end_ns // MS)) == [
+        ("c2", 4, 7), ("c1", 7, 10)]
+    assert r.offloaded_bytes == 0 and r.peak_host_bytes == 0  # activations stay
+    assert r.pinned_host_bytes == 4 * U  # each layer's weights and gradient, pinned
+    assert not r.notes
+
+
+def test_adam_state_leaves_the_gpu_and_the_host_holds_it():
+    """AdamW's two moments (2 x 2U) are on the GPU without offload, on the host with it."""
+    t = two_layers("adamw")
+    on_gpu = run_trace(t, CPU, "eager")
+    r = run_trace(t, CPU, "eager", optimizer_offload=True)
+    assert on_gpu.peak_memory_bytes - r.peak_memory_bytes >= 4 * U
+    assert r.peak_breakdown.get("optimizer_state", 0) == 0
+    assert on_gpu.optimizer_host_bytes == 0
+    assert r.optimizer_host_bytes == (2 + 2) * 2 * U  # copies, gradients, two moments
+
+
+def test_an_uncalibrated_host_says_the_cpu_step_is_left_out():
+    """The copies alone: out 3-4 and 4-5, back behind them on the one stream, 5-6, 6-7."""
+    r = run_trace(two_layers(), GPU, "eager", optimizer_offload=True)
+    assert r.iteration_time_ns == 7 * MS
+    assert any("no calibration of the CPU optimizer step" in n for n in r.notes)
+
+
+def test_torch7_traces_are_refused():
+    t = chain_trace([{"id": "c1", "size": U, "fwd": MS, "bwd": MS, "weight": U}])
+    with pytest.raises(ConfigError, match="PyTorch traces"):
+        run_trace(t, CPU, "vdnn_all_m", optimizer_offload=True)
+
+
+# -- the runtime (torch, on the CPU: its copies are plain copies) ---------------------------
+
+def test_the_runtime_updates_as_one_cpu_adamw_does():
+    """CPUOffloadOptimizer's three steps give bit for bit the parameters of one fused
+    AdamW over the same model on the CPU: one optimizer per tensor changes nothing."""
+    torch = pytest.importorskip("torch")
+    import copy
+
+    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
+
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    b = copy.deepcopy(a)
+    plain = torch.optim.AdamW(a.parameters(), lr=1e-3, fused=True)
+    off = CPUOffloadOptimizer(b.parameters(), "adamw")
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        for model, opt in ((a, plain), (b, off)):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+        assert all(p.grad is None for p in b.parameters())  # released as each was copied
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    start = copy.deepcopy(a)  # the check can fail: three steps moved every parameter
+    torch.manual_seed(0)
+    fresh = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4))
+    assert not any(torch.equal(p, q) for p, q in zip(fresh.parameters(), start.parameters()))
+    params = sum(p.numel() for p in b.parameters())
+    assert off.pinned_bytes == 2 * 4 * params and off.state_bytes() == 2 * 4 * params
+
+
+def test_cpu_steps_microbenchmark_records_each_size():
+    pytest.importorskip("torch")
+    from vdnnsim.gpu.cpu_optimizer import time_cpu_steps
+
+    recs = time_cpu_steps("adamw", ("fp32", "bf16"), sizes=((1024, 3), (4096, 1)), reps=2)
+    assert [(r["dtype"], r["numel"], r["tensors"]) for r in recs] == [
+        ("fp32", 1024, 3), ("fp32", 4096, 1), ("bf16", 1024, 3), ("bf16", 4096, 1)]
+    assert all(r["ns"] > 0 and len(r["ns_all"]) == 2 for r in recs)
+
+
+def test_a_host_that_cannot_hold_the_optimizer_does_not_fit():
+    """NOTE [host memory]: AdamW's copies and moments are 4 x 2U on the host; 6U is short."""
+    t = two_layers("adamw")
+    small = replace(CPU, host_memory_bytes=6 * U)
+    r = run_trace(t, small, "eager", optimizer_offload=True)
+    assert not r.fits and r.oom.kind == "host" and r.oom.requested_bytes == 8 * U
+    assert run_trace(t, replace(CPU, host_memory_bytes=8 * U), "eager",
+                     optimizer_offload=True).fits

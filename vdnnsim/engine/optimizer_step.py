@@ -1,0 +1,127 @@
+"""The optimizer step the host issues after the backward pass: on the GPU (the optimizer's
+foreach kernels), or on the CPU where the plan offloads the optimizer (NOTE [optimizer
+offload] in vdnnsim/gpu/cpu_optimizer.py: the runtime it models)."""
+
+from __future__ import annotations
+
+from ..units import transfer_ns
+from .allocator import OutOfMemory
+from .compile import optimizer_host_bytes
+from .streams import _Op
+
+# NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
+# (its foreach kernels go out one after another; the GPU need not wait for the last launch)
+STEP_PIECES = 8
+
+# a parameter's bytes per element, by the trace's precision (autocast keeps fp32 weights)
+_ELEMENT = {"bf16": 2, "fp16": 2}
+
+
+def cpu_step_ns(host, size: int, dtype: str) -> int:
+    """NOTE [optimizer offload]: the host's time for the CPU optimizer's step over one
+    layer's parameters of ``size`` bytes (one tensor's fixed cost and its elements')."""
+    per = host.cpu_step_ns_per_element_16 if dtype in _ELEMENT else \
+        host.cpu_step_ns_per_element
+    return round(host.cpu_step_ns + per * size / _ELEMENT.get(dtype, 4))
+
+
+class OptimizerStep:
+    """The optimizer step of a :class:`~.sim.Simulation` (a part of it)."""
+
+    __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
+
+    def _step(self):
+        """The optimizer step: on the CPU where the plan offloads it (NOTE [optimizer
+        offload]), else on the GPU."""
+        if self.plan.optimizer_offload:
+            yield from self._cpu_step()
+            return
+        yield from self._gpu_step()
+
+    def _gpu_step(self):
+        """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
+        (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs
+        the first while the host still issues the rest."""
+        if self.sem.paged:  # NOTE [uvm]: one pass over every weight
+            self._paged_step()
+            return
+        trace = self.trace
+        n = STEP_PIECES if trace.host_step_ns and trace.step_ns else 1
+        host = [trace.host_step_ns * (k + 1) // n - trace.host_step_ns * k // n
+                for k in range(n)]
+        gpu = [trace.step_ns * (k + 1) // n - trace.step_ns * k // n for k in range(n)]
+        self._spend(host[0], "", "optimizer step")
+        waits = self._next_waits
+        if self.sem.one_side_stream and self._copy["d2h"].last is not None:
+            waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
+        self._next_waits = ()
+        if trace.step_ns or waits or trace.step_workspace_bytes:
+            op = _Op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
+            held = False
+            temps = self.program.step_temps if trace.step_workspace_bytes else ()
+            if len(temps) == 1 and not self.sem.caching_allocator:  # NOTE [optimizer state]
+                w = self._workspace(temps[0], self._stamp(op, 0), op, "", "step")
+                if w is not None:
+                    held = yield from w
+                temps = ()
+            state = self.program.state if self.first else ()
+            s0 = self._stamp(op, 0) if temps or state else 0
+            for k, size in enumerate(state):  # NOTE [steady state]: made by the first step
+                a = (("state", str(k)), size, "optimizer_state", s0, "", "step")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
+            for k, size in enumerate(temps):  # NOTE [step temporaries]
+                a = (("step_temp", str(k)), size, "workspace", s0, "", "step")
+                if not self._take(*a):
+                    yield from self._alloc(*a)
+            self._push(self.compute, op)
+            for k in range(1, n):
+                self._spend(host[k], "", "optimizer step")
+                op = _Op(self.compute, "step", "", "optimizer step", gpu[k])
+                self._push(self.compute, op)
+            if held:
+                self.pool.free(("workspace", ""), self._stamp(op, 1))
+            if temps:
+                s1 = self._stamp(op, 1)
+                for k in range(len(temps)):
+                    self.pool.free(("step_temp", str(k)), s1)
+        else:
+            self._spend(sum(host[1:]), "", "optimizer step")
+
+    def _grad_copy(self, layer: str, size: int, op: _Op, stamp: int) -> None:
+        """NOTE [optimizer offload]: the layer's weight gradient, made by ``op``, copied to
+        the host on the side stream (which waits for the compute stream first) and
+        released to that stream (record_stream): freed once the copy has run."""
+        side = self._copy["d2h"]
+        copy = _Op(side, "grad_offload", layer, f"{layer}:weight gradient",
+                   transfer_ns(size, self._d2h_bw, self._link_ns), size, (op,), "d2h")
+        self._push(side, copy)
+        self._grad_copies.append((layer, size, copy))
+        self._retire(("wgrad", layer), stamp, copy)
+
+    def _cpu_step(self):
+        """NOTE [optimizer offload]: in the order the gradients came, the host waits for
+        each layer's copy, steps its parameters on the CPU and copies them back on the side
+        stream; then the compute stream waits for the side stream (the next forward pass
+        reads the updated weights)."""
+        need, cap = optimizer_host_bytes(self.trace), self._host_cap
+        if cap is not None and self.peak_host_bytes + need > cap and self.pool.oom is None:
+            # NOTE [host memory]: the host cannot hold the optimizer beside the offloads
+            free = max(0, cap - self.peak_host_bytes)
+            self.pool.oom = OutOfMemory("optimizer state", "", "step",
+                                        self._stamp(self.compute.last, 1), need, free, free,
+                                        "host")
+        host, dtype = self.gpu.host, self.trace.dtype
+        up = self._copy["d2h"]  # the runtime's one side stream: behind every gradient copy
+        last = None
+        for layer, size, copy in self._grad_copies:
+            if copy.end is None or copy.end > self.host_ns:
+                yield from self._wait_ops((copy,), layer, "gradient copy")
+            self._spend(cpu_step_ns(host, size, dtype), layer, "CPU optimizer step")
+            last = self._push(up, _Op(up, "param_upload", layer, f"{layer}:parameters",
+                                      transfer_ns(size, self._h2d_bw, self._link_ns), size,
+                                      (), "h2d"))
+        self._grad_copies = []
+        if last is not None:  # compute.wait_stream(side)
+            self._push(self.compute, _Op(self.compute, "step", "", "wait for the parameters",
+                                         0, waits=(last,)))

@@ -1,0 +1,151 @@
+"""The optimizer on the CPU: the runtime that offloads it (``CPUOffloadOptimizer``) and the
+microbenchmark of the host that runs its step (``time_cpu_steps``).
+
+NOTE [optimizer offload]
+ZeRO-Offload's single-GPU case, as torchao's CPUOffloadOptimizer runs it: the parameters
+stay on the GPU; each has a copy on the host (pinned, in the parameter's dtype) with a
+pinned gradient buffer, and its own optimizer over that copy, whose state (Adam's two
+moments) lives in host memory only. In the backward pass, as each parameter's gradient is
+accumulated (``register_post_accumulate_grad_hook``), a side stream that has waited for
+the compute stream copies it to the host, an event marks the copy, and the GPU gradient is
+released to the side stream (``record_stream``; the caching allocator reuses it once the
+copy has run): the GPU never holds the optimizer's state, and holds a gradient only until
+its copy. ``step()`` takes the parameters in the order their gradients came: it waits for
+each one's copy (the event), runs its optimizer's step on the CPU (AdamW ``fused=True``,
+one multi-threaded kernel per tensor) and copies the updated parameter back on the side
+stream, so the CPU steps the next while the link carries the last; the compute stream then
+waits for the side stream, so the next forward pass reads the updated weights. The
+arithmetic is the CPU optimizer's: the same update as the GPU's to rounding.
+
+The simulator's model of it (vdnnsim/engine/optimizer_step.py) has the same parts: a
+gradient copy after each layer's backward pass, the host waiting for each, a CPU step per
+layer's parameters timed by ``Host.cpu_step_ns + cpu_step_ns_per_element x elements``
+(fitted by ``vdnnsim.calibration_fits cpu_step`` to ``time_cpu_steps``' records), and a
+copy back per layer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Iterable
+
+import torch
+
+from ..errors import ConfigError
+
+
+def _cpu_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """NOTE [optimizer offload]: the CPU step, PyTorch's defaults but lr 1e-3 as
+    workload.make_optimizer; Adam and AdamW fused (one kernel per tensor)."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-3, fused=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    raise ConfigError(f"optimizer {name!r}: one of sgd, adam, adamw")
+
+
+class CPUOffloadOptimizer:
+    """NOTE [optimizer offload]: ``optimizer`` over ``params``, its state and its step on
+    the CPU; the gradients leave the GPU as they are made. On a CPU device the copies are
+    plain copies (the tests' case)."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer: str = "adamw"):
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ConfigError("optimizer offload: the model has no trainable parameters")
+        dev = self.params[0].device
+        self.cuda = dev.type == "cuda"
+        self.stream = torch.cuda.Stream(dev) if self.cuda else None
+        self.host: dict[torch.Tensor, torch.Tensor] = {}
+        self.optims: dict[torch.Tensor, torch.optim.Optimizer] = {}
+        self.queue: dict[torch.Tensor, Any] = {}  # parameter -> its gradient copy's event
+        for p in self.params:
+            h = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=self.cuda)
+            h.copy_(p.detach())
+            h.grad = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=self.cuda)
+            self.host[p] = h
+            self.optims[p] = _cpu_optimizer(optimizer, [h])
+            p.register_post_accumulate_grad_hook(self._gradient_ready)
+        self.pinned_bytes = sum(2 * p.numel() * p.element_size() for p in self.params)
+
+    def _gradient_ready(self, p: torch.nn.Parameter) -> None:
+        h = self.host[p]
+        if self.cuda:
+            self.stream.wait_stream(torch.cuda.current_stream(p.device))
+            with torch.cuda.stream(self.stream):
+                h.grad.copy_(p.grad, non_blocking=True)
+                self.queue[p] = torch.cuda.Event()
+                self.queue[p].record(self.stream)
+            p.grad.record_stream(self.stream)
+        else:
+            h.grad.copy_(p.grad)
+            self.queue[p] = None
+        p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, copied in self.queue.items():
+            if copied is not None:
+                copied.synchronize()
+            self.optims[p].step()
+            if self.cuda:
+                with torch.cuda.stream(self.stream):
+                    p.copy_(self.host[p], non_blocking=True)
+            else:
+                p.copy_(self.host[p])
+        self.queue.clear()
+        if self.cuda:
+            torch.cuda.current_stream(self.params[0].device).wait_stream(self.stream)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:  # the GPU's are released by the hook; the host's are overwritten
+            p.grad = None
+
+    def state_bytes(self) -> int:
+        """Host bytes of the optimizers' state (after the first step)."""
+        return sum(t.numel() * t.element_size() for o in self.optims.values()
+                   for s in o.state.values() for t in s.values()
+                   if isinstance(t, torch.Tensor) and t.dim() > 0)
+
+
+# the microbenchmark's grid: a tensor's elements, and how many tensors of that size one
+# step takes (small tensors many times, so that the per-tensor cost shows)
+CPU_STEP_SIZES = ((4_096, 64), (65_536, 32), (1_048_576, 8), (4_194_304, 4),
+                  (16_777_216, 2), (67_108_864, 1), (134_217_728, 1))
+
+
+def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
+                   sizes=CPU_STEP_SIZES, reps: int = 5,
+                   threads: int | None = None) -> list[dict[str, Any]]:
+    """NOTE [optimizer offload]: the host's time for the CPU optimizer's step, as
+    CPUOffloadOptimizer runs it (one optimizer per tensor, stepped one after another), for
+    ``count`` tensors of ``numel`` elements each: the median of ``reps`` steps after one
+    that makes the state. One record per (dtype, size). Nothing here is fitted."""
+    if threads:
+        torch.set_num_threads(threads)
+    from .workload import DTYPES
+    out = []
+    for dt in dtypes:
+        dtype = DTYPES[dt]
+        for numel, count in sizes:
+            params = []
+            for _ in range(count):
+                p = torch.zeros(numel, dtype=dtype, requires_grad=True)
+                p.grad = torch.randn(numel).to(dtype)
+                params.append(p)
+            optims = [_cpu_optimizer(optimizer, [p]) for p in params]
+            times = []
+            for r in range(reps + 1):
+                t0 = time.perf_counter_ns()
+                for o in optims:
+                    o.step()
+                if r:
+                    times.append(time.perf_counter_ns() - t0)
+            out.append({"optimizer": optimizer, "dtype": dt, "numel": numel, "tensors": count,
+                        "ns": statistics.median(times), "ns_all": times,
+                        "threads": torch.get_num_threads()})
+            del params, optims
+    return out

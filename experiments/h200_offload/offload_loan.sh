@@ -5,9 +5,10 @@
 # 1. one discarded warm-up process (device_env.sh);
 # 2. the host's CPU step, microbenchmarked (time_cpu_steps: fused AdamW, fp32 and bf16,
 #    the machine's default threads): OUT/cpu_steps.json, with lscpu and free in host.txt;
-# 3. for each RUN (hf model, batch, sequence; autocast-bf16, AdamW): the profile
+# 3. for each model (hf, batch, sequence; autocast-bf16, AdamW): the profile
 #    (OUT/NAME_bB_sS.yaml), then `vdnnsim measure --repeat 3` plain and with
-#    --optimizer-offload (OUT/runs.jsonl, one record a line).
+#    --optimizer-offload (OUT/runs.jsonl, one record a line); the 3B model also under a
+#    40 GiB cap that plain training cannot fit, once each.
 # Nothing starts after SECONDS from the start.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,27 +27,41 @@ recs = time_cpu_steps("adamw", ("fp32", "bf16"))
 json.dump({"software": software(), "records": recs}, open(sys.argv[1], "w"), indent=1)
 PY
 echo "[$(date +%T)] cpu steps rc=$?" >> "$OUT/log.txt"
-for run in llama-1b:2:1024 gpt2-medium:8:512; do
-  IFS=: read -r name b s <<< "$run"
-  for what in profile plain offload; do
-    if [ "$(date +%s)" -ge "$DEADLINE" ]; then
-      echo "[$(date +%T)] $run $what not started (deadline)" >> "$OUT/log.txt"; continue
-    fi
-    common=(--model "hf:$name" --batch "$b" --seq-len "$s" --dtype autocast-bf16 --optimizer adamw)
-    case $what in
-      profile) python3 -m vdnnsim profile "${common[@]}" -o "$OUT/${name}_b${b}_s${s}.yaml" \
-                 > "$OUT/w.log" 2>&1 ;;
-      plain) python3 -m vdnnsim measure "${common[@]}" --repeat 3 --warmup-processes 0 --json \
-                 > "$OUT/w.json" 2> "$OUT/w.log" ;;
-      offload) python3 -m vdnnsim measure "${common[@]}" --optimizer-offload --repeat 3 \
-                 --warmup-processes 0 --json > "$OUT/w.json" 2> "$OUT/w.log" ;;
-    esac
-    rc=$?
-    if [ "$what" != profile ]; then
-      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r.update(run=sys.argv[2], what=sys.argv[3]); print(json.dumps(r))" \
-        "$OUT/w.json" "$run" "$what" >> "$OUT/runs.jsonl" 2>> "$OUT/w.log"
-    fi
-    echo "[$(date +%T)] $run $what rc=$rc: $(tail -1 "$OUT/w.log")" >> "$OUT/log.txt"
-  done
+# NAME:BATCH:SEQ:WHAT[:CAP]: profile, plain or offload (--repeat 3), plain1 or offload1 (one
+# process, under CAP GiB: plain training that cannot fit beside the offloaded run that does)
+for job in llama-3b:1:1024:profile llama-3b:1:1024:plain llama-3b:1:1024:offload \
+    llama-3b:1:1024:offload1:40 llama-3b:1:1024:plain1:40 \
+    llama-1b:2:1024:profile llama-1b:2:1024:plain llama-1b:2:1024:offload \
+    gpt2-medium:8:512:profile gpt2-medium:8:512:plain gpt2-medium:8:512:offload; do
+  IFS=: read -r name b s what cap <<< "$job"
+  if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+    echo "[$(date +%T)] $job not started (deadline)" >> "$OUT/log.txt"; continue
+  fi
+  common=(--model "hf:$name" --batch "$b" --seq-len "$s" --dtype autocast-bf16 --optimizer adamw)
+  [ -n "${cap:-}" ] && common+=(--memory-cap "${cap}GiB")
+  case $what in
+    profile) python3 -m vdnnsim profile "${common[@]}" -o "$OUT/${name}_b${b}_s${s}.yaml" \
+               > "$OUT/w.log" 2>&1 ;;
+    plain) python3 -m vdnnsim measure "${common[@]}" --repeat 3 --warmup-processes 0 --json \
+               > "$OUT/w.json" 2> "$OUT/w.log" ;;
+    offload) python3 -m vdnnsim measure "${common[@]}" --optimizer-offload --repeat 3 \
+               --warmup-processes 0 --json > "$OUT/w.json" 2> "$OUT/w.log" ;;
+    plain1) python3 -m vdnnsim measure "${common[@]}" --json > "$OUT/w.json" 2> "$OUT/w.log" ;;
+    offload1) python3 -m vdnnsim measure "${common[@]}" --optimizer-offload --json \
+               > "$OUT/w.json" 2> "$OUT/w.log" ;;
+  esac
+  rc=$?
+  if [ "$what" != profile ]; then
+    python3 - "$OUT/w.json" "$OUT/w.log" "$job" >> "$OUT/runs.jsonl" <<'PY'
+import json, sys
+try:
+    rec = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    rec = {"error": open(sys.argv[2]).read()[-400:]}
+rec["job"] = sys.argv[3]
+print(json.dumps(rec))
+PY
+  fi
+  echo "[$(date +%T)] $job rc=$rc: $(tail -1 "$OUT/w.log" | cut -c1-300)" >> "$OUT/log.txt"
 done
 rm -f "$OUT/w.json" "$OUT/w.log"

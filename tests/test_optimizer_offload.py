@@ -127,3 +127,39 @@ def test_a_host_that_cannot_hold_the_optimizer_does_not_fit():
     assert not r.fits and r.oom.kind == "host" and r.oom.requested_bytes == 8 * U
     assert run_trace(t, replace(CPU, host_memory_bytes=8 * U), "eager",
                      optimizer_offload=True).fits
+
+
+# -- the block planner with the optimizer as one more choice ---------------------------------
+
+def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
+    """GPT-2 (8 x 1024, AdamW) under 9 GiB: its AdamW moments off the GPU, fewer blocks must
+    move; auto takes whichever plan that fits is faster; an uncalibrated host keeps the
+    optimizer on the GPU under auto."""
+    from pathlib import Path
+
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.policies.blocks import plan_blocks
+    from vdnnsim.trace import load_trace
+
+    root = Path(__file__).resolve().parents[1]
+    t = with_optimizer(load_trace(root / "traces" / "h200_hf" / "profiled" /
+                                  "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"), "adamw")
+    h200 = resolve_gpu("h200")
+    cal = replace(h200, host=replace(h200.host, cpu_step_ns=20_000,
+                                     cpu_step_ns_per_element=0.2,
+                                     cpu_step_ns_per_element_16=0.3))
+    budget = 9 * 2**30
+    on_gpu = plan_blocks(t, cal, budget, False)
+    on_cpu = plan_blocks(t, cal, budget, True)
+    assert on_gpu.fits and on_cpu.fits and on_cpu.optimizer_offload
+    assert on_cpu.blocks + on_cpu.recompute < on_gpu.blocks + on_gpu.recompute
+    auto = plan_blocks(t, cal, budget, None)
+    faster = min((on_gpu, on_cpu), key=lambda p: p.iteration_time_ns)
+    assert (auto.optimizer_offload, auto.iteration_time_ns) == (
+        faster.optimizer_offload, faster.iteration_time_ns)
+    assert not plan_blocks(t, replace(h200, host=replace(h200.host, cpu_step_ns_per_element=0)),
+                           budget, None).optimizer_offload
+    from vdnnsim.planfile import plan_from_data
+    from vdnnsim.planner import block_plan_to_dict
+    assert plan_from_data(block_plan_to_dict(t, cal, budget, on_cpu)).optimizer_offload
+    assert not plan_from_data(block_plan_to_dict(t, cal, budget, on_gpu)).optimizer_offload

@@ -130,8 +130,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         trace = with_optimizer(build_trace(network, cfg.batch_size, gpu, cfg.dtype),
                                cfg.optimizer)
     from .policies.blocks import block_regions
+    offload = args.optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
     if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
-        return _plan_blocks(args, trace, gpu, budget)
+        return _plan_blocks(args, trace, gpu, budget,
+                            {"auto": None, "on": True, "off": False}[offload])
+    if offload == "on":
+        raise ConfigError(f"{args.config}: the optimizer on the CPU is planned with block "
+                          "plans only (--method blocks, a model with blocks); the layer "
+                          "planners keep it on the GPU")
     if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
         raise ConfigError(f"{args.config}: network: {cfg.network} is a memory-only trace "
                           f"(every layer 0 ns), and --method {args.method} picks the fastest "
@@ -181,15 +187,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) -> int:
-    """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit."""
+def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
+                 optimizer_offload: bool | None = False) -> int:
+    """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit;
+    ``optimizer_offload`` as plan_blocks takes it (NOTE [optimizer offload])."""
     from .api import run_trace
     from .planfile import write_plan_file
     from .planner import block_plan_to_dict, plan_blocks
     from .report.table import UNTIMED_NOTE, format_slowdown
 
-    plan = plan_blocks(trace, gpu, budget)
+    plan = plan_blocks(trace, gpu, budget, optimizer_offload)
     head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+    if plan.optimizer_offload:
+        head += ", optimizer on the CPU"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
     print(f"{head}: {len(plan.tried)} simulations, {plan.total} blocks")
     for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):
@@ -202,6 +212,10 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int) ->
             print(UNTIMED_NOTE)
         return 1
     base = run_trace(trace, gpu, "eager", record=False)
+    if plan.optimizer_offload and not (gpu.host.cpu_step_ns_per_element
+                                       and gpu.host.cpu_step_ns_per_element_16):
+        print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
+              "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
     if timed:
         ratio = (plan.iteration_time_ns / base.iteration_time_ns if base.iteration_time_ns
                  else float("nan"))
@@ -800,6 +814,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "[planner]), or both where the MILP is tractable (default); blocks: the "
                     "fewest offloaded or checkpointed blocks of any model (NOTE [block plan]; "
                     "the default for a trace with blocks)")
+    pn.add_argument("--optimizer-offload", choices=["auto", "on", "off"], default=None,
+                    help="block plans: the optimizer's state and step on the CPU (NOTE "
+                    "[optimizer offload]) on, off, or auto: both, and the plan that fits in "
+                    "fewer blocks or runs faster (where the preset's host has a calibrated "
+                    "CPU step); default: on where the run config sets optimizer_offload, "
+                    "else auto")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them (NOTE [autotune headroom])")

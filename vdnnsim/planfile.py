@@ -154,6 +154,8 @@ class BlockPlanFile(_Strict):
     block_paths: list[Name] | None = Field(
         None, description="Every block's module path, in order (NOTE [blocks]); null: the "
         "items of the model's largest ModuleList (a plan of an older probe's trace).")
+    optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
+                                          "step on the CPU (NOTE [optimizer offload]).")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
 

@@ -71,6 +71,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         raise ValueError("policy 'planned' takes a plan, and only it")
     if isinstance(plan, dict):
         plan = plan_from_data(plan)
+    if isinstance(plan, BlockPlanFile) and plan.optimizer_offload:
+        optimizer_offload = True  # NOTE [optimizer offload]: the plan runs it on the CPU
     if optimizer_offload and dtype == "autocast-fp16":
         raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
                          "or autocast-bf16")
@@ -90,7 +92,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         record["plan"] = {k: fields.get(k) for k in ("network", "batch_size", "budget_bytes",
                                                       "predicted", "split", "recompute",
                                                       "blocks", "block_paths",
-                                                      "recompute_blocks", "recompute_paths")}
+                                                      "recompute_blocks", "recompute_paths",
+                                                      "optimizer_offload")}
     work = runtime = step = None
     try:
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]

@@ -38,7 +38,7 @@ Not measured on the H200 yet (session 11 ran out of device time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import replay
@@ -205,12 +205,30 @@ class BlockPlan:
     tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
     recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
     tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
+    optimizer_offload: bool = False  # NOTE [optimizer offload]: the optimizer on the CPU
 
 
-def plan_blocks(trace: Trace, gpu: GPU, budget: Any) -> BlockPlan:
+def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
+                optimizer_offload: bool | None = False) -> BlockPlan:
     """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
-    [block recompute]) if that is faster."""
+    [block recompute]) if that is faster. ``optimizer_offload``: with the optimizer on
+    the CPU (NOTE [optimizer offload]), or not; None: both ways, and the plan that fits
+    (in fewer blocks, or the faster on a timed trace) wins, where the preset's host has a
+    calibrated CPU step (else the optimizer stays on the GPU: its time would be unknown)."""
+    if optimizer_offload is None:
+        h = gpu.host
+        calibrated = h.cpu_step_ns_per_element and h.cpu_step_ns_per_element_16
+        if not (trace.pytorch and calibrated and trace.weight_bytes):
+            return plan_blocks(trace, gpu, budget, False)
+        on_gpu = plan_blocks(trace, gpu, budget, False)
+        on_cpu = plan_blocks(trace, gpu, budget, True)
+        if on_gpu.fits != on_cpu.fits:
+            return on_gpu if on_gpu.fits else on_cpu
+        if trace.timed:
+            return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
+        moved = (on_gpu.blocks + on_gpu.recompute, on_cpu.blocks + on_cpu.recompute)
+        return on_cpu if moved[1] < moved[0] else on_gpu
     total = max(0, len(block_regions(trace)) - 2)
     if not total:
         raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
@@ -224,18 +242,23 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any) -> BlockPlan:
     def fewest(option: str) -> tuple[BlockPlan | None, list, tuple[bool, int, int]]:
         tried, r = [], (False, 0, 0)
         for k in range(total + 1):
+            plan = plans[option](trace, k)
+            if optimizer_offload:
+                plan = replace(plan, optimizer_offload=True)
             with paused_gc():  # NOTE [paused gc], as run_trace's replay
-                sim = replay(trace, gpu, plans[option](trace, k), budget, record_ops=False)
+                sim = replay(trace, gpu, plan, budget, record_ops=False)
             r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
             del sim
             tried.append((k, *r))
             if r[0]:
-                return BlockPlan(k, total, True, r[1], r[2], tried), tried, r
+                return BlockPlan(k, total, True, r[1], r[2], tried,
+                                 optimizer_offload=bool(optimizer_offload)), tried, r
         return None, tried, r
 
     best, tried, r = fewest("blocks")
     if best is None:
-        best = BlockPlan(total, total, False, r[1], r[2], tried)
+        best = BlockPlan(total, total, False, r[1], r[2], tried,
+                         optimizer_offload=bool(optimizer_offload))
     if trace.timed:
         rec, rtried = None, []
         if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
@@ -243,5 +266,6 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any) -> BlockPlan:
         best.tried_recompute = rtried
         if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
             return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
-                             tried, recompute=rec.blocks, tried_recompute=rtried)
+                             tried, recompute=rec.blocks, tried_recompute=rtried,
+                             optimizer_offload=bool(optimizer_offload))
     return best

@@ -273,6 +273,12 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
             host = m.get("host_issue_ms")  # NOTE [host probe]: whose time the host sets
             known = isinstance(host, (int, float)) and 0 < host < float("inf")
             row["host_bound"] = host >= HOST_BOUND * mt if known else None
+            held = [m.get(k) for k in ("optimizer_pinned_bytes", "optimizer_state_bytes")]
+            if offload and all(isinstance(x, (int, float)) for x in held):
+                # NOTE [optimizer offload]: what the host holds for the optimizer
+                mh, ph = sum(held), r.optimizer_host_bytes
+                row.update(measured_host_gib=mh / GiB, predicted_host_gib=ph / GiB,
+                           host_err=(ph - mh) / mh)
             row.update(_band("time", pt, m.get("iteration_ms_band"), 1.0))
             row.update(_band("reserved", pr, m.get(f"{RESERVED[reserved]}_band"), GiB))
         rows.append(row)

@@ -163,3 +163,21 @@ def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
     from vdnnsim.planner import block_plan_to_dict
     assert plan_from_data(block_plan_to_dict(t, cal, budget, on_cpu)).optimizer_offload
     assert not plan_from_data(block_plan_to_dict(t, cal, budget, on_gpu)).optimizer_offload
+
+
+def test_the_cpu_step_fit_recovers_a_known_host(tmp_path):
+    """calibration_fits cpu_step on records made from 30 us a tensor, 0.25 ns an fp32
+    element and 0.4 a 16-bit one (each record is count x (fixed + numel x slope))."""
+    import json
+
+    from vdnnsim import calibration_fits as cf
+
+    recs = [{"dtype": dt, "numel": n, "tensors": k, "ns": k * (30_000 + n * slope)}
+            for dt, slope in (("fp32", 0.25), ("bf16", 0.4))
+            for n, k in ((4096, 64), (1 << 20, 8), (1 << 24, 2), (1 << 27, 1))]
+    (tmp_path / "h200_offload").mkdir()
+    (tmp_path / "h200_offload" / "cpu_steps.json").write_text(json.dumps({"records": recs}))
+    fitted, lines = cf.cpu_step(tmp_path)
+    assert fitted == {"cpu_step_ns": 30_000, "cpu_step_ns_per_element": 0.25,
+                      "cpu_step_ns_per_element_16": 0.4}
+    assert all("+0%" in x or "-0%" in x for x in lines)

@@ -62,16 +62,31 @@ class CPUOffloadOptimizer:
         self.host: dict[torch.Tensor, torch.Tensor] = {}
         self.optims: dict[torch.Tensor, torch.optim.Optimizer] = {}
         self.queue: dict[torch.Tensor, Any] = {}  # parameter -> its gradient copy's event
+        self.hooks = []
+        stats = getattr(torch.cuda, "host_memory_stats", None) if self.cuda else None
+        before = stats().get("allocated_bytes.current", 0) if stats else 0
         for p in self.params:
             h = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=self.cuda)
             h.copy_(p.detach())
             h.grad = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=self.cuda)
             self.host[p] = h
             self.optims[p] = _cpu_optimizer(optimizer, [h])
-            p.register_post_accumulate_grad_hook(self._gradient_ready)
-        self.pinned_bytes = sum(2 * p.numel() * p.element_size() for p in self.params)
+            self.hooks.append(p.register_post_accumulate_grad_hook(self._gradient_ready))
+        # what the pinned allocator gave (each block a power of two), where it says so
+        self.pinned_bytes = (stats().get("allocated_bytes.current", 0) - before if stats else
+                             sum(2 * p.numel() * p.element_size() for p in self.params))
+
+    def close(self) -> None:
+        """Remove the hooks: they hold the optimizer, its pinned copies and the model (a
+        reference loop through autograd that the collector cannot break)."""
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
 
     def _gradient_ready(self, p: torch.nn.Parameter) -> None:
+        if p in self.queue:  # its host gradient would be overwritten, not accumulated
+            raise RuntimeError("optimizer offload: a second backward pass before step() "
+                               "(gradient accumulation) is not supported")
         h = self.host[p]
         if self.cuda:
             self.stream.wait_stream(torch.cuda.current_stream(p.device))
@@ -87,6 +102,8 @@ class CPUOffloadOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
+        if self.cuda:  # whatever was queued after the backward pass (clipping) first
+            self.stream.wait_stream(torch.cuda.current_stream(self.params[0].device))
         for p, copied in self.queue.items():
             if copied is not None:
                 copied.synchronize()

@@ -94,7 +94,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                                                       "blocks", "block_paths",
                                                       "recompute_blocks", "recompute_paths",
                                                       "optimizer_offload")}
-    work = runtime = step = None
+    work = runtime = step = offloaded = None
     try:
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
         # and its tensor for the probes after the timed steps, made before the model: it
@@ -124,7 +124,6 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,
                              runner=None if blocks else runtime, context=ctx)
-        offloaded = None
         if optimizer_offload:  # NOTE [optimizer offload]
             offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
                                                              optimizer)
@@ -225,8 +224,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     finally:
         if isinstance(runtime, BlockOffload):
             runtime.remove()
-        del work, runtime, step
-        offloaded = None
+        if offloaded is not None:  # NOTE [optimizer offload]: its hooks hold the model
+            offloaded.close()
+        del work, runtime, step, offloaded
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(1.0, dev)

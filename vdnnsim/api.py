@@ -14,6 +14,7 @@ from .engine.allocator import aligned
 from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
 from .engine.compile import optimizer_host_bytes as host_bytes_of_optimizer
+from .engine.compile import optimizer_pinned_bytes as pinned_of_optimizer
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -271,7 +272,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
 
 def optimizer_pinned_bytes(trace: Trace, plan: Any) -> int:
     """NOTE [optimizer offload]: the pinned copies of the parameters and their gradients."""
-    return 2 * trace.weight_bytes if getattr(plan, "optimizer_offload", False) else 0
+    return pinned_of_optimizer(trace) if getattr(plan, "optimizer_offload", False) else 0
 
 
 def optimizer_host_bytes(trace: Trace, plan: Any) -> int:

@@ -5,7 +5,8 @@
 # host-bound step's time from the host it was profiled on to the host it is measured on?
 # On each loan (one device call; a later call on a fresh machine is another host):
 #   bash experiments/h200_issue28/probe_scaling.sh OUT SECONDS [-- RUN...]
-# 0. (first, by hand, on the first loan) the A/B the step probe asks for: alternate
+# 0. (first, on the first loan: probe_ab.sh; session 21 ran its arm A only,
+#    traces/h200_issue28/session21) the A/B the step probe asks for: alternate
 #    `vdnnsim measure --model torchvision:efficientnet_b0 --batch 32 --repeat 5` with and
 #    without --no-step-probe; the host issue times must agree within their bands;
 # 1. one discarded warm-up process;

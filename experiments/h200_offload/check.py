@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     ran = [r for r in recs if "model" in r and "fits" in r]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(ran, f)
-    df = validate(sorted(d.glob("*.yaml")), f.name)
+    df = validate(sorted(d.glob("*.yaml*")), f.name)
     cols = ["model", "batch_size", "policy", "cap_gib", "measured_fits", "predicted_fits",
             "measured_alloc_gib", "predicted_alloc_gib", "alloc_err", "measured_ms",
             "predicted_ms", "time_err", "time_band_min", "time_band_max", "time_in_band",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..trace.model import Trace
 from . import autotune
 from .autotune import autotuned
+from .pinned import pinned_block
 from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
 
 if TYPE_CHECKING:
@@ -90,11 +91,18 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
 MOMENTS = {"adam": 2, "adamw": 2}
 
 
+def optimizer_pinned_bytes(trace: Trace) -> int:
+    """NOTE [optimizer offload]: the pinned copies of an offloaded optimizer's parameters
+    and gradients, each a block of the pinned pool (NOTE [pinned pool]: a power of two);
+    one per layer's parameters (an op-level trace's layer holds one parameter tensor)."""
+    return sum(2 * pinned_block(w) for w in parameter_chunks(trace))
+
+
 def optimizer_host_bytes(trace: Trace) -> int:
-    """NOTE [optimizer offload]: what the host holds for an offloaded optimizer: a pinned
-    copy of the parameters and one of their gradients, and the optimizer's state (Adam's
-    two moments per parameter, in its dtype)."""
-    return (2 + MOMENTS.get(trace.optimizer, 0)) * trace.weight_bytes
+    """NOTE [optimizer offload]: what the host holds for an offloaded optimizer: the pinned
+    copies, and the optimizer's state (Adam's two moments per parameter, in its dtype,
+    pageable)."""
+    return optimizer_pinned_bytes(trace) + MOMENTS.get(trace.optimizer, 0) * trace.weight_bytes
 
 
 def optimizer_state(trace: Trace) -> tuple[int, ...]:

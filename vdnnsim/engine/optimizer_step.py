@@ -90,9 +90,9 @@ class OptimizerStep:
 
     def _grad_copy(self, layer: str, size: int, op: _Op, stamp: int) -> None:
         """NOTE [optimizer offload]: the layer's weight gradient, made by ``op``, copied to
-        the host on the side stream (which waits for the compute stream first) and
-        released to that stream (record_stream): freed once the copy has run."""
-        side = self._copy["d2h"]
+        the host on the optimizer's own stream (which waits for the compute stream first)
+        and released to that stream (record_stream): freed once the copy has run."""
+        side = self._opt
         copy = _Op(side, "grad_offload", layer, f"{layer}:weight gradient",
                    transfer_ns(size, self._d2h_bw, self._link_ns), size, (op,), "d2h")
         self._push(side, copy)
@@ -112,7 +112,7 @@ class OptimizerStep:
                                         self._stamp(self.compute.last, 1), need, free, free,
                                         "host")
         host, dtype = self.gpu.host, self.trace.dtype
-        up = self._copy["d2h"]  # the runtime's one side stream: behind every gradient copy
+        up = self._opt  # the optimizer's one stream: behind every gradient copy
         last = None
         for layer, size, copy in self._grad_copies:
             if copy.end is None or copy.end > self.host_ns:
@@ -122,6 +122,12 @@ class OptimizerStep:
                                       transfer_ns(size, self._h2d_bw, self._link_ns), size,
                                       (), "h2d"))
         self._grad_copies = []
-        if last is not None:  # compute.wait_stream(side)
+        # compute.wait_stream(the optimizer's stream), and as the GPU step: what the next op
+        # had to wait for, and the vDNN runtime's end_iteration (its side stream)
+        waits = self._next_waits + ((last,) if last is not None else ())
+        self._next_waits = ()
+        if self.sem.one_side_stream and self._copy["d2h"].last is not None:
+            waits += (self._copy["d2h"].last,)
+        if waits:
             self._push(self.compute, _Op(self.compute, "step", "", "wait for the parameters",
-                                         0, waits=(last,)))
+                                         0, waits=waits))

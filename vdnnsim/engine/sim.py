@@ -56,7 +56,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
     __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_fwd_host", "_fwd_ops",
                  "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
-                 "_layer_steps", "_link_ns", "_next_waits", "_on_host", "_pending", "_pstream",
+                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
@@ -120,7 +120,10 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         else:
             shares = bool(link.duplex_total_bw_bytes_per_s)
             self._copy = {"d2h": _Stream("d2h", shares), "h2d": _Stream("h2d", shares)}
-        self._streams = [self.compute] + list(dict.fromkeys(self._copy.values()))
+        # NOTE [optimizer offload]: the runtime's own stream for the optimizer's copies
+        self._opt = _Stream("optimizer") if plan.optimizer_offload else None
+        self._streams = [self.compute] + list(dict.fromkeys(self._copy.values())) + (
+            [self._opt] if self._opt is not None else [])
         self.record_ops = record_ops
         self._host_track = record_ops and not sem.paged  # NOTE [uvm]: no host track
         if record_ops:

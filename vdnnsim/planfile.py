@@ -197,7 +197,10 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
     model of its format: a plan that its readers would refuse is a bug, not written)."""
     if isinstance(plan, dict):
         plan = MODELS[plan["format"]].model_validate(plan)
-    return yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False)
+    data = plan.model_dump(mode="json")
+    if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
+        del data["optimizer_offload"]
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def write_plan_file(path: str | os.PathLike, plan: PlanFile | dict[str, Any]) -> None:

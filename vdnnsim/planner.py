@@ -338,7 +338,8 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> 
             "recompute_paths": recompute_paths(trace, plan.recompute),
             # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
             "block_paths": block_paths(trace),
-            "optimizer_offload": plan.optimizer_offload,  # NOTE [optimizer offload]
+            # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)
+            **({"optimizer_offload": True} if plan.optimizer_offload else {}),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
                           # only traces]: no time where the trace has none
                           "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

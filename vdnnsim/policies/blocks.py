@@ -214,21 +214,22 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
     [block recompute]) if that is faster. ``optimizer_offload``: with the optimizer on
     the CPU (NOTE [optimizer offload]), or not; None: both ways, and the plan that fits
-    (in fewer blocks, or the faster on a timed trace) wins, where the preset's host has a
-    calibrated CPU step (else the optimizer stays on the GPU: its time would be unknown)."""
+    wins, the faster where both do (a memory-only trace keeps the optimizer on the GPU
+    where that fits: it has no time to weigh the CPU's step against), where the preset's
+    host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
+    unknown)."""
     if optimizer_offload is None:
         h = gpu.host
         calibrated = h.cpu_step_ns_per_element and h.cpu_step_ns_per_element_16
         if not (trace.pytorch and calibrated and trace.weight_bytes):
             return plan_blocks(trace, gpu, budget, False)
         on_gpu = plan_blocks(trace, gpu, budget, False)
+        if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against
+            return on_gpu
         on_cpu = plan_blocks(trace, gpu, budget, True)
         if on_gpu.fits != on_cpu.fits:
             return on_gpu if on_gpu.fits else on_cpu
-        if trace.timed:
-            return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
-        moved = (on_gpu.blocks + on_gpu.recompute, on_cpu.blocks + on_cpu.recompute)
-        return on_cpu if moved[1] < moved[0] else on_gpu
+        return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
     total = max(0, len(block_regions(trace)) - 2)
     if not total:
         raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "

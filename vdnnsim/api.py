@@ -13,8 +13,8 @@ from .costmodel import synthesize
 from .engine.allocator import aligned
 from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
-from .engine.compile import optimizer_host_bytes as host_bytes_of_optimizer
-from .engine.compile import optimizer_pinned_bytes as pinned_of_optimizer
+from .engine.compile import optimizer_host_bytes, optimizer_pinned_bytes
+from .engine.optimizer_step import cpu_step_per_element
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -216,10 +216,7 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU) -> Any:
         raise ConfigError(f"{trace.name}: optimizer offload runs PyTorch traces (framework: "
                           "pytorch); this trace replays Torch7")
     notes = plan.notes
-    h = gpu.host
-    per = h.cpu_step_ns_per_element_16 if trace.dtype in ("bf16", "fp16") else \
-        h.cpu_step_ns_per_element
-    if not per:
+    if not cpu_step_per_element(gpu.host, trace.dtype):
         notes += (f"optimizer offload: {gpu.name}'s host has no calibration of the CPU "
                   "optimizer step (host.cpu_step_*): its time is left out, the step time is "
                   "too short",)
@@ -266,18 +263,10 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
-        pinned_host_bytes=pinned_host_bytes(sim) + optimizer_pinned_bytes(trace, plan),
-        optimizer_host_bytes=optimizer_host_bytes(trace, plan))
-
-
-def optimizer_pinned_bytes(trace: Trace, plan: Any) -> int:
-    """NOTE [optimizer offload]: the pinned copies of the parameters and their gradients."""
-    return pinned_of_optimizer(trace) if getattr(plan, "optimizer_offload", False) else 0
-
-
-def optimizer_host_bytes(trace: Trace, plan: Any) -> int:
-    """NOTE [optimizer offload]: what the host holds for the optimizer, where it is there."""
-    return host_bytes_of_optimizer(trace) if getattr(plan, "optimizer_offload", False) else 0
+        # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
+        pinned_host_bytes=pinned_host_bytes(sim) + (
+            optimizer_pinned_bytes(trace) if plan.optimizer_offload else 0),
+        optimizer_host_bytes=optimizer_host_bytes(trace) if plan.optimizer_offload else 0)
 
 
 def pinned_host_bytes(sim: Any) -> int:

@@ -212,8 +212,8 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
             print(UNTIMED_NOTE)
         return 1
     base = run_trace(trace, gpu, "eager", record=False)
-    if plan.optimizer_offload and not (gpu.host.cpu_step_ns_per_element
-                                       and gpu.host.cpu_step_ns_per_element_16):
+    from .engine.optimizer_step import cpu_step_calibrated
+    if plan.optimizer_offload and not cpu_step_calibrated(gpu.host):
         print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
               "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
     if timed:

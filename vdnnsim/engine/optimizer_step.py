@@ -17,12 +17,24 @@ STEP_PIECES = 8
 _ELEMENT = {"bf16": 2, "fp16": 2}
 
 
+def cpu_step_per_element(host, dtype: str) -> float:
+    """NOTE [optimizer offload]: the CPU step's ns per element of a parameter in the
+    trace's precision; 0: not calibrated."""
+    return host.cpu_step_ns_per_element_16 if dtype in _ELEMENT else \
+        host.cpu_step_ns_per_element
+
+
+def cpu_step_calibrated(host) -> bool:
+    """Whether the host's CPU step is calibrated in both precisions (what a planner needs
+    before it weighs the optimizer on the CPU)."""
+    return bool(host.cpu_step_ns_per_element and host.cpu_step_ns_per_element_16)
+
+
 def cpu_step_ns(host, size: int, dtype: str) -> int:
     """NOTE [optimizer offload]: the host's time for the CPU optimizer's step over one
     layer's parameters of ``size`` bytes (one tensor's fixed cost and its elements')."""
-    per = host.cpu_step_ns_per_element_16 if dtype in _ELEMENT else \
-        host.cpu_step_ns_per_element
-    return round(host.cpu_step_ns + per * size / _ELEMENT.get(dtype, 4))
+    return round(host.cpu_step_ns + cpu_step_per_element(host, dtype) * size
+                 / _ELEMENT.get(dtype, 4))
 
 
 class OptimizerStep:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import replay
+from ..engine.optimizer_step import cpu_step_calibrated
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..trace.model import Trace
@@ -219,9 +220,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
     unknown)."""
     if optimizer_offload is None:
-        h = gpu.host
-        calibrated = h.cpu_step_ns_per_element and h.cpu_step_ns_per_element_16
-        if not (trace.pytorch and calibrated and trace.weight_bytes):
+        if not (trace.pytorch and cpu_step_calibrated(gpu.host) and trace.weight_bytes):
             return plan_blocks(trace, gpu, budget, False)
         on_gpu = plan_blocks(trace, gpu, budget, False)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against

@@ -3,9 +3,11 @@ cases costs, counted by valgrind's callgrind (NOTE [engine speed]). Wall time on
 two-core development machine swings about 2x within an hour for the same code (14 ms and
 30 ms for one VGG-416 (32) iteration); the instruction count of a run repeats to about 2%.
 
-Each case runs in a fresh process twice under callgrind, once with no timed runs and once
-with RUNS of them; the difference over RUNS is one run's instructions (start-up, imports
-and the trace's build cancel out).
+Each case runs in a fresh process under callgrind, which counts only inside one call of
+``functools.reduce`` that makes RUNS runs, after a warm run (``--collect-atstart=no
+--toggle-collect=functools_reduce``): start-up, imports and the trace's build are never
+counted. (Until 2026-12-05 two processes were counted whole and subtracted: a difference
+of two counts of several billion, whose ~1% spread gave 10% on one run's count.)
 
     .venv/bin/python bench/engine_instructions.py [--tree PATH] [--runs 4]
 
@@ -29,14 +31,15 @@ CASES = [("vgg416", 32, "baseline_p"), ("vgg416", 32, "vdnn_all_m"),
          ("vgg16", 256, "vdnn_dyn")]
 
 RUNNER = """
+import functools
 import sys
 from vdnnsim.api import build_trace, resolve_gpu, run_trace
 net, batch, policy, k = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 gpu = resolve_gpu("k40")
 trace = build_trace(net, batch, gpu)
 run_trace(trace, gpu, policy)  # warm: the trace's cached analyses are built here
-for _ in range(k):
-    run_trace(trace, gpu, policy)
+# counted: only inside this call (callgrind --toggle-collect=functools_reduce)
+functools.reduce(lambda _, __: run_trace(trace, gpu, policy), range(k), None)
 """
 
 
@@ -44,6 +47,7 @@ def count(tree: Path, case: tuple[str, int, str], k: int, tmp: Path) -> int:
     out = tmp / "cg.out"
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                        "--collect-atstart=no", "--toggle-collect=functools_reduce",
                         sys.executable, str(tmp / "runner.py"), case[0], str(case[1]), case[2],
                         str(k)], cwd=tree, env=env, capture_output=True, text=True)
     m = re.search(r"Collected : (\d+)", r.stderr)
@@ -66,7 +70,7 @@ def main(argv=None) -> int:
         (tmp / "runner.py").write_text(RUNNER)
         print(f"{'network':8s} {'policy':12s} {'M instructions a run':>21s}")
         for case in CASES:
-            n = (count(tree, case, args.runs, tmp) - count(tree, case, 0, tmp)) / args.runs
+            n = count(tree, case, args.runs, tmp) / args.runs
             print(f"{case[0]:8s} {case[2]:12s} {n / 1e6:21.1f}")
     return 0
 

@@ -69,6 +69,8 @@ def test_a_sound_plan_compiles_and_replays():
     (lambda p: {"algos": (99,) + p.algos[1:]}, "has no algorithm 99"),
     (lambda p: {"offload": (("nowhere",),) + p.offload[1:]}, "offloads nowhere"),
     (lambda p: {"prefetch": p.prefetch[:-1] + (1000,)}, "outside the trace"),
+    (lambda p: {"algos": (-1,) + p.algos[1:]}, "has no algorithm -1"),
+    (lambda p: {"prefetch": (-2,) + p.prefetch[1:]}, "outside the trace"),
     (lambda p: {"recompute": ((3, 1),)}, "segment 3..1"),
 ])
 def test_a_plan_that_does_not_fit_its_trace_does_not_compile(change, says):
@@ -141,3 +143,51 @@ def test_a_pass_stopped_at_its_oom_answers_where_and_keeps_no_curve(policy):
     assert stopped.pool.oom == whole.pool.oom
     assert stopped.pool.times is stopped.pool.levels is stopped.pool.spans is None
     assert whole.pool.times and whole.pool.spans
+
+
+@pytest.mark.parametrize("end_ns", [10**9, 37_625_658_688, 2**47 + 5])
+def test_the_average_is_exact_in_int64_limbs(end_ns):
+    """NOTE [engine speed]: the time-weighted average is summed in int64 over 16-bit limbs
+    of the levels (Python's integers of this size cost several digits each); it must be
+    the exact integer sum divided once, as Python's own arithmetic gives, also where one
+    product (levels to 2**47 bytes) or the sum overflows int64, and past 2**47 ns, where
+    the limbs could overflow and Python's integers take over."""
+    import bisect
+    import operator
+
+    import numpy as np
+
+    from vdnnsim.engine.allocator import Pool
+    rng = np.random.default_rng(7)
+    n = 5000
+    times = sorted(rng.integers(1, end_ns, n - 1).tolist())
+    times = [0] + times
+    levels = rng.integers(0, 2**47, n).tolist()
+    pool = Pool(None)
+    pool.times, pool.levels = times, levels
+    pool.curve = (np.array(times, dtype=np.int64), np.array(levels, dtype=np.int64))
+    k = bisect.bisect_left(times, end_ns)
+    exact = sum(map(operator.mul, levels[:k], map(operator.sub, times[1:k] + [end_ns],
+                                                     times[:k]))) / end_ns
+    assert max(levels) * end_ns > 2**63  # the products leave int64: limbs are needed
+    assert pool.average_bytes(end_ns) == exact
+    pool.curve = None  # the lists alone (a curve not yet on the GPU's clock)
+    assert pool.average_bytes(end_ns) == exact
+
+
+def test_the_timeline_is_op_records():
+    """The simulation keeps plain tuples; RunResult.ops makes them Op records once, and
+    the timeline table has the same rows."""
+    from vdnnsim.api import run_trace
+    from vdnnsim.engine.sim import Op
+    g = resolve_gpu("k40")
+    r = run_trace(build_trace("vgg16", 32, g), g, "vdnn_all_p")
+    ops = r.ops
+    assert ops and all(type(o) is Op for o in ops)
+    assert r.ops is ops  # made once
+    assert {o.kind for o in ops} >= {"fwd", "bwd", "offload", "prefetch"}
+    df = r.timeline
+    assert len(df) == len(ops)
+    assert sorted(df.itertuples(index=False, name=None)) == sorted(
+        (*o, o.end_ns - o.start_ns) for o in ops)
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import replace
 import os
 from pathlib import Path
@@ -259,7 +260,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
         host_bound_time_ns=sim.host_bound_ns,
         peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
-        algos=tuple(layer.algos[a].name for layer, a in zip(trace.layers, plan.algos)),
+        algos=algorithm_names(trace, plan.algos),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
@@ -267,6 +268,14 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         pinned_host_bytes=pinned_host_bytes(sim) + (
             optimizer_pinned_bytes(trace) if plan.optimizer_offload else 0),
         optimizer_host_bytes=optimizer_host_bytes(trace) if plan.optimizer_offload else 0)
+
+
+def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
+    """Each layer's algorithm's name (NOTE [engine speed]: in a C loop over the names of
+    each layer's algorithms, worked out once per trace, NOTE [trace analyses])."""
+    names = trace.memo("algorithm names", lambda: [tuple(a.name for a in layer.algos)
+                                                   for layer in trace.layers])
+    return tuple(map(operator.getitem, names, algos))
 
 
 def pinned_host_bytes(sim: Any) -> int:

@@ -43,7 +43,7 @@ class RunResult:
     oom: OutOfMemory | None
     notes: tuple[str, ...]
     algos: tuple[str, ...]
-    _ops: tuple[Op, ...] = field(repr=False, compare=False)
+    _ops: tuple[tuple, ...] = field(repr=False, compare=False)  # Op fields (ops: the Ops)
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
@@ -54,8 +54,13 @@ class RunResult:
 
     @property
     def ops(self) -> tuple[Op, ...]:
-        """The timeline as records, in the order they ended (``timeline`` is the table)."""
-        return self._ops
+        """The timeline as records, in the order they ended (``timeline`` is the table).
+        The simulation keeps plain tuples; they become Ops here, once (NOTE [engine
+        speed]: most runs are never asked for their timeline)."""
+        ops = self.__dict__.get("_op_records")
+        if ops is None:  # (a frozen dataclass: its __dict__ takes the cache)
+            ops = self.__dict__["_op_records"] = tuple(map(Op._make, self._ops))
+        return ops
 
     @property
     def memory_steps(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -145,9 +150,7 @@ class RunResult:
     def timeline(self) -> pd.DataFrame:
         """One row per op: stream, kind, layer, name, start/end/duration (ns), bytes."""
         import pandas as pd
-        df = pd.DataFrame([o._asdict() for o in self._ops],
-                          columns=["stream", "kind", "layer", "name", "start_ns", "end_ns",
-                                   "size_bytes"])
+        df = pd.DataFrame(list(self._ops), columns=list(Op._fields))
         df["dur_ns"] = df["end_ns"] - df["start_ns"]
         return df.sort_values("start_ns", kind="stable", ignore_index=True)
 

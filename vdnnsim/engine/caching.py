@@ -184,7 +184,7 @@ class CachingPool(Accounting):
         self.peak_live_bytes = self.live_bytes
         self.peak_breakdown = {k: v for k, v in self.by_category.items() if v}
         self.peak_footprint_bytes = self.reserved_bytes
-        self.times, self.levels = [0], [self.live_bytes]
+        self.times, self.levels, self.curve = [0], [self.live_bytes], None
         self._open = dict.fromkeys(self._blocks, 0)
 
     def live_keys(self) -> list[Key]:

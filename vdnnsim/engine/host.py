@@ -30,7 +30,7 @@ so its queue never fills.
 
 from __future__ import annotations
 
-from .streams import Op, _Op, _record
+from .streams import _Op
 
 
 class Host:
@@ -51,8 +51,8 @@ class Host:
     def _spend(self, ns: int, layer: str, what: str) -> None:
         if ns:
             if self._host_track:  # (no host track under unified memory, NOTE [uvm])
-                self.ops.append(_record(Op, ("host", "issue", layer, what, self.host_ns,
-                                             self.host_ns + ns, 0)))
+                self.ops.append(("host", "issue", layer, what, self.host_ns,
+                                             self.host_ns + ns, 0))
             self.host_ns += ns
 
     def _see(self, op: _Op):
@@ -75,7 +75,7 @@ class Host:
             if op.end > self.host_ns:  # type: ignore[operator]
                 self.host_ns = op.end  # type: ignore[assignment]
         if self.host_ns > t0 and why and self.record_ops:
-            self.ops.append(Op("host", "wait", layer, why, t0, self.host_ns))
+            self.ops.append(("host", "wait", layer, why, t0, self.host_ns, 0))
 
     def _sync(self, ops, layer: str, why: str):
         """Torch7's end-of-layer synchronisation: the host waits for the copies; the time
@@ -85,7 +85,7 @@ class Host:
         if self.host_ns > t0:
             self._credit += self.host_ns - t0
             if self.record_ops:
-                self.ops.append(Op("compute", "stall", layer, f"wait {why}", t0, self.host_ns))
+                self.ops.append(("compute", "stall", layer, f"wait {why}", t0, self.host_ns, 0))
 
     def _synced(self, ops, layer: str, why: str) -> None:
         """:meth:`_sync` where every op's end is known: nothing to wait for in simpy."""
@@ -97,9 +97,9 @@ class Host:
             self.host_ns = t
             self._credit += t - t0
             if self.record_ops:
-                self.ops.append(_record(Op, ("host", "wait", layer, why, t0, t, 0)))
-                self.ops.append(_record(Op, ("compute", "stall", layer, f"wait {why}", t0, t,
-                                             0)))
+                self.ops.append(("host", "wait", layer, why, t0, t, 0))
+                self.ops.append(("compute", "stall", layer, f"wait {why}", t0, t,
+                                             0))
 
     def _throttle(self, op: _Op, k: float, layer: str):
         """NOTE [launch queue]: before the host launches ``op`` (``k`` commands), it waits
@@ -116,8 +116,8 @@ class Host:
                 else:
                     self.host_ns = head.start
                 if self.host_ns > t0 and self.record_ops:
-                    self.ops.append(_record(Op, ("host", "wait", layer, "launch queue full",
-                                                 t0, self.host_ns, 0)))
+                    self.ops.append(("host", "wait", layer, "launch queue full",
+                                                 t0, self.host_ns, 0))
             q.popleft()
             self._queued_k -= hk
         q.append((op, k))

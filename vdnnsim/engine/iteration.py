@@ -4,8 +4,17 @@ checkpointed segments run again, NOTE [recompute]) and the optimizer step
 
 from __future__ import annotations
 
-from .streams import _At, _Later, _Op
+from .streams import _At, _Later, new_op
 from .plan import grad_buffers
+
+
+def _known(ops) -> bool:
+    """Whether every op's end is known (NOTE [engine speed]: a loop, not all() over a
+    generator, which costs a generator each time and, stopped early, its closing)."""
+    for op in ops:
+        if op.end is None:
+            return False
+    return True
 
 
 class Iteration:
@@ -35,12 +44,12 @@ class Iteration:
         cs = self.compute
         for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
             self._spend(self._hf[i], layer.id, f"{layer.id}:fwd")
-            self._push(cs, _Op(cs, "fwd", layer.id, f"{layer.id}:fwd", layer.algos[a].fwd_ns))
+            self._push(cs, new_op(cs, "fwd", layer.id, f"{layer.id}:fwd", layer.algos[a].fwd_ns))
         self._fwd_ops = (cs.last,)
         for i in range(len(trace.layers) - 1, -1, -1):
             layer = trace.layers[i]
             self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
-            self._push(cs, _Op(cs, "bwd", layer.id, f"{layer.id}:bwd",
+            self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd",
                                layer.algos[plan.algos[i]].bwd_ns))
         yield from self._step()
 
@@ -74,7 +83,7 @@ class Iteration:
             algo = layer.algos[plan.algos[j]]
             if self._hf[j]:
                 self._spend(self._hf[j], layer.id, f"{layer.id}:recompute")
-            op = _Op(cs, "recompute", layer.id, f"{layer.id}:recompute", algo.fwd_ns,
+            op = new_op(cs, "recompute", layer.id, f"{layer.id}:recompute", algo.fwd_ns,
                      waits=self._next_waits)
             self._next_waits = ()
             s0 = self._stamp(op, 0)
@@ -146,7 +155,7 @@ class Iteration:
             h = hf[i] + self._h_offload * len(offload)
             if h:
                 self._spend(h, lid, st.fwd)
-            op = _Op(cs, "fwd", lid, st.fwd, algo.fwd_ns, waits=self._next_waits)
+            op = new_op(cs, "fwd", lid, st.fwd, algo.fwd_ns, waits=self._next_waits)
             self._next_waits = ()
             stamps.append(op)  # _stamp(op, 0), inline: a new op is never the last stamp
             edges.append(0)
@@ -195,7 +204,7 @@ class Iteration:
                     for b in offload:
                         self._free_after(b, s1)
                 else:  # the host waits for them, then frees (the paper's sync)
-                    if all(c.end is not None for c in copies):
+                    if _known(copies):
                         self._synced(copies, layer.id, "offload")
                     else:
                         yield from self._sync(copies, layer.id, "offload")
@@ -247,7 +256,7 @@ class Iteration:
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
             st = steps[i]
-            op = _Op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
+            op = new_op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
             need = []
             for t in layer.saved:
                 b = root[t]
@@ -342,7 +351,7 @@ class Iteration:
             if fetches and plan.sync:
                 if ahead:
                     self._next_waits = tuple(fetches)
-                elif all(f.end is not None for f in fetches):
+                elif _known(fetches):
                     self._synced(fetches, layer.id, "prefetch")
                 else:
                     yield from self._sync(fetches, layer.id, "prefetch")

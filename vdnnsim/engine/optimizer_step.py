@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..units import transfer_ns
 from .allocator import OutOfMemory
 from .compile import optimizer_host_bytes
-from .streams import _Op
+from .streams import _Op, new_op
 
 # NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
 # (its foreach kernels go out one after another; the GPU need not wait for the last launch)
@@ -68,7 +68,7 @@ class OptimizerStep:
             waits += (self._copy["d2h"].last,)  # end_iteration: wait for the side stream
         self._next_waits = ()
         if trace.step_ns or waits or trace.step_workspace_bytes:
-            op = _Op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
+            op = new_op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
             held = False
             temps = self.program.step_temps if trace.step_workspace_bytes else ()
             if len(temps) == 1 and not self.sem.caching_allocator:  # NOTE [optimizer state]
@@ -89,7 +89,7 @@ class OptimizerStep:
             self._push(self.compute, op)
             for k in range(1, n):
                 self._spend(host[k], "", "optimizer step")
-                op = _Op(self.compute, "step", "", "optimizer step", gpu[k])
+                op = new_op(self.compute, "step", "", "optimizer step", gpu[k])
                 self._push(self.compute, op)
             if held:
                 self.pool.free(("workspace", ""), self._stamp(op, 1))
@@ -105,7 +105,7 @@ class OptimizerStep:
         the host on the optimizer's own stream (which waits for the compute stream first)
         and released to that stream (record_stream): freed once the copy has run."""
         side = self._opt
-        copy = _Op(side, "grad_offload", layer, f"{layer}:weight gradient",
+        copy = new_op(side, "grad_offload", layer, f"{layer}:weight gradient",
                    transfer_ns(size, self._d2h_bw, self._link_ns), size, (op,), "d2h")
         self._push(side, copy)
         self._grad_copies.append((layer, size, copy))
@@ -130,7 +130,7 @@ class OptimizerStep:
             if copy.end is None or copy.end > self.host_ns:
                 yield from self._wait_ops((copy,), layer, "gradient copy")
             self._spend(cpu_step_ns(host, size, dtype), layer, "CPU optimizer step")
-            last = self._push(up, _Op(up, "param_upload", layer, f"{layer}:parameters",
+            last = self._push(up, new_op(up, "param_upload", layer, f"{layer}:parameters",
                                       transfer_ns(size, self._h2d_bw, self._link_ns), size,
                                       (), "h2d"))
         self._grad_copies = []
@@ -141,5 +141,5 @@ class OptimizerStep:
         if self.sem.one_side_stream and self._copy["d2h"].last is not None:
             waits += (self._copy["d2h"].last,)
         if waits:
-            self._push(self.compute, _Op(self.compute, "step", "", "wait for the parameters",
+            self._push(self.compute, new_op(self.compute, "step", "", "wait for the parameters",
                                          0, waits=waits))

@@ -6,7 +6,7 @@ pager. The iteration it walks is the pool runs' (iteration.py); these are the ho
 from __future__ import annotations
 
 from .memory_model import Touch
-from .streams import Op, _At, _Op, _record
+from .streams import _At, _Op, new_op
 
 
 class Paging:
@@ -41,14 +41,15 @@ class Paging:
         if stall:
             self.stall_ns += stall
             if record:
-                self.ops.append(_record(Op, ("h2d", "fetch", op.layer, f"{op.name}:faults",
-                                             t, t + stall, moved)))
+                self.ops.append(("h2d", "fetch", op.layer, f"{op.name}:faults",
+                                             t, t + stall, moved))
         t += stall
         op.issue, op.start, op.end = self.host_ns, prev, t + op.dur
-        if self.checks:
+        if self.checks and (t < cs.prev_end or op.end < t):  # NOTE [invariants]
+            cs.clock.last_end = cs.prev_end
             cs.clock.op(t, op.end, op.layer, op.kind)
         if record:  # every pass, an empty one too
-            self.ops.append(_record(Op, (cs.name, op.kind, op.layer, op.name, t, op.end, 0)))
+            self.ops.append((cs.name, op.kind, op.layer, op.name, t, op.end, 0))
         cs.last, cs.tail, cs.prev_end = op, op.end, op.end
         if op.end > self.end_ns:
             self.end_ns = op.end
@@ -84,7 +85,7 @@ class Paging:
         weighted = [x for x in trace.layers if x.weight_bytes]
         touched = [(("weights", x.id), x.weight_bytes, True) for x in weighted]
         touched += [(("wgrad", x.id), x.weight_bytes, False) for x in weighted]
-        op = _Op(self.compute, "step", "", "step", trace.step_ns)
+        op = new_op(self.compute, "step", "", "step", trace.step_ns)
         self._paged(op, touched)
         at = self._stamp(op, 1)
         for b in self.lv.outputs | {k for k in pool.live_keys()

@@ -31,6 +31,7 @@ not fork, are two times theirs (193, 1080, 1581/3123/6265 MiB).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -158,6 +159,15 @@ def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
         raise PlanError(f"plan {plan.policy}: {len(plan.algos)} algorithms, "
                         f"{len(plan.offload)} offload sets and {len(plan.prefetch)} prefetch "
                         f"slots for a trace of {n} layers")
+    # NOTE [engine speed]: every run checks its plan; a plan that compiles is told in C
+    # loops (set and map operations), and only one that does not is walked layer by layer
+    # for the message
+    counts = trace.memo("algorithm counts", lambda: [len(layer.algos) for layer in trace.layers])
+    if not (n and (min(plan.algos) < 0 or not all(map(operator.lt, plan.algos, counts))
+                   or not lv.size.keys() >= set().union(*plan.offload)
+                   or min(plan.prefetch) < -1 or max(plan.prefetch) >= n)):
+        _check_rest(trace, plan, n)
+        return
     for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
         if not 0 <= a < len(layer.algos):
             raise PlanError(f"plan {plan.policy}: layer {layer.id} has no algorithm {a}")
@@ -168,6 +178,11 @@ def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
         if not -1 <= plan.prefetch[i] < n:
             raise PlanError(f"plan {plan.policy}: layer {layer.id} prefetches for layer "
                             f"{plan.prefetch[i]}, outside the trace")
+    _check_rest(trace, plan, n)
+
+
+def _check_rest(trace: Trace, plan: "Plan", n: int) -> None:
+    """What :func:`check_plan` checks of the plan as a whole."""
     if plan.optimizer_offload and (not trace.pytorch or plan.memory != "layer_wise"):
         raise PlanError(f"plan {plan.policy}: optimizer offload runs PyTorch traces under "
                         "layer-wise memory (NOTE [optimizer offload])")

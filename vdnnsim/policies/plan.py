@@ -22,9 +22,10 @@ def join_view(trace: Trace) -> Trace:
     (their plans carry it, ``Plan.trace``), the baselines, checkpointing, the block policies
     and the planner keep the copying join. Worked out once per trace (NOTE [trace
     analyses])."""
-    if trace.pytorch or not any(layer.kind == "concat" for layer in trace.layers):
+    if trace.pytorch:
         return trace
-    return trace.memo("join view", lambda: _join_view(trace))
+    return trace.memo("join view", lambda: _join_view(trace) if any(
+        layer.kind == "concat" for layer in trace.layers) else trace)
 
 
 def _join_view(trace: Trace) -> Trace:

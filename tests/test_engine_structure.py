@@ -191,3 +191,35 @@ def test_the_timeline_is_op_records():
     assert sorted(df.itertuples(index=False, name=None)) == sorted(
         (*o, o.end_ns - o.start_ns) for o in ops)
 
+
+def test_no_inline_allocation_while_a_deferred_free_is_pending(monkeypatch):
+    """NOTE [engine speed]: the walks allocate inline only where no deferred free is
+    pending; else PyTorch's malloc first releases the blocks whose events have completed
+    (NOTE [deferred free]). The backward walk once tested the wrong list (its own inputs'
+    fetches still in flight, under the same name), so on a preset without allocator-cost
+    calibration (here the A100) a vDNN run under PyTorch semantics allocated past blocks
+    it should have reused: MobileNetV2 (128) under vdnn_all_p in half the baseline's
+    reserved memory reported an out-of-memory at 6.52 GB reserved that fits in 6.14."""
+    from vdnnsim.api import run_trace
+    from vdnnsim.engine.sim import Simulation
+    from vdnnsim.trace.io import load_trace
+    trace = load_trace(ROOT / "traces" / "h200" / "mobilenet_v2_b128.yaml")
+    gpu = resolve_gpu("a100")
+    assert not (gpu.host.segment_malloc_ns or gpu.host.segment_free_ns)  # the inline path
+    cap = run_trace(trace, gpu, "baseline_p", record=False).peak_footprint_bytes // 2
+    pending_at_inline: list[int] = []
+    run = Simulation.run
+
+    def watched(sim):
+        alloc = sim.pool.alloc
+
+        def check(*a, **k):
+            if sys._getframe(1).f_code.co_name in ("_forward", "_backward"):
+                pending_at_inline.append(len(sim._pending))
+            return alloc(*a, **k)
+        sim.pool.alloc = check
+        return run(sim)
+    monkeypatch.setattr(Simulation, "run", watched)
+    r = run_trace(trace, gpu, "vdnn_all_p", memory_bytes=cap, record=False)
+    assert pending_at_inline and not any(pending_at_inline)
+    assert r.oom is None

@@ -281,11 +281,13 @@ class Iteration:
             h = hb[i] + self._h_fetch * (len(need) + len(fetches))
             if h:
                 self._spend(h, layer.id, st.bwd)
-            pending = [f for f in need if f.end is None or f.end > self.host_ns]
+            # the fetches of its own inputs still in flight (not `pending`: that name holds
+            # the deferred frees, which decide below whether to allocate inline)
+            late = [f for f in need if f.end is None or f.end > self.host_ns] if need else ()
             if ahead:
-                op.waits = self._next_waits + tuple(pending)
-            elif pending:
-                yield from self._sync(pending, layer.id, "fetch of own input")
+                op.waits = self._next_waits + tuple(late)
+            elif late:
+                yield from self._sync(late, layer.id, "fetch of own input")
             self._next_waits = ()
             stamps.append(op)  # _stamp(op, 0), inline: a new op is never the last stamp
             edges.append(0)

@@ -93,13 +93,23 @@ class Accounting:
         self.peak_live_bytes = 0
         self.peak_footprint_bytes = 0
         self.by_category: dict[str, int] = {}
-        self.peak_breakdown: dict[str, int] = {}
+        self._peak_bc: dict[str, int] = {}  # by_category at the peak (peak_breakdown)
         self.oom: OutOfMemory | None = None
         self.times: list[int] = [0]
         self.levels: list[int] = [0]
         self.curve = None  # times and levels as int64 arrays, once on the GPU's clock
         self.spans: list[tuple[str, str, int, int, int]] | None = None  # key, cat, size, t0, t1
         self._open: dict[Key, int] = {}  # each live allocation's start stamp (spans a list)
+
+    @property
+    def peak_breakdown(self) -> dict[str, int]:
+        """The live bytes by category at the peak (NOTE [engine speed]: each new peak
+        copies the books in C; the empty categories are dropped here, once)."""
+        return {k: v for k, v in self._peak_bc.items() if v}
+
+    @peak_breakdown.setter
+    def peak_breakdown(self, value: dict[str, int]) -> None:
+        self._peak_bc = value
 
     def open_spans(self) -> list[tuple[Key, int, int, str]]:
         """(key, start stamp, bytes, category) of every allocation not yet freed, when
@@ -119,7 +129,7 @@ class Accounting:
         live = self.live_bytes = self.live_bytes + size
         if live > self.peak_live_bytes:
             self.peak_live_bytes = live
-            self.peak_breakdown = {k: v for k, v in bc.items() if v}
+            self._peak_bc = bc.copy()  # (the zeros dropped when it is read)
         times = self.times  # _level, inline
         if times[-1] == now:
             self.levels[-1] = live
@@ -152,7 +162,7 @@ class Accounting:
         live = self.live_bytes + size
         if live > self.peak_live_bytes:
             self.peak_live_bytes = live
-            self.peak_breakdown = {k: v for k, v in bc.items() if v}
+            self._peak_bc = bc.copy()  # (the zeros dropped when it is read)
         bc[category] -= size
         if self.spans is not None:
             self.spans.append((key, category, size, start, end))

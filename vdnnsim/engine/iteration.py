@@ -183,7 +183,9 @@ class Iteration:
                 self._paged(op, self._touched_fwd(i))
             else:
                 self._push(cs, op)
-            copies = [self._offload(b, lid, before) for b in offload] if offload else ()
+            copies = []  # (a loop: a comprehension costs a frame of its own)
+            for b in offload:
+                copies.append(self._offload(b, lid, before))
             s1 = len(edges) - 1  # _stamp(op, 1), inline
             if stamps[s1] is not op or not edges[s1]:
                 stamps.append(op)
@@ -283,7 +285,11 @@ class Iteration:
                 self._spend(h, layer.id, st.bwd)
             # the fetches of its own inputs still in flight (not `pending`: that name holds
             # the deferred frees, which decide below whether to allocate inline)
-            late = [f for f in need if f.end is None or f.end > self.host_ns] if need else ()
+            late = ()  # (NOTE [engine speed]: no list, nor a comprehension's frame, where
+            for f in need:  # every fetch has landed)
+                if f.end is None or f.end > self.host_ns:
+                    late = [f for f in need if f.end is None or f.end > self.host_ns]
+                    break
             if ahead:
                 op.waits = self._next_waits + tuple(late)
             elif late:

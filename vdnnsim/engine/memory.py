@@ -126,7 +126,7 @@ class Memory:
         # a copy is timed as if alone on the link (a duplex link whose engines share its
         # bandwidth times it again when it starts, Streams._serve)
         op = new_op(self._copy["d2h"], "offload", layer, buf,
-                 transfer_ns(size, self._d2h_bw, self._link_ns), size,
+                 self._d2h_ns.get(buf) or self._copy_ns_of(buf, size, "d2h"), size,
                  (before,) if before is not None else (), "d2h")
         self._sent[buf] = op
         cap = self._host_cap
@@ -159,7 +159,8 @@ class Memory:
         waits: tuple[_Op, ...] = (sent,)  # the host copy must have landed
         if side and self.sem.host_ahead and self.compute.last is not None:
             waits += (self.compute.last,)  # side.wait_stream(compute)
-        op = new_op(stream, kind, layer, buf, transfer_ns(size, self._h2d_bw, self._link_ns), size,
+        op = new_op(stream, kind, layer, buf,
+                    self._h2d_ns.get(buf) or self._copy_ns_of(buf, size, "h2d"), size,
                  waits, "h2d")  # (timed as _offload's)
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
         pstream = self._pstream  # NOTE [stream pools]
@@ -173,6 +174,14 @@ class Memory:
             self._fetched(buf, op, side)
             return None
         return self._fetch_later(a, op, side)
+
+    def _copy_ns_of(self, buf: str, size: int, way: str) -> int:
+        """A copy of ``buf`` alone on the link, timed once per trace and link (NOTE
+        [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
+        bw, times = (self._d2h_bw, self._d2h_ns) if way == "d2h" else (self._h2d_bw,
+                                                                          self._h2d_ns)
+        ns = times[buf] = transfer_ns(size, bw, self._link_ns)
+        return ns
 
     def _fetch_later(self, a: tuple, op: _Op, side: bool):
         yield from self._alloc(*a)
@@ -244,7 +253,8 @@ class Memory:
         # (NOTE [engine speed]: fromiter converts a list of integers in a quarter less
         # than asarray, which inspects every element first)
         t = _int64s(T)[_int64s(pool.times)]
-        d = np.diff(_int64s(pool.levels), prepend=0)
+        d = _int64s(pool.levels)  # each step's change (np.diff with prepend: slower)
+        d[1:] -= d[:-1].copy()
         order = np.argsort(t, kind="stable")
         t, live = t[order], np.cumsum(d[order])
         last = np.empty(len(t), dtype=bool)

@@ -53,8 +53,8 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
 
     # NOTE [engine speed]: slots, not a __dict__ of sixty names (an instance dict that
     # large is not shared, and every self.x in the hot loop became a dict lookup)
-    __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_fwd_host", "_fwd_ops",
-                 "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h_fetch", "_h_offload", "_hb",
+    __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_d2h_ns", "_fwd_host", "_fwd_ops",
+                 "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h2d_ns", "_h_fetch", "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
                  "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
@@ -113,6 +113,9 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         link = gpu.link
         self._d2h_bw, self._h2d_bw = link.d2h_bw_bytes_per_s, link.h2d_bw_bytes_per_s
         self._link_ns = link.latency_ns
+        # each buffer's copy, timed once per trace and link (NOTE [trace analyses])
+        self._d2h_ns = trace.memo(("copy ns", self._d2h_bw, self._link_ns), dict)
+        self._h2d_ns = trace.memo(("copy ns", self._h2d_bw, self._link_ns), dict)
         self.compute = _Stream("compute")
         if sem.one_side_stream or not link.duplex:
             side = _Stream("copy")

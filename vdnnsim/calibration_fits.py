@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import VdnnError
+from .units import GiB
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PUBLISHED_JSON = Path(__file__).resolve().parent / "data" / "calibration" / "published.json"
@@ -75,7 +76,7 @@ def segment_costs(traces: Path | None = None) -> tuple[dict[str, int], Lines]:
     x, m, f = [], [], []
     for n in (1, 2):
         for s in _read_json(here / f"alloc_costs{n}.json")["sizes"]:
-            x.append(s["bytes"] / 2**30)
+            x.append(s["bytes"] / GiB)
             m.append(s["malloc_us"] * 1e3)
             f.append(s["free_us"] * 1e3)
     out: dict[str, int] = {}

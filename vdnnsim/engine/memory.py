@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from .allocator import OutOfMemory, key_name
 from .compile import cublas_workspaces, optimizer_state
-from ..units import transfer_ns
+from ..units import GiB, transfer_ns
 from .streams import _At, _Op, new_op
 
 class Memory:
@@ -99,7 +99,7 @@ class Memory:
         if freed or made:
             h = self.gpu.host
             ns = freed * h.segment_free_ns + made * h.segment_malloc_ns + round(
-                (fb * h.segment_free_ns_per_gib + mb * h.segment_malloc_ns_per_gib) / 2**30)
+                (fb * h.segment_free_ns_per_gib + mb * h.segment_malloc_ns_per_gib) / GiB)
             self._spend(ns, layer, "allocator: cudaFree / cudaMalloc")
 
     def _retire(self, key, stamp: int, after: _Op | None) -> None:

@@ -11,12 +11,13 @@ from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
 from ..trace.model import Trace
+from ..units import GiB
 from .builtin import _whole_or_none, algo_choice, check_options, common_options
 from .plan import Plan
 
 _INTS = {  # option: (default, least, most)
-    "page_bytes": (4096, 512, 2**30), "fault_ns": (45_000, 0, 10**9),
-    "fault_batch": (1, 1, 10**6), "prefetch_bytes": (0, 0, 2**30)}
+    "page_bytes": (4096, 512, GiB), "fault_ns": (45_000, 0, 10**9),
+    "fault_batch": (1, 1, 10**6), "prefetch_bytes": (0, 0, GiB)}
 
 
 def uvm(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

@@ -71,6 +71,7 @@ def test_a_sound_plan_compiles_and_replays():
     (lambda p: {"prefetch": p.prefetch[:-1] + (1000,)}, "outside the trace"),
     (lambda p: {"algos": (-1,) + p.algos[1:]}, "has no algorithm -1"),
     (lambda p: {"prefetch": (-2,) + p.prefetch[1:]}, "outside the trace"),
+    (lambda p: {"prefetch": (float("nan"),) + p.prefetch[1:]}, "outside the trace"),
     (lambda p: {"recompute": ((3, 1),)}, "segment 3..1"),
 ])
 def test_a_plan_that_does_not_fit_its_trace_does_not_compile(change, says):
@@ -223,3 +224,25 @@ def test_no_inline_allocation_while_a_deferred_free_is_pending(monkeypatch):
     r = run_trace(trace, gpu, "vdnn_all_p", memory_bytes=cap, record=False)
     assert pending_at_inline and not any(pending_at_inline)
     assert r.oom is None
+
+
+def test_a_trace_is_freed_by_its_reference_count():
+    """NOTE [paused gc]: traces and what is kept on them are acyclic, so a trace goes when
+    its last reference does, with the collector off (a memo once held a Torch7 trace
+    without concats as its own join view: a cycle)."""
+    import gc
+    import weakref
+
+    from vdnnsim.api import run_trace
+    g = resolve_gpu("k40")
+    t = build_trace("vgg16", 64, g)
+    run_trace(t, g, "vdnn_dyn")
+    ref = weakref.ref(t)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del t
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()

@@ -32,6 +32,7 @@ not fork, are two times theirs (193, 1080, 1581/3123/6265 MiB).
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -165,7 +166,8 @@ def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
     counts = trace.memo("algorithm counts", lambda: [len(layer.algos) for layer in trace.layers])
     if not (n and (min(plan.algos) < 0 or not all(map(operator.lt, plan.algos, counts))
                    or not lv.size.keys() >= set().union(*plan.offload)
-                   or min(plan.prefetch) < -1 or max(plan.prefetch) >= n)):
+                   or not all(map(operator.le, repeat(-1), plan.prefetch))
+                   or not all(map(operator.lt, plan.prefetch, repeat(n))))):  # (NaN fails)
         _check_rest(trace, plan, n)
         return
     for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):

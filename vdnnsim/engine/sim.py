@@ -116,9 +116,13 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         link = gpu.link
         self._d2h_bw, self._h2d_bw = link.d2h_bw_bytes_per_s, link.h2d_bw_bytes_per_s
         self._link_ns = link.latency_ns
-        # each buffer's copy, timed once per trace and link (NOTE [trace analyses])
-        self._d2h_ns = trace.memo(("copy ns", self._d2h_bw, self._link_ns), dict)
-        self._h2d_ns = trace.memo(("copy ns", self._h2d_bw, self._link_ns), dict)
+        # each buffer's copy, timed once per trace and link (NOTE [trace analyses]), where
+        # the sizes are the trace's own liveness's (a caller's other liveness: not kept)
+        own = self.lv is liveness(trace)
+        self._d2h_ns = trace.memo(("copy ns", self._d2h_bw, self._link_ns), dict) if own \
+            else {}
+        self._h2d_ns = trace.memo(("copy ns", self._h2d_bw, self._link_ns), dict) if own \
+            else {}
         self.compute = _Stream("compute")
         if sem.one_side_stream or not link.duplex:
             side = _Stream("copy")
@@ -134,7 +138,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         self._host_track = record_ops and not sem.paged  # NOTE [uvm]: no host track
         if record_ops:
             self.pool.spans = []
-        self.ops: list[Op] = []
+        self.ops: list[tuple] = []  # Op's fields (RunResult.ops makes them Ops)
         self.stall_ns = 0
         self.offloaded_bytes = 0
         self.prefetched_bytes = 0

@@ -24,8 +24,9 @@ def join_view(trace: Trace) -> Trace:
     analyses])."""
     if trace.pytorch:
         return trace
-    return trace.memo("join view", lambda: _join_view(trace) if any(
-        layer.kind == "concat" for layer in trace.layers) else trace)
+    view = trace.memo("join view", lambda: _join_view(trace) if any(
+        layer.kind == "concat" for layer in trace.layers) else None)
+    return trace if view is None else view  # (None: no memo holding the trace itself)
 
 
 def _join_view(trace: Trace) -> Trace:

@@ -180,8 +180,8 @@ class Memory:
         [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
         bw, times = (self._d2h_bw, self._d2h_ns) if way == "d2h" else (self._h2d_bw,
                                                                           self._h2d_ns)
-        ns = times[buf] = transfer_ns(size, bw, self._link_ns)
-        return ns
+        times[buf] = transfer_ns(size, bw, self._link_ns)
+        return times[buf]
 
     def _fetch_later(self, a: tuple, op: _Op, side: bool):
         yield from self._alloc(*a)

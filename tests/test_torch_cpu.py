@@ -49,6 +49,41 @@ def test_probe_sees_what_autograd_saves_on_the_meta_device():
     assert by["layers_view"].alias_of == "layers_pool5"
 
 
+class _Scaled(nn.Module):
+    """A linear layer scaled by a registered buffer (as Swin V2's relative_coords_table)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("table", torch.full((8,), 2.0))
+
+    def forward(self, x):
+        return self.lin(x) * self.table
+
+
+class _Wrapped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Scaled()
+
+    def forward(self, x):
+        return torch.relu(self.inner(x))
+
+
+def test_a_graph_reads_a_submodule_buffer():
+    """A get_attr node naming a submodule's registered buffer (``inner.table``) is fetched
+    as torch.fx fetches it: the probe once asked for a parameter of that name and raised,
+    so ``vdnnsim trace --model torchvision:swin_v2_t`` ended in a traceback. The vDNN
+    runtime fetches it the same way and computes what the model computes."""
+    p = probe(_Wrapped(), (8,), 4, "meta")
+    assert any(n.name.startswith("inner_lin") for n in p.nodes)
+    torch.manual_seed(0)
+    m, x = _Wrapped(), torch.randn(4, 8)
+    want = m(x)
+    got = VDNN(copy.deepcopy(m), (8,), policy="vdnn_all")(x)
+    assert torch.equal(got, want)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:alexnet", "zoo:googlenet"])
 @pytest.mark.parametrize("policy", ["vdnn_all", "vdnn_conv"])

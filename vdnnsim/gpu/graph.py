@@ -14,6 +14,7 @@ tracked as tensors: they are the layer's ``weight_bytes``.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -137,6 +138,13 @@ def _flops(kind: str, mod: nn.Module | None, ins: list[torch.Tensor], out: torch
     return n_out
 
 
+def fetch_attr(gm: nn.Module, target: str) -> Any:
+    """What a graph's ``get_attr`` node names: a parameter, a registered buffer (Swin V2's
+    ``relative_coords_table``) or a plain attribute, by its dotted path (as torch.fx's
+    Interpreter fetches it; ``get_parameter`` refused buffers)."""
+    return functools.reduce(getattr, target.split("."), gm)
+
+
 def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
           device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
           name: str = "model", with_loss: bool = True) -> Probe:
@@ -175,8 +183,7 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
             tensor_of[node] = "data"
             continue
         if node.op == "get_attr":
-            env[node] = getattr(gm, node.target) if "." not in node.target \
-                else gm.get_parameter(node.target)
+            env[node] = fetch_attr(gm, node.target)
             continue
         if node.op == "output":
             out_node = node.args[0]

@@ -50,7 +50,7 @@ from ..planfile import LayerPlanFile, plan_from_data
 from ..policies.plan import find_prefetch_schedule, liveness, offload_sets
 from ..split import chunk_name, part_name
 from ..trace import trace_from_dict
-from .graph import probe, trace_module
+from .graph import fetch_attr, probe, trace_module
 from .profile import _rename, assemble
 
 
@@ -318,8 +318,7 @@ class VDNN(nn.Module):
         runtime]); the saved-tensor hooks only where a saved buffer can move."""
         gm, env, buf = self.gm, self._env, self._buf
         if node.op == "get_attr":
-            env[node] = gm.get_parameter(node.target) if "." in node.target \
-                else getattr(gm, node.target)
+            env[node] = fetch_attr(gm, node.target)
             return
         cuda = self._side is not None
         lid = self.lid[node]

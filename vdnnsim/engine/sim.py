@@ -118,10 +118,9 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         self._link_ns = link.latency_ns
         # each buffer's copy, timed once per trace and link (NOTE [trace analyses]), where
         # the sizes are the trace's own liveness's (a caller's other liveness: not kept)
-        own = self.lv is liveness(trace)
-        self._d2h_ns, self._h2d_ns = (
-            trace.memo(("copy ns", bw, self._link_ns), dict) if own else {}
-            for bw in (self._d2h_bw, self._h2d_bw))
+        memo = trace.memo if self.lv is liveness(trace) else lambda key, make: make()
+        self._d2h_ns = memo(("copy ns", self._d2h_bw, self._link_ns), dict)
+        self._h2d_ns = memo(("copy ns", self._h2d_bw, self._link_ns), dict)
         self.compute = _Stream("compute")
         if sem.one_side_stream or not link.duplex:
             side = _Stream("copy")

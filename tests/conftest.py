@@ -29,7 +29,7 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
                 name: str = "hand", framework: str = "torch7") -> Trace:
     """A chain: each layer reads the previous output. A layer dict gives id, kind, size
     (output bytes), fwd/bwd (ns) or algos, optional saves ('x', 'y', 'xy', ''), inplace,
-    host_fwd/host_bwd (ns), and kernels_fwd/kernels_bwd (commands)."""
+    host_fwd/host_bwd (ns), kernels_fwd/kernels_bwd (commands), and attrs."""
     tensors = [{"id": "data", "size_bytes": input_bytes, "kind": "input"}]
     size = {"data": input_bytes}
     out_layers = []
@@ -55,7 +55,7 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
                 layer["workspace_bytes"] = d["ws"]
         if d.get("host_fwd") or d.get("host_bwd"):
             layer.update(host_fwd_ns=d.get("host_fwd", 0), host_bwd_ns=d.get("host_bwd", 0))
-        for k in ("kernels_fwd", "kernels_bwd"):
+        for k in ("kernels_fwd", "kernels_bwd", "attrs"):
             if k in d:
                 layer[k] = d[k]
         out_layers.append(layer)

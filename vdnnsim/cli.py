@@ -201,11 +201,16 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     if plan.optimizer_offload:
         head += ", optimizer on the CPU"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
-    print(f"{head}: {len(plan.tried)} simulations, {plan.total} blocks")
+    n = len(plan.tried) + len(plan.tried_recompute) + len(plan.tried_params)
+    print(f"{head}: {n} simulations, {plan.total} blocks")
     for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):
         for k, fits, peak, ns in tried:
             print(f"  {k:3d} block(s) {what}: {'fits' if fits else 'out of memory'}, "
                   f"peak {peak / GiB:.2f} GiB" + (f", {ns / 1e6:.1f} ms" if timed else ""))
+    for p, how, k, fits, peak, ns in plan.tried_params:  # NOTE [parameter offload]
+        print(f"  {p:3d} block(s)' parameters on the host, {k} {how}ed: "
+              f"{'fits' if fits else 'out of memory'}, peak {peak / GiB:.2f} GiB"
+              + (f", {ns / 1e6:.1f} ms" if timed else ""))
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         if not timed:
@@ -221,12 +226,16 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
                  else float("nan"))
         what = (f"checkpoint the first {plan.recompute}" if plan.recompute
                 else f"offload the first {plan.blocks}")  # NOTE [block recompute]
+        if plan.params:  # NOTE [parameter offload]
+            what += f" and keep the parameters of the first {plan.params} on the host,"
         print(f"plan: {what} of {plan.total} blocks: "
               f"{plan.iteration_time_ns / 1e6:.1f} ms, {format_slowdown(ratio)} "
               f"the step without a cap ({base.iteration_time_ns / 1e6:.1f} ms, peak "
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
     else:
-        print(f"plan: offload the first {plan.blocks} of {plan.total} blocks: peak "
+        print(f"plan: offload the first {plan.blocks} of {plan.total} blocks"
+              + (f", the parameters of the first {plan.params} on the host" if plan.params
+                 else "") + ": peak "
               f"{plan.peak_memory_bytes / GiB:.2f} GiB (the step without a cap: peak "
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
         print(UNTIMED_NOTE)

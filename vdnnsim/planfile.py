@@ -156,12 +156,18 @@ class BlockPlanFile(_Strict):
         "items of the model's largest ModuleList (a plan of an older probe's trace).")
     optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
                                           "step on the CPU (NOTE [optimizer offload]).")
+    param_blocks: Count = Field(0, description="Blocks whose parameters live on the host, "
+                                "from the first on, fetched for each pass (NOTE [parameter "
+                                "offload]); needs optimizer_offload.")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
 
     @model_validator(mode="after")
     def _counts_of_its_blocks(self) -> "BlockPlanFile":
-        for key in ("blocks", "recompute_blocks"):
+        if self.param_blocks and not self.optimizer_offload:
+            raise ValueError("param_blocks needs optimizer_offload: true (the optimizer on "
+                             "the CPU holds the parameters' master copies)")
+        for key in ("blocks", "recompute_blocks", "param_blocks"):
             if getattr(self, key) > self.total_blocks:
                 raise ValueError(f"{key} {getattr(self, key)} is more than the "
                                  f"{self.total_blocks} blocks of total_blocks")
@@ -200,6 +206,8 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
     data = plan.model_dump(mode="json")
     if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
         del data["optimizer_offload"]
+    if data.get("param_blocks") == 0:  # NOTE [parameter offload]: likewise
+        del data["param_blocks"]
     return yaml.safe_dump(data, sort_keys=False)
 
 

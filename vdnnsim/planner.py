@@ -340,6 +340,8 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> 
             "block_paths": block_paths(trace),
             # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
+            # NOTE [parameter offload]: said where some are on the host
+            **({"param_blocks": plan.params} if plan.params else {}),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
                           # only traces]: no time where the trace has none
                           "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

@@ -51,6 +51,7 @@ class RunResult:
     timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
     pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
     optimizer_host_bytes: int = 0  # the optimizer's on the host (NOTE [optimizer offload])
+    param_fetched_bytes: int = 0  # parameters fetched from the host (NOTE [parameter offload])
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -135,6 +136,7 @@ class RunResult:
             "peak_host_bytes": self.peak_host_bytes,
             "pinned_host_bytes": self.pinned_host_bytes,
             "optimizer_host_bytes": self.optimizer_host_bytes,
+            "param_fetched_bytes": self.param_fetched_bytes,
             "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": t(ns_to_s(self.stall_time_ns)),
             "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..trace.model import Trace
 from . import autotune
 from .autotune import autotuned
+from .params import ParamSchedule, param_schedule
 from .pinned import pinned_block
 from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
 
@@ -292,6 +293,7 @@ class Program(NamedTuple):
     state: tuple[int, ...]  # its state, made at the first step (NOTE [steady state])
     autotune: tuple[tuple[bool, bool], ...]  # per layer: its forward's and backward's
     # cuDNN configuration first called there (NOTE [cudnn benchmark])
+    params: "ParamSchedule | None" = None  # NOTE [parameter offload]
 
 
 def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
@@ -312,6 +314,8 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
                                   bwd_free)
     if plan.optimizer_offload:  # NOTE [optimizer offload]: no state or step on the GPU
         base = base._replace(step_temps=(), state=())
+    if plan.params:  # NOTE [parameter offload]
+        base = base._replace(params=param_schedule(trace, plan.params))
     return base._replace(fwd_free=fwd_free, bwd_free=bwd_free, segments=segments)
 
 

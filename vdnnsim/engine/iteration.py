@@ -144,10 +144,13 @@ class Iteration:
         pending, direct = self._pending, not self._seg_costs
         alloc, transient, free = pool.alloc, pool.transient, pool.free
         checks, on_gpu = self.checks, self._check_on_gpu
+        params = self.program.params  # NOTE [parameter offload]
         for i, layer in enumerate(layers):
             if stop and pool.oom is not None:
                 self.stopped = True
                 return True
+            if params is not None:
+                yield from self._params_before(params.fwd_issue, params.fwd_wait, i, "forward")
             algo = layer.algos[plan.algos[i]]
             offload = plan.offload[i]
             st = steps[i]
@@ -195,6 +198,8 @@ class Iteration:
                 free(("workspace", lid), s1)
             for b in fwd_free.get(i, ()):
                 free(b, s1)
+            if params is not None and i in params.fwd_free:
+                self._param_free_group(params.fwd_free[i], s1)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
                 if op.end is None:  # unless it waits for a copy whose start is not)
                     yield from self._wait_ops((op,), layer.id)
@@ -248,10 +253,14 @@ class Iteration:
         alloc, transient, free, live = pool.alloc, pool.transient, pool.free, pool.live
         checks, on_gpu, in_flight = self.checks, self._check_on_gpu, self._in_flight
         grad_copies = plan.optimizer_offload
+        params = self.program.params  # NOTE [parameter offload]
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
                 return True
+            if params is not None:
+                yield from self._params_before(params.bwd_issue, params.bwd_wait, i,
+                                               "backward")
             if segments and i in segments:  # NOTE [recompute]
                 first, dropped = segments[i]
                 yield from self._recompute(first, i, dropped)
@@ -348,6 +357,8 @@ class Iteration:
                 free(g, s1)
             if grad_copies and layer.weight_bytes:  # NOTE [optimizer offload]
                 self._grad_copy(layer.id, layer.weight_bytes, op, s1)
+            if params is not None and i in params.bwd_free:  # NOTE [parameter offload]
+                free(("weights", layer.id), s1)
             for b in bwd_free.get(i, ()):
                 self._free_after(b, s1)
                 in_flight.pop(b, None)

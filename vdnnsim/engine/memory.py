@@ -301,8 +301,12 @@ class Memory:
         if resident:
             pool.alloc(("resident", ""), resident, "resident", 0, "", "start")
         if self.sem.per_layer_weights:
+            params = self.program.params  # NOTE [parameter offload]: on the host
+            away = params.layers if params is not None else ()
             for layer in self.trace.layers:
-                pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "", "start")
+                if layer.id not in away:
+                    pool.alloc(("weights", layer.id), layer.weight_bytes, "weights", 0, "",
+                               "start")
                 if grads:
                     pool.alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads", 0, "",
                                "start")

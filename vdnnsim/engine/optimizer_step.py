@@ -126,10 +126,14 @@ class OptimizerStep:
         host, dtype = self.gpu.host, self.trace.dtype
         up = self._opt  # the optimizer's one stream: behind every gradient copy
         last = None
+        # NOTE [parameter offload]: the host's copy is the only one of these; nothing back
+        away = self.program.params.layers if self.program.params is not None else ()
         for layer, size, copy in self._grad_copies:
             if copy.end is None or copy.end > self.host_ns:
                 yield from self._wait_ops((copy,), layer, "gradient copy")
             self._spend(cpu_step_ns(host, size, dtype), layer, "CPU optimizer step")
+            if layer in away:
+                continue
             last = self._push(up, new_op(up, "param_upload", layer, f"{layer}:parameters",
                                       transfer_ns(size, self._h2d_bw, self._link_ns), size,
                                       (), "h2d"))

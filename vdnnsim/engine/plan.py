@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from ..trace.model import Trace
+from .params import ParamGroup, check_groups
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,9 @@ class Plan:
     # NOTE [optimizer offload]: the optimizer's state and step on the CPU, each weight
     # gradient copied there after the backward pass that makes it
     optimizer_offload: bool = False
+    # NOTE [parameter offload]: groups of layers whose weights live on the host between
+    # the passes that read them (the optimizer on the CPU holds their master copies)
+    params: tuple[ParamGroup, ...] = ()
 
     def check(self, trace: Trace) -> None:
         """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,
@@ -192,3 +196,11 @@ def _check_rest(trace: Trace, plan: "Plan", n: int) -> None:
         if not 0 <= first <= last < n:
             raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "
                             "outside the trace")
+    if plan.params:  # NOTE [parameter offload]
+        if not plan.optimizer_offload:
+            raise PlanError(f"plan {plan.policy}: parameter offload needs the optimizer on "
+                            "the CPU (optimizer offload), which holds the parameters' master "
+                            "copies (NOTE [parameter offload])")
+        wrong = check_groups(trace, plan.params)
+        if wrong:
+            raise PlanError(f"plan {plan.policy}: {wrong}")

@@ -40,6 +40,7 @@ from .memory import Memory
 from .memory_model import MemoryModel
 from .optimizer_step import STEP_PIECES, OptimizerStep
 from .paged import Paging
+from .params import ParamMoves
 from .pinned import PinnedPool
 from .plan import Liveness, Plan, liveness
 from .semantics import semantics_for
@@ -49,7 +50,7 @@ __all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "
            "recompute_sets"]
 
 
-class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
+class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Paging):
     """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (NOTE [memory interface]:
     what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
     once."""
@@ -59,12 +60,12 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
     __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_d2h_ns", "_fwd_host", "_fwd_ops",
                  "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h2d_ns", "_h_fetch", "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
-                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_pending", "_pstream",
+                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_param_ready", "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
                  "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_ns", "lv",
-                 "offloaded_bytes", "ops", "peak_host_bytes", "pinned", "plan", "pool",
+                 "offloaded_bytes", "ops", "param_fetched_bytes", "peak_host_bytes", "pinned", "plan", "pool",
                  "prefetched_bytes", "program", "record_ops", "sem", "stall_ns",
                  "stop_at_oom", "stopped", "trace")
 
@@ -159,6 +160,8 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, Paging):
         self._recorded: set[str] = set()  # blocks a side-stream copy used (record_stream)
         self._next_waits: tuple[_Op, ...] = ()
         self._grad_copies: list[tuple[str, int, _Op]] = []  # NOTE [optimizer offload]
+        self._param_ready: dict[int, _Op] = {}  # NOTE [parameter offload]: group -> copy
+        self.param_fetched_bytes = 0
         self._fwd_ops: tuple = ()
         self._fwd_host = 0
         self._queued: deque[tuple[_Op, float]] = deque()  # NOTE [launch queue]

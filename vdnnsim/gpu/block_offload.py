@@ -154,7 +154,10 @@ class BlockOffload:
             return t
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        if key in self.params or storage.nbytes() == 0 or _weight_cast(t):
+        # a parameter (by its storage, or as a leaf that needs a gradient: NOTE [parameter
+        # offload] gives it a new storage at each fetch) stays
+        if key in self.params or (t.is_leaf and t.requires_grad) or storage.nbytes() == 0 \
+                or _weight_cast(t):
             return t
         entry = self.entries[k].get(key)
         if entry is not None and entry.storage() is not storage:

@@ -63,6 +63,9 @@ class CPUOffloadOptimizer:
         self.optims: dict[torch.Tensor, torch.optim.Optimizer] = {}
         self.queue: dict[torch.Tensor, Any] = {}  # parameter -> its gradient copy's event
         self.hooks = []
+        # the parameters whose GPU copy the step updates (NOTE [parameter offload]: the
+        # others live on the host between the passes, the master their only copy)
+        self.resident: set[torch.Tensor] = set(self.params)
         stats = getattr(torch.cuda, "host_memory_stats", None) if self.cuda else None
         before = stats().get("allocated_bytes.current", 0) if stats else 0
         for p in self.params:
@@ -108,6 +111,8 @@ class CPUOffloadOptimizer:
             if copied is not None:
                 copied.synchronize()
             self.optims[p].step()
+            if p not in self.resident:
+                continue
             if self.cuda:
                 with torch.cuda.stream(self.stream):
                     p.copy_(self.host[p], non_blocking=True)

@@ -40,6 +40,7 @@ import torch
 from ..planfile import BlockPlanFile, PlanFile, plan_from_data
 from .block_offload import BlockOffload
 from .cpu_optimizer import CPUOffloadOptimizer
+from .param_offload import ParamOffload
 from .hostprobe import StepProbe, host_probe_ns
 from .profile import software
 from .runtime import VDNN
@@ -93,8 +94,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                                                       "predicted", "split", "recompute",
                                                       "blocks", "block_paths",
                                                       "recompute_blocks", "recompute_paths",
-                                                      "optimizer_offload")}
-    work = runtime = step = offloaded = None
+                                                      "optimizer_offload", "param_blocks")}
+    work = runtime = step = offloaded = params = None
     try:
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
         # and its tensor for the probes after the timed steps, made before the model: it
@@ -127,6 +128,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if optimizer_offload:  # NOTE [optimizer offload]
             offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
                                                              optimizer)
+        if blocks and plan.param_blocks:  # NOTE [parameter offload]: after the optimizer,
+            params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
+            gc.collect()  # come first; the GPU's copies given back, as never made
+            torch.cuda.empty_cache()
 
         def run_step() -> None:
             step()
@@ -208,8 +213,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         reserved.append(torch.cuda.max_memory_reserved(dev))
         record["phases"] = phases
         record["reserved_one_step_bytes"] = max(reserved)
-        if runtime is not None:  # per step: warm-up, timed and the phase step
-            record.update({k: v // (warmup + iters + 1) for k, v in runtime.stats.items()})
+        for rt in (runtime, params):  # per step: warm-up, timed and the phase step
+            if rt is not None:
+                record.update({k: v // (warmup + iters + 1) for k, v in rt.stats.items()})
     except torch.OutOfMemoryError as exc:
         record.update(fits=False, error=str(exc).splitlines()[0][:200])
     except RuntimeError as exc:
@@ -224,9 +230,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     finally:
         if isinstance(runtime, BlockOffload):
             runtime.remove()
+        if params is not None:
+            params.remove(restore=False)
         if offloaded is not None:  # NOTE [optimizer offload]: its hooks hold the model
             offloaded.close()
-        del work, runtime, step, offloaded
+        del work, runtime, step, offloaded, params
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(1.0, dev)

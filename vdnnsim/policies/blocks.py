@@ -43,6 +43,7 @@ from typing import Any
 
 from ..engine import replay
 from ..engine.optimizer_step import cpu_step_calibrated
+from ..engine.params import ParamGroup
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..trace.model import Trace
@@ -104,6 +105,24 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
                 tuple(prefetch), sync=False, prefetch_stream="h2d")
 
 
+def param_groups(trace: Trace, params: int) -> tuple[ParamGroup, ...]:
+    """NOTE [parameter offload]: the weights of the first ``params`` blocks on the host,
+    a group a block: fetched for its forward pass when the block before it starts (the
+    runtime's prefetch, one block ahead), and for its backward pass when the backward of
+    the region above it starts."""
+    regions = block_regions(trace)
+    layers = trace.layers
+    groups = []
+    for r in range(1, min(params, len(regions) - 2) + 1):
+        idx = regions[r]
+        if not any(layers[i].weight_bytes for i in idx):
+            continue
+        below = next((regions[q] for q in range(r - 1, -1, -1) if regions[q]), idx)
+        above = next((regions[q] for q in range(r + 1, len(regions)) if regions[q]), idx)
+        groups.append(ParamGroup(tuple(idx), min(idx), max(idx), min(below), max(above)))
+    return tuple(groups)
+
+
 def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
     """NOTE [block recompute]: of the first ``recompute`` blocks, those that can be
     checkpointed, by path: their own ops, (first, last) layer index each (a block's region
@@ -153,6 +172,17 @@ def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks"
 
 def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     opts = dict(options)
+    params = opts.pop("params", 0)
+    if isinstance(params, bool) or not isinstance(params, int) or not 0 <= params <= 10**6:
+        raise ConfigError(f"policy vdnn_blocks: option params must be a count of blocks "
+                          f"from 0, got {params!r}")
+    plan = _vdnn_blocks(trace, gpu, capacity, opts)
+    # NOTE [parameter offload]: the first ``params`` blocks' weights on the host
+    return replace(plan, params=param_groups(trace, params)) if params else plan
+
+
+def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
+                 opts: dict[str, Any]) -> Plan:
     blocks = opts.pop("blocks", None)
     budget = opts.pop("budget", None)
     recompute = opts.pop("recompute", None)
@@ -194,6 +224,13 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
 # choose (one per op, as profiled), no batch split yet; checkpointing the first k blocks
 # instead is NOTE [block recompute]. Each count is replayed as the policy ``vdnn_blocks``
 # with that option would be (``run_trace`` of it gives the same memory and time).
+# With the optimizer on the CPU the plan has a second count, the blocks whose parameters
+# live on the host (NOTE [parameter offload]): for each such count from 0 on, the fewest
+# offloaded (or checkpointed) blocks that then fit, found by bisection (fitting is taken
+# as monotone in either count, as above); the fastest pair that fits wins. The scan stops
+# at the first parameter count that fits with no activations moved (more parameters on
+# the host then only add copies). A memory-only trace takes the fewest parameter blocks,
+# then the fewest offloaded blocks, that fit (no time to weigh).
 
 
 @dataclass
@@ -207,6 +244,10 @@ class BlockPlan:
     recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
     tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
     optimizer_offload: bool = False  # NOTE [optimizer offload]: the optimizer on the CPU
+    params: int = 0  # NOTE [parameter offload]: blocks whose parameters are on the host
+    # (parameter blocks, "offload" or "recompute", count, fits, peak, ns) of each replay
+    # with parameters on the host
+    tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
 
 
 def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
@@ -218,7 +259,8 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     wins, the faster where both do (a memory-only trace keeps the optimizer on the GPU
     where that fits: it has no time to weigh the CPU's step against), where the preset's
     host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
-    unknown)."""
+    unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too
+    (NOTE [parameter offload])."""
     if optimizer_offload is None:
         if not (trace.pytorch and cpu_step_calibrated(gpu.host) and trace.weight_bytes):
             return plan_blocks(trace, gpu, budget, False)
@@ -238,34 +280,94 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     except ValueError as exc:
         raise ConfigError(f"budget: {exc}") from None
     plans = {"blocks": block_plan, "recompute": block_recompute_plan}
+    offload = bool(optimizer_offload)
+
+    def replayed(option: str, k: int, params: int = 0) -> tuple[bool, int, int]:
+        plan = plans[option](trace, k)
+        if offload:
+            plan = replace(plan, optimizer_offload=True, params=param_groups(trace, params))
+        with paused_gc():  # NOTE [paused gc], as run_trace's replay
+            sim = replay(trace, gpu, plan, budget, record_ops=False)
+        r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
+        del sim
+        return r
 
     def fewest(option: str) -> tuple[BlockPlan | None, list, tuple[bool, int, int]]:
         tried, r = [], (False, 0, 0)
         for k in range(total + 1):
-            plan = plans[option](trace, k)
-            if optimizer_offload:
-                plan = replace(plan, optimizer_offload=True)
-            with paused_gc():  # NOTE [paused gc], as run_trace's replay
-                sim = replay(trace, gpu, plan, budget, record_ops=False)
-            r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
-            del sim
+            r = replayed(option, k)
             tried.append((k, *r))
             if r[0]:
                 return BlockPlan(k, total, True, r[1], r[2], tried,
-                                 optimizer_offload=bool(optimizer_offload)), tried, r
+                                 optimizer_offload=offload), tried, r
         return None, tried, r
 
+    can_wrap = trace.timed and bool(block_segments(trace, total))  # NOTE [block recompute]
     best, tried, r = fewest("blocks")
     if best is None:
-        best = BlockPlan(total, total, False, r[1], r[2], tried,
-                         optimizer_offload=bool(optimizer_offload))
+        best = BlockPlan(total, total, False, r[1], r[2], tried, optimizer_offload=offload)
     if trace.timed:
         rec, rtried = None, []
-        if block_segments(trace, total):  # NOTE [block recompute]: blocks it can wrap
+        if can_wrap:
             rec, rtried, _ = fewest("recompute")
         best.tried_recompute = rtried
         if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
-            return BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
+            best = BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
                              tried, recompute=rec.blocks, tried_recompute=rtried,
-                             optimizer_offload=bool(optimizer_offload))
+                             optimizer_offload=offload)
+    moves = best.blocks or best.recompute  # what parameters on the host might spare
+    if offload and (not best.fits or (trace.timed and moves)) and param_groups(trace, total):
+        best = _with_params(best, total, replayed, can_wrap, trace.timed)
+    return best
+
+
+def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,
+                 timed: bool) -> BlockPlan:
+    """NOTE [parameter offload]: ``best`` (no parameters on the host) against the fastest
+    pair of a parameter count and the fewest offloaded or checkpointed blocks that then
+    fit (NOTE [block plan])."""
+    log = best.tried_params
+
+    def first_fit(option: str, params: int, hi: int) -> tuple[int, tuple] | None:
+        """The fewest ``option`` blocks in 0..hi that fit with ``params`` (bisection)."""
+        seen: dict[int, tuple] = {}
+
+        def fits(k: int) -> bool:
+            if k not in seen:
+                seen[k] = replayed(option, k, params)
+                log.append((params, "offload" if option == "blocks" else "recompute", k,
+                             *seen[k]))
+            return seen[k][0]
+        if not fits(hi):
+            return None
+        lo = -1  # fits(lo) taken as false, fits(hi) true
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        return hi, seen[hi]
+
+    hi_off, hi_rec = total, total
+    for params in range(1, total + 1):
+        found = []
+        off = first_fit("blocks", params, hi_off)
+        if off is not None:
+            hi_off = off[0]
+            found.append(BlockPlan(off[0], total, True, off[1][1], off[1][2],
+                                   best.tried, tried_recompute=best.tried_recompute,
+                                   optimizer_offload=True, params=params, tried_params=log))
+        if can_wrap:
+            rec = first_fit("recompute", params, hi_rec)
+            if rec is not None:
+                hi_rec = rec[0]
+                found.append(BlockPlan(0, total, True, rec[1][1], rec[1][2], best.tried,
+                                       recompute=rec[0], tried_recompute=best.tried_recompute,
+                                       optimizer_offload=True, params=params,
+                                       tried_params=log))
+        for cand in found:
+            if not best.fits or (timed and cand.iteration_time_ns < best.iteration_time_ns):
+                best = cand
+        if not timed and best.fits:  # no time to weigh: the fewest parameter blocks
+            return best
+        if off is not None and off[0] == 0:  # nothing else moves: more only adds copies
+            break
     return best

@@ -27,9 +27,13 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
     its batch splits, NOTE [batch split]); algorithms and buffers that the trace has."""
     data = read_plan_file(path)
     if isinstance(data, BlockPlanFile):
+        opts = (f"recompute: {data.recompute_blocks}" if data.recompute_blocks
+                else f"blocks: {data.blocks}") + (
+            f", params: {data.param_blocks} (and the optimizer offloaded)"
+            if data.param_blocks else "")
         raise ConfigError(f"{path}: a block plan ({BLOCK_FORMAT}): replay it with policy "
-                          f"vdnn_blocks, option blocks: {data.blocks} (policy planned replays "
-                          f"a layer plan, {FORMAT}), or run it with vdnnsim measure --plan")
+                          f"vdnn_blocks, options {opts} (policy planned replays a layer "
+                          f"plan, {FORMAT}), or run it with vdnnsim measure --plan")
     for first, last, parts in data.split:
         try:
             trace = split_trace(trace, gpu, first, last, parts)

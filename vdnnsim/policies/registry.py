@@ -44,7 +44,9 @@ POLICIES: dict[str, tuple[PolicyFn, dict[str, Any], str]] = {
                  "paper's vDNN_dyn)"),
     "vdnn_blocks": (vdnn_blocks, {}, "offload whole blocks of any model (NOTE [block "
                     "offload]): the first `blocks` of them, or the fewest that fit `budget`; "
-                    "or checkpoint the first `recompute` (NOTE [block recompute])"),
+                    "or checkpoint the first `recompute` (NOTE [block recompute]); with the "
+                    "optimizer on the CPU, the first `params` blocks' parameters on the host "
+                    "(NOTE [parameter offload])"),
     "checkpoint": (checkpoint, {}, "activation checkpointing as checkpoint_sequential does "
                    "it, alone or with vDNN's offload (NOTE [recompute])"),
     "uvm_lru": (uvm, {"eviction": "lru"}, "page-based unified memory: pages migrate on "

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU (the H200 device machine). Issue 31, session 23: parameters on the host (NOTE
+# [parameter offload]) measured, with the plans of traces/h200_offload/session23 (made by
+# make_plans.py on a CPU before this ran; their predictions are in the files):
+#   bash experiments/h200_offload/param_loan.sh OUT SECONDS [NAME ...]
+# NAME picks runs from the list below (default: all, in order). One discarded warm-up
+# process first (device_env.sh); each run's record (or error) is a line of OUT/runs.jsonl
+# with `name` and `rc`; no run starts SECONDS after the start.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${1:?usage: param_loan.sh OUT SECONDS [NAME...]}
+DEADLINE=$(( $(date +%s) + ${2:?usage: param_loan.sh OUT SECONDS [NAME...]} ))
+shift 2
+mkdir -p "$OUT"
+# shellcheck source=experiments/h200_issue28/device_env.sh
+. "$ROOT/experiments/h200_issue28/device_env.sh"
+P=$ROOT/traces/h200_offload/session23
+L3="--model hf:llama-3b -b 1 --seq-len 1024 --dtype autocast-bf16 --optimizer adamw"
+L1="--model hf:llama-1b -b 2 --seq-len 2048 --dtype autocast-bf16 --optimizer adamw"
+R3="--repeat 3 --warmup-processes 0"
+declare -A RUN=(
+  [3b-plan-22g]="$L3 --plan $P/plan-3b-22g.yaml --memory-cap 22GiB $R3"
+  [3b-save-on-cpu-22g]="$L3 --policy save_on_cpu --memory-cap 22GiB"
+  [3b-checkpoint-all-22g]="$L3 --plan $P/plan-3b-recompute26.yaml --memory-cap 22GiB"
+  [3b-params26-22g]="$L3 --plan $P/plan-3b-params26.yaml --memory-cap 22GiB $R3"
+  [1b-params22]="$L1 --plan $P/plan-1b-params22.yaml $R3"
+)
+NAMES=${*:-"3b-plan-22g 3b-save-on-cpu-22g 3b-checkpoint-all-22g 3b-params26-22g 1b-params22"}
+for name in $NAMES; do
+  if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+    echo "[$(date +%T)] $name not started (deadline)" >> "$OUT/log.txt"
+    continue
+  fi
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  python3 -m vdnnsim measure ${RUN[$name]} --json > "$OUT/r.json" 2> "$OUT/r.err"
+  rc=$?
+  python3 - "$OUT/r.json" "$OUT/r.err" "$name" "$rc" >> "$OUT/runs.jsonl" <<'PY'
+import json, sys
+path, err, name, rc = sys.argv[1:5]
+try:
+    rec = json.load(open(path))
+except (OSError, ValueError):
+    rec = {"error": open(err).read()[-600:]}
+rec.update(name=name, rc=int(rc))
+print(json.dumps(rec))
+PY
+  echo "[$(date +%T)] $name rc=$rc $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
+done
+rm -f "$OUT/r.json" "$OUT/r.err"

@@ -207,10 +207,18 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
         for k, fits, peak, ns in tried:
             print(f"  {k:3d} block(s) {what}: {'fits' if fits else 'out of memory'}, "
                   f"peak {peak / GiB:.2f} GiB" + (f", {ns / 1e6:.1f} ms" if timed else ""))
-    for p, how, k, fits, peak, ns in plan.tried_params:  # NOTE [parameter offload]
-        print(f"  {p:3d} block(s)' parameters on the host, {k} {how}ed: "
-              f"{'fits' if fits else 'out of memory'}, peak {peak / GiB:.2f} GiB"
-              + (f", {ns / 1e6:.1f} ms" if timed else ""))
+    # NOTE [parameter offload]: per count of blocks whose parameters are on the host, the
+    # fewest offloaded and checkpointed blocks that fit (the bisection's other tries left out)
+    best: dict[tuple[int, str], tuple[int, int, int]] = {}
+    for p, how, k, fits, peak, ns in plan.tried_params:
+        best.setdefault((p, how), (-1, 0, 0))
+        if fits and (best[p, how][0] < 0 or k < best[p, how][0]):
+            best[p, how] = (k, peak, ns)
+    for (p, how), (k, peak, ns) in best.items():
+        print(f"  {p:3d} block(s)' parameters on the host: " + (
+            f"fits with {k} block(s) {how}ed, peak {peak / GiB:.2f} GiB"
+            + (f", {ns / 1e6:.1f} ms" if timed else "") if k >= 0 else
+            f"out of memory with every block {how}ed"))
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         if not timed:

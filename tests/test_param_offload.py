@@ -130,7 +130,8 @@ SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
          "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256}
 
 
-def _train(params: int, recompute: tuple[str, ...] = (), steps: int = 3):
+def _train(params: int, recompute: tuple[str, ...] = (), steps: int = 3,
+           device: str = "cpu"):
     """A small Llama-style model, three AdamW steps under bf16 autocast with the optimizer
     on the CPU and the first ``params`` blocks' parameters on the host: the masters after
     them, the model's GPU-side parameter count after each step and the runtime's counts."""
@@ -143,21 +144,34 @@ def _train(params: int, recompute: tuple[str, ...] = (), steps: int = 3):
     from vdnnsim.gpu.workload import build_workload, training_step
 
     torch.manual_seed(0)
-    work = build_workload("hf:llama-1b", 16, None, SMALL)
-    step = training_step(work, 2, "cpu", "autocast-bf16", "adamw")
+    with torch.device(device):
+        work = build_workload("hf:llama-1b", 16, None, SMALL)
+    step = training_step(work, 2, device, "autocast-bf16", "adamw")
     opt = step.optimizer = CPUOffloadOptimizer(work.model.parameters(), "adamw")
     ckpt = BlockOffload(work.model, 0, None, list(recompute)) if recompute else None
     rt = ParamOffload(work.model, find_blocks(work.model), params, opt) if params else None
     held = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     for _ in range(steps):
         step()
         held.append(sum(p.numel() for p in work.model.parameters()))
+    if device == "cuda":
+        torch.cuda.synchronize()
+        stats_peak = torch.cuda.max_memory_allocated()
     masters = [opt.host[p].clone() for p in opt.params]
     stats = dict(rt.stats) if rt is not None else {}
     for x in (rt, ckpt):
         if x is not None:
             x.remove()
     opt.close()
+    if device == "cuda":
+        stats["peak"] = stats_peak
+        del work, step, opt, rt, ckpt
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
     return masters, held, stats
 
 
@@ -194,3 +208,23 @@ def test_the_runtime_refuses_what_it_cannot_move():
     with pytest.raises(ValueError, match="does not hold"):
         ParamOffload(other, list(other), 1, opt)
     opt.close()
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_on_the_gpu_the_masters_are_the_same_and_the_peak_lower():
+    """The copies on a side stream, the fetches one block ahead (none late), the masters
+    bit for bit those of the optimizer alone on the CPU (its fused AdamW on the host either
+    way), the peak lower by about the blocks' weights."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):  # deterministic backward
+        base, _, s0 = _train(0, device="cuda")
+        again, _, _ = _train(0, device="cuda")
+        assert all(a.equal(b) for a, b in zip(base, again)), "plain steps differ here"
+        off, _, s3 = _train(3, ("model.layers.1",), device="cuda")
+    assert all(a.equal(b) for a, b in zip(base, off))
+    assert s3["param_late_fetches"] == 0
+    block = (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) * 4
+    assert s3["peak"] < s0["peak"] - block

@@ -154,6 +154,9 @@ class ParamOffload:
                 if p.numel():
                     self._empty(p)
         self.on_gpu.clear()
+        for _, done in self.pending.values():  # a fetch never used (none should be): its
+            if done is not None:  # memory goes back only once the copy has written it
+                torch.cuda.current_stream().wait_event(done)
         self.pending.clear()
         self._hooked.clear()
         self._fetch(0)

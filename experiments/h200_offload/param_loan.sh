@@ -25,6 +25,11 @@ declare -A RUN=(
   [3b-checkpoint-all-22g]="$L3 --plan $P/plan-3b-recompute26.yaml --memory-cap 22GiB"
   [3b-params26-22g]="$L3 --plan $P/plan-3b-params26.yaml --memory-cap 22GiB $R3"
   [1b-params22]="$L1 --plan $P/plan-1b-params22.yaml $R3"
+  # after the first loan: the 22 GiB plan ran out of memory under its cap; the same plan
+  # without a cap, with the allocator's history, and the planner's plan for 21 GiB (the
+  # engine's allocated peak of this model was 2.4% short before) under the 22 GiB cap
+  [3b-plan-22g-nocap]="$L3 --plan $P/plan-3b-22g.yaml --memory-history $OUT/plan-3b-22g-nocap.pickle"
+  [3b-plan-21g-under-22g]="$L3 --plan $P/plan-3b-21g.yaml --memory-cap 22GiB $R3"
 )
 NAMES=${*:-"3b-plan-22g 3b-save-on-cpu-22g 3b-checkpoint-all-22g 3b-params26-22g 1b-params22"}
 for name in $NAMES; do

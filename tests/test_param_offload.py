@@ -228,3 +228,37 @@ def test_on_the_gpu_the_masters_are_the_same_and_the_peak_lower():
     assert s3["param_late_fetches"] == 0
     block = (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) * 4
     assert s3["peak"] < s0["peak"] - block
+
+
+# -- the committed H200 measurements (traces/h200_offload/session23) -------------------------
+
+def test_the_h200_measurements_replay_as_documented():
+    """docs/beyond-vdnn.md's table: with every block's parameters on the host the 3.4B model
+    trains under 22 GiB, its step within 1% of the measured median (inside the processes'
+    band), its allocated peak within 3%, the parameters fetched and the optimizer's host
+    bytes to the byte, no fetch late; PyTorch's checkpointing of every block is out of
+    memory there, measured and predicted; the planner's own plan for exactly 22 GiB ran out
+    of memory where the engine said it fits (its reserved peak is short on this model)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "param_check", root / "experiments/h200_offload/param_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    df = mod.check(root / "traces/h200_offload/session23").set_index("run")
+    assert set(df.index) == {"3b-plan-22g", "3b-save-on-cpu-22g", "3b-checkpoint-all-22g",
+                             "3b-params26-22g", "1b-params22"}
+    assert not df.loc["3b-plan-22g", "measured_fits"]  # the miss, as documented
+    assert df.loc["3b-plan-22g", "predicted_fits"]
+    assert not df.loc["3b-checkpoint-all-22g", "measured_fits"]
+    assert not df.loc["3b-checkpoint-all-22g", "predicted_fits"]
+    assert not df.loc["3b-save-on-cpu-22g", "measured_fits"]
+    r = df.loc["3b-params26-22g"]
+    assert r.measured_fits and r.predicted_fits
+    assert abs(r.alloc_err) <= 0.03 and abs(r.ms_err) <= 0.01 and r.host_err == 0
+    assert r.band_min <= r.predicted_ms <= r.band_max
+    assert r.predicted_fetched_gib == r.measured_fetched_gib and r.late == 0
+    one = df.loc["1b-params22"]  # the 1.1B: memory to the byte, the step 8.7% short
+    assert abs(one.alloc_err) < 0.001 and one.host_err == 0 and -0.10 < one.ms_err < -0.05

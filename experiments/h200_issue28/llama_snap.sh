@@ -34,7 +34,7 @@ format: vdnnsim-block-plan
 network: llama-1b
 batch_size: $b
 gpu: h200
-budget_bytes: 22 GiB
+budget_bytes: 23622320128  # 22 GiB
 optimizer: adamw
 blocks: $k
 total_blocks: 22

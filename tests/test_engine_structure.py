@@ -246,3 +246,53 @@ def test_a_trace_is_freed_by_its_reference_count():
     finally:
         if was:
             gc.enable()
+
+
+def test_a_key_retired_twice_before_its_first_event_gives_back_both_blocks():
+    """NOTE [deferred free]: a buffer's offloaded block waits for its copy's event; the
+    buffer is prefetched back, used and freed, and its new block waits too, before the first
+    event has been seen. Both blocks come back, oldest first (until session 23 the second
+    retirement overwrote the first, whose memory the books then lost for good: the Llama
+    block runs' reserved peaks were up to 4 GiB high and capped runs called out of memory),
+    and the books balance (what every run's end check asks)."""
+    from vdnnsim.engine.caching import CachingPool
+    from vdnnsim.engine.memory import RetiredKeys
+
+    MiB = 1 << 20
+    pool = CachingPool(None)
+    pool.alloc("x", 30 * MiB, "activations", 0)
+    first = pool.live["x"]
+    pool.retire("x", 1)
+    pool.alloc("x", 30 * MiB, "activations", 2)  # the prefetched copy: another block
+    second = pool.live["x"]
+    assert first[:2] != second[:2]
+    pool.retire("x", 3)
+    assert pool.unaccounted_bytes() == 0
+    pool.release("x", 4)  # the offload's event: the first block is free again
+    assert pool._free[first[0]] == {0: 30 * MiB} and pool._free[second[0]] == {}
+    pool.release("x", 5)
+    assert pool.live_bytes == 0 and pool.unaccounted_bytes() == 0
+    assert sum(sum(f.values()) for f in pool._free.values()) == pool.reserved_bytes
+    keys = RetiredKeys()
+    keys.add("x")
+    keys.add("x")
+    keys.discard("x")
+    assert "x" in keys
+    keys.discard("x")
+    assert "x" not in keys and not keys
+
+
+def test_the_llama_block_runs_lose_no_block_and_fit_as_measured():
+    """traces/h200_issue28/session23: the 12- and 22-block runs fit 22 GiB on the H200 with
+    PyTorch's default allocator; with the fix above the engine fits them too (before it, it
+    ran out of memory at AdamW's temporaries with 4 GiB of retired blocks lost)."""
+    from pathlib import Path
+
+    from vdnnsim.api import resolve_gpu, run_trace
+    from vdnnsim.trace import load_trace
+
+    t = load_trace(Path(__file__).resolve().parents[1] / "traces" / "h200_llama24" /
+                   "session9a" / "llama-1b-b2-s2048-bf16.yaml.gz")
+    for k in (12, 22):
+        assert run_trace(t, resolve_gpu("h200"), "vdnn_blocks", {"blocks": k}, 22 << 30,
+                         record=False).fits

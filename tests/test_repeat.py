@@ -167,8 +167,9 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
     """traces/h200_bwdws/repeat: twelve runs of the committed sets measured again by the
     protocol (three fresh processes each). Their old single-process reserved peaks were off
     by -19% to +42%; against the fresh-process medians the re-profiled traces predict
-    reserved memory 1.8% median, 11.4% max, and step time 1.4% / 7.0% (the README's
-    table)."""
+    reserved memory 2.0% median, 13.9% max, and step time 1.4% / 7.0% (the README's
+    table, made before the engine's fix of twice-retired blocks, session 23, gave 1.8% /
+    11.4%)."""
     from vdnnsim.validate import summarize, validate
     data = ROOT / "traces" / "h200_bwdws"
     reps = load_measurements(data / "repeat" / "repeat.jsonl")
@@ -184,8 +185,8 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
     assert max(off) == pytest.approx(0.418, abs=0.002)
     s = summarize(validate([data / "h200", data / "heldout"], data / "repeat" / "repeat.jsonl"))
     assert s["peak_reserved"]["n"] == 12
-    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.018, abs=0.001)
-    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.114, abs=0.001)
+    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.020, abs=0.001)
+    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.139, abs=0.001)
     assert s["iteration_time"]["median_abs"] == pytest.approx(0.014, abs=0.001)
     assert s["iteration_time"]["max_abs"] == pytest.approx(0.070, abs=0.001)
 
@@ -195,7 +196,7 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
     under each policy (21 runs, chosen by that rule). Against the fresh-process medians
     the re-profiled traces are within issue 28's step-time target (5% / 15%) and not its
     reserved one (3% / 10%): the baselines' reserved peaks are within 3.1%, the vDNN runs'
-    off by up to 13.3% either way (docs/validation.md). middle/superseded.jsonl: the
+    off by up to 13.7% either way (docs/validation.md). middle/superseded.jsonl: the
     ShuffleNetV2 run the runtime measured before it moved every buffer of its plan."""
     from vdnnsim.validate import summarize, validate
     data = ROOT / "traces" / "h200_bwdws"
@@ -211,13 +212,13 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
     assert s["iteration_time"]["n"] == s["peak_reserved"]["n"] == 21
     assert s["iteration_time"]["median_abs"] == pytest.approx(0.016, abs=0.001)
     assert s["iteration_time"]["max_abs"] == pytest.approx(0.149, abs=0.001)
-    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.031, abs=0.001)
-    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.133, abs=0.001)
-    assert s["peak_allocated"]["max_abs"] == pytest.approx(0.035, abs=0.001)
+    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.023, abs=0.001)
+    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.137, abs=0.001)
+    assert s["peak_allocated"]["max_abs"] == pytest.approx(0.036, abs=0.001)
     base = [abs(e) for p, e in zip(rows.policy, rows.reserved_err) if p == "baseline"]
     vdnn = [e for p, e in zip(rows.policy, rows.reserved_err) if p != "baseline"]
     assert len(base) == 8 and max(base) < 0.032
-    assert min(vdnn) < -0.13 and max(vdnn) > 0.12
+    assert min(vdnn) < -0.13 and max(vdnn) > 0.10
     # ShuffleNetV2 (128) vdnn_all measured again once the runtime moved the plan's
     # buffers (tests/test_torch_cpu.py): what it offloaded is what the replay offloads
     shuffle = next(r for r in reps if r["model"].endswith("shufflenet_v2_x1_0")
@@ -228,7 +229,7 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
 def test_a_second_sample_by_rule_on_a_slower_host():
     """traces/h200_bwdws/smallest: the smallest batch sizes' runs, chosen by a rule committed
     before measuring; 19 of the 21 measured (the queue's last two not started). Reserved
-    2.8% / 18.5%; every step time low (12.6% / 36.0%), on a loan whose host issued the same
+    2.8% / 17.4%; every step time low (12.6% / 36.0%), on a loan whose host issued the same
     steps 1.76x (median) as slowly as the old records, where the sets of sessions 16 and 17
     were at 1.23x and 1.24x (NOTE [host probe]; the README there)."""
     import statistics
@@ -244,7 +245,7 @@ def test_a_second_sample_by_rule_on_a_slower_host():
     rows = validate([data / "h200", data / "heldout"], src)
     s = summarize(rows)
     assert s["peak_reserved"]["median_abs"] == pytest.approx(0.028, abs=0.001)
-    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.185, abs=0.001)
+    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.174, abs=0.001)
     assert s["iteration_time"]["median_abs"] == pytest.approx(0.126, abs=0.001)
     assert s["iteration_time"]["max_abs"] == pytest.approx(0.360, abs=0.001)
     assert max(rows.time_err) < 0  # every one low
@@ -278,8 +279,8 @@ def test_a_second_sample_by_rule_on_a_slower_host():
 def test_shufflenet_measured_again_with_the_fixed_runtime():
     """traces/h200_bwdws/runtime_fix: ShuffleNetV2 (64) and (256) vdnn_all, whose older
     records measured the runtime before its fix, measured by the protocol: the runtime moves
-    the replay's bytes to the byte at both sizes; the replay reserves 11.6% less than the
-    GPU at both, outside the band (the README's table; the cause is not found)."""
+    the replay's bytes to the byte at both sizes; the replay reserves 11.6% and 12.3% less
+    than the GPU, outside the band (the README's table; the cause is not found)."""
     data = ROOT / "traces" / "h200_bwdws"
     src = data / "runtime_fix" / "repeat.jsonl"
     reps = load_measurements(src)
@@ -291,7 +292,7 @@ def test_shufflenet_measured_again_with_the_fixed_runtime():
         moved = run_trace(t, g, "vdnn_all_p", record=False).offloaded_bytes
         assert r["offloaded_bytes"] == moved
     rows = validate([data / "h200", data / "heldout"], src)
-    assert [round(e, 3) for e in rows.reserved_err] == [-0.116, -0.116]
+    assert [round(e, 3) for e in rows.reserved_err] == [-0.116, -0.123]
     assert [round(e, 3) for e in rows.alloc_err] == [0.001, -0.001]
     assert [round(e, 3) for e in rows.time_err] == [0.117, -0.011]
 
@@ -665,7 +666,7 @@ def test_session_20s_runs_judged_against_their_fresh_processes(tmp_path):
     bw = ROOT / "traces" / "h200_bwdws"
     rows = validate([bw / "h200", bw / "heldout"], f).set_index(["model", "batch_size",
                                                                  "policy"])
-    assert rows.reserved_err.round(3).tolist() == [-0.003, 0.004, 0.098, 0.013]
+    assert rows.reserved_err.round(3).tolist() == [-0.018, 0.001, 0.098, 0.005]
     assert rows.time_err.round(3).tolist() == [0.002, -0.007, -0.004, -0.008]
     # the host-bound baselines: the old traces low, the traces profiled on the first loan high
     for d, old, new in (("loan1", [-0.198, -0.179], [0.304, 0.134]),

@@ -36,17 +36,15 @@ def test_the_validation_set_covers_the_issue(table):
     assert capped.measured_fits.any() and not capped.measured_fits.all()
 
 
-def test_fit_or_out_of_memory_is_predicted_right_in_every_capped_case_but_one(table, summary):
-    """24 of 24 before the host was in the loop; with it (and the measured host costs) one
-    capped run is called out of memory that fit at exactly its 12 GiB cap: a 1.2 GB gradient
-    in MobileNetV2's backward finds no hole in the segments that run left
-    (docs/validation.md). Pinned, so that a change in either direction is seen."""
+def test_fit_or_out_of_memory_is_predicted_right_in_every_capped_case(table, summary):
+    """24 of 24. (From the host in the loop until session 23, one capped run was called out
+    of memory that fit at exactly its 12 GiB cap, MobileNetV2 (256) vdnn_all: blocks a
+    buffer's offload retired while its prefetched copy was retired again were lost to the
+    engine's books, NOTE [deferred free].) Pinned, so that a change either way is seen."""
     f = summary["fit"]
     assert f["capped_n"] >= 10
-    wrong = table[~table.fit_right]
-    assert [(r.model, r.batch_size, r.policy, r.cap_gib) for r in wrong.itertuples()] == \
-        [("mobilenet_v2", 256, "vdnn_all", 12.0)]
-    assert f["capped_right"] == f["capped_n"] - 1 and f["right"] == f["n"] - 1
+    assert table.fit_right.all()
+    assert f["capped_right"] == f["capped_n"] and f["right"] == f["n"]
 
 
 def test_peak_allocated_memory_is_within_target(summary):

@@ -46,7 +46,13 @@ freed, no longer allocated (torch.cuda.memory_allocated drops at once) but not r
 the allocator records an event on that stream and returns the block to its pool only when
 a later allocation on the host (process_events, at every malloc) finds the event
 complete. The engine keeps those events (NOTE [host]); ``retire`` takes such a block out
-of the allocated set and ``release`` gives it back to the free lists.
+of the allocated set and ``release`` gives it back to the free lists. A key can wait twice
+at once (an offloaded buffer whose copy's event is not yet seen, prefetched back, used and
+freed again): each of its blocks waits for its own event, released oldest first (the
+simulation counts the key as often, ``RetiredKeys``). Until session 23 the second
+retirement replaced the first, whose block the books then lost: reserved memory of vDNN
+and block runs was high by up to several GiB, and capped runs were called out of memory
+that fit. Every run ends by checking that the books balance (``unaccounted_bytes``).
 An out-of-memory records the segment the allocator asked the device for (requested) and
 the room left under the cap for one (largest free), so a 1 MiB tensor that needs a new
 2 MiB segment under a 1 MiB cap is reported as the 2 MiB it could not get.
@@ -165,7 +171,10 @@ class CachingPool(Accounting):
         self._stream: dict[int, str] = {}  # segment -> the stream it was made for
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
         self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
-        self._retired: dict[Key, tuple[int, int, int, str]] = {}  # NOTE [deferred free]
+        # NOTE [deferred free]: each key's retired blocks, oldest first: a key can be
+        # retired again (a buffer prefetched back, used and freed) before its first block's
+        # event completes, and each block waits for its own event
+        self._retired: dict[Key, list[tuple[int, int, int, str]]] = {}
         self._next_seg = 0
         self.reserved_bytes = 0
         self.released = 0  # NOTE [allocator costs]: segments given back (cudaFree)
@@ -338,12 +347,16 @@ class CachingPool(Accounting):
         block = self._blocks.pop(key, None)
         if block is None:
             return
-        self._retired[key] = block
+        self._retired.setdefault(key, []).append(block)
         self._given_back(key, block[2], block[3], now)
 
     def release(self, key: Key, now: int) -> None:
-        block = self._retired.pop(key, None)
-        if block is not None:
+        """The oldest retired block of ``key`` is free (its event completed)."""
+        blocks = self._retired.get(key)
+        if blocks:
+            block = blocks.pop(0)
+            if not blocks:
+                del self._retired[key]
             self._merge_free(block)
 
     def free(self, key: Key, now: int) -> None:
@@ -352,6 +365,13 @@ class CachingPool(Accounting):
             return
         self._merge_free(block)
         self._given_back(key, block[2], block[3], now)
+
+    def unaccounted_bytes(self) -> int:
+        """NOTE [invariants]: reserved bytes that are neither a live block, a retired one,
+        nor free (0 when the books balance; a block lost to them is memory never reused)."""
+        held = sum(b[2] for b in self._blocks.values()) + sum(
+            b[2] for blocks in self._retired.values() for b in blocks)
+        return self.reserved_bytes - held - sum(sum(f.values()) for f in self._free.values())
 
     def _merge_free(self, block: tuple[int, int, int, str]) -> None:
         seg, off, size, _ = block

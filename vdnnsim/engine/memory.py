@@ -23,6 +23,25 @@ from .compile import cublas_workspaces, optimizer_state
 from ..units import GiB, transfer_ns
 from .streams import _At, _Op, new_op
 
+class RetiredKeys(dict):
+    """NOTE [deferred free]: the keys whose blocks wait for an event, each as often as it
+    waits (a multiset: a buffer prefetched back, used and freed again can be retired a
+    second time before its first block's event completes; a set counted it once, and the
+    first release then freed the second block while the first was never given back)."""
+
+    __slots__ = ()
+
+    def add(self, key) -> None:
+        self[key] = self.get(key, 0) + 1
+
+    def discard(self, key) -> None:
+        n = self.get(key, 0)
+        if n > 1:
+            self[key] = n - 1
+        elif n:
+            del self[key]
+
+
 class Memory:
     """The memory side of a :class:`~.sim.Simulation` (a part of it: the attributes it
     reads are the simulation's)."""

@@ -36,7 +36,7 @@ from .host import Host
 from .allocator import key_name
 from .invariants import InvariantViolation
 from .iteration import Iteration
-from .memory import Memory
+from .memory import Memory, RetiredKeys
 from .memory_model import MemoryModel
 from .optimizer_step import STEP_PIECES, OptimizerStep
 from .paged import Paging
@@ -153,7 +153,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         self._stamp_ops: list[object] = [_Zero]  # NOTE [memory time]: stamp k is the start
         self._stamp_edges: list[int] = [0]  # (edge 0) or end (1) of _stamp_ops[k]
         self._pending: deque[tuple[_Op, object]] = deque()  # NOTE [deferred free]
-        self._retired: set = set()
+        self._retired = RetiredKeys()  # NOTE [deferred free]
         self._on_host: set[str] = set()
         self._in_flight: dict[str, _Op] = {}
         self._sent: dict[str, _Op] = {}  # buffer -> its offload
@@ -226,6 +226,10 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
                                      f"{self.prefetched_bytes} came back")
         if self.plan.memory == "network_wide":
             return
+        lost = getattr(self.pool, "unaccounted_bytes", None)  # the caching pool's books
+        if lost is not None and lost():
+            raise InvariantViolation(f"{lost()} reserved bytes are neither allocated, "
+                                     "waiting for an event nor free")
         leaves = {b for b in self.lv.size if b not in self.lv.producer}
         for key in self.pool.live_keys():
             if isinstance(key, tuple) and key[0] in self._LIVE_ALL_RUN \

@@ -198,8 +198,8 @@ class Iteration:
                 free(("workspace", lid), s1)
             for b in fwd_free.get(i, ()):
                 free(b, s1)
-            if params is not None and i in params.fwd_free:
-                self._param_free_group(params.fwd_free[i], s1)
+            if params is not None and i in params.last:
+                self._param_free_group(params.last[i], s1)
             if not ahead:  # Torch7: the host waits for the layer (its end is known at once
                 if op.end is None:  # unless it waits for a copy whose start is not)
                     yield from self._wait_ops((op,), layer.id)
@@ -259,7 +259,7 @@ class Iteration:
                 self.stopped = True
                 return True
             if params is not None:
-                yield from self._params_before(params.bwd_issue, params.bwd_wait, i,
+                yield from self._params_before(params.bwd_issue, params.last, i,
                                                "backward")
             if segments and i in segments:  # NOTE [recompute]
                 first, dropped = segments[i]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..trace.model import Trace
+from ..units import transfer_ns
 from .streams import _Op, new_op
 
 
@@ -50,9 +51,9 @@ class ParamSchedule(NamedTuple):
     weights: tuple[tuple[tuple[str, int], ...], ...]  # per group, (layer id, bytes)
     fwd_issue: dict[int, tuple[int, ...]]  # layer -> groups fetched before its forward
     fwd_wait: dict[int, int]  # layer -> the group its forward waits for
-    fwd_free: dict[int, int]  # layer -> the group freed after its forward
+    last: dict[int, int]  # layer -> the group it is the last of: freed after its forward,
+    # waited for by its backward (the group's first to run)
     bwd_issue: dict[int, tuple[int, ...]]
-    bwd_wait: dict[int, int]
     bwd_free: frozenset[int]  # layers whose own weights are freed after their backward
 
 
@@ -71,7 +72,7 @@ def param_schedule(trace: Trace, groups: tuple[ParamGroup, ...]) -> ParamSchedul
     return ParamSchedule(
         frozenset(x for w in weights for x, _ in w), weights, fwd_issue,
         {g.first: k for k, g in enumerate(groups)}, {g.last: k for k, g in enumerate(groups)},
-        bwd_issue, {g.last: k for k, g in enumerate(groups)},
+        bwd_issue,
         frozenset(i for g in groups for i in g.layers if layers[i].weight_bytes))
 
 
@@ -127,7 +128,6 @@ class ParamMoves:
         self._param_ready[k] = last
 
     def _param_copy_ns(self, wid: str, size: int) -> int:
-        from ..units import transfer_ns
         t = self._h2d_ns[("weights", wid)] = transfer_ns(size, self._h2d_bw, self._link_ns)
         return t
 

@@ -1,7 +1,8 @@
-"""Issue 31 (session 23): parameters on the host, predicted against the H200 (CPU).
+"""Issue 31 (sessions 23, 24): parameters on the host, predicted against the H200 (CPU).
 
-    .venv/bin/python experiments/h200_offload/param_check.py [traces/h200_offload/session23]
+    .venv/bin/python experiments/h200_offload/param_check.py [FOLDER]
 
+FOLDER: traces/h200_offload/session23 (the default), or session24/call1 or session24.
 Every record of the folder's ``runs.jsonl`` (param_loan.sh's) is replayed with the h200
 preset on the profile of its model in ``traces/h200_offload`` (the 3.4B at 1 x 1024, the
 1.1B at 2 x 2048): a block plan's record under ``vdnn_blocks`` with the plan's counts
@@ -35,7 +36,7 @@ def check(d: Path) -> pd.DataFrame:
     for line in (d / "runs.jsonl").read_text().splitlines():
         m = json.loads(line)
         name = m["model"].split(":")[-1]
-        trace = load_trace(d.parent / PROFILES[name, m["batch_size"]])
+        trace = load_trace(ROOT / "traces" / "h200_offload" / PROFILES[name, m["batch_size"]])
         cap = m.get("memory_cap_bytes")
         row = {"run": m["name"], "cap_gib": cap / GiB if cap else None,
                "measured_fits": m["fits"]}

@@ -16,6 +16,7 @@ mkdir -p "$OUT"
 # shellcheck source=experiments/h200_issue28/device_env.sh
 . "$ROOT/experiments/h200_issue28/device_env.sh"
 P=$ROOT/traces/h200_offload/session23
+P24=$ROOT/traces/h200_offload/session24
 L3="--model hf:llama-3b -b 1 --seq-len 1024 --dtype autocast-bf16 --optimizer adamw"
 L1="--model hf:llama-1b -b 2 --seq-len 2048 --dtype autocast-bf16 --optimizer adamw"
 R3="--repeat 3 --warmup-processes 0"
@@ -30,6 +31,14 @@ declare -A RUN=(
   # engine's allocated peak of this model was 2.4% short before) under the 22 GiB cap
   [3b-plan-22g-nocap]="$L3 --plan $P/plan-3b-22g.yaml --memory-history $OUT/plan-3b-22g-nocap.pickle"
   [3b-plan-21g-under-22g]="$L3 --plan $P/plan-3b-21g.yaml --memory-cap 22GiB $R3"
+  # session 24: every block's parameters on the host without a cap, with the history
+  # (its reserved peak was predicted 7.1% short under the cap)
+  [3b-params26-nocap]="$L3 --plan $P/plan-3b-params26.yaml --memory-history $OUT/plan-3b-params26-nocap.pickle"
+  # session 24, after the fix of autocast's cached casts (NOTE [autocast cache]): the
+  # planner's plan under 22 GiB (made by make_plans24.py before this ran), under the cap,
+  # and without one with the history
+  [3b-plan24-22g]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB $R3"
+  [3b-plan24-nocap]="$L3 --plan $P24/plan-3b-22g.yaml --memory-history $OUT/plan24-3b-22g-nocap.pickle"
 )
 NAMES=${*:-"3b-plan-22g 3b-save-on-cpu-22g 3b-checkpoint-all-22g 3b-params26-22g 1b-params22"}
 for name in $NAMES; do

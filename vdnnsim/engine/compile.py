@@ -53,7 +53,8 @@ def free_points(lv: Liveness, held: set[str]
     fwd_free: dict[int, list[str]] = {}
     for b, last in lv.fwd_last.items():
         if not lv.kept(b) and b not in lv.outputs and b not in held:
-            fwd_free.setdefault(max(last, lv.producer.get(b, -1)), []).append(b)
+            at = lv.fwd_end if b in lv.casts else max(last, lv.producer.get(b, -1))
+            fwd_free.setdefault(at, []).append(b)  # NOTE [autocast cache]
     bwd_free: dict[int, list[str]] = {}
     for b, last in lv.bwd_last.items():
         if b not in held:
@@ -247,8 +248,9 @@ def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], 
         # both sets in the order their buffers are made: a set's order changes with the
         # hash seed, and the pool takes back the frees of one point in their list's order
         for b in sorted(dropped, key=lambda b: (lv.producer[b], b)):
-            at = max(lv.fwd_last[b], lv.producer[b])  # freed after its last forward reader
-            # (back at the recompute, freed where it was)
+            # freed after its last forward reader (back at the recompute, freed where it
+            # was); autocast's cast of a weight at the forward's end (NOTE [autocast cache])
+            at = lv.fwd_end if b in lv.casts else max(lv.fwd_last[b], lv.producer[b])
             fwd_free.setdefault(at, []).append(b)
             where_f[b] = at
         for b in sorted(inputs, key=lambda b: (lv.producer.get(b, -1), b)):

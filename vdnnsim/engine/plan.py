@@ -50,6 +50,8 @@ class Liveness:
     bwd_last: dict[str, int]  # buffer -> last layer (lowest index) that keeps it for backward
     needs_grad: dict[str, bool]  # buffer -> a gradient buffer exists for it
     outputs: frozenset[str]  # buffers no layer reads: the network's outputs
+    casts: frozenset[str] = frozenset()  # autocast's casts of weights (NOTE [autocast cache])
+    fwd_end: int = -1  # the forward pass's last layer
 
     def kept(self, buf: str) -> bool:
         return buf in self.bwd_last
@@ -80,7 +82,21 @@ def _liveness(trace: Trace) -> Liveness:
             bwd_last[root[t]] = i
     needs_grad = {b: buffers[b].requires_grad for b in buffers}
     outputs = frozenset(b for b in buffers if fwd_last[b] == -1 and buffers[b].kind == "activation")
-    return Liveness(root, size, producer, fwd_last, bwd_last, needs_grad, outputs)
+    # NOTE [autocast cache]
+    # Under autocast, a cast of a weight (an fp32 leaf that needs a gradient) to the lower
+    # precision is kept in autocast's cache, so that every op reading the weight in the
+    # forward pass reuses one copy, until the outermost autocast region exits: the end of
+    # the forward pass (the measured and profiled steps run the model and its loss under
+    # autocast, the backward pass outside it). So nothing frees such a cast earlier: not
+    # torch.utils.checkpoint (a checkpointed block's casts are all live at the forward's
+    # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_offload/session24),
+    # and no offload (the copy would free nothing). In a trace a cast of a weight is an op
+    # ``_to_copy`` that reads no tensor and carries the weight's bytes (NOTE [op probe]).
+    casts = frozenset(root[t] for layer in trace.layers
+                      if layer.kind == "_to_copy" and layer.weight_bytes and not layer.inputs
+                      for t in layer.outputs)
+    return Liveness(root, size, producer, fwd_last, bwd_last, needs_grad, outputs, casts,
+                    len(trace.layers) - 1)
 
 
 def grad_buffers(trace: Trace, lv: Liveness) -> int:

@@ -79,9 +79,8 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
     taken: set[str] = set()
     region = {i: r for r, idx in enumerate(regions) for i in idx}
     # autocast's casts of the weights: its cache holds them to the end of the forward pass,
-    # so an offload would free nothing (the runtime keeps them too)
-    skip |= {lv.root[layer.outputs[0]] for layer in trace.layers
-             if layer.kind == "_to_copy" and layer.weight_bytes and not layer.inputs}
+    # so an offload would free nothing (NOTE [autocast cache]; the runtime keeps them too)
+    skip |= lv.casts
     for r in range(1, min(blocks, len(regions) - 2) + 1):
         # the block's own tensors: made in it, or last read in it (its input); not what
         # every block reads (a rotary table, a mask), which no block's offload can free

@@ -67,6 +67,7 @@ def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
                   ) -> tuple[tuple[str, ...], ...]:
     out = []
     skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
+    skip |= lv.casts  # held by autocast's cache to the forward's end (NOTE [autocast cache])
     # NOTE [conv offload at forks]: under the paper's runtime vDNN_conv moves every buffer
     # a conv reads, copied by its last reader whatever that is
     conv_read = {lv.root[t] for layer in trace.layers if layer.is_conv for t in layer.inputs} \

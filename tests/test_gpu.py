@@ -87,3 +87,18 @@ def test_measure_without_the_step_probe_says_so():
     from vdnnsim.gpu.measure import measure
     r = measure("torchvision:resnet18", 8, iters=2, warmup=1, step_probe=False)
     assert r["step_probe"] is False and "host_probe_steps_ns" not in r
+
+
+def test_measure_out_of_memory_hands_over_the_segments_there():
+    """A run out of memory under its cap, with a history asked for: the snapshot taken
+    where it ran out (its segments, none over the cap), and the error's whole first line
+    (what was reserved but not allocated is at its end)."""
+    from vdnnsim.gpu.measure import measure
+    got = []
+    cap = 256 << 20
+    r = measure("torchvision:resnet50", 64, iters=2, warmup=1, memory_cap_bytes=cap,
+                history=got.append)
+    assert r["fits"] is False and r["memory_history"]["at"] == "out of memory"
+    assert len(got) == 1 and got[0]["segments"]
+    assert sum(s["total_size"] for s in got[0]["segments"]) <= cap
+    assert "out of memory" in r["error"] and len(r["error"]) > 200

@@ -11,7 +11,8 @@ repository's ``traces/`` (each data set's README.md says how it was made):
 - ``kernels``: its ``launch_queue`` and ``layer_kernels_fwd``/``_bwd`` (NOTE [kernel
   counts]), from traces/h200_calib/kernels.json (standard library only).
 - ``cpu_step``: its ``cpu_step_*`` (NOTE [optimizer offload]), from
-  traces/h200_offload/cpu_steps.json (numpy only).
+  traces/h200_offload/cpu_steps.json, and ``cpu_step_copy_share`` (NOTE [copy
+  contention]) from traces/h200_offload/session24/call2/contention*.json (numpy only).
 - ``published``: the K40's and Titan X's scales (NOTE [published costs],
   vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
   Needs torch and torchvision (the networks are probed on the meta device); about a
@@ -357,9 +358,20 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     pred = [r["tensors"] * (coef[0] + slope16 * r["numel"]) for r in b]
     lines.append("cpu_step bf16: fitted against measured per size: " + " ".join(
         f"{100 * (p - r['ns']) / r['ns']:+.0f}%" for p, r in zip(pred, b)))
+    # NOTE [copy contention]: the runtime's step with the parameters copied back after each
+    # tensor against without, per fresh process (session24/call2/contention*.json); the share
+    # is the median process's slowdown (every step but the first runs beside a copy)
+    cont = sorted(_folder(traces, "h200_offload").glob("session24/call2/contention*.json"))
+    if not cont:
+        raise VdnnError("traces/h200_offload/session24/call2: no contention*.json records")
+    ratios = sorted(_read_json(c)["ns"]["copy"] / _read_json(c)["ns"]["nocopy"] for c in cont)
+    share = float(np.median(ratios)) - 1
+    lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
+                 + " ".join(f"{r:.3f}" for r in ratios) + f"; median - 1 = {share:.4f}")
     return {"cpu_step_ns": round(float(coef[0])),
             "cpu_step_ns_per_element": round(float(coef[1]), 4),
-            "cpu_step_ns_per_element_16": round(slope16, 4)}, lines
+            "cpu_step_ns_per_element_16": round(slope16, 4),
+            "cpu_step_copy_share": round(share, 3)}, lines
 
 
 # -- what the package ships ------------------------------------------------------------------

@@ -674,10 +674,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(f"{args.model} batch {args.batch_size} {args.policy}: out of memory{under}")
     if args.memory_history:
         last = rec["processes"][-1] if args.repeat else rec
-        print(f"wrote {_shown(args.memory_history)}: the allocator's history over the timed "
-              f"steps (vdnnsim import {args.memory_history} --segments)"
-              if last.get("memory_history") else "no memory history written: the run did "
-              "not reach its timed steps", file=sys.stderr)
+        what = ("the allocator's segments where it ran out of memory"
+                if last.get("memory_history", {}).get("at") else
+                "the allocator's history over the timed steps")
+        print(f"wrote {_shown(args.memory_history)}: {what} (vdnnsim import "
+              f"{args.memory_history} --segments)" if last.get("memory_history") else
+              "no memory history written: the run did not reach its timed steps",
+              file=sys.stderr)
     return 0
 
 
@@ -929,7 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "expandable_segments=true; repeatable (NOTE [measured allocator settings])")
     ms.add_argument("--memory-history", default=None, metavar="FILE",
                     help="record the allocator's history over the timed steps and write its "
-                    "snapshot (a pickle) to FILE; with --repeat, the last process's")
+                    "snapshot (a pickle) to FILE (out of memory: the snapshot there); with "
+                    "--repeat, the last process's")
     ms.add_argument("--no-step-probe", action="store_true",
                     help="no host probe after each timed step (NOTE [host probe]): for "
                     "checking that the probe does not move the steps' host time")

@@ -78,6 +78,9 @@ class Host:
     cpu_step_ns: int = 0
     cpu_step_ns_per_element: float = 0.0
     cpu_step_ns_per_element_16: float = 0.0
+    # NOTE [copy contention]: a CPU step's per-element time grows by this share for each
+    # element of the parameters copied back (to the GPU) while it runs; 0: not calibrated
+    cpu_step_copy_share: float = 0.0
 
 
 # NOTE [host memory]
@@ -165,6 +168,10 @@ class _HostSpec(BaseModel):
                                            "element of an fp32 tensor.")
     cpu_step_ns_per_element_16: float = Field(0.0, ge=0, le=10**6, description="And per "
                                               "element of a 16-bit tensor.")
+    cpu_step_copy_share: float = Field(0.0, ge=0, le=10, description="The step's per-element "
+                                       "time grows by this share for each element copied "
+                                       "back to the GPU while it runs (NOTE [copy "
+                                       "contention]).")
     source: str = Field("", description="Where the numbers come from.")
 
 

@@ -1,8 +1,9 @@
 """Issue 31 (sessions 23, 24): parameters on the host, predicted against the H200 (CPU).
 
-    .venv/bin/python experiments/h200_offload/param_check.py [FOLDER]
+    .venv/bin/python experiments/h200_offload/param_check.py [FOLDER ...]
 
-FOLDER: traces/h200_offload/session23 (the default), or session24/call1 or session24.
+FOLDER: traces/h200_offload/session23 (the default), session24/call1, ...; several: one
+table.
 Every record of the folder's ``runs.jsonl`` (param_loan.sh's) is replayed with the h200
 preset on the profile of its model in ``traces/h200_offload`` (the 3.4B at 1 x 1024, the
 1.1B at 2 x 2048): a block plan's record under ``vdnn_blocks`` with the plan's counts
@@ -74,7 +75,8 @@ def check(d: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str]) -> int:
-    df = check(Path(argv[0]) if argv else ROOT / "traces" / "h200_offload" / "session23")
+    folders = [Path(a) for a in argv] or [ROOT / "traces" / "h200_offload" / "session23"]
+    df = pd.concat([check(d) for d in folders], ignore_index=True)
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         print(df.to_string(index=False, float_format="%.3f"))
     return 0

@@ -39,6 +39,12 @@ declare -A RUN=(
   # and without one with the history
   [3b-plan24-22g]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB $R3"
   [3b-plan24-nocap]="$L3 --plan $P24/plan-3b-22g.yaml --memory-history $OUT/plan24-3b-22g-nocap.pickle"
+  # after it ran out of memory under the cap (fragmentation: 21.62 GiB allocated without
+  # one): the same plan under 22 GiB with expandable segments (predicted before: fits,
+  # 21.37 GiB allocated, 21.61 reserved, 984.3 ms)
+  # and under the cap with the allocator's segments where it runs out of memory
+  [3b-plan24-22g-oom]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB --memory-history $OUT/plan24-3b-22g-oom.pickle"
+  [3b-plan24-22g-expandable]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB --allocator expandable_segments=true $R3"
 )
 NAMES=${*:-"3b-plan-22g 3b-save-on-cpu-22g 3b-checkpoint-all-22g 3b-params26-22g 1b-params22"}
 for name in $NAMES; do

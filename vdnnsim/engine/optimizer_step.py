@@ -30,11 +30,27 @@ def cpu_step_calibrated(host) -> bool:
     return bool(host.cpu_step_ns_per_element and host.cpu_step_ns_per_element_16)
 
 
-def cpu_step_ns(host, size: int, dtype: str) -> int:
+def cpu_step_ns(host, size: int, dtype: str, copying: int = 0) -> int:
     """NOTE [optimizer offload]: the host's time for the CPU optimizer's step over one
-    layer's parameters of ``size`` bytes (one tensor's fixed cost and its elements')."""
-    return round(host.cpu_step_ns + cpu_step_per_element(host, dtype) * size
-                 / _ELEMENT.get(dtype, 4))
+    layer's parameters of ``size`` bytes (one tensor's fixed cost and its elements'), while
+    ``copying`` bytes of parameters are copied back to the GPU (NOTE [copy contention])."""
+    per = cpu_step_per_element(host, dtype) / _ELEMENT.get(dtype, 4)
+    return round(host.cpu_step_ns + per * (size + host.cpu_step_copy_share * copying))
+
+
+# NOTE [copy contention]
+# The CPU step streams the parameters, gradients and moments through the host's memory
+# (AdamW: 28 bytes an fp32 element) while the copy engine reads the last stepped tensor's
+# parameters out of the same memory to send them back to the GPU. Measured on the H200's
+# host (experiments/h200_offload/cpu_contention.py: CPUOffloadOptimizer's own step over
+# 42 Llama-3B-shaped tensors, with and without the copies back, interleaved, three fresh
+# processes): 6.2% slower with them (5.9-9.7%), where a step without copies back (every
+# parameter on the host, NOTE [parameter offload]) ran as its microbenchmark. So each
+# step after a copy back is charged ``cpu_step_copy_share`` of its per-element time for
+# each element of that copy (the copies are faster than the steps: each ends during the
+# next step). A full share of the memory's bandwidth would be 4/28 = 0.14: the copies
+# cost less than that. Fitted on that microbenchmark alone (calibration_fits cpu_step);
+# judged on the in-place runs of traces/h200_offload (docs/beyond-vdnn.md).
 
 
 class OptimizerStep:
@@ -128,12 +144,15 @@ class OptimizerStep:
         last = None
         # NOTE [parameter offload]: the host's copy is the only one of these; nothing back
         away = self.program.params.layers if self.program.params is not None else ()
+        copying = 0  # the bytes copied back while the next step runs (NOTE [copy contention])
         for layer, size, copy in self._grad_copies:
             if copy.end is None or copy.end > self.host_ns:
                 yield from self._wait_ops((copy,), layer, "gradient copy")
-            self._spend(cpu_step_ns(host, size, dtype), layer, "CPU optimizer step")
+            self._spend(cpu_step_ns(host, size, dtype, copying), layer, "CPU optimizer step")
+            copying = 0
             if layer in away:
                 continue
+            copying = size
             last = self._push(up, new_op(up, "param_upload", layer, f"{layer}:parameters",
                                       transfer_ns(size, self._h2d_bw, self._link_ns), size,
                                       (), "h2d"))

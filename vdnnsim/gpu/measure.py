@@ -19,7 +19,10 @@ what one iteration reserves on its own, which is what the simulator replays. Wit
 ``history`` the allocator's history (``torch.cuda.memory._record_memory_history``, its
 ring buffer of HISTORY_ENTRIES entries, no stack traces: they cost host time a step would
 pay) is recorded over the timed steps and ``torch.cuda.memory._snapshot()`` taken after
-them is handed to ``history`` (``vdnnsim measure --memory-history FILE`` pickles it; NOTE
+them is handed to ``history`` (a run that runs out of memory hands it the snapshot taken
+there: its segments and their blocks as the allocator left them after freeing its cache
+to retry, with the events recorded so far, none before the timed steps;
+``vdnnsim measure --memory-history FILE`` pickles it; NOTE
 [snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
 those steps' times include the recording's cost. The allocator's settings
 (``allocator_conf``, NOTE [measured allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
@@ -217,7 +220,15 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             if rt is not None:
                 record.update({k: v // (warmup + iters + 1) for k, v in rt.stats.items()})
     except torch.OutOfMemoryError as exc:
-        record.update(fits=False, error=str(exc).splitlines()[0][:200])
+        # the first line says how much was asked for and, at its end, how much of what the
+        # allocator reserved was not allocated (fragmentation, or cache it could not free)
+        record.update(fits=False, error=str(exc).splitlines()[0][:400])
+        if history is not None:  # the segments as the allocator left them after its retry
+            snapshot = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            history(snapshot)
+            del snapshot
+            record["memory_history"] = {"max_entries": HISTORY_ENTRIES, "at": "out of memory"}
     except RuntimeError as exc:
         if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
                 and "modified by an inplace operation" in str(exc)):

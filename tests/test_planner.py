@@ -224,3 +224,20 @@ def test_a_layer_plan_of_an_op_by_op_trace_is_marked_and_refused_by_measure(tmp_
                "--plan", str(f)])
     err = capsys.readouterr().err
     assert rc == 2 and "NOTE [plan layer names]" in err and len(err.splitlines()) == 1
+
+
+def test_a_plan_near_its_budget_is_cautioned():
+    """NOTE [fragmentation caution]: a PyTorch trace's plan that leaves less than 6.1% of
+    its budget unallocated gets the line (plans the replay fitted have run out of memory
+    with up to that left on the H200); with more left, or a Torch7 trace, none."""
+    from vdnnsim.planner import CAUTION_SHARE, fragmentation_caution
+
+    from .conftest import chain_trace
+    torch_trace = chain_trace([{"id": "c1", "size": 1 << 20}], framework="pytorch")
+    torch7 = chain_trace([{"id": "c1", "size": 1 << 20}])
+    budget = 100 << 30
+    near = budget - int(0.05 * budget)
+    line = fragmentation_caution(torch_trace, budget, near)
+    assert CAUTION_SHARE == 0.061 and line.startswith("caution: the plan leaves 5.00 GiB (5.0%)")
+    assert fragmentation_caution(torch_trace, budget, budget - int(0.07 * budget)) is None
+    assert fragmentation_caution(torch7, budget, near) is None

@@ -174,9 +174,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"{p:10s} {'yes' if x.fits else 'no':4s} {x.peak_memory_bytes / GiB:8.2f} "
               f"{format_seconds(x.iteration_time_s * 1e3, 1):>9s} "
               f"{format_slowdown(x.slowdown):>8s}")
-    from .planner import OP_PLAN_CANNOT_RUN, layer_names
+    from .planner import OP_PLAN_CANNOT_RUN, fragmentation_caution, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
+    caution = fragmentation_caution(trace, budget, r.peak_memory_bytes)
+    if caution:
+        print(caution, file=sys.stderr)
     if args.output:  # NOTE [plan files]
         from .planfile import write_plan_file
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
@@ -210,15 +213,16 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     # NOTE [parameter offload]: per count of blocks whose parameters are on the host, the
     # fewest offloaded and checkpointed blocks that fit (the bisection's other tries left out)
     best: dict[tuple[int, str], tuple[int, int, int]] = {}
+    DONE = {"offload": "offloaded", "recompute": "checkpointed"}
     for p, how, k, fits, peak, ns in plan.tried_params:
         best.setdefault((p, how), (-1, 0, 0))
         if fits and (best[p, how][0] < 0 or k < best[p, how][0]):
             best[p, how] = (k, peak, ns)
     for (p, how), (k, peak, ns) in best.items():
         print(f"  {p:3d} block(s)' parameters on the host: " + (
-            f"fits with {k} block(s) {how}ed, peak {peak / GiB:.2f} GiB"
+            f"fits with {k} block(s) {DONE.get(how, how)}, peak {peak / GiB:.2f} GiB"
             + (f", {ns / 1e6:.1f} ms" if timed else "") if k >= 0 else
-            f"out of memory with every block {how}ed"))
+            f"out of memory with every block {DONE.get(how, how)}"))
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         if not timed:
@@ -247,6 +251,10 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
               f"{plan.peak_memory_bytes / GiB:.2f} GiB (the step without a cap: peak "
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
         print(UNTIMED_NOTE)
+    from .planner import fragmentation_caution
+    caution = fragmentation_caution(trace, budget, plan.peak_memory_bytes)
+    if caution:
+        print(caution, file=sys.stderr)
     if args.output:
         write_plan_file(args.output, block_plan_to_dict(trace, gpu, budget, plan))
         print(f"wrote {_shown(args.output)}: run it with vdnnsim measure --plan "

@@ -71,9 +71,9 @@ for params, how, k, fits, peak, ns in p.tried_params:
         best[params] = (how, k, ns)
 xs = sorted(best)
 fig, ax = plt.subplots(figsize=(7, 3.5))
-for how, marker in (("offload", "o"), ("recompute", "s")):
+for how, done, marker in (("offload", "offloaded", "o"), ("recompute", "checkpointed", "s")):
     pts = [(x, best[x][2] / 1e9) for x in xs if best[x][0] == how]
-    ax.plot([a for a, _ in pts], [b for _, b in pts], marker, label=f"fewest blocks {how}ed that fit")
+    ax.plot([a for a, _ in pts], [b for _, b in pts], marker, label=f"fewest blocks {done} that fit")
 ax.axvline(p.params, color="gray", ls="--", lw=1, label=f"the plan: {p.params}")
 ax.set(xlabel="blocks whose parameters are on the host", ylabel="step s (predicted)",
        title="hf:llama-7b, 1 x 2048, AdamW, bf16 autocast, 22 GiB")

@@ -76,3 +76,35 @@ def test_no_offload_moves_a_cast():
     free nothing: the cache holds it)."""
     assert run_trace(cast_trace(), GPU, "vdnn_all_p").offloaded_bytes == 3 * U
     assert run_trace(cast_trace("conv"), GPU, "vdnn_all_p").offloaded_bytes == 5 * U
+
+
+def test_a_cast_nothing_keeps_lives_to_the_forward_end_and_only_casts_that_need_grads():
+    """A cast read by an op that saves nothing (w2, into an add) is freed at the forward's
+    end, not after its reader; a tied weight's cast (the probe gives its bytes to the
+    weight's first reader, so none here) is a cast; a frozen weight's (no gradient) is
+    not: autocast does not cache it."""
+    tensors = [{"id": "data", "size_bytes": U, "kind": "input"},
+               {"id": "w2", "size_bytes": U}, {"id": "w3", "size_bytes": U},
+               {"id": "f", "size_bytes": U, "requires_grad": False},
+               {"id": "s", "size_bytes": U}, {"id": "t", "size_bytes": U},
+               {"id": "u", "size_bytes": U}]
+    layers = [
+        {"id": "cast2", "kind": "_to_copy", "inputs": [], "outputs": ["w2"], "saved": [],
+         "weight_bytes": 2 * U},
+        {"id": "add", "kind": "add", "inputs": ["data", "w2"], "outputs": ["s"],
+         "saved": []},
+        {"id": "cast3", "kind": "_to_copy", "inputs": [], "outputs": ["w3"], "saved": []},
+        {"id": "castf", "kind": "_to_copy", "inputs": [], "outputs": ["f"], "saved": []},
+        {"id": "mm", "kind": "mm", "inputs": ["s", "w3", "f"], "outputs": ["t"],
+         "saved": ["s", "w3"]},
+        {"id": "loss", "kind": "loss", "inputs": ["t"], "outputs": ["u"], "saved": ["t"]}]
+    for layer in layers:
+        layer.update(fwd_ns=MS, bwd_ns=MS)
+    t = trace_from_dict({"format": "vdnnsim-trace", "version": 1, "name": "casts2",
+                         "batch_size": 1, "source": {"framework": "pytorch"},
+                         "tensors": tensors, "layers": layers})
+    lv = liveness(t)
+    assert lv.casts == {"w2", "w3"} and lv.fwd_end == 5
+    fwd_free, _ = free_points(lv, set())
+    assert [i for i, bs in fwd_free.items() if "w2" in bs] == [5]
+    assert [i for i, bs in fwd_free.items() if "f" in bs] == [4]  # after its reader

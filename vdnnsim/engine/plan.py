@@ -91,10 +91,13 @@ def _liveness(trace: Trace) -> Liveness:
     # torch.utils.checkpoint (a checkpointed block's casts are all live at the forward's
     # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_offload/session24),
     # and no offload (the copy would free nothing). In a trace a cast of a weight is an op
-    # ``_to_copy`` that reads no tensor and carries the weight's bytes (NOTE [op probe]).
+    # ``_to_copy`` that reads no traced tensor (its source is a parameter, NOTE [op probe])
+    # and whose output needs a gradient; a frozen weight's cast is not cached. (Not
+    # ``weight_bytes``: the probe gives a tied weight's bytes to its first reader only, so
+    # a tied lm_head's cast carries none.)
     casts = frozenset(root[t] for layer in trace.layers
-                      if layer.kind == "_to_copy" and layer.weight_bytes and not layer.inputs
-                      for t in layer.outputs)
+                      if layer.kind == "_to_copy" and not layer.inputs
+                      for t in layer.outputs if buffers[root[t]].requires_grad)
     return Liveness(root, size, producer, fwd_last, bwd_last, needs_grad, outputs, casts,
                     len(trace.layers) - 1)
 

@@ -20,8 +20,9 @@ arithmetic is the CPU optimizer's: the same update as the GPU's to rounding.
 The simulator's model of it (vdnnsim/engine/optimizer_step.py) has the same parts: a
 gradient copy after each layer's backward pass, the host waiting for each, a CPU step per
 layer's parameters timed by ``Host.cpu_step_ns + cpu_step_ns_per_element x elements``
-(fitted by ``vdnnsim.calibration_fits cpu_step`` to ``time_cpu_steps``' records), and a
-copy back per layer.
+(fitted by ``vdnnsim.calibration_fits cpu_step`` to ``time_cpu_steps``' records), slowed
+by the copy back of the layer before it (NOTE [copy contention]), and a copy back per
+layer.
 """
 
 from __future__ import annotations

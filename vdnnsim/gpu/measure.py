@@ -65,7 +65,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
-    autocast-fp16); ``history``: given the allocator's snapshot over the timed steps;
+    autocast-fp16); ``history``: given the allocator's snapshot over the timed steps (or
+    where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
     there as they are made (NOTE [optimizer offload]))."""
@@ -222,8 +223,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     except torch.OutOfMemoryError as exc:
         # the first line says how much was asked for and, at its end, how much of what the
         # allocator reserved was not allocated (fragmentation, or cache it could not free)
-        record.update(fits=False, error=str(exc).splitlines()[0][:400])
-        if history is not None:  # the segments as the allocator left them after its retry
+        record.update(fits=False, error=str(exc).splitlines()[0][:1000])
+        if history is not None and "memory_history" not in record:  # (not the phase
+            # step's, after the timed steps' history): the segments as the allocator left
+            # them after its retry
             snapshot = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
             history(snapshot)

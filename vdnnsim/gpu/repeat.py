@@ -207,7 +207,7 @@ def repeat(args: Any, cap_bytes: int | None, processes: int, warmups: int,
             records.append(rec)
             say(f"{head}: process {k + 1} of {processes}: {_shown_ms(rec)}")
         out = aggregate(records, discarded)
-        if tmp and os.path.exists(tmp):  # none where the last process ran out of memory
+        if tmp and os.path.exists(tmp):  # none where the last process stopped before
             os.replace(tmp, history)
     finally:
         if tmp and os.path.exists(tmp):

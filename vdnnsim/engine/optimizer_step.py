@@ -50,7 +50,10 @@ def cpu_step_ns(host, size: int, dtype: str, copying: int = 0) -> int:
 # each element of that copy (the copies are faster than the steps: each ends during the
 # next step). A full share of the memory's bandwidth would be 4/28 = 0.14: the copies
 # cost less than that. Fitted on that microbenchmark alone (calibration_fits cpu_step);
-# judged on the in-place runs of traces/h200_offload (docs/beyond-vdnn.md).
+# judged on the in-place runs of traces/h200_offload (docs/beyond-vdnn.md). Known biases,
+# both small: the microbenchmark's time includes its last copy back and the copies' issue
+# (about half a point of the 6.2), which the engine also charges apart; and a step is
+# charged even where its copy back still waits behind gradient copies on the one stream.
 
 
 class OptimizerStep:

@@ -232,3 +232,22 @@ def test_the_h200_measurements_replay_as_documented():
     assert len(off) == 4 and (off.host_err.abs() < 1e-9).all()
     assert (ran.time_err.abs() <= 0.15).all()
     assert (off.time_err < 0).all()  # the miss has one sign: the CPU step is short
+
+
+def test_plan_says_when_the_host_cannot_hold_the_optimizer(tmp_path, capsys):
+    """NOTE [host memory]: GPT-2 (8 x 1024, AdamW) under 1 GiB on a host of 1 GiB: no plan
+    fits either way, and the planner says the optimizer on the CPU needs more host memory
+    than there is (exit 1)."""
+    from pathlib import Path
+
+    from vdnnsim.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    trace = root / "traces" / "h200_hf" / "profiled" / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"network: {trace}\nbatch_size: 8\noptimizer: adamw\npolicy: eager\n"
+                   "gpu: {preset: h200, host_memory_bytes: 1 GiB}\n")
+    assert main(["plan", str(cfg), "--budget", "1 GiB"]) == 1
+    out = capsys.readouterr().out
+    assert "no plan found that fits" in out
+    assert "the optimizer on the CPU needs" in out and "the host has 1.00 GiB" in out

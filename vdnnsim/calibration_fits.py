@@ -364,7 +364,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     cont = sorted(_folder(traces, "h200_offload").glob("session24/call2/contention*.json"))
     if not cont:
         raise VdnnError("traces/h200_offload/session24/call2: no contention*.json records")
-    ratios = sorted(_read_json(c)["ns"]["copy"] / _read_json(c)["ns"]["nocopy"] for c in cont)
+    ratios = sorted(ns["copy"] / ns["nocopy"] for ns in (_read_json(c)["ns"] for c in cont))
     share = float(np.median(ratios)) - 1
     lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
                  + " ".join(f"{r:.3f}" for r in ratios) + f"; median - 1 = {share:.4f}")

@@ -226,10 +226,10 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         from .engine.compile import optimizer_host_bytes
-        from .engine.optimizer_step import cpu_step_calibrated
+        from .policies.blocks import weighs_cpu_optimizer
         need, host = optimizer_host_bytes(trace), gpu.host_memory_bytes
-        if (optimizer_offload is not False and trace.pytorch and trace.weight_bytes
-                and cpu_step_calibrated(gpu.host) and host is not None and need > host):
+        if (optimizer_offload is not False and weighs_cpu_optimizer(trace, gpu)
+                and host is not None and need > host):
             # NOTE [host memory]: why the optimizer on the CPU did not help
             print(f"  the optimizer on the CPU needs {need / GiB:.2f} GiB of host memory; the "
                   f"host has {host / GiB:.2f} GiB (gpu.host_memory_bytes)")

@@ -373,8 +373,8 @@ def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ..
         for b in dropped | inputs:
             no_offload.setdefault(b, []).append(v)
         for b in dropped:
-            if acc.size[b]:  # autocast's casts at the forward's end (NOTE [autocast cache])
-                start = lv.fwd_end if b in lv.casts else max(lv.fwd_last[b], lv.producer[b])
+            if acc.size[b]:
+                start = lv.forward_free(b)
                 add(v, -acc.size[b] / GIB, covered(start, acc.bwd(last), True, True))
         for b in inputs:
             if not acc.size[b] or b not in acc.span:

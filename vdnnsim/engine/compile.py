@@ -51,10 +51,9 @@ def free_points(lv: Liveness, held: set[str]
     no backward pass) and after each layer's backward pass (the last that keeps them);
     ``held`` (the training loop's input batch) is never freed."""
     fwd_free: dict[int, list[str]] = {}
-    for b, last in lv.fwd_last.items():
+    for b in lv.fwd_last:
         if not lv.kept(b) and b not in lv.outputs and b not in held:
-            at = lv.fwd_end if b in lv.casts else max(last, lv.producer.get(b, -1))
-            fwd_free.setdefault(at, []).append(b)  # NOTE [autocast cache]
+            fwd_free.setdefault(lv.forward_free(b), []).append(b)
     bwd_free: dict[int, list[str]] = {}
     for b, last in lv.bwd_last.items():
         if b not in held:
@@ -248,9 +247,9 @@ def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], 
         # both sets in the order their buffers are made: a set's order changes with the
         # hash seed, and the pool takes back the frees of one point in their list's order
         for b in sorted(dropped, key=lambda b: (lv.producer[b], b)):
-            # freed after its last forward reader (back at the recompute, freed where it
-            # was); autocast's cast of a weight at the forward's end (NOTE [autocast cache])
-            at = lv.fwd_end if b in lv.casts else max(lv.fwd_last[b], lv.producer[b])
+            # freed after its last forward reader, a cast at the forward's end (back at
+            # the recompute, freed where it was)
+            at = lv.forward_free(b)
             fwd_free.setdefault(at, []).append(b)
             where_f[b] = at
         for b in sorted(inputs, key=lambda b: (lv.producer.get(b, -1), b)):

@@ -56,6 +56,14 @@ class Liveness:
     def kept(self, buf: str) -> bool:
         return buf in self.bwd_last
 
+    def forward_free(self, buf: str) -> int:
+        """The layer after whose forward pass ``buf`` goes where no backward pass keeps it:
+        its last forward reader (or its producer); autocast's cast of a weight at the
+        forward's end (NOTE [autocast cache])."""
+        if buf in self.casts:
+            return self.fwd_end
+        return max(self.fwd_last[buf], self.producer.get(buf, -1))
+
 
 def liveness(trace: Trace) -> Liveness:
     """The trace's buffers and their lifetimes; computed once per trace (a trace and its

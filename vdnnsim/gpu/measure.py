@@ -53,6 +53,16 @@ POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
 HISTORY_ENTRIES = 1_000_000  # NOTE [measurement]: the history's ring buffer
 
 
+def _hand_over(history: Callable[[dict], Any], record: dict[str, Any], **what: Any) -> None:
+    """The allocator's snapshot now to ``history``, its recording stopped; the record
+    says so (``what``: the timed steps' count, or where it was taken)."""
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    history(snapshot)
+    del snapshot
+    record["memory_history"] = {"max_entries": HISTORY_ENTRIES, **what}
+
+
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
             dtype: str = "fp32", plan: PlanFile | dict[str, Any] | None = None,
@@ -164,11 +174,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                 probe()  # NOTE [host probe]: the host's speed right after the step
         after = torch.cuda.memory_stats(dev)
         if history is not None:
-            snapshot = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-            history(snapshot)
-            del snapshot
-            record["memory_history"] = {"max_entries": HISTORY_ENTRIES, "steps": iters}
+            _hand_over(history, record, steps=iters)
         # the allocator's own counts over the timed steps: how often it asked the driver for
         # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
         counts = {k: after.get(k, 0) - before.get(k, 0)
@@ -227,11 +233,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if history is not None and "memory_history" not in record:  # (not the phase
             # step's, after the timed steps' history): the segments as the allocator left
             # them after its retry
-            snapshot = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-            history(snapshot)
-            del snapshot
-            record["memory_history"] = {"max_entries": HISTORY_ENTRIES, "at": "out of memory"}
+            _hand_over(history, record, at="out of memory")
     except RuntimeError as exc:
         if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
                 and "modified by an inplace operation" in str(exc)):

@@ -249,6 +249,12 @@ class BlockPlan:
     tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
 
 
+def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
+    """Whether ``plan_blocks`` with ``optimizer_offload=None`` tries the optimizer on the
+    CPU: a PyTorch trace with weights, on a host whose CPU step is calibrated."""
+    return bool(trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host))
+
+
 def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
                 optimizer_offload: bool | None = False) -> BlockPlan:
     """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
@@ -261,7 +267,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too
     (NOTE [parameter offload])."""
     if optimizer_offload is None:
-        if not (trace.pytorch and cpu_step_calibrated(gpu.host) and trace.weight_bytes):
+        if not weighs_cpu_optimizer(trace, gpu):
             return plan_blocks(trace, gpu, budget, False)
         on_gpu = plan_blocks(trace, gpu, budget, False)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against

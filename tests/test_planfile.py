@@ -240,3 +240,61 @@ def test_every_field_of_the_plan_file_models_is_described():
         assert model.model_config.get("extra") == "forbid", model
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name}"
+
+
+def test_vdnnsim_plan_plans_under_the_allocator_given_and_says_so(tmp_path):
+    """NOTE [planned allocator]: ``--allocator`` (or the run config's ``allocator:``)
+    reaches the plan's report and its file; what the engine does not model, or a Torch7
+    trace (CNMeM's pool), is one line and exit code 2."""
+    from vdnnsim.trace import save_trace
+
+    from .test_param_offload import blocks
+    save_trace(blocks(3), tmp_path / "t.yaml")
+    (tmp_path / "c.yaml").write_text("network: t.yaml\ngpu: h200\n")
+    (tmp_path / "e.yaml").write_text("network: t.yaml\ngpu: h200\n"
+                                     "allocator: {expandable_segments: true}\n")
+
+    def plan(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "vdnnsim", "plan", *args], cwd=tmp_path,
+                              capture_output=True, text=True)
+    for args in (("c.yaml", "--allocator", "expandable_segments=true"), ("e.yaml",)):
+        r = plan(*args, "--budget", "1GiB", "-o", "p.yaml")
+        assert r.returncode == 0, r.stderr
+        assert "budget 1.00 GiB, allocator expandable_segments:True" in r.stdout
+        assert read_plan_file(tmp_path / "p.yaml").allocator.expandable_segments
+    r = plan("e.yaml", "--allocator", "expandable_segments=false", "--budget", "1GiB",
+             "-o", "p.yaml")
+    assert r.returncode == 0 and read_plan_file(tmp_path / "p.yaml").allocator is None
+    assert "allocator" not in (tmp_path / "p.yaml").read_text()
+    r = plan("c.yaml", "--allocator", "max_split_size_mb=128", "--budget", "1GiB")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "max_split_size_mb is not modelled" in r.stderr
+    (tmp_path / "z.yaml").write_text("network: vgg16\nbatch_size: 8\ngpu: k40\n")
+    r = plan("z.yaml", "--allocator", "expandable_segments=true", "--budget", "12GiB")
+    assert r.returncode == 2 and "apply to PyTorch traces" in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_a_measurement_of_a_plan_runs_under_the_plan_s_allocator(capsys):
+    """NOTE [planned allocator]: ``vdnnsim measure --plan`` takes the plan's settings
+    where --allocator gives none, and says so on stderr where --allocator differs."""
+    from vdnnsim.cli import _plan_allocator
+
+    exp = plan_from_data({**BLOCK, "allocator": {"expandable_segments": True}})
+    plain = plan_from_data(BLOCK)
+    assert _plan_allocator(exp, {}, "p.yaml") == {"expandable_segments": True}
+    assert _plan_allocator(plain, {}, "p.yaml") == {}
+    assert _plan_allocator(None, {"expandable_segments": True}, None) == \
+        {"expandable_segments": True}
+    assert capsys.readouterr().err == ""
+    assert _plan_allocator(exp, {"expandable_segments": True}, "p.yaml") == \
+        {"expandable_segments": True}
+    assert _plan_allocator(plain, {"expandable_segments": False}, "p.yaml") == \
+        {"expandable_segments": False}
+    assert capsys.readouterr().err == ""  # the same settings, said or not
+    assert _plan_allocator(exp, {"expandable_segments": False}, "p.yaml") == \
+        {"expandable_segments": False}
+    assert "p.yaml was planned under the allocator settings expandable_segments=True" in \
+        capsys.readouterr().err
+    _plan_allocator(plain, {"max_split_size_mb": 128}, "p.yaml")
+    assert "planned under the allocator settings PyTorch's defaults" in capsys.readouterr().err

@@ -241,3 +241,72 @@ def test_a_plan_near_its_budget_is_cautioned():
     assert CAUTION_SHARE == 0.061 and line.startswith("caution: the plan leaves 5.00 GiB (5.0%)")
     assert fragmentation_caution(torch_trace, budget, budget - int(0.07 * budget)) is None
     assert fragmentation_caution(torch7, budget, near) is None
+
+
+def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monkeypatch):
+    """NOTE [planned allocator]: every replay a planner makes is under the settings given
+    (the block planner's, the greedy search's and the MILP's), the plan file says them,
+    a reader takes them back, and the defaults go unsaid; the caution of NOTE
+    [fragmentation caution] is the default allocator's."""
+    from vdnnsim.engine import caching
+    from vdnnsim.planfile import plan_from_data
+    from vdnnsim.planner import (block_plan_to_dict, fragmentation_caution, plan_blocks,
+                                 plan_to_dict, search_plan)
+    from vdnnsim.policies import blocks as blocks_mod
+    from vdnnsim import planner as planner_mod, milp as milp_mod
+
+    from .test_param_offload import CPU, U, blocks
+
+    seen = []
+
+    def spy(real):
+        def replay(*a, **k):
+            seen.append(k.get("allocator"))
+            return real(*a, **k)
+        return replay
+    for mod in (blocks_mod, planner_mod, milp_mod):
+        monkeypatch.setattr(mod, "replay", spy(mod.replay))
+    exp = {"expandable_segments": True}
+    t = blocks(3, 16 * U)
+    budget = 80 * U
+    # the plans differ: the default allocator fits the step with nothing moved; a 20 MiB
+    # expandable segment's granularity needs every block's parameters on the host
+    assert plan_blocks(t, CPU, budget, True).params == 0 and all(s.default for s in seen)
+    seen.clear()
+    p = plan_blocks(t, CPU, budget, True, exp)
+    assert p.fits and p.params == 3 and seen and all(s.expandable_segments for s in seen)
+    d = block_plan_to_dict(t, CPU, budget, p, exp)
+    assert d["allocator"] == exp and plan_from_data(d).allocator.expandable_segments
+    assert "allocator" not in block_plan_to_dict(t, CPU, budget, p)
+    seen.clear()  # the layer planners (the optimizer on the GPU): 100U fits only by default
+    assert search_plan(t, CPU, 100 * U)[0] is not None
+    assert search_plan(t, CPU, 100 * U, allocator=exp)[0] is None
+    seen.clear()
+    plan, search = search_plan(t, CPU, 120 * U, method="auto", allocator=exp)
+    assert plan is not None and search.simulations and seen
+    assert all(s is not None and s.expandable_segments for s in seen)
+    d = plan_to_dict(t, CPU, 120 * U, plan, {}, exp)
+    assert plan_from_data(d).allocator.conf() == exp
+    near = budget - 1
+    assert fragmentation_caution(t, budget, near) is not None
+    assert fragmentation_caution(t, budget, near, exp) is None
+    assert fragmentation_caution(t, budget, near, caching.AllocatorSettings()) is not None
+
+
+def test_a_layer_plan_replayed_under_other_allocator_settings_says_so(tmp_path):
+    """NOTE [planned allocator]: policy ``planned`` replays a plan file under the run's
+    settings; where the plan was made under others, the result's notes say so."""
+    from vdnnsim.planner import plan_to_dict, search_plan
+    from vdnnsim.planfile import write_plan_file
+
+    from .test_param_offload import CPU, U, blocks
+    t = blocks(3, 16 * U)
+    exp = {"expandable_segments": True}
+    plan, _ = search_plan(t, CPU, 120 * U, allocator=exp)
+    write_plan_file(tmp_path / "p.yaml", plan_to_dict(t, CPU, 120 * U, plan, {}, exp))
+    opts = {"file": str(tmp_path / "p.yaml")}
+    same = run_trace(t, CPU, "planned", opts, 120 * U, allocator=exp)
+    other = run_trace(t, CPU, "planned", opts, 120 * U)
+    assert not any("allocator" in n for n in same.notes)
+    assert any("made under the allocator settings expandable_segments:True; this run "
+               "replays it under the defaults" in n for n in other.notes)

@@ -196,6 +196,12 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu)
+        if plan.planned_allocator is not None and plan.planned_allocator != settings.conf():
+            plan = replace(plan, notes=plan.notes + (  # NOTE [planned allocator]
+                f"the plan was made under the allocator settings "
+                f"{plan.planned_allocator or 'of PyTorch (the defaults)'}; this run replays "
+                f"it under {settings.conf() or 'the defaults'} (allocator: in the run "
+                "config)",))
         if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
@@ -235,13 +241,15 @@ def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
 
 
 def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
-             record: bool = False) -> RunResult:
+             record: bool = False, allocator: Any = None) -> RunResult:
     """Replay a plan made elsewhere (a planner's) as the result of a run named ``name``;
-    a plan that runs a reshaped network (NOTE [batch split]) runs that one."""
+    a plan that runs a reshaped network (NOTE [batch split]) runs that one; ``allocator``
+    as for :func:`run_trace`."""
     if plan.trace is not None:
         trace = plan.trace
+    settings = _allocator_for(trace, allocator)
     with paused_gc():  # NOTE [paused gc]
-        sim = replay(trace, gpu, plan, capacity, record_ops=record)
+        sim = replay(trace, gpu, plan, capacity, record_ops=record, allocator=settings)
         return _result(trace, gpu, name, capacity, plan, sim, record)
 
 

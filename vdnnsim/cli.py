@@ -129,11 +129,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with in_file(args.config, "network"):
         trace = with_optimizer(build_trace(network, cfg.batch_size, gpu, cfg.dtype),
                                cfg.optimizer)
+    from .api import _allocator_for
+    if args.allocator:  # NOTE [planned allocator]: the flag over the config's
+        from .allocconf import parse_pairs
+        settings = _allocator_for(trace, parse_pairs(args.allocator))
+    else:
+        with in_file(args.config, "allocator"):
+            settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
+                                      else None)
     from .policies.blocks import block_regions
     offload = args.optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
     if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
         return _plan_blocks(args, trace, gpu, budget,
-                            {"auto": None, "on": True, "off": False}[offload])
+                            {"auto": None, "on": True, "off": False}[offload], settings)
     if offload == "on":
         raise ConfigError(f"{args.config}: the optimizer on the CPU is planned with block "
                           "plans only (--method blocks, a model with blocks); the layer "
@@ -145,9 +153,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "blocks (a model with blocks), or plan a timed trace (vdnnsim "
                           "profile on a GPU)")
     plan, search = search_plan(trace, gpu, budget, method=args.method,
-                               headroom=not args.no_headroom)
-    head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
-    ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False)
+                               headroom=not args.no_headroom, allocator=settings)
+    head = _plan_head(trace, gpu, budget, settings)
+    ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False, allocator=settings)
            for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn")}
     if plan is None:
         print(f"{head}: no plan found that fits ({search.simulations} simulations)")
@@ -157,7 +165,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .api import run_plan
     if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
         trace = plan.trace
-    r = run_plan(trace, gpu, plan, budget)
+    r = run_plan(trace, gpu, plan, budget, allocator=settings)
     print(f"{head}: {search.simulations} simulations")
     for step in search.steps:
         print(f"  {step}")
@@ -177,30 +185,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import OP_PLAN_CANNOT_RUN, fragmentation_caution, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
-    caution = fragmentation_caution(trace, budget, r.peak_memory_bytes)
+    caution = fragmentation_caution(trace, budget, r.peak_memory_bytes, settings)
     if caution:
         print(caution, file=sys.stderr)
     if args.output:  # NOTE [plan files]
         from .planfile import write_plan_file
         predicted = {"peak_memory_bytes": r.peak_memory_bytes,
                      "iteration_time_ns": r.iteration_time_ns}
-        write_plan_file(args.output, plan_to_dict(trace, gpu, budget, plan, predicted))
+        write_plan_file(args.output, plan_to_dict(trace, gpu, budget, plan, predicted,
+                                                  settings))
         print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
               f"policy_options: {{file: {args.output}}}", file=sys.stderr)
     return 0
 
 
+def _plan_head(trace: Any, gpu: Any, budget: int, settings: Any) -> str:
+    """The first line of a plan's report (the allocator's settings where not PyTorch's
+    defaults, NOTE [planned allocator])."""
+    return (f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+            + ("" if settings.default else f", allocator {settings.conf()}"))
+
+
 def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
-                 optimizer_offload: bool | None = False) -> int:
+                 optimizer_offload: bool | None, settings: Any) -> int:
     """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit;
-    ``optimizer_offload`` as plan_blocks takes it (NOTE [optimizer offload])."""
+    ``optimizer_offload`` as plan_blocks takes it (NOTE [optimizer offload]);
+    ``settings``: the caching allocator's (NOTE [planned allocator])."""
     from .api import run_trace
     from .planfile import write_plan_file
     from .planner import block_plan_to_dict, plan_blocks
     from .report.table import UNTIMED_NOTE, format_slowdown
 
-    plan = plan_blocks(trace, gpu, budget, optimizer_offload)
-    head = f"{trace.name} ({trace.batch_size}) on {gpu.name}, budget {budget / GiB:.2f} GiB"
+    plan = plan_blocks(trace, gpu, budget, optimizer_offload, settings)
+    head = _plan_head(trace, gpu, budget, settings)
     if plan.optimizer_offload:
         head += ", optimizer on the CPU"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
@@ -236,7 +253,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
         if not timed:
             print(UNTIMED_NOTE)
         return 1
-    base = run_trace(trace, gpu, "eager", record=False)
+    base = run_trace(trace, gpu, "eager", record=False, allocator=settings)
     from .engine.optimizer_step import cpu_step_calibrated
     if plan.optimizer_offload and not cpu_step_calibrated(gpu.host):
         print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
@@ -260,11 +277,11 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
               f"{base.peak_memory_bytes / GiB:.2f} GiB)")
         print(UNTIMED_NOTE)
     from .planner import fragmentation_caution
-    caution = fragmentation_caution(trace, budget, plan.peak_memory_bytes)
+    caution = fragmentation_caution(trace, budget, plan.peak_memory_bytes, settings)
     if caution:
         print(caution, file=sys.stderr)
     if args.output:
-        write_plan_file(args.output, block_plan_to_dict(trace, gpu, budget, plan))
+        write_plan_file(args.output, block_plan_to_dict(trace, gpu, budget, plan, settings))
         print(f"wrote {_shown(args.output)}: run it with vdnnsim measure --plan "
               f"{args.output}", file=sys.stderr)
     return 0
@@ -607,13 +624,29 @@ def _memory_cap(args: argparse.Namespace) -> int | None:
     return int(args.memory_cap_gb * GiB)
 
 
+def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
+    """NOTE [planned allocator]: the allocator settings a measurement of ``plan`` runs
+    with: ``given`` (--allocator) where given, else the plan's own; a line on stderr where
+    they differ (the plan was checked under its own)."""
+    from .allocconf import ALLOWED
+    own = plan.allocator.conf() if plan is not None and plan.allocator is not None else {}
+    if not given:
+        return own
+    if plan is not None and {k: v for k, v in given.items() if ALLOWED[k].default != v} != own:
+        said = ", ".join(f"{k}={v}" for k, v in own.items()) or "PyTorch's defaults"
+        print(f"vdnnsim: warning: {path} was planned under the allocator settings {said}; "
+              "it is measured under --allocator's (NOTE [planned allocator])",
+              file=sys.stderr)
+    return given
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     """NOTE [measurement]; with --repeat, NOTE [repeated measurement]."""
     from .allocconf import ENV, effective, env_string, parse_pairs
     from .errors import ConfigError
 
     cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
-    conf = effective(parse_pairs(args.allocator))  # NOTE [measured allocator settings]
+    given = parse_pairs(args.allocator)  # NOTE [measured allocator settings]
     if args.warmup_processes is not None and not args.repeat:
         raise ConfigError("--warmup-processes goes with --repeat N")
     _writable(args.memory_history)
@@ -633,6 +666,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.policy = "planned"
     elif args.policy == "planned":
         raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
+    conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that
         torch_ = sys.modules.get("torch")
         if torch_ is not None and torch_.cuda.is_initialized() and \
@@ -856,6 +890,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "fewer blocks or runs faster (where the preset's host has a calibrated "
                     "CPU step); default: on where the run config sets optimizer_offload, "
                     "else auto")
+    pn.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
+                    help="plan under this caching allocator setting, e.g. "
+                    "expandable_segments=true (over the run config's allocator:); the plan "
+                    "file says it and vdnnsim measure --plan runs under it (NOTE [planned "
+                    "allocator])")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them (NOTE [autotune headroom])")

@@ -19,6 +19,18 @@ against that trace (planner.plan_from_file) or model (the runtimes). Keys a plan
 older vdnnsim left out have the meaning they had then: a layer plan without
 ``layer_names`` names fx layers, a block plan without ``block_paths`` offloads the items of
 the model's largest ModuleList, without ``recompute_paths`` checkpoints nothing.
+
+NOTE [planned allocator]
+A plan is checked by replaying it under its budget with PyTorch's caching allocator as
+the run will have it: ``allocator`` says the settings it was planned under (``vdnnsim plan``
+takes them from the run config's ``allocator:`` or ``--allocator``; left out: PyTorch's
+defaults). Near the cap the settings decide whether a plan trains: the 3.4B Llama's plan
+for the 24 GB card's 22 GiB ran out of memory under the default allocator (0.40 GiB
+reserved but not allocated, in pieces the 126 MiB request could not use) and
+trained with expandable segments (traces/h200_offload/session25). ``vdnnsim measure
+--plan`` runs a plan under its settings unless ``--allocator`` says otherwise (and then
+says that it differs); a replay of a layer plan under other settings (policy ``planned``)
+carries a note.
 """
 
 from __future__ import annotations
@@ -53,6 +65,18 @@ class Predicted(_Strict):
     iteration_time_ns: Count | None = Field(
         None, description="Step time; null for a memory-only trace (NOTE [memory-only "
         "traces]).")
+
+
+class PlanAllocator(_Strict):
+    """The caching allocator's settings a plan was checked under (NOTE [planned
+    allocator]): those the engine models (NOTE [allocator settings])."""
+
+    expandable_segments: StrictBool = Field(
+        False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+
+    def conf(self) -> dict[str, Any]:
+        """As ``vdnnsim measure --allocator`` takes them (only the keys set)."""
+        return {"expandable_segments": True} if self.expandable_segments else {}
 
 
 class LayerRow(_Strict):
@@ -96,6 +120,9 @@ class LayerPlanFile(_Strict):
         "[plan layer names]).")
     sync: StrictBool = Field(True, description="Each layer waits for its offloads and "
                              "prefetches, as the paper's runtime.")
+    allocator: PlanAllocator | None = Field(
+        None, description="The caching allocator's settings it was planned under (NOTE "
+        "[planned allocator]); left out: PyTorch's defaults.")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
     split: list[tuple[Name, Name, Annotated[int, Field(ge=1), BeforeValidator(whole)]]] = \
@@ -159,6 +186,9 @@ class BlockPlanFile(_Strict):
     param_blocks: Count = Field(0, description="Blocks whose parameters live on the host, "
                                 "from the first on, fetched for each pass (NOTE [parameter "
                                 "offload]); needs optimizer_offload.")
+    allocator: PlanAllocator | None = Field(
+        None, description="The caching allocator's settings it was planned under (NOTE "
+        "[planned allocator]); left out: PyTorch's defaults.")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
 
@@ -208,6 +238,8 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
         del data["optimizer_offload"]
     if data.get("param_blocks") == 0:  # NOTE [parameter offload]: likewise
         del data["param_blocks"]
+    if not (data.get("allocator") or {}).get("expandable_segments"):  # NOTE [planned
+        data.pop("allocator", None)  # allocator]: the defaults go unsaid, as before
     return yaml.safe_dump(data, sort_keys=False)
 
 

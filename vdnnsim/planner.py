@@ -40,6 +40,7 @@ from typing import Any
 
 from . import milp
 from .engine import replay
+from .engine.caching import allocator_settings
 from .engine.plan import Plan, liveness
 from .engine.sim import Simulation, checkpoint_buffers, keepers
 from .errors import ConfigError
@@ -62,6 +63,7 @@ class Search:
 
     steps: list[str] = field(default_factory=list)
     simulations: int = 0
+    allocator: Any = None  # NOTE [planned allocator]: the settings each replay is under
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
@@ -79,7 +81,7 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
     search.simulations += 1
     return replay(trace, gpu, plan, budget, liveness(trace), record_ops=False,
-                  stop_at_oom=True)
+                  stop_at_oom=True, allocator=search.allocator)
 
 
 METHODS = ("auto", "milp", "greedy")
@@ -111,20 +113,24 @@ def scale_workspaces(trace: Trace, factor: float) -> Trace:
 
 
 def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
-                method: str = "auto", headroom: bool = True) -> tuple[Plan | None, Search]:
+                method: str = "auto", headroom: bool = True,
+                allocator: Any = None) -> tuple[Plan | None, Search]:
     """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none).
     ``method``: 'greedy' (this module's search), 'milp' (NOTE [milp planner]) or 'auto'
     (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
     faster engine-checked answer; the greedy search alone above it). ``headroom``: NOTE
-    [autotune headroom], for PyTorch traces with any workspace."""
+    [autotune headroom], for PyTorch traces with any workspace. ``allocator``: the
+    caching allocator's settings every candidate is checked under (NOTE [planned
+    allocator]; None: PyTorch's defaults)."""
     if method not in METHODS:
         raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
                           f"{short_repr(method)}")
+    allocator = allocator_settings(allocator)
     if not (headroom and trace.pytorch and any(
             a.workspace_bytes for x in trace.layers for a in x.algos)):
-        return _search_plan(trace, gpu, budget, max_steps, method)
+        return _search_plan(trace, gpu, budget, max_steps, method, allocator)
     plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget,
-                                max_steps, method)
+                                max_steps, method, allocator)
     search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size (NOTE "
                            "[autotune headroom])")
     if plan is not None and plan.trace is not None:
@@ -132,12 +138,12 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
     return plan, search
 
 
-def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str
-                 ) -> tuple[Plan | None, Search]:
-    search = Search()
+def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
+                 allocator: Any = None) -> tuple[Plan | None, Search]:
+    search = Search(allocator=allocator)
     exact = None
     if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
-        plan, ns, report = milp.milp_plan(trace, gpu, budget)
+        plan, ns, report = milp.milp_plan(trace, gpu, budget, allocator=allocator)
         search.simulations += report.simulations
         kept = [(tag, s) for tag, s in report.solutions if s.engine_ns is not None]
         search.steps.append(f"MILP: {len(report.solutions)} structures, {len(kept)} with an "
@@ -257,7 +263,10 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     if not fixed and not split:
         dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
-        dsim = dyn.profiled or _run(trace, gpu, dyn, budget, search)
+        # its profiling passes replay under the default allocator (NOTE [allocator
+        # settings]): under other settings its plan is replayed again
+        default = search.allocator is None or search.allocator.default
+        dsim = (dyn.profiled if default else None) or _run(trace, gpu, dyn, budget, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
                                 f"taken")
@@ -299,17 +308,21 @@ OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (
 CAUTION_SHARE = 0.061
 
 
-def fragmentation_caution(trace: Trace, budget: int, peak_allocated: int) -> str | None:
-    """NOTE [fragmentation caution]: a line for a PyTorch trace's plan whose allocated peak
-    leaves less than CAUTION_SHARE of ``budget``; None otherwise."""
-    if not trace.pytorch or not budget or budget - peak_allocated >= CAUTION_SHARE * budget:
+def fragmentation_caution(trace: Trace, budget: int, peak_allocated: int,
+                          allocator: Any = None) -> str | None:
+    """NOTE [fragmentation caution]: a line for a PyTorch trace's plan under the default
+    allocator whose allocated peak leaves less than CAUTION_SHARE of ``budget``; None
+    otherwise (and under expandable segments, NOTE [planned allocator])."""
+    if not trace.pytorch or not budget or budget - peak_allocated >= CAUTION_SHARE * budget \
+            or not allocator_settings(allocator).default:
         return None
     left = budget - peak_allocated
     return (f"caution: the plan leaves {left / 2**30:.2f} GiB ({100 * left / budget:.1f}%) "
             "of the budget unallocated at its peak; under a real cap, plans the replay "
             f"fitted have run out of memory with up to {100 * CAUTION_SHARE:.1f}% left "
             "(PyTorch's caching allocator near the cap, NOTE [fragmentation caution]): plan "
-            "for a smaller budget to keep a margin")
+            "for a smaller budget to keep a margin, or under expandable segments "
+            "(--allocator expandable_segments=true, NOTE [planned allocator])")
 
 
 def layer_names(trace: Trace) -> str:
@@ -319,7 +332,7 @@ def layer_names(trace: Trace) -> str:
 
 
 def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
-                 predicted: dict[str, Any]) -> dict[str, Any]:
+                 predicted: dict[str, Any], allocator: Any = None) -> dict[str, Any]:
     if plan.trace is not None:  # NOTE [batch split]: the layers of the reshaped network
         trace = plan.trace
     layers = []
@@ -332,7 +345,8 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
         layers.append(d)
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
-            "layer_names": layer_names(trace), "sync": plan.sync, "predicted": predicted,
+            "layer_names": layer_names(trace), "sync": plan.sync,
+            **planned_allocator(allocator), "predicted": predicted,
             "split": [list(x) for x in plan.split],
             "recompute": [[trace.layers[a].id, trace.layers[b].id] for a, b in plan.recompute],
             "layers": layers}
@@ -356,7 +370,16 @@ def recompute_paths(trace: Trace, recompute: int) -> list[str]:
     return list(block_segments(trace, recompute)) if recompute else []
 
 
-def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> dict[str, Any]:
+def planned_allocator(allocator: Any) -> dict[str, Any]:
+    """NOTE [planned allocator]: a plan file's ``allocator`` entry for these settings
+    (none for PyTorch's defaults)."""
+    settings = allocator_settings(allocator)
+    return {} if settings.default else {
+        "allocator": {"expandable_segments": settings.expandable_segments}}
+
+
+def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan,
+                       allocator: Any = None) -> dict[str, Any]:
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
@@ -368,6 +391,7 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan) -> 
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
             # NOTE [parameter offload]: said where some are on the host
             **({"param_blocks": plan.params} if plan.params else {}),
+            **planned_allocator(allocator),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
                           # only traces]: no time where the trace has none
                           "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

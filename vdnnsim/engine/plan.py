@@ -171,6 +171,9 @@ class Plan:
     # NOTE [parameter offload]: groups of layers whose weights live on the host between
     # the passes that read them (the optimizer on the CPU holds their master copies)
     params: tuple[ParamGroup, ...] = ()
+    # NOTE [planned allocator]: the allocator settings a plan file was made under, as
+    # PYTORCH_CUDA_ALLOC_CONF says them ('' PyTorch's defaults; None: no plan file's)
+    planned_allocator: str | None = None
 
     def check(self, trace: Trace) -> None:
         """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine import replay
+from ..engine.caching import allocator_settings
 from ..engine.optimizer_step import cpu_step_calibrated
 from ..engine.params import ParamGroup
 from ..errors import ConfigError
@@ -256,7 +257,7 @@ def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
 
 
 def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
-                optimizer_offload: bool | None = False) -> BlockPlan:
+                optimizer_offload: bool | None = False, allocator: Any = None) -> BlockPlan:
     """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
     [block recompute]) if that is faster. ``optimizer_offload``: with the optimizer on
@@ -265,14 +266,15 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     where that fits: it has no time to weigh the CPU's step against), where the preset's
     host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
     unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too
-    (NOTE [parameter offload])."""
+    (NOTE [parameter offload]). ``allocator``: the caching allocator's settings every
+    count is replayed under (NOTE [planned allocator]; None: PyTorch's defaults)."""
     if optimizer_offload is None:
         if not weighs_cpu_optimizer(trace, gpu):
-            return plan_blocks(trace, gpu, budget, False)
-        on_gpu = plan_blocks(trace, gpu, budget, False)
+            return plan_blocks(trace, gpu, budget, False, allocator)
+        on_gpu = plan_blocks(trace, gpu, budget, False, allocator)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against
             return on_gpu
-        on_cpu = plan_blocks(trace, gpu, budget, True)
+        on_cpu = plan_blocks(trace, gpu, budget, True, allocator)
         if on_gpu.fits != on_cpu.fits:
             return on_gpu if on_gpu.fits else on_cpu
         return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
@@ -286,13 +288,14 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         raise ConfigError(f"budget: {exc}") from None
     plans = {"blocks": block_plan, "recompute": block_recompute_plan}
     offload = bool(optimizer_offload)
+    allocator = allocator_settings(allocator)
 
     def replayed(option: str, k: int, params: int = 0) -> tuple[bool, int, int]:
         plan = plans[option](trace, k)
         if offload:
             plan = replace(plan, optimizer_offload=True, params=param_groups(trace, params))
         with paused_gc():  # NOTE [paused gc], as run_trace's replay
-            sim = replay(trace, gpu, plan, budget, record_ops=False)
+            sim = replay(trace, gpu, plan, budget, record_ops=False, allocator=allocator)
         r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
         del sim
         return r

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.caching import allocator_settings
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
@@ -57,10 +58,12 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
                               f"does not have: {short_repr(r.offload)}")
         offload.append(tuple(r.offload))
         prefetch.append(index[r.prefetch] if r.prefetch is not None else -1)
+    conf = allocator_settings(data.allocator.conf() if data.allocator else None).conf()
     return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch),
                 data.sync, runtime=True, recompute=data.segments(),
                 trace=trace if data.split else None,
-                split=tuple((a, b, k) for a, b, k in data.split))
+                split=tuple((a, b, k) for a, b, k in data.split),
+                planned_allocator=conf)
 
 
 def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:

@@ -264,3 +264,37 @@ def test_the_h200_measurements_replay_as_documented():
     assert r.predicted_fetched_gib == r.measured_fetched_gib and r.late == 0
     one = df.loc["1b-params22"]  # the 1.1B: memory to the byte, the step 8.7% short
     assert abs(one.alloc_err) < 0.001 and one.host_err == 0 and -0.10 < one.ms_err < -0.05
+
+
+def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budget():
+    """NOTE [planned allocator], issue 31 (traces/h200_offload/session25, predictions
+    written before the runs): the planner's plan for exactly 22 GiB under the default
+    allocator ran out of memory there (the engine fits it: the miss of NOTE
+    [fragmentation caution]); the same plan with expandable segments trained, and the
+    plan the planner made under expandable segments (its file carries the setting,
+    measured without --allocator) trained under 22 GiB: step, allocated and reserved
+    peaks within 1% of the median of three fresh processes, the host's bytes exact."""
+    import importlib.util
+    from pathlib import Path
+
+    from vdnnsim.planfile import read_plan_file
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "param_check", root / "experiments/h200_offload/param_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    s25 = root / "traces/h200_offload/session25"
+    df = mod.check(s25 / "call1").set_index("run")
+    oom = df.loc["3b-plan24-22g-oom"]
+    assert not oom.measured_fits and oom.predicted_fits  # the known miss, default allocator
+    r = df.loc["3b-plan24-22g-expandable"]
+    assert r.expandable and r.measured_fits and r.predicted_fits
+    assert abs(r.alloc_err) < 0.01 and abs(r.reserved_err) < 0.02 and abs(r.ms_err) < 0.02
+    plan = read_plan_file(s25 / "plan-3b-22g-expandable.yaml")
+    assert plan.allocator.expandable_segments and plan.budget_bytes == 22 << 30
+    r = mod.check(s25 / "call2").set_index("run").loc["3b-plan25-22g-expandable"]
+    assert r.expandable and r.measured_fits and r.predicted_fits and r.cap_gib == 22
+    assert abs(r.alloc_err) < 0.01 and abs(r.reserved_err) < 0.01 and abs(r.ms_err) < 0.01
+    assert r.band_min <= r.predicted_ms <= r.band_max and r.host_err == 0
+    assert r.measured_reserved_gib <= 22

@@ -747,3 +747,30 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
                                             "probe_scaling_check.py")],
                        capture_output=True, text=True, timeout=120)
     assert q.returncode == 2 and q.stderr.startswith("usage:")
+
+
+def test_the_queue_s_next_runs_remeasured_in_session_25():
+    """traces/h200_issue28/session25 (call1, call2): the next seven runs of
+    remeasure_runs_rest.txt's queue (committed before any was measured), three fresh
+    processes each after one discarded, GPU-bound (vDNN at the largest batch sizes):
+    against traces/h200 and traces/h200_heldout, allocated 0.1% / 2.1%, reserved 3.1% /
+    7.3% (median / max |error|), step time 0.4% / 2.8%, every run fits as replayed."""
+    import pandas as pd
+    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
+                           "remeasure_runs_rest.txt").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    s25 = ROOT / "traces" / "h200_issue28" / "session25"
+    srcs = [s25 / "call1" / "repeat.jsonl", s25 / "call2" / "repeat.jsonl"]
+    reps = [r for src in srcs for r in load_measurements(src)]
+    assert [f"{r['model'].split(':')[1]}:{r['batch_size']}:{r['policy']}" for r in reps] \
+        == queue[4:11]
+    assert all(r["repeat"]["processes"] == 3 and r["fits"] for r in reps)
+    rows = pd.concat([validate([H200, ROOT / "traces" / "h200_heldout"], src)
+                      for src in srcs], ignore_index=True)
+    s = summarize(rows)
+    assert s["peak_allocated"]["median_abs"] == pytest.approx(0.001, abs=0.001)
+    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.031, abs=0.001)
+    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.073, abs=0.001)
+    assert s["iteration_time"]["median_abs"] == pytest.approx(0.004, abs=0.001)
+    assert s["iteration_time"]["max_abs"] == pytest.approx(0.028, abs=0.001)
+    assert rows.fit_right.all() and rows.predicted_fits.all()

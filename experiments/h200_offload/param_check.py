@@ -11,7 +11,8 @@ preset on the profile of its model in ``traces/h200_offload`` (the 3.4B at 1 x 1
 it; PyTorch's ``save_on_cpu`` is not a policy of the engine, so its record shows the
 measurement alone. Printed per run: fits measured and predicted, peak allocated and
 reserved, the step against the median and band of the fresh processes, the parameters
-fetched per step and the host's bytes for the optimizer. Nothing is fitted here."""
+fetched per step and the host's bytes for the optimizer. A record's allocator settings
+(``allocator_conf``: expandable segments) are replayed as measured. Nothing is fitted here."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def check(d: Path) -> pd.DataFrame:
         trace = load_trace(ROOT / "traces" / "h200_offload" / PROFILES[name, m["batch_size"]])
         cap = m.get("memory_cap_bytes")
         row = {"run": m["name"], "cap_gib": cap / GiB if cap else None,
+               "expandable": bool((m.get("allocator_conf") or {}).get("expandable_segments")),
                "measured_fits": m["fits"]}
         plan = m.get("plan")
         if plan is not None:
@@ -48,7 +50,8 @@ def check(d: Path) -> pd.DataFrame:
             if plan.get("param_blocks"):
                 opts["params"] = plan["param_blocks"]
             r = run_trace(trace, gpu, "vdnn_blocks", opts, cap, record=False,
-                          optimizer_offload=bool(plan.get("optimizer_offload")))
+                          optimizer_offload=bool(plan.get("optimizer_offload")),
+                          allocator=m.get("allocator_conf") or None)
             row.update(predicted_fits=r.fits, predicted_alloc_gib=r.peak_memory_bytes / GiB,
                        predicted_reserved_gib=r.peak_footprint_bytes / GiB,
                        predicted_ms=r.iteration_time_ns / 1e6,

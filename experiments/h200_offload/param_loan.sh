@@ -17,6 +17,7 @@ mkdir -p "$OUT"
 . "$ROOT/experiments/h200_issue28/device_env.sh"
 P=$ROOT/traces/h200_offload/session23
 P24=$ROOT/traces/h200_offload/session24
+P25=$ROOT/traces/h200_offload/session25
 L3="--model hf:llama-3b -b 1 --seq-len 1024 --dtype autocast-bf16 --optimizer adamw"
 L1="--model hf:llama-1b -b 2 --seq-len 2048 --dtype autocast-bf16 --optimizer adamw"
 R3="--repeat 3 --warmup-processes 0"
@@ -45,6 +46,12 @@ declare -A RUN=(
   # and under the cap with the allocator's segments where it runs out of memory
   [3b-plan24-22g-oom]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB --memory-history $OUT/plan24-3b-22g-oom.pickle"
   [3b-plan24-22g-expandable]="$L3 --plan $P24/plan-3b-22g.yaml --memory-cap 22GiB --allocator expandable_segments=true $R3"
+  # session 25, after that trained: the planner's plan made under expandable segments
+  # (make_plans25.py, predictions in session25/predicted.txt written before this ran; the
+  # plan file carries the setting, so no --allocator), and the session-24 plan under
+  # expandable segments without a cap, with the allocator's history
+  [3b-plan25-22g-expandable]="$L3 --plan $P25/plan-3b-22g-expandable.yaml --memory-cap 22GiB $R3"
+  [3b-plan24-expandable-nocap]="$L3 --plan $P24/plan-3b-22g.yaml --allocator expandable_segments=true --memory-history $OUT/plan24-3b-expandable-nocap.pickle"
 )
 NAMES=${*:-"3b-plan-22g 3b-save-on-cpu-22g 3b-checkpoint-all-22g 3b-params26-22g 1b-params22"}
 for name in $NAMES; do

@@ -3,10 +3,11 @@
     python3 experiments/h200_issue28/snapshot.py OUT.pickle -- MEASURE-ARGS ...
 
 MEASURE-ARGS are `vdnnsim measure`'s (--model, -b, --policy, --dtype, --optimizer,
---seq-len, --memory-cap). The allocator's history (every alloc, free and segment event;
+--seq-len, --memory-cap, --plan). The allocator's history (every alloc, free and segment event;
 no stack frames: ``context=None``) is recorded from before the model is built until
 `measure` returns, and `torch.cuda.memory._snapshot()` is pickled to OUT.pickle; the
-measurement record, with `allocator_conf` (PYTORCH_CUDA_ALLOC_CONF as the process saw it)
+measurement record (of a run that ran out of memory too: the history then ends at the
+failure, the segments as the unwound step left them), with `allocator_conf` (PYTORCH_CUDA_ALLOC_CONF as the process saw it)
 and the pinned host allocator's statistics where torch has them
 (`torch.cuda.host_memory_stats`), is printed as JSON. The allocator settings come from the
 environment, as PyTorch reads them at its first CUDA allocation.
@@ -38,8 +39,12 @@ def main(argv: list[str]) -> int:
 
     torch.cuda.memory._record_memory_history(enabled="all", context=None,
                                               max_entries=4_000_000)
+    plan = None
+    if args.plan:  # a plan file (its optimizer offload and parameters come with it)
+        from vdnnsim.planfile import read_plan_file
+        plan, args.policy = read_plan_file(args.plan), "planned"
     rec = measure(args.model, args.batch_size, args.policy, _memory_cap(args), args.warmup,
-                  args.iters, args.dtype, None, args.optimizer, args.seq_len, args.input,
+                  args.iters, args.dtype, plan, args.optimizer, args.seq_len, args.input,
                   _model_kwargs(args.model_arg))
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)

@@ -68,3 +68,16 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
 @pytest.fixture
 def gpu() -> GPU:
     return hand_gpu()
+
+
+def experiment(relpath: str) -> Any:
+    """An experiments/ script (``experiments/<relpath>``) loaded as a module, for tests
+    that hold what it prints (the scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

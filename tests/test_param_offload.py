@@ -241,14 +241,11 @@ def test_the_h200_measurements_replay_as_documented():
     GiB ran out of memory, which the engine said fits until autocast's cached casts of the
     checkpointed blocks were counted (NOTE [autocast cache]): now out of memory as
     measured."""
-    import importlib.util
     from pathlib import Path
 
+    from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location(
-        "param_check", root / "experiments/h200_offload/param_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = experiment("h200_offload/param_check.py")
     df = mod.check(root / "traces/h200_offload/session23").set_index("run")
     assert set(df.index) == {"3b-plan-22g", "3b-save-on-cpu-22g", "3b-checkpoint-all-22g",
                              "3b-params26-22g", "1b-params22"}
@@ -274,16 +271,13 @@ def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budg
     plan the planner made under expandable segments (its file carries the setting,
     measured without --allocator) trained under 22 GiB: step, allocated and reserved
     peaks within 1% of the median of three fresh processes, the host's bytes exact."""
-    import importlib.util
     from pathlib import Path
 
     from vdnnsim.planfile import read_plan_file
 
+    from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location(
-        "param_check", root / "experiments/h200_offload/param_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = experiment("h200_offload/param_check.py")
     s25 = root / "traces/h200_offload/session25"
     df = mod.check(s25 / "call1").set_index("run")
     oom = df.loc["3b-plan24-22g-oom"]

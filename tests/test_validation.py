@@ -132,17 +132,14 @@ def test_the_capped_runs_that_ran_out_of_memory_did_so_by_tens_of_mib():
     their error messages): each failing request needed a new segment that would have
     ended 18 and 22 MiB over the cap, where the engine fits the plan with 45 MiB to spare
     (0.2% of the cap): the miss is the reserved model's, by 0.3% of the cap."""
-    import importlib.util
     from pathlib import Path
 
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.trace import load_trace
 
+    from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location(
-        "oom_state", root / "experiments/h200_issue28/oom_state.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = experiment("h200_issue28/oom_state.py")
     d = root / "traces/h200_issue28/session25/call3-h100"
     gib = 2**30
     three = mod.state(str(d / "plan24-3b-22g-default-full.pickle.gz"), 22 * gib)

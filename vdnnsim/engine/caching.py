@@ -92,7 +92,8 @@ class AllocatorSettings:
     garbage_collection_threshold, ...) change placement in ways the model does not follow:
     asking for one is an error, not a silent default. They apply to PyTorch traces only:
     a Torch7 trace's pool is CNMeM's, which has no such settings. A policy that replays
-    a trace to choose (vdnn_dyn's profiling passes) chooses under the default allocator,
+    a trace to choose (vdnn_dyn's profiling passes, vdnn_blocks' ``budget``) chooses under
+    the default allocator,
     and the chosen plan is replayed under the run's settings; the planners choose under
     the settings they are given (NOTE [planned allocator], in planfile.py)."""
 

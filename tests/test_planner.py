@@ -310,3 +310,47 @@ def test_a_layer_plan_replayed_under_other_allocator_settings_says_so(tmp_path):
     assert not any("allocator" in n for n in same.notes)
     assert any("made under the allocator settings expandable_segments:True; this run "
                "replays it under the defaults" in n for n in other.notes)
+
+
+def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
+    """NOTE [optimizer offload] with the layer planners (``--optimizer-offload on``): every
+    candidate of the greedy search and the MILP is replayed with AdamW's state and step on
+    the CPU, so a budget that the step's state does not fit with it on the GPU gets a plan;
+    the plan says so, its file too, and policy planned replays it so."""
+    import subprocess
+    import sys
+
+    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.planfile import read_plan_file, write_plan_file
+    from vdnnsim.planner import plan_to_dict, search_plan
+    from vdnnsim.trace import save_trace
+
+    from .conftest import chain_trace
+    from .test_param_offload import CPU, U, blocks
+    t = with_optimizer(blocks(3, 16 * U), "adamw")  # weights 48U, AdamW's moments 96U
+    # the plain step reserves 248U with the optimizer on the GPU, 104U with it on the CPU;
+    # the MILP's program counts the weight gradients as kept on the GPU (conservative: it
+    # finds nothing under 200U, where the greedy search does; auto takes the faster)
+    for method, budget in (("milp", 200 * U), ("greedy", 100 * U), ("auto", 100 * U)):
+        assert search_plan(t, CPU, budget, method=method)[0] is None
+        plan, _ = search_plan(t, CPU, budget, method=method, optimizer_offload=True)
+        assert plan is not None and plan.optimizer_offload
+    assert search_plan(t, CPU, 150 * U, method="milp", optimizer_offload=True)[0] is None
+    d = plan_to_dict(t, CPU, budget, plan, {})
+    assert d["optimizer_offload"] is True
+    write_plan_file(tmp_path / "p.yaml", d)
+    assert read_plan_file(tmp_path / "p.yaml").optimizer_offload
+    r = run_trace(t, CPU, "planned", {"file": str(tmp_path / "p.yaml")}, budget)
+    assert r.fits and r.optimizer_host_bytes > 0
+    torch7 = chain_trace([{"id": "c1", "size": U}])
+    with pytest.raises(ConfigError, match="optimizer offload runs PyTorch traces"):
+        search_plan(torch7, CPU, budget, optimizer_offload=True)
+    # the command: on for a layer planner, said in its first line and in the file
+    save_trace(blocks(3, 16 * U), tmp_path / "t.yaml")
+    (tmp_path / "c.yaml").write_text("network: t.yaml\ngpu: h200\noptimizer: adamw\n")
+    out = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", "c.yaml", "--budget",
+                          "100MiB", "--method", "greedy", "--optimizer-offload", "on", "-o",
+                          "q.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "budget 0.10 GiB, optimizer on the CPU" in out.stdout
+    assert read_plan_file(tmp_path / "q.yaml").optimizer_offload

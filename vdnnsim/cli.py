@@ -142,10 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
         return _plan_blocks(args, trace, gpu, budget,
                             {"auto": None, "on": True, "off": False}[offload], settings)
-    if offload == "on":
-        raise ConfigError(f"{args.config}: the optimizer on the CPU is planned with block "
-                          "plans only (--method blocks, a model with blocks); the layer "
-                          "planners keep it on the GPU")
+    on_cpu = offload == "on"  # NOTE [optimizer offload]: auto keeps it on the GPU here
     if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
         raise ConfigError(f"{args.config}: network: {cfg.network} is a memory-only trace "
                           f"(every layer 0 ns), and --method {args.method} picks the fastest "
@@ -153,9 +150,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "blocks (a model with blocks), or plan a timed trace (vdnnsim "
                           "profile on a GPU)")
     plan, search = search_plan(trace, gpu, budget, method=args.method,
-                               headroom=not args.no_headroom, allocator=settings)
-    head = _plan_head(trace, gpu, budget, settings)
-    ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False, allocator=settings)
+                               headroom=not args.no_headroom, allocator=settings,
+                               optimizer_offload=on_cpu)
+    head = _plan_head(trace, gpu, budget, settings) + (
+        ", optimizer on the CPU" if on_cpu else "")
+    ref = {p: run_trace(trace, gpu, p, memory_bytes=budget, record=False, allocator=settings,
+                        optimizer_offload=on_cpu)
            for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn")}
     if plan is None:
         print(f"{head}: no plan found that fits ({search.simulations} simulations)")
@@ -185,6 +185,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import OP_PLAN_CANNOT_RUN, fragmentation_caution, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
+    from .engine.optimizer_step import cpu_step_calibrated
+    if on_cpu and not cpu_step_calibrated(gpu.host):
+        print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
+              "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
     caution = fragmentation_caution(trace, budget, r.peak_memory_bytes, settings)
     if caution:
         print(caution, file=sys.stderr)
@@ -885,11 +889,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "fewest offloaded or checkpointed blocks of any model (NOTE [block plan]; "
                     "the default for a trace with blocks)")
     pn.add_argument("--optimizer-offload", choices=["auto", "on", "off"], default=None,
-                    help="block plans: the optimizer's state and step on the CPU (NOTE "
-                    "[optimizer offload]) on, off, or auto: both, and the plan that fits in "
-                    "fewer blocks or runs faster (where the preset's host has a calibrated "
-                    "CPU step); default: on where the run config sets optimizer_offload, "
-                    "else auto")
+                    help="the optimizer's state and step on the CPU (NOTE [optimizer "
+                    "offload]) on, off, or auto: for block plans both, and the plan that fits "
+                    "in fewer blocks or runs faster (where the preset's host has a calibrated "
+                    "CPU step), for the layer planners (milp, greedy) off; default: on where "
+                    "the run config sets optimizer_offload, else auto")
     pn.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
                     help="plan under this caching allocator setting, e.g. "
                     "expandable_segments=true (over the run config's allocator:); the plan "

@@ -46,7 +46,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -489,11 +489,13 @@ def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ..
 def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
                     split: tuple = (), time_limit_s: float = TIME_LIMIT_S,
                     rounds: int = ROUNDS, bound_ns: float = math.inf,
-                    allocator: Any = None) -> Solution:
+                    allocator: Any = None, optimizer_offload: bool = False) -> Solution:
     """NOTE [milp planner]: solve, check with the engine, cut where it ran out, again.
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower). ``allocator``: the caching
-    allocator's settings the engine checks under (NOTE [planned allocator])."""
+    allocator's settings the engine checks under (NOTE [planned allocator]);
+    ``optimizer_offload``: the engine checks with the optimizer on the CPU (NOTE
+    [optimizer offload]); the program's own account is of the passes, as without it."""
     lv = liveness(trace)
     chunk_at = {j: s for s, (f, l_) in enumerate(chunks) for j in range(f, l_ + 1)}
     last = Solution(None, math.inf, None, 0, False, "infeasible")
@@ -522,7 +524,8 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
         if optimal and objective >= bound_ns:
             return Solution(None, objective, None, rnd, optimal,
                             "pruned: no faster than the best plan so far")
-        sim = replay(trace, gpu, plan, budget, lv, record_ops=False, stop_at_oom=True,
+        checked = replace(plan, optimizer_offload=True) if optimizer_offload else plan
+        sim = replay(trace, gpu, checked, budget, lv, record_ops=False, stop_at_oom=True,
                      allocator=allocator)
         oom = sim.pool.oom
         if oom is None:
@@ -563,7 +566,8 @@ def grids(trace: Trace, start: int = 0) -> list[int]:
 
 
 def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LIMIT_S,
-              allocator: Any = None) -> tuple[Plan | None, int | None, Report]:
+              allocator: Any = None, optimizer_offload: bool = False
+              ) -> tuple[Plan | None, int | None, Report]:
     """NOTE [milp planner]: the fastest engine-checked answer over the structures, each
     checked under the caching allocator's settings ``allocator`` (NOTE [planned
     allocator]; None: PyTorch's defaults)."""
@@ -574,7 +578,8 @@ def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LI
     def consider(tag: str, tr: Trace, chunks, split=()):
         nonlocal best
         sol = solve_structure(tr, gpu, budget, chunks, split, time_limit_s,
-                              bound_ns=best[1] if best else math.inf, allocator=allocator)
+                              bound_ns=best[1] if best else math.inf, allocator=allocator,
+                              optimizer_offload=optimizer_offload)
         report.solutions.append((tag, sol))
         if sol.engine_ns is not None and (best is None or sol.engine_ns < best[1]):
             best = (sol.plan, sol.engine_ns)

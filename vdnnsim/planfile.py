@@ -120,6 +120,8 @@ class LayerPlanFile(_Strict):
         "[plan layer names]).")
     sync: StrictBool = Field(True, description="Each layer waits for its offloads and "
                              "prefetches, as the paper's runtime.")
+    optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
+                                          "step on the CPU (NOTE [optimizer offload]).")
     allocator: PlanAllocator | None = Field(
         None, description="The caching allocator's settings it was planned under (NOTE "
         "[planned allocator]); left out: PyTorch's defaults.")

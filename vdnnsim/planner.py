@@ -64,6 +64,7 @@ class Search:
     steps: list[str] = field(default_factory=list)
     simulations: int = 0
     allocator: Any = None  # NOTE [planned allocator]: the settings each replay is under
+    optimizer_offload: bool = False  # NOTE [optimizer offload]: each replay with it on the CPU
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
@@ -80,6 +81,8 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
 
 def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
     search.simulations += 1
+    if search.optimizer_offload:
+        plan = replace(plan, optimizer_offload=True, profiled=None)
     return replay(trace, gpu, plan, budget, liveness(trace), record_ops=False,
                   stop_at_oom=True, allocator=search.allocator)
 
@@ -114,23 +117,30 @@ def scale_workspaces(trace: Trace, factor: float) -> Trace:
 
 def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
                 method: str = "auto", headroom: bool = True,
-                allocator: Any = None) -> tuple[Plan | None, Search]:
+                allocator: Any = None, optimizer_offload: bool = False
+                ) -> tuple[Plan | None, Search]:
     """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none).
     ``method``: 'greedy' (this module's search), 'milp' (NOTE [milp planner]) or 'auto'
     (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
     faster engine-checked answer; the greedy search alone above it). ``headroom``: NOTE
     [autotune headroom], for PyTorch traces with any workspace. ``allocator``: the
     caching allocator's settings every candidate is checked under (NOTE [planned
-    allocator]; None: PyTorch's defaults)."""
+    allocator]; None: PyTorch's defaults). ``optimizer_offload``: every candidate replayed
+    with the optimizer's state and step on the CPU (NOTE [optimizer offload]), and the plan
+    says so; the activations' plan is chosen for that step."""
     if method not in METHODS:
         raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
                           f"{short_repr(method)}")
     allocator = allocator_settings(allocator)
+    if optimizer_offload and not trace.pytorch:
+        raise ConfigError(f"{trace.name}: optimizer offload runs PyTorch traces (framework: "
+                          "pytorch); this trace replays Torch7")
     if not (headroom and trace.pytorch and any(
             a.workspace_bytes for x in trace.layers for a in x.algos)):
-        return _search_plan(trace, gpu, budget, max_steps, method, allocator)
+        return _search_plan(trace, gpu, budget, max_steps, method, allocator,
+                            optimizer_offload)
     plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget,
-                                max_steps, method, allocator)
+                                max_steps, method, allocator, optimizer_offload)
     search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size (NOTE "
                            "[autotune headroom])")
     if plan is not None and plan.trace is not None:
@@ -139,11 +149,21 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
 
 
 def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
-                 allocator: Any = None) -> tuple[Plan | None, Search]:
-    search = Search(allocator=allocator)
+                 allocator: Any = None, optimizer_offload: bool = False
+                 ) -> tuple[Plan | None, Search]:
+    search = Search(allocator=allocator, optimizer_offload=optimizer_offload)
+    plan, search = _searched(trace, gpu, budget, max_steps, method, search)
+    if plan is not None and optimizer_offload:  # NOTE [optimizer offload]: as replayed
+        plan = replace(plan, optimizer_offload=True, profiled=None)
+    return plan, search
+
+
+def _searched(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
+              search: Search) -> tuple[Plan | None, Search]:
     exact = None
     if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
-        plan, ns, report = milp.milp_plan(trace, gpu, budget, allocator=allocator)
+        plan, ns, report = milp.milp_plan(trace, gpu, budget, allocator=search.allocator,
+                                          optimizer_offload=search.optimizer_offload)
         search.simulations += report.simulations
         kept = [(tag, s) for tag, s in report.solutions if s.engine_ns is not None]
         search.steps.append(f"MILP: {len(report.solutions)} structures, {len(kept)} with an "
@@ -265,7 +285,9 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
         search.simulations += 1
         # its profiling passes replay under the default allocator (NOTE [allocator
         # settings]): under other settings its plan is replayed again
-        default = search.allocator is None or search.allocator.default
+        # (and with the optimizer on the GPU)
+        default = (search.allocator is None or search.allocator.default) and \
+            not search.optimizer_offload
         dsim = (dyn.profiled if default else None) or _run(trace, gpu, dyn, budget, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
@@ -346,6 +368,8 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
             "layer_names": layer_names(trace), "sync": plan.sync,
+            # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)
+            **({"optimizer_offload": True} if plan.optimizer_offload else {}),
             **planned_allocator(allocator), "predicted": predicted,
             "split": [list(x) for x in plan.split],
             "recompute": [[trace.layers[a].id, trace.layers[b].id] for a, b in plan.recompute],

@@ -86,7 +86,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         raise ValueError("policy 'planned' takes a plan, and only it")
     if isinstance(plan, dict):
         plan = plan_from_data(plan)
-    if isinstance(plan, BlockPlanFile) and plan.optimizer_offload:
+    if plan is not None and plan.optimizer_offload:
         optimizer_offload = True  # NOTE [optimizer offload]: the plan runs it on the CPU
     if optimizer_offload and dtype == "autocast-fp16":
         raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "

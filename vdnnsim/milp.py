@@ -55,6 +55,7 @@ from .engine.allocator import aligned
 from .engine.plan import Liveness, Plan, liveness
 from .engine.semantics import semantics_for
 from .engine import replay
+from .engine.compile import optimizer_state
 from .engine.sim import checkpoint_buffers, free_points, keepers
 from .hardware import GPU
 from .policies.plan import offload_sets
@@ -153,7 +154,8 @@ class Account:
     layer i's forward pass at ``i``, the end of the forward pass at ``n - 0.5``, layer j's
     backward pass at ``2n - 1 - j`` and the moment before it at ``2n - 1.5 - j``."""
 
-    def __init__(self, trace: Trace, lv: Liveness | None = None):
+    def __init__(self, trace: Trace, lv: Liveness | None = None,
+                 optimizer_offload: bool = False):
         self.trace = trace
         self.lv = lv = lv or liveness(trace)
         self.sem = sem = semantics_for(trace)
@@ -162,13 +164,19 @@ class Account:
         self.size = {b: aligned(s) if s else 0 for b, s in lv.size.items()}
         self.const: list[tuple[int, float, float]] = []  # (bytes, first, last) positions
         end = 2 * n
-        if trace.resident_bytes:
-            self.const.append((aligned(trace.resident_bytes), -1, end))
+        # with the optimizer on the CPU its state (in the resident bytes) is not the GPU's
+        resident = trace.resident_bytes - (sum(optimizer_state(trace)) if optimizer_offload
+                                           else 0)
+        if resident:
+            self.const.append((aligned(resident), -1, end))
         for i, x in enumerate(trace.layers):
             if x.weight_bytes:
                 w = aligned(x.weight_bytes)
                 self.const.append((w, -1, end))
-                self.const.append((w, self.bwd(i) if sem.per_layer_weights else -1, end))
+                # its gradient, to the step; with the optimizer on the CPU (NOTE [optimizer
+                # offload]) copied out after its backward pass: counted to the next layer's
+                self.const.append((w, self.bwd(i) if sem.per_layer_weights else -1,
+                                   self.bwd(i) + 1 if optimizer_offload else end))
         fwd_free, bwd_free = free_points(lv, self.held)
         self.freed_f = {b: at for at, bs in fwd_free.items() for b in bs}
         self.freed_b = {b: at for at, bs in bwd_free.items() for b in bs}
@@ -290,10 +298,11 @@ class Built:
 
 
 def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
-          margin: dict[tuple, float]) -> Built:
+          margin: dict[tuple, float], optimizer_offload: bool = False) -> Built:
     """The program of NOTE [milp planner] for ``trace`` with checkpointable ``chunks``;
-    ``margin``: bytes kept free at a point (lazy cuts), by point key."""
-    acc = Account(trace)
+    ``margin``: bytes kept free at a point (lazy cuts), by point key;
+    ``optimizer_offload``: the weight gradients leave as they are made."""
+    acc = Account(trace, optimizer_offload=optimizer_offload)
     lv, n = acc.lv, acc.n
     layers = trace.layers
     p = _Program()
@@ -494,12 +503,14 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower). ``allocator``: the caching
     allocator's settings the engine checks under (NOTE [planned allocator]);
-    ``optimizer_offload``: the engine checks with the optimizer on the CPU (NOTE
-    [optimizer offload]); the program's own account is of the passes, as without it."""
+    ``optimizer_offload``: the optimizer on the CPU (NOTE [optimizer offload]): the
+    program counts each weight gradient only to the next layer's backward pass (it is
+    copied out as it is made), and the engine checks with the step on the CPU."""
     lv = liveness(trace)
     chunk_at = {j: s for s, (f, l_) in enumerate(chunks) for j in range(f, l_ + 1)}
     last = Solution(None, math.inf, None, 0, False, "infeasible")
-    built = build(trace, gpu, budget, chunks, {})  # a cut moves one row's bound
+    built = build(trace, gpu, budget, chunks, {}, optimizer_offload)  # a cut moves one
+    # row's bound
     prog, algo_vars, chunk_vars = built.program, built.algo_vars, built.chunk_vars
     off_vars, cands, slot = built.off_vars, built.cands, built.slot
     for rnd in range(1, rounds + 1):

@@ -2,9 +2,12 @@
 [milp planner]) on the paper's VGG-16 (256) in a 12 GiB K40 and the H200's profiled
 VGG-16 and ResNet-50 (256) under a 12 GiB cap: wall time (median of several runs, in one
 process) and each plan's engine-checked step time, so the ratio of the two is read off one
-run.
+run. With ``--blocks``, the block planner too (NOTE [block plan], [parameter offload]) on the
+3.4B Llama's profile under 22 GiB, the optimizer's place weighed, under the default
+allocator and under expandable segments (NOTE [planned allocator]): wall time, the plan
+(parameter blocks / checkpointed / offloaded) and its predicted step.
 
-    .venv/bin/python bench/bench_planner.py [--repeat 3]
+    .venv/bin/python bench/bench_planner.py [--repeat 3] [--blocks]
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine import replay
-from vdnnsim.planner import search_plan
+from vdnnsim.planner import plan_blocks, search_plan
 from vdnnsim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +37,7 @@ def cases():
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--blocks", action="store_true", help="the block planner's case too")
     args = ap.parse_args(argv)
     print(f"{'case':22s} {'method':7s} {'wall s':>7s} {'plan ms':>9s}")
     for label, trace, gpu in cases():
@@ -49,6 +53,18 @@ def main(argv=None) -> int:
                               record_ops=False)
                 ms = sim.end_ns / 1e6
             print(f"{label:22s} {method:7s} {statistics.median(walls):7.2f} {ms:9.1f}")
+    if args.blocks:
+        trace = load_trace(ROOT / "traces/h200_offload/llama-3b_b1_s1024.yaml.gz")
+        h200 = resolve_gpu("h200")
+        for label, alloc in (("default", None), ("expandable", {"expandable_segments": True})):
+            walls = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                p = plan_blocks(trace, h200, 22 * GiB, None, alloc)
+                walls.append(time.perf_counter() - t0)
+            print(f"{'H200 llama-3b 22 GiB':22s} blocks, {label}: {statistics.median(walls):.2f} s, "
+                  f"plan {p.params} / {p.recompute} / {p.blocks}, "
+                  f"{p.iteration_time_ns / 1e6:.1f} ms")
     return 0
 
 

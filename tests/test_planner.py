@@ -357,3 +357,17 @@ def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "budget 0.10 GiB, optimizer on the CPU" in out.stdout
     assert read_plan_file(tmp_path / "q.yaml").optimizer_offload
+
+
+def test_a_layer_plan_with_the_optimizer_on_the_cpu_is_measured_so():
+    """NOTE [optimizer offload]: ``measure`` of a layer plan whose file says
+    optimizer_offload runs the optimizer on the CPU, as for a block plan (here told by the
+    refusal of fp16 autocast, which it checks before it touches the GPU)."""
+    pytest.importorskip("torch")
+    from vdnnsim.gpu.measure import measure
+
+    plan = {"format": "vdnnsim-plan", "network": "resnet18", "batch_size": 2, "gpu": "h200",
+            "budget_bytes": 1 << 30, "optimizer_offload": True,
+            "layers": [{"id": "conv1", "algo": "a"}]}
+    with pytest.raises(ValueError, match="optimizer offload runs without a GradScaler"):
+        measure("torchvision:resnet18", 2, "planned", dtype="autocast-fp16", plan=plan)

@@ -185,10 +185,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import OP_PLAN_CANNOT_RUN, fragmentation_caution, layer_names
     if layer_names(trace) == "ops":
         print(f"note: {OP_PLAN_CANNOT_RUN}", file=sys.stderr)
-    from .engine.optimizer_step import cpu_step_calibrated
-    if on_cpu and not cpu_step_calibrated(gpu.host):
-        print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
-              "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
+    if on_cpu:
+        _uncalibrated_cpu_step(gpu)
     caution = fragmentation_caution(trace, budget, r.peak_memory_bytes, settings)
     if caution:
         print(caution, file=sys.stderr)
@@ -201,6 +199,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {_shown(args.output)}: replay it with policy 'planned', "
               f"policy_options: {{file: {args.output}}}", file=sys.stderr)
     return 0
+
+
+def _uncalibrated_cpu_step(gpu: Any) -> None:
+    """A plan with the optimizer on the CPU: a note where the preset's host has no
+    calibration of the CPU step, which the plan's time then leaves out."""
+    from .engine.optimizer_step import cpu_step_calibrated
+    if not cpu_step_calibrated(gpu.host):
+        print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
+              "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
 
 
 def _plan_head(trace: Any, gpu: Any, budget: int, settings: Any) -> str:
@@ -258,10 +265,8 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
             print(UNTIMED_NOTE)
         return 1
     base = run_trace(trace, gpu, "eager", record=False, allocator=settings)
-    from .engine.optimizer_step import cpu_step_calibrated
-    if plan.optimizer_offload and not cpu_step_calibrated(gpu.host):
-        print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
-              "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
+    if plan.optimizer_offload:
+        _uncalibrated_cpu_step(gpu)
     if timed:
         ratio = (plan.iteration_time_ns / base.iteration_time_ns if base.iteration_time_ns
                  else float("nan"))

@@ -131,10 +131,8 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
     if method not in METHODS:
         raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
                           f"{short_repr(method)}")
-    allocator = allocator_settings(allocator)
-    if optimizer_offload and not trace.pytorch:
-        raise ConfigError(f"{trace.name}: optimizer offload runs PyTorch traces (framework: "
-                          "pytorch); this trace replays Torch7")
+    allocator = allocator_settings(allocator)  # (a Torch7 trace with the optimizer on the
+    # CPU: the plan check of every replay refuses it, NOTE [compile])
     if not (headroom and trace.pytorch and any(
             a.workspace_bytes for x in trace.layers for a in x.algos)):
         return _search_plan(trace, gpu, budget, max_steps, method, allocator,

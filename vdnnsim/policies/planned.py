@@ -58,9 +58,6 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
                               f"does not have: {short_repr(r.offload)}")
         offload.append(tuple(r.offload))
         prefetch.append(index[r.prefetch] if r.prefetch is not None else -1)
-    if data.optimizer_offload and not trace.pytorch:
-        raise ConfigError(f"{path}: planned with the optimizer on the CPU, which runs PyTorch "
-                          f"traces (framework: pytorch); {trace.name} replays Torch7")
     conf = allocator_settings(data.allocator.conf() if data.allocator else None).conf()
     return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch),
                 data.sync, runtime=True, recompute=data.segments(),

@@ -455,6 +455,55 @@ def test_records_without_bands_keep_their_table_and_summary():
     assert df.time_band_min.isna().all()
 
 
+def test_a_later_files_record_of_a_run_replaces_the_earlier_ones(tmp_path, capsys):
+    """NOTE [measurement sets]: the committed single-process records, then a file that
+    measured two of their runs again (one of them twice, both kept) and a run of another
+    cap: the two runs are judged against the new records only, every other run as before,
+    and the table says how many old records gave way."""
+    old = json.loads((H200 / "measurements.json").read_text())
+    first = validate(H200, H200 / "measurements.json")
+    a, b = old[0], old[1]  # vgg16 64 baseline, vgg16 64 vdnn_conv (uncapped)
+    assert (a["memory_cap_bytes"], b["memory_cap_bytes"]) == (None, None)
+    capped = next(r for r in old if r["memory_cap_bytes"])
+    again = [dict(a, iteration_ms=a["iteration_ms"] * 2),
+             dict(b, iteration_ms=b["iteration_ms"] * 3),
+             dict(b, iteration_ms=b["iteration_ms"] * 4),
+             dict(capped, memory_cap_bytes=capped["memory_cap_bytes"] + GiB)]
+    f = tmp_path / "again.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in again))
+    df = validate(H200, [H200 / "measurements.json", f])
+    assert len(df) == len(first) + 2  # a and b: 2 old records out, 3 in; one new cap
+    assert df.attrs["replaced_records"] == 2 and summarize(df)["replaced_records"] == 2
+
+    def times(frame, rec):
+        return sorted(frame[(frame.model == "vgg16") & (frame.batch_size == 64)
+                            & (frame.policy == rec["policy"]) & frame.cap_gib.isna()]
+                      .measured_ms.round(3))
+    assert times(df, a) == [round(a["iteration_ms"] * 2, 3)]
+    assert times(df, b) == [round(b["iteration_ms"] * 3, 3), round(b["iteration_ms"] * 4, 3)]
+    rest = df[~((df.model == "vgg16") & (df.batch_size == 64) & df.cap_gib.isna()
+                & df.policy.isin([a["policy"], b["policy"]]))]
+    assert len(rest) == len(first) - 2 + 1
+    assert "replaced" not in format_validation(first)
+    # the CLI: the trailing .json/.jsonl arguments are the measurement files, in order
+    assert main(["validate", str(H200), str(H200 / "measurements.json"), str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == ("judged against the newest measurements: 2 older records "
+                                    "replaced by later files' records of the same runs")
+    # the other order: the old file's records replace the new file's
+    df2 = validate(H200, [f, H200 / "measurements.json"])
+    assert df2.attrs["replaced_records"] == 3 and len(df2) == len(first) + 1
+
+
+def test_validate_splits_traces_from_measurement_files():
+    from vdnnsim.cli import split_measurements
+    assert split_measurements(["t", "m.json"]) == (["t"], ["m.json"])
+    assert split_measurements(["t", "u.yaml", "a.json", "b.JSONL"]) == (["t", "u.yaml"],
+                                                                       ["a.json", "b.JSONL"])
+    assert split_measurements(["t", "m.txt"]) == (["t"], ["m.txt"])  # the last, as before
+    assert split_measurements(["a.json", "b.json"]) == (["a.json"], ["b.json"])
+
+
 def test_a_band_that_does_not_hold_its_median_is_refused(tmp_path, capsys):
     def edit(recs):
         recs[0]["iteration_ms_band"] = [1.0, 2.0]

@@ -773,10 +773,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def split_measurements(paths: list[str]) -> tuple[list[str], list[str]]:
+    """NOTE [measurement sets]: ``validate TRACES... MEASUREMENTS...``: the trailing
+    arguments named .json or .jsonl are measurement files, oldest first (at least the last
+    argument, whatever its name, as before); the rest are traces."""
+    n = 1
+    while n < len(paths) - 1 and os.path.splitext(paths[-n - 1])[1].lower() in (".json", ".jsonl"):
+        n += 1
+    return paths[:-n], paths[-n:]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .validate import format_validation, summarize, validate
 
-    df = validate(args.traces, args.measurements, args.gpu, args.reserved)
+    traces, measurements = split_measurements(args.traces + [args.measurements])
+    df = validate(traces, measurements, args.gpu, args.reserved)
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
                           "summary": summarize(df)}, indent=2))
@@ -1023,7 +1034,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")
     va.add_argument("traces", nargs="+", help="folders of profiled traces (or trace files)")
-    va.add_argument("measurements", help="JSON list of measurement records")
+    va.add_argument("measurements", help="JSON list of measurement records (or JSON Lines); "
+                    "several files, oldest first, where runs were measured again: a later "
+                    "file's record of a run replaces the earlier ones")
     va.add_argument("--gpu", default="h200", help="GPU preset to simulate with")
     va.add_argument("--reserved", choices=["timed", "one-step"], default="timed",
                     help="the measured reserved peak to compare with: over the timed steps "

@@ -26,6 +26,16 @@ A measurement records its caching allocator's settings (``allocator_conf``, NOTE
 [allocator settings] in engine/caching.py: expandable segments), and a record made with
 any other setting away from its default is refused (``allocator_supported``) rather than
 compared wrongly.
+
+NOTE [measurement sets]
+A run measured again (issue 28's fresh-process protocol re-measures records made in one
+process) is judged against its newest record: ``validate`` takes several measurement files,
+oldest first, and a later file's record of a run replaces every earlier file's records of
+it. A run is its model, batch size, policy, cap, allocator settings and whether the
+optimizer was on the CPU (``run_key``); the records of one file are all kept, as before.
+``replaced_records`` (an attribute of the table, ``DataFrame.attrs``) says how many older
+records gave way, and the summary says so, so a set judged through later files is never
+mistaken for the set as first measured.
 """
 
 from __future__ import annotations
@@ -88,6 +98,33 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
             raise ConfigError(validation_message(f"{shown(p)}: [{i}]", exc, r)) from None
         out.append(rec.model_dump())
     return out
+
+
+def run_key(m: dict[str, Any]) -> tuple:
+    """NOTE [measurement sets]: what makes two records measurements of the same run."""
+    conf = m.get("allocator_conf") or {}
+    return (m["model"], m["batch_size"], m["policy"], m.get("memory_cap_bytes") or None,
+            tuple(sorted(conf.items())), bool(m.get("optimizer_offload")))
+
+
+def load_measurement_sets(paths: "str | os.PathLike | Sequence[str | os.PathLike]"
+                          ) -> tuple[list[tuple[Path, dict[str, Any]]], int]:
+    """The records of one or several files, each with its file (NOTE [measurement sets]):
+    a later file's record of a run replaces the earlier files' records of it. Returns the
+    records in file order and how many older records were replaced."""
+    files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not files:
+        raise ConfigError("no measurement file given")
+    kept: list[tuple[Path, dict[str, Any]]] = []
+    replaced = 0
+    for f in files:
+        recs = load_measurements(f)
+        new = {run_key(m) for m in recs}
+        before = len(kept)
+        kept = [(p, m) for p, m in kept if run_key(m) not in new]
+        replaced += before - len(kept)
+        kept += [(Path(f), m) for m in recs]
+    return kept, replaced
 
 
 def _not_measurements(p: Path) -> None:
@@ -213,17 +250,21 @@ def load_traces(path: "str | os.PathLike | Sequence[str | os.PathLike]"
 RESERVED = {"timed": "peak_reserved_bytes", "one-step": "reserved_one_step_bytes"}
 
 
-def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurements: str | os.PathLike,
+def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
+             measurements: "str | os.PathLike | Sequence[str | os.PathLike]",
              gpu: str = "h200", reserved: str = "timed") -> pd.DataFrame:
-    """``reserved``: which measured reserved peak the prediction is held against: 'timed'
-    (over the timed steps, with what the warm-up cached) or 'one-step' (one step from an
-    emptied cache, NOTE [measurement])."""
+    """``measurements``: one file of records, or several, oldest first (NOTE [measurement
+    sets]: a later file's record of a run replaces the earlier ones). ``reserved``: which
+    measured reserved peak the prediction is held against: 'timed' (over the timed steps,
+    with what the warm-up cached) or 'one-step' (one step from an emptied cache, NOTE
+    [measurement])."""
     if reserved not in RESERVED:
         raise ConfigError(f"reserved must be one of {', '.join(RESERVED)}, got {reserved!r}")
     tr = load_traces(traces)
     g = resolve_gpu(gpu)
     rows = []
-    for m in load_measurements(measurements):
+    records, replaced = load_measurement_sets(measurements)
+    for src_file, m in records:
         name = m["model"].split(":")[-1]
         key = (name, m["batch_size"])
         policy = POLICY_MAP.get(m["policy"])
@@ -234,7 +275,7 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
             continue
         if not allocator_supported(m.get("allocator_conf")):
             from .allocconf import env_string
-            raise ConfigError(f"{shown(measurements)}: {m['model']} batch {m['batch_size']} "
+            raise ConfigError(f"{shown(src_file)}: {m['model']} batch {m['batch_size']} "
                               f"{m['policy']} was measured with allocator settings "
                               f"{env_string(m['allocator_conf'])!r}, which the simulator "
                               f"does not model (it models {', '.join(KNOWN_SETTINGS)} and "
@@ -262,7 +303,7 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
             pr, mr = r.peak_footprint_bytes, m[RESERVED[reserved]]
             if mr is None:
-                raise ConfigError(f"{shown(measurements)}: {m['model']} batch "
+                raise ConfigError(f"{shown(src_file)}: {m['model']} batch "
                                   f"{m['batch_size']} {m['policy']} has no "
                                   f"{RESERVED[reserved]} (measured before it was recorded)")
             pt, mt = r.iteration_time_s * 1e3, m["iteration_ms"]  # NaN: memory only
@@ -283,9 +324,18 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]", measurem
             row.update(_band("reserved", pr, m.get(f"{RESERVED[reserved]}_band"), GiB))
         rows.append(row)
     if not rows:
-        raise ConfigError(f"{shown(measurements)}: no measurement matched a trace in "
-                          f"{shown(traces)} (model name and batch size)")
-    return pd.DataFrame(rows)
+        raise ConfigError(f"{_names(measurements)}: no measurement matched a trace in "
+                          f"{_names(traces)} (model name and batch size)")
+    df = pd.DataFrame(rows)
+    df.attrs["replaced_records"] = replaced  # NOTE [measurement sets]
+    return df
+
+
+def _names(paths: Any) -> str:
+    """One path, or several joined, for a one-line message."""
+    if isinstance(paths, (str, os.PathLike)):
+        return shown(paths)
+    return ", ".join(shown(p) for p in paths)
 
 
 def _band(name: str, predicted: float, band: Any, unit: float) -> dict[str, Any]:
@@ -334,6 +384,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
+    out["replaced_records"] = int(df.attrs.get("replaced_records", 0))  # NOTE [measurement sets]
     return out
 
 
@@ -398,6 +449,9 @@ def format_validation(df: pd.DataFrame) -> str:
     f = s["fit"]
     lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
                  f"({f['capped_right']} of {f['capped_n']} capped runs)")
+    if s["replaced_records"]:  # NOTE [measurement sets]
+        lines.append(f"judged against the newest measurements: {s['replaced_records']} "
+                     "older records replaced by later files' records of the same runs")
     lines += host_warnings(df)
     return "\n".join(lines)
 

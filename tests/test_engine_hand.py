@@ -412,6 +412,7 @@ def test_a_slow_host_sets_the_pace():
     r = run_trace(t, GPU, "eager")
     assert r.iteration_time_ns == 9 * MS
     assert r.host_bound_time_ns == 5 * MS and r.stall_time_ns == 0
+    assert r.host_issue_time_ns == 6 * MS  # NOTE [host issue]: done issuing at 6, not 9
     host = r.timeline[r.timeline.stream == "host"]
     assert list(zip(host.name, host.start_ns, host.end_ns)) == [("c1:fwd", 0, 3 * MS),
                                                                 ("c2:fwd", 3 * MS, 6 * MS)]

@@ -504,6 +504,30 @@ def test_validate_splits_traces_from_measurement_files():
     assert split_measurements(["a.json", "b.json"]) == (["a.json"], ["b.json"])
 
 
+def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
+    """NOTE [host issue]: each run's measured host issue time beside the replay's; a run
+    whose two differ by more than HOST_ISSUE_FACTOR either way gets a warning line, one
+    within it none. The committed ConvNeXt-T (128) traces are such runs: their profile
+    counted 1,060 kernels in stage 1's depthwise backward passes."""
+    from vdnnsim.validate import HOST_ISSUE_FACTOR
+    plain = validate(H200, H200 / "measurements.json")  # records without host times
+    r0 = plain.iloc[0]  # vgg16 64 baseline: the replayed host issues the step in ~4 ms
+    assert 2 < r0.predicted_host_ms < 10 and plain.measured_host_ms.isna().all()
+
+    def edit(recs):
+        recs[0]["host_issue_ms"] = r0.predicted_host_ms * (HOST_ISSUE_FACTOR + 0.5)
+        recs[1]["host_issue_ms"] = plain.iloc[1].predicted_host_ms * (HOST_ISSUE_FACTOR - 0.5)
+    df = validate(H200, _banded(tmp_path, edit))
+    warned = [x for x in format_validation(df).splitlines() if "host issued" in x]
+    assert len(warned) == 1 and warned[0].startswith("warning: vgg16 64 baseline: ")
+    assert not [x for x in format_validation(plain).splitlines() if "host issued" in x]
+    held = validate(ROOT / "traces" / "h200_heldout",
+                    ROOT / "traces" / "h200_heldout" / "measurements.json")
+    cnx = held[(held.model == "convnext_tiny") & (held.batch_size == 128) & held.cap_gib.isna()]
+    assert len(cnx) == 3
+    assert (cnx.predicted_host_ms > HOST_ISSUE_FACTOR * cnx.measured_host_ms).all()
+
+
 def test_a_band_that_does_not_hold_its_median_is_refused(tmp_path, capsys):
     def edit(recs):
         recs[0]["iteration_ms_band"] = [1.0, 2.0]

@@ -307,7 +307,8 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         pinned_host_bytes=pinned_host_bytes(sim) + (
             optimizer_pinned_bytes(trace) if plan.optimizer_offload else 0),
         optimizer_host_bytes=optimizer_host_bytes(trace) if plan.optimizer_offload else 0,
-        param_fetched_bytes=sim.param_fetched_bytes)  # NOTE [parameter offload]
+        param_fetched_bytes=sim.param_fetched_bytes,  # NOTE [parameter offload]
+        host_issue_time_ns=sim.host_issue_ns)  # NOTE [host issue]
 
 
 def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:

@@ -52,6 +52,7 @@ class Iteration:
             self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd",
                                layer.algos[plan.algos[i]].bwd_ns))
         yield from self._step()
+        self.host_issue_ns = self.host_ns  # NOTE [host issue]
 
     def _layer_wise(self):
         lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
@@ -119,6 +120,7 @@ class Iteration:
         if (yield from self._forward(fwd_free)) or (yield from self._backward(bwd_free)):
             return  # stopped at an out-of-memory (stop_at_oom)
         yield from self._step()
+        self.host_issue_ns = self.host_ns  # NOTE [host issue]: before the synchronisation
         # the iteration ends with a synchronisation: every deferred free completes
         yield from self._wait_ops([op for op, _ in self._pending] + [self.compute.last], "",
                                   "")

@@ -64,7 +64,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
-                 "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_ns", "lv",
+                 "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_issue_ns", "host_ns", "lv",
                  "offloaded_bytes", "ops", "param_fetched_bytes", "peak_host_bytes", "pinned", "plan", "pool",
                  "prefetched_bytes", "program", "record_ops", "sem", "stall_ns",
                  "stop_at_oom", "stopped", "trace")
@@ -147,6 +147,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         self._host_cap = gpu.host_memory_bytes  # NOTE [host memory]; None: no limit
         self.end_ns = 0
         self.fwd_end_ns = 0
+        self.host_issue_ns = 0  # the host done issuing the step (NOTE [host issue])
         self.host_ns = 0  # the host's clock (NOTE [host])
         self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
         self._credit = 0

@@ -293,6 +293,42 @@ def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monke
     assert fragmentation_caution(t, budget, near, caching.AllocatorSettings()) is not None
 
 
+def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeypatch):
+    """NOTE [planning allocator]: vdnn_dyn's profiling passes and vdnn_blocks' budget
+    search replay under the settings the run replays under. Under expandable segments at a
+    100U cap this step does not fit even with everything offloaded; vdnn_dyn, planning
+    under PyTorch's defaults, had chosen "offload none" for a run that then ran out of
+    memory, and now says what the run shows."""
+    from vdnnsim.policies import blocks as blocks_mod, dyn as dyn_mod
+
+    from .test_param_offload import CPU, U, blocks
+
+    seen = []
+
+    def spy(real):
+        def replay(*a, **k):
+            seen.append(k.get("allocator"))
+            return real(*a, **k)
+        return replay
+    for mod in (blocks_mod, dyn_mod):
+        monkeypatch.setattr(mod, "replay", spy(mod.replay))
+    exp = {"expandable_segments": True}
+    t = blocks(3, 16 * U)
+    r = run_trace(t, CPU, "vdnn_dyn", {}, 100 * U, allocator=exp)
+    assert seen and all(s is not None and s.expandable_segments for s in seen)
+    assert not r.fits and r.notes[0].startswith("step 1: even vDNN_all")
+    seen.clear()
+    d = run_trace(t, CPU, "vdnn_dyn", {}, 100 * U)  # the defaults: it fits, offloading none
+    assert d.fits and d.notes[0] == "step 2: fastest algorithms, offload none"
+    assert seen and all(s is None or s.default for s in seen)
+    seen.clear()
+    run_trace(t, CPU, "vdnn_blocks", {"budget": 100 * U}, allocator=exp)
+    assert seen and all(s is not None and s.expandable_segments for s in seen)
+    seen.clear()  # outside a run, a policy plans under the defaults
+    blocks_mod.vdnn_blocks(t, CPU, None, {"budget": 100 * U})
+    assert seen and all(s is None or s.default for s in seen)
+
+
 def test_a_layer_plan_replayed_under_other_allocator_settings_says_so(tmp_path):
     """NOTE [planned allocator]: policy ``planned`` replays a plan file under the run's
     settings; where the plan was made under others, the result's notes say so."""

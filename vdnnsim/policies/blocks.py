@@ -50,7 +50,7 @@ from ..hardware import GPU, _capacity
 from ..trace.model import Trace
 from ..yamlio import paused_gc
 from .builtin import algo_choice, check_options
-from .plan import Plan, liveness
+from .plan import Plan, liveness, planning_allocator
 from .recompute import with_segments
 
 
@@ -204,7 +204,8 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
             budget = _capacity(budget)
         except ValueError as exc:
             raise ConfigError(f"policy vdnn_blocks: option budget: {exc}") from None
-        p = plan_blocks(trace, gpu, budget)
+        p = plan_blocks(trace, gpu, budget,  # NOTE [planning allocator]
+                        allocator=planning_allocator())
         return block_recompute_plan(trace, p.recompute) if p.recompute else \
             block_plan(trace, p.blocks)
     if blocks is None:

@@ -53,7 +53,7 @@ from ..limits import short_repr
 from ..hardware import GPU
 from ..trace.model import Trace
 from .builtin import algo_choice, check_options, common_options, vdnn_plan
-from .plan import Plan, downgrade, liveness
+from .plan import Plan, downgrade, liveness, planning_allocator
 
 
 NO_OFFLOAD_CHECKS = ("network_wide", "layer_wise")
@@ -65,8 +65,8 @@ def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: 
     n = len(trace.layers)
     base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
                 placement=like.placement)
-    return replay(trace, gpu, base, capacity, lv, record_ops=False,
-                  stop_at_oom=True).pool.oom is None
+    return replay(trace, gpu, base, capacity, lv, record_ops=False, stop_at_oom=True,
+                  allocator=planning_allocator()).pool.oom is None  # NOTE [planning allocator]
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -93,7 +93,8 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
         # that fits is the answer (step 1's excepted), so it records its timeline
         run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
         sim = replay(run, gpu, plan, capacity, lv if run is trace else liveness(run),
-                     record_ops=slot != "step1", stop_at_oom=True)
+                     record_ops=slot != "step1", stop_at_oom=True,
+                     allocator=planning_allocator())  # NOTE [planning allocator]
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim

@@ -243,6 +243,20 @@ def test_a_plan_near_its_budget_is_cautioned():
     assert fragmentation_caution(torch7, budget, near) is None
 
 
+def _spy_replays(monkeypatch, modules) -> list:
+    """The allocator settings of every replay the modules make, in order."""
+    seen: list = []
+
+    def spy(real):
+        def replay(*a, **k):
+            seen.append(k.get("allocator"))
+            return real(*a, **k)
+        return replay
+    for mod in modules:
+        monkeypatch.setattr(mod, "replay", spy(mod.replay))
+    return seen
+
+
 def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monkeypatch):
     """NOTE [planned allocator]: every replay a planner makes is under the settings given
     (the block planner's, the greedy search's and the MILP's), the plan file says them,
@@ -257,15 +271,7 @@ def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monke
 
     from .test_param_offload import CPU, U, blocks
 
-    seen = []
-
-    def spy(real):
-        def replay(*a, **k):
-            seen.append(k.get("allocator"))
-            return real(*a, **k)
-        return replay
-    for mod in (blocks_mod, planner_mod, milp_mod):
-        monkeypatch.setattr(mod, "replay", spy(mod.replay))
+    seen = _spy_replays(monkeypatch, (blocks_mod, planner_mod, milp_mod))
     exp = {"expandable_segments": True}
     t = blocks(3, 16 * U)
     budget = 80 * U
@@ -303,15 +309,7 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
 
     from .test_param_offload import CPU, U, blocks
 
-    seen = []
-
-    def spy(real):
-        def replay(*a, **k):
-            seen.append(k.get("allocator"))
-            return real(*a, **k)
-        return replay
-    for mod in (blocks_mod, dyn_mod):
-        monkeypatch.setattr(mod, "replay", spy(mod.replay))
+    seen = _spy_replays(monkeypatch, (blocks_mod, dyn_mod))
     exp = {"expandable_segments": True}
     t = blocks(3, 16 * U)
     r = run_trace(t, CPU, "vdnn_dyn", {}, 100 * U, allocator=exp)

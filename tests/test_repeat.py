@@ -495,13 +495,47 @@ def test_a_later_files_record_of_a_run_replaces_the_earlier_ones(tmp_path, capsy
     assert df2.attrs["replaced_records"] == 3 and len(df2) == len(first) + 1
 
 
-def test_validate_splits_traces_from_measurement_files():
+def test_validate_splits_traces_from_measurement_files(tmp_path):
+    """The trailing arguments that hold records are the measurement files; a trace written
+    as JSON (one object) before them stays a trace; the last argument is the measurements
+    whatever its name, as before."""
     from vdnnsim.cli import split_measurements
-    assert split_measurements(["t", "m.json"]) == (["t"], ["m.json"])
-    assert split_measurements(["t", "u.yaml", "a.json", "b.JSONL"]) == (["t", "u.yaml"],
-                                                                       ["a.json", "b.JSONL"])
+    from vdnnsim.trace import load_trace
+    from vdnnsim.trace.io import trace_to_dict
+    trace = tmp_path / "vgg16_b64.json"
+    trace.write_text(json.dumps(trace_to_dict(load_trace(H200 / "vgg16_b64.yaml"))))
+    listed, lines = tmp_path / "a.json", tmp_path / "b.JSONL"
+    listed.write_text(json.dumps(json.loads((H200 / "measurements.json").read_text())[:2]))
+    lines.write_text("{}\n{}\n")
+    t, m = str(trace), str(listed)
+    assert split_measurements(["t", m]) == (["t"], [m])
+    assert split_measurements(["t", "u.yaml", m, str(lines)]) == (["t", "u.yaml"],
+                                                                  [m, str(lines)])
+    assert split_measurements([t, m]) == ([t], [m])
+    assert split_measurements([t, t.replace("b64", "b65"), m]) == ([t], [t.replace(
+        "b64", "b65"), m])  # a file that is not there is left to the readers to name
     assert split_measurements(["t", "m.txt"]) == (["t"], ["m.txt"])  # the last, as before
-    assert split_measurements(["a.json", "b.json"]) == (["a.json"], ["b.json"])
+    assert split_measurements([m, m]) == ([m], [m])
+    assert main(["validate", t, m]) == 0
+
+
+def test_which_records_measure_the_same_run(tmp_path, capsys):
+    """NOTE [measurement sets]: a record at another precision, optimizer or allocator
+    setting is another run; settings at their defaults and a model's source prefix do not
+    make one; the same file twice is one line of error."""
+    from vdnnsim.validate import run_key
+    a = {"model": "torchvision:vgg16", "batch_size": 64, "policy": "baseline"}
+    assert run_key(a) == run_key({**a, "model": "vgg16", "dtype": "fp32", "optimizer": "sgd",
+                                  "allocator_conf": {"expandable_segments": False}})
+    for other in ({"dtype": "autocast-bf16"}, {"optimizer": "adamw"},
+                  {"allocator_conf": {"expandable_segments": True}},
+                  {"optimizer_offload": True}, {"memory_cap_bytes": GiB}, {"seq_len": 512},
+                  {"batch_size": 32}, {"policy": "vdnn_all"}):
+        assert run_key({**a, **other}) != run_key(a), other
+    f = str(H200 / "measurements.json")
+    assert main(["validate", str(H200), f, f]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "given twice as measurements" in err
 
 
 def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):

@@ -775,12 +775,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def split_measurements(paths: list[str]) -> tuple[list[str], list[str]]:
     """NOTE [measurement sets]: ``validate TRACES... MEASUREMENTS...``: the trailing
-    arguments named .json or .jsonl are measurement files, oldest first (at least the last
-    argument, whatever its name, as before); the rest are traces."""
+    arguments that hold measurement records (a .json list or .jsonl lines; a trace written
+    as JSON is one object, a trace) are measurement files, oldest first, at least the last
+    argument, whatever it is, as before; the rest are traces."""
     n = 1
-    while n < len(paths) - 1 and os.path.splitext(paths[-n - 1])[1].lower() in (".json", ".jsonl"):
+    while n < len(paths) - 1 and _records_file(paths[-n - 1]):
         n += 1
     return paths[:-n], paths[-n:]
+
+
+def _records_file(path: str) -> bool:
+    """Whether ``path`` reads as measurement records rather than a trace: named .jsonl, or
+    .json whose text is not one JSON object (a list, or one record a line)."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".jsonl":
+        return True
+    if ext != ".json":
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        return "Extra data" in exc.msg  # JSON Lines; anything else is left to the reader
+    except (OSError, UnicodeDecodeError, RecursionError):
+        return True  # the reader of measurements says what is wrong, in one line
+    return not isinstance(data, dict)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -50,7 +50,8 @@ from .policies.blocks import (BlockPlan, block_regions, block_segments,  # noqa:
                               plan_blocks)  # (BlockPlan, plan_blocks re-exported)
 from .policies.builtin import algo_choice
 from .policies.dyn import vdnn_dyn
-from .policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
+from .policies.plan import (downgrade, find_prefetch_schedule, offload_sets, planning_under,
+                           policy_marks)
 from .policies.planned import FORMAT, plan_from_file  # noqa: F401  (re-exported)
 from .policies.recompute import sequential_segments, with_segments
 from .split import split_candidates, split_structures  # noqa: F401  (re-exported)
@@ -279,14 +280,13 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
-        dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
+        with planning_under(search.allocator):  # NOTE [planning allocator]
+            dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
-        # its profiling passes replay under the default allocator (NOTE [allocator
-        # settings]): under other settings its plan is replayed again
-        # (and with the optimizer on the GPU)
-        default = (search.allocator is None or search.allocator.default) and \
-            not search.optimizer_offload
-        dsim = (dyn.profiled if default else None) or _run(trace, gpu, dyn, budget, search)
+        # its profiling passes replayed under the search's allocator settings; with the
+        # optimizer on the CPU (which vdnn_dyn plans without) its plan is replayed again
+        dsim = (dyn.profiled if not search.optimizer_offload else None) or \
+            _run(trace, gpu, dyn, budget, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
                                 f"taken")

@@ -52,7 +52,8 @@ class RunResult:
     pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
     optimizer_host_bytes: int = 0  # the optimizer's on the host (NOTE [optimizer offload])
     param_fetched_bytes: int = 0  # parameters fetched from the host (NOTE [parameter offload])
-    host_issue_time_ns: int = 0  # the host done issuing the step (NOTE [host issue])
+    host_issue_time_ns: int = 0  # the host done issuing the step (NOTE [host issue]; of
+    # a PyTorch trace's run: a Torch7 host waits for each layer, a network-wide one is 0)
 
     @property
     def ops(self) -> tuple[Op, ...]:

@@ -45,11 +45,12 @@ NOTE [measurement sets]
 A run measured again (issue 28's fresh-process protocol re-measures records made in one
 process) is judged against its newest record: ``validate`` takes several measurement files,
 oldest first, and a later file's record of a run replaces every earlier file's records of
-it. A run is its model, batch size, policy, cap, allocator settings and whether the
-optimizer was on the CPU (``run_key``); the records of one file are all kept, as before.
-``replaced_records`` (an attribute of the table, ``DataFrame.attrs``) says how many older
-records gave way, and the summary says so, so a set judged through later files is never
-mistaken for the set as first measured.
+it. A run is its model, batch size, policy, cap, allocator settings, optimizer (and
+whether it ran on the CPU), precision, sequence length and plan (``run_key``); the records
+of one file are all kept, as before. ``replaced_records`` (an attribute of the table,
+``DataFrame.attrs``) says how many older records that would have been judged gave way,
+and a line under the table says so, so a set judged through later files is never mistaken
+for the set as first measured. A file given twice is an error.
 """
 
 from __future__ import annotations
@@ -115,28 +116,41 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def run_key(m: dict[str, Any]) -> tuple:
-    """NOTE [measurement sets]: what makes two records measurements of the same run."""
-    conf = m.get("allocator_conf") or {}
-    return (m["model"], m["batch_size"], m["policy"], m.get("memory_cap_bytes") or None,
-            tuple(sorted(conf.items())), bool(m.get("optimizer_offload")))
+    """NOTE [measurement sets]: what makes two records measurements of the same run: the
+    model (without its source prefix), batch size, policy, cap, the allocator settings
+    away from their defaults, the optimizer and whether it ran on the CPU, the precision,
+    the sequence length and a plan's file, each at its default where a record lacks it."""
+    conf = {k: v for k, v in (m.get("allocator_conf") or {}).items() if v}
+    return (m["model"].split(":")[-1], m["batch_size"], m["policy"],
+            m.get("memory_cap_bytes") or None, tuple(sorted(conf.items())),
+            m.get("optimizer") or "sgd", bool(m.get("optimizer_offload")),
+            m.get("dtype") or "fp32", m.get("seq_len"), m.get("plan"))
 
 
 def load_measurement_sets(paths: "str | os.PathLike | Sequence[str | os.PathLike]"
-                          ) -> tuple[list[tuple[Path, dict[str, Any]]], int]:
+                          ) -> tuple[list[tuple[Path, dict[str, Any]]],
+                                     list[dict[str, Any]]]:
     """The records of one or several files, each with its file (NOTE [measurement sets]):
     a later file's record of a run replaces the earlier files' records of it. Returns the
-    records in file order and how many older records were replaced."""
+    records in file order and the older records replaced. A file given twice is an
+    error."""
     files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not files:
         raise ConfigError("no measurement file given")
+    given: dict[Path, Any] = {}
+    for f in files:
+        real = Path(f).resolve()
+        if real in given:
+            raise ConfigError(f"{shown(f)}: given twice as measurements (the first: "
+                              f"{shown(given[real])})")
+        given[real] = f
     kept: list[tuple[Path, dict[str, Any]]] = []
-    replaced = 0
+    replaced: list[dict[str, Any]] = []
     for f in files:
         recs = load_measurements(f)
         new = {run_key(m) for m in recs}
-        before = len(kept)
+        replaced += [m for _, m in kept if run_key(m) in new]
         kept = [(p, m) for p, m in kept if run_key(m) not in new]
-        replaced += before - len(kept)
         kept += [(Path(f), m) for m in recs]
     return kept, replaced
 
@@ -277,7 +291,9 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
     tr = load_traces(traces)
     g = resolve_gpu(gpu)
     rows = []
-    records, replaced = load_measurement_sets(measurements)
+    records, gone = load_measurement_sets(measurements)
+    replaced = sum(1 for m in gone if POLICY_MAP.get(m["policy"]) and
+                   (m["model"].split(":")[-1], m["batch_size"]) in tr)
     for src_file, m in records:
         name = m["model"].split(":")[-1]
         key = (name, m["batch_size"])
@@ -330,7 +346,8 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
             row["host_bound"] = host >= HOST_BOUND * mt if known else None
             # NOTE [host issue]: the replayed host's issue time beside the measured one
             row["measured_host_ms"] = host if known else float("nan")
-            row["predicted_host_ms"] = (r.host_issue_time_ns / 1e6 if trace.timed
+            row["predicted_host_ms"] = (r.host_issue_time_ns / 1e6 if trace.timed and
+                                        trace.pytorch and r.fits and r.host_issue_time_ns > 0
                                         else float("nan"))
             held = [m.get(k) for k in ("optimizer_pinned_bytes", "optimizer_state_bytes")]
             if offload and all(isinstance(x, (int, float)) for x in held):
@@ -491,9 +508,10 @@ def host_warnings(df: pd.DataFrame) -> list[str]:
                 cap = f" (cap {r.cap_gib:.2f} GiB)" if r.cap_gib == r.cap_gib and r.cap_gib else ""
                 out.append(f"warning: {r.model} {r.batch_size} {r.policy}{cap}: the replayed "
                            f"host issued the step in {p:.1f} ms, the measured one in {m:.1f} "
-                           "ms: the replay's host is not the measured one (its kernel "
-                           "counts, launch queue or waits), so its time and a vDNN run's "
-                           "reserved peak are suspect (NOTE [host issue])")
+                           "ms: the replay's host is not the measured one (a host of "
+                           "another speed, or the trace's kernel counts, launch queue or "
+                           "waits), so its time and a vDNN run's reserved peak are suspect "
+                           "(NOTE [host issue])")
     if "host_ratio" not in df:
         return out
     for r in df.itertuples():

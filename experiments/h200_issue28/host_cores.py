@@ -91,8 +91,8 @@ def summary(path: str) -> str:
 
 
 def spreads(root: str) -> str:
-    """Every committed fresh-process record under ``root`` (``repeat*.jsonl``) that fits
-    and has a band and a host time, by set: how far its processes' medians spread
+    """Every committed fresh-process record of the H200 under ``root`` (``repeat*.jsonl``)
+    that fits and has a band and a host time, by set: how far its processes' medians spread
     (``iteration_ms_spread``), host-bound runs (the host issues for 80% of the step or
     more) apart from the rest."""
     from pathlib import Path
@@ -100,6 +100,8 @@ def spreads(root: str) -> str:
     for f in sorted(Path(root).glob("**/repeat*.jsonl")):
         for line in f.read_text().splitlines():
             r = json.loads(line)
+            if "H200" not in r.get("gpu", "H200"):  # (session 26's H100 sets: another card)
+                continue
             if r.get("fits") and "iteration_ms_band" in r and r.get("host_issue_ms"):
                 rows.append((str(f.relative_to(root).parent), r["host_issue_ms"] >=
                              HOST_BOUND * r["iteration_ms"], r["iteration_ms_spread"]))

@@ -19,6 +19,7 @@ from vdnnsim.allocconf import ENV, effective, env_string, is_default, parse_pair
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.cli import main
 from vdnnsim.errors import ConfigError
+from vdnnsim.trace import load_trace
 from vdnnsim.gpu.repeat import aggregate, child_argv, run_child
 from vdnnsim.validate import (allocator_supported, format_validation, load_measurements,
                               summarize, validate)
@@ -560,6 +561,44 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
     cnx = held[(held.model == "convnext_tiny") & (held.batch_size == 128) & held.cap_gib.isna()]
     assert len(cnx) == 3
     assert (cnx.predicted_host_ms > HOST_ISSUE_FACTOR * cnx.measured_host_ms).all()
+
+
+def test_scale_host_replays_a_run_at_the_measuring_host_s_speed(capsys):
+    """NOTE [host speed]: with --scale-host a run whose trace and record both carry the
+    probe between timed steps replays with every host cost times their ratio; one without
+    is replayed as profiled. The data: session 26's probe test (two H100 loans), a draw of
+    one loan's traces against the other loan's records."""
+    from vdnnsim.api import at_host_speed
+    d = ROOT / "traces" / "h200_issue28" / "session26" / "probe-h100"
+    traces = [d / "loan2" / f"{m}_2.yaml" for m in ("efficientnet_b0_b32", "mobilenet_v2_b64",
+                                                     "shufflenet_v2_x1_0_b64")]
+    recs = d / "loan1" / "repeat.jsonl"
+    plain = validate(traces, recs)
+    scaled = validate(traces, recs, scale_host=True)
+    g = resolve_gpu("h200")
+    for m, row in zip(load_measurements(recs), scaled.itertuples()):
+        t = load_trace(next(p for p in traces if p.name.startswith(row.model)))
+        k = m["host_probe_between_ns"] / t.source.host_probe_between_ns
+        assert row.host_scaled == pytest.approx(k) and k != pytest.approx(1, abs=0.01)
+        st, sg = at_host_speed(t, g, k)
+        assert row.predicted_ms == pytest.approx(run_trace(st, sg, "eager").iteration_time_s
+                                                 * 1e3)
+    assert plain.host_scaled.isna().all() and (plain.predicted_ms != scaled.predicted_ms).all()
+    assert (scaled.measured_ms == plain.measured_ms).all()
+    # a host k times slower issues a host-bound step about k times slower
+    t = load_trace(traces[0])
+    slow = run_trace(*at_host_speed(t, g, 2.0), "eager")
+    same = run_trace(*at_host_speed(t, g, 1.0), "eager")
+    assert same.iteration_time_ns == run_trace(t, g, "eager").iteration_time_ns
+    assert slow.host_issue_time_ns == pytest.approx(2 * same.host_issue_time_ns, rel=0.02)
+    with pytest.raises(ConfigError, match="positive number"):
+        at_host_speed(t, g, 0)
+    # traces without the probe between steps (traces/h200) are replayed as profiled
+    new = ROOT / "traces" / "h200_issue28" / "session25" / "call1" / "repeat.jsonl"
+    both = validate([H200, ROOT / "traces" / "h200_heldout"], new, scale_host=True)
+    assert both.host_scaled.isna().all()
+    assert main(["validate", *map(str, traces), str(recs), "--scale-host"]) == 0
+    assert "host costs scaled by the probes' ratio in 3 of 3 runs" in capsys.readouterr().out
 
 
 def test_a_band_that_does_not_hold_its_median_is_refused(tmp_path, capsys):

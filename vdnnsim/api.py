@@ -262,6 +262,38 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU) -> Any:
     return replace(plan, optimizer_offload=True, profiled=None, notes=notes)
 
 
+# NOTE [host speed]
+# A host-bound step's time is the host's, and a lent machine's host changes speed from one
+# process to the next (NOTE [host probe]). ``at_host_speed`` is a trace and a GPU whose
+# every host cost the replay charges (the trace's per-layer and step host times, NOTE
+# [host timing]; the preset's eager and vDNN-runtime costs, NOTE [host costs]) is k times
+# the original: the same step on a host k times slower. `vdnnsim validate --scale-host`
+# replays a run so with k the ratio of the measuring process's probe between timed steps
+# to the trace's (NOTE [host probe]), where both have it. Evidence (session 20's test,
+# written down before it ran; traces/h200_issue28/session26, two H100 loans): over 120
+# trace-process pairs of three host-bound baselines, 8.4% -> 6.9% median |error|, 46.6%
+# -> 40.5% max; on one loan alone the median grew (6.2% -> 7.9%). So it is a choice, not
+# the default.
+HOST_COSTS = ("layer_fwd_ns", "layer_bwd_ns", "step_ns", "step_tensor_ns", "view_fwd_ns",
+              "view_bwd_ns", "runtime_layer_fwd_ns", "runtime_layer_bwd_ns",
+              "runtime_offload_ns", "runtime_fetch_ns")
+
+
+def at_host_speed(trace: Trace, gpu: GPU, k: float) -> tuple[Trace, GPU]:
+    """NOTE [host speed]: ``trace`` and ``gpu`` with every host cost times ``k``."""
+    if not (isinstance(k, (int, float)) and 0 < k < float("inf")):
+        raise ConfigError(f"host speed factor must be a positive number, got {k!r}")
+    layers = tuple(replace(layer, host_fwd_ns=round(layer.host_fwd_ns * k),
+                           host_bwd_ns=round(layer.host_bwd_ns * k))
+                   for layer in trace.layers)
+    t = replace(trace, layers=layers, host_step_ns=round(trace.host_step_ns * k),
+                optimizer_steps=tuple((name, gpu_ns, round(host_ns * k)) for name, gpu_ns,
+                                      host_ns in trace.optimizer_steps))
+    g = replace(gpu, host=replace(gpu.host, **{f: round(getattr(gpu.host, f) * k)
+                                               for f in HOST_COSTS}))
+    return t, g
+
+
 def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
     """NOTE [allocator settings]: ``allocator`` checked, and refused for a Torch7 trace
     (its pool is CNMeM's) before any policy runs."""

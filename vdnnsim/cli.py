@@ -806,7 +806,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .validate import format_validation, summarize, validate
 
     traces, measurements = split_measurements(args.traces + [args.measurements])
-    df = validate(traces, measurements, args.gpu, args.reserved)
+    df = validate(traces, measurements, args.gpu, args.reserved, args.scale_host)
     if args.json:
         print(json.dumps({"runs": json.loads(df.to_json(orient="records")),
                           "summary": summarize(df)}, indent=2))
@@ -1060,6 +1060,10 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--reserved", choices=["timed", "one-step"], default="timed",
                     help="the measured reserved peak to compare with: over the timed steps "
                     "(default), or one step's own from an emptied cache")
+    va.add_argument("--scale-host", action="store_true",
+                    help="replay each run whose trace and record both have the host probe "
+                    "between timed steps with its host costs times their ratio (NOTE "
+                    "[host speed])")
     va.add_argument("--json", action="store_true")
     va.set_defaults(fn=cmd_validate)
 

@@ -68,7 +68,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 
 from . import limits
 from .allocconf import check_conf, is_default
-from .api import resolve_gpu, run_trace
+from .api import at_host_speed, resolve_gpu, run_trace
 from .engine.caching import KNOWN_SETTINGS
 from .gpu.repeat import HOST_BOUND
 from .errors import ConfigError, VdnnError
@@ -280,12 +280,15 @@ RESERVED = {"timed": "peak_reserved_bytes", "one-step": "reserved_one_step_bytes
 
 def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
              measurements: "str | os.PathLike | Sequence[str | os.PathLike]",
-             gpu: str = "h200", reserved: str = "timed") -> pd.DataFrame:
+             gpu: str = "h200", reserved: str = "timed",
+             scale_host: bool = False) -> pd.DataFrame:
     """``measurements``: one file of records, or several, oldest first (NOTE [measurement
     sets]: a later file's record of a run replaces the earlier ones). ``reserved``: which
     measured reserved peak the prediction is held against: 'timed' (over the timed steps,
     with what the warm-up cached) or 'one-step' (one step from an emptied cache, NOTE
-    [measurement])."""
+    [measurement]). ``scale_host``: replay each run whose record and trace both have the
+    probe between timed steps on a host slower or faster by their ratio (NOTE [host
+    speed] in api.py; ``host_scaled``: the factor, NaN where not scaled)."""
     if reserved not in RESERVED:
         raise ConfigError(f"reserved must be one of {', '.join(RESERVED)}, got {reserved!r}")
     tr = load_traces(traces)
@@ -313,7 +316,10 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
                               "settings])")
         trace = tr[key]
         offload = bool(m.get("optimizer_offload"))  # NOTE [optimizer offload]
-        r = run_trace(trace, g, policy, {}, m.get("memory_cap_bytes"),
+        k = _probe_ratio(m, trace) if scale_host else None  # NOTE [host speed]
+        run, rg = at_host_speed(trace, g, k) if k else (trace, g)
+        row["host_scaled"] = k or float("nan")
+        r = run_trace(run, rg, policy, {}, m.get("memory_cap_bytes"),
                       allocator=_simulated_settings(m.get("allocator_conf")),
                       optimizer_offload=offload)
         if offload:
@@ -364,6 +370,13 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
     df = pd.DataFrame(rows)
     df.attrs["replaced_records"] = replaced  # NOTE [measurement sets]
     return df
+
+
+def _probe_ratio(m: dict[str, Any], trace: Trace) -> float | None:
+    """NOTE [host speed]: the measuring host's probe between timed steps over the trace's,
+    where both have one (the probes before the model hardly follow a step's host time)."""
+    a, b = m.get("host_probe_between_ns"), trace.source.host_probe_between_ns
+    return a / b if a and b else None
 
 
 def _names(paths: Any) -> str:
@@ -420,6 +433,8 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
     out["replaced_records"] = int(df.attrs.get("replaced_records", 0))  # NOTE [measurement sets]
+    if "host_scaled" in df:  # NOTE [host speed]
+        out["host_scaled"] = int(df.host_scaled.notna().sum())
     return out
 
 
@@ -484,6 +499,10 @@ def format_validation(df: pd.DataFrame) -> str:
     f = s["fit"]
     lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
                  f"({f['capped_right']} of {f['capped_n']} capped runs)")
+    if s.get("host_scaled"):  # NOTE [host speed]
+        lines.append(f"host costs scaled by the probes' ratio in {s['host_scaled']} of "
+                     f"{f['n']} runs (--scale-host; the rest had no probe between steps "
+                     "in the trace or the record)")
     if s["replaced_records"]:  # NOTE [measurement sets]
         lines.append(f"judged against the newest measurements: {s['replaced_records']} "
                      "older records replaced by later files' records of the same runs")

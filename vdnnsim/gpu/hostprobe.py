@@ -30,8 +30,9 @@ trace's source), and `vdnnsim calibrate --ops` beside each host chain's repetiti
 (``host_probe_between_ns`` in each chain's record, the mean of a probe before and one
 after its repetitions, none between them: the host model's calibration is a draw of the
 host's speed too); `vdnnsim validate` compares a trace's and a record's where both
-exist, else the probes before the model (and says which). No cost is scaled by a probe.
-Tried in session 26 on two lent H100 machines (traces/h200_issue28/session26, the test
+exist, else the probes before the model (and says which). No cost is scaled by a probe
+unless asked: `vdnnsim validate --scale-host` (NOTE [host speed] in api.py). Tried in
+session 26 on two lent H100 machines (traces/h200_issue28/session26, the test
 written down in session 20): replaying a host-bound trace with its host costs times the
 ratio of a measuring process's probe to the trace's took the median error over 120
 trace-process pairs from 8.4% to 6.9% (max 46.6% to 40.5%), but not on one loan alone. Whether the probe between two timed

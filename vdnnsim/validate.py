@@ -316,15 +316,6 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
                               "settings])")
         trace = tr[key]
         offload = bool(m.get("optimizer_offload"))  # NOTE [optimizer offload]
-        k = _probe_ratio(m, trace) if scale_host else None  # NOTE [host speed]
-        run, rg = at_host_speed(trace, g, k) if k else (trace, g)
-        row["host_scaled"] = k or float("nan")
-        r = run_trace(run, rg, policy, {}, m.get("memory_cap_bytes"),
-                      allocator=_simulated_settings(m.get("allocator_conf")),
-                      optimizer_offload=offload)
-        if offload:
-            row["policy"] = f"{m['policy']}+optimizer on CPU"
-        row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         # NOTE [host probe]: how much slower the measuring host was than the profiling one,
         # by the probes after the timed steps where both have them (they follow the steps'
         # host time), else by those before the model
@@ -335,6 +326,16 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
         kind, a, b = next((p for p in pairs if None not in p[1:]), ("", None, None))
         row["host_ratio"] = a / b if a is not None else float("nan")
         row["host_probe"] = kind
+        # NOTE [host speed]: replayed on the measuring host, by the probes between steps
+        k = row["host_ratio"] if scale_host and kind == "after the steps" else None
+        run, rg = at_host_speed(trace, g, k) if k else (trace, g)
+        row["host_scaled"] = k or float("nan")
+        r = run_trace(run, rg, policy, {}, m.get("memory_cap_bytes"),
+                      allocator=_simulated_settings(m.get("allocator_conf")),
+                      optimizer_offload=offload)
+        if offload:
+            row["policy"] = f"{m['policy']}+optimizer on CPU"
+        row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))
         if m["fits"]:
             pa, ma = r.peak_memory_bytes, m["peak_allocated_bytes"]
             pr, mr = r.peak_footprint_bytes, m[RESERVED[reserved]]
@@ -370,13 +371,6 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
     df = pd.DataFrame(rows)
     df.attrs["replaced_records"] = replaced  # NOTE [measurement sets]
     return df
-
-
-def _probe_ratio(m: dict[str, Any], trace: Trace) -> float | None:
-    """NOTE [host speed]: the measuring host's probe between timed steps over the trace's,
-    where both have one (the probes before the model hardly follow a step's host time)."""
-    a, b = m.get("host_probe_between_ns"), trace.source.host_probe_between_ns
-    return a / b if a and b else None
 
 
 def _names(paths: Any) -> str:

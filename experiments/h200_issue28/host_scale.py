@@ -20,14 +20,11 @@ from pathlib import Path
 
 import yaml
 
-from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.api import HOST_COSTS, resolve_gpu, run_trace  # (HOST_COSTS: NOTE [host speed])
 from vdnnsim.trace.io import trace_from_dict
 from vdnnsim.validate import POLICY_MAP
 
 ROOT = Path(__file__).resolve().parents[2]
-HOST_COSTS = ("layer_fwd_ns", "layer_bwd_ns", "step_ns", "step_tensor_ns", "view_fwd_ns",
-              "view_bwd_ns", "runtime_layer_fwd_ns", "runtime_layer_bwd_ns",
-              "runtime_offload_ns", "runtime_fetch_ns")
 
 
 def scaled_trace(data: dict, k: float):

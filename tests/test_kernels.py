@@ -45,6 +45,36 @@ def test_commands_belong_to_the_marker_before_them_on_their_thread():
     assert opt == 2
 
 
+def test_only_the_compute_streams_commands_count():
+    """A library that forks work onto streams of its own (cuDNN's FFT engines: 1,056 of a
+    ConvNeXt-T depthwise backward's 1,060 kernels at batch 128 on the H200) fills their
+    queues, not the compute stream's: a command counts only when its GPU activity ran on
+    the stream of the step's first activity."""
+    from vdnnsim.gpu.kernels import split_commands
+
+    def launch(ts, tid, corr):
+        return {"ph": "X", "ts": ts, "pid": 1, "tid": tid, "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel", "args": {"correlation": corr}}
+
+    def kernel(ts, corr, stream):
+        return {"ph": "X", "ts": ts, "pid": 0, "tid": stream, "cat": "kernel",
+                "name": "k", "args": {"correlation": corr, "stream": stream}}
+
+    ev = _events([("m", 0, 1, "f:-1"), ("m", 10, 1, "f:0"), ("m", 20, 1, "f:1"),
+                  ("m", 30, 2, "b:1"), ("m", 40, 2, "b:0"), ("m", 50, 1, "b:end"),
+                  ("m", 60, 1, "step")])
+    ev += [launch(1, 1, 1), kernel(100, 1, 7),  # layer a's forward, on the compute stream
+           launch(21, 1, 2), kernel(101, 2, 7),  # the loss
+           launch(41, 2, 3), kernel(102, 3, 7)]  # layer a's backward: one on stream 7,
+    for c in range(4, 10):  # six on the library's streams, more than stream 7 ran
+        ev += [launch(41 + c, 2, c), kernel(103 + c, c, 30 + c % 2)]
+    ev.append(launch(42, 2, 99))  # a launch without a GPU activity in the trace counts
+    counts, _ = split_commands(ev, ["a", "b"])
+    assert counts == {"a": (1, 2), "b": (0, 0), "loss": (1, 0)}
+    legacy, _ = split_commands([e for e in ev if e.get("cat") != "kernel"], ["a", "b"])
+    assert legacy["a"] == (1, 8)  # without GPU activities every launch counts
+
+
 def test_the_counter_marks_every_layer_of_a_real_model():
     from vdnnsim.gpu import kernels
     from vdnnsim.gpu.graph import probe

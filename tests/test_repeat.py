@@ -542,8 +542,10 @@ def test_which_records_measure_the_same_run(tmp_path, capsys):
 def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
     """NOTE [host issue]: each run's measured host issue time beside the replay's; a run
     whose two differ by more than HOST_ISSUE_FACTOR either way gets a warning line, one
-    within it none. The committed ConvNeXt-T (128) traces are such runs: their profile
-    counted 1,060 kernels in stage 1's depthwise backward passes."""
+    within it none. The committed ConvNeXt-T (128) traces were such runs while their
+    profile's count of stage 1's depthwise backward passes held the 1,056 kernels cuDNN
+    ran on its own streams (NOTE [kernel counts]); counted on the compute stream, its
+    baseline and vdnn_conv no longer warn, and vdnn_all's host is faster than measured."""
     from vdnnsim.validate import HOST_ISSUE_FACTOR
     plain = validate(H200, H200 / "measurements.json")  # records without host times
     r0 = plain.iloc[0]  # vgg16 64 baseline: the replayed host issues the step in ~4 ms
@@ -560,7 +562,24 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
                     ROOT / "traces" / "h200_heldout" / "measurements.json")
     cnx = held[(held.model == "convnext_tiny") & (held.batch_size == 128) & held.cap_gib.isna()]
     assert len(cnx) == 3
-    assert (cnx.predicted_host_ms > HOST_ISSUE_FACTOR * cnx.measured_host_ms).all()
+    ratio = dict(zip(cnx.policy, cnx.predicted_host_ms / cnx.measured_host_ms))
+    assert 1 / HOST_ISSUE_FACTOR < ratio["baseline"] < HOST_ISSUE_FACTOR
+    assert 1 / HOST_ISSUE_FACTOR < ratio["vdnn_conv"] < HOST_ISSUE_FACTOR
+    assert ratio["vdnn_all"] < 1 / HOST_ISSUE_FACTOR  # not explained (docs/validation.md)
+    # counted as the profile first did, every launch, the replayed host is held back
+    import yaml
+    data = yaml.safe_load((ROOT / "traces" / "h200_heldout" / "convnext_tiny_b128.yaml")
+                          .read_text())
+    dw = [x for x in data["layers"] if x["id"] in {f"features_1_{k}_block_0" for k in range(3)}]
+    assert [x["kernels_bwd"] for x in dw] == [4, 4, 4]
+    for x in dw:
+        x["kernels_bwd"] = 1060
+    old = tmp_path / "convnext_tiny_b128.yaml"
+    old.write_text(yaml.safe_dump(data))
+    before = validate(old, ROOT / "traces" / "h200_heldout" / "measurements.json")
+    before = before[before.cap_gib.isna()]
+    assert len(before) == 3
+    assert (before.predicted_host_ms > HOST_ISSUE_FACTOR * before.measured_host_ms).all()
 
 
 def test_scale_host_replays_a_run_at_the_measuring_host_s_speed(capsys):
@@ -895,28 +914,58 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
     assert q.returncode == 2 and q.stderr.startswith("usage:")
 
 
+def _queue_part_measured(srcs, part: slice) -> list[dict]:
+    """The records of ``srcs`` are the runs of remeasure_runs_rest.txt's ``part``, in its
+    order, each of three fresh processes that fitted."""
+    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
+                           "remeasure_runs_rest.txt").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    reps = [r for src in srcs for r in load_measurements(src)]
+    assert [f"{r['model'].split(':')[1]}:{r['batch_size']}:{r['policy']}" for r in reps] \
+        == queue[part]
+    assert all(r["repeat"]["processes"] == 3 and r["fits"] for r in reps)
+    return reps
+
+
+def _summary_is(rows, want: dict[str, tuple[float, float]]) -> None:
+    """Each metric's median and max |error| to a tenth of a percent; every fit right."""
+    s = summarize(rows)
+    for metric, (median, most) in want.items():
+        assert s[metric]["median_abs"] == pytest.approx(median, abs=0.001), metric
+        assert s[metric]["max_abs"] == pytest.approx(most, abs=0.001), metric
+    assert rows.fit_right.all() and rows.predicted_fits.all()
+
+
 def test_the_queue_s_next_runs_remeasured_in_session_25():
     """traces/h200_issue28/session25 (call1, call2): the next seven runs of
     remeasure_runs_rest.txt's queue (committed before any was measured), three fresh
     processes each after one discarded, GPU-bound (vDNN at the largest batch sizes):
     against traces/h200 and traces/h200_heldout, allocated 0.1% / 2.1%, reserved 3.1% /
-    7.3% (median / max |error|), step time 0.4% / 2.8%, every run fits as replayed."""
+    7.3% (median / max |error|), step time 0.6% / 2.8% (0.4% before session 27's
+    recount of ConvNeXt-T (128)'s commands on the compute stream, NOTE [kernel counts],
+    moved its vdnn_conv run), every run fits as replayed."""
     import pandas as pd
-    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
-                           "remeasure_runs_rest.txt").read_text().splitlines()
-             if ln and not ln.startswith("#")]
     s25 = ROOT / "traces" / "h200_issue28" / "session25"
     srcs = [s25 / "call1" / "repeat.jsonl", s25 / "call2" / "repeat.jsonl"]
-    reps = [r for src in srcs for r in load_measurements(src)]
-    assert [f"{r['model'].split(':')[1]}:{r['batch_size']}:{r['policy']}" for r in reps] \
-        == queue[4:11]
-    assert all(r["repeat"]["processes"] == 3 and r["fits"] for r in reps)
+    _queue_part_measured(srcs, slice(4, 11))
     rows = pd.concat([validate([H200, ROOT / "traces" / "h200_heldout"], src)
                       for src in srcs], ignore_index=True)
-    s = summarize(rows)
-    assert s["peak_allocated"]["median_abs"] == pytest.approx(0.001, abs=0.001)
-    assert s["peak_reserved"]["median_abs"] == pytest.approx(0.031, abs=0.001)
-    assert s["peak_reserved"]["max_abs"] == pytest.approx(0.073, abs=0.001)
-    assert s["iteration_time"]["median_abs"] == pytest.approx(0.004, abs=0.001)
-    assert s["iteration_time"]["max_abs"] == pytest.approx(0.028, abs=0.001)
-    assert rows.fit_right.all() and rows.predicted_fits.all()
+    _summary_is(rows, {"peak_allocated": (0.001, 0.021), "peak_reserved": (0.031, 0.073),
+                       "iteration_time": (0.006, 0.028)})
+
+
+def test_the_queue_s_last_runs_remeasured_in_session_27():
+    """traces/h200_issue28/session27: the last fifteen runs of remeasure_runs_rest.txt,
+    three fresh processes each after one discarded, every one fitting. VGG-16's three
+    save_on_cpu runs are measured for comparison and not predicted (369, 707, 1,385 ms);
+    the twelve others against traces/h200 and traces/h200_heldout: allocated 0.0% / 0.3%,
+    reserved 1.9% / 19.8% (RegNetY-800MF (128) baseline; its re-profiled trace: -9.0%),
+    step time 0.6% / 3.5%."""
+    src = ROOT / "traces" / "h200_issue28" / "session27" / "queue" / "repeat.jsonl"
+    reps = _queue_part_measured([src], slice(11, None))
+    soc = [round(r["iteration_ms"]) for r in reps if r["policy"] == "save_on_cpu"]
+    assert soc == [369, 707, 1385]
+    rows = validate([H200, ROOT / "traces" / "h200_heldout"], src)
+    assert len(rows) == 12 and "save_on_cpu" not in set(rows.policy)
+    _summary_is(rows, {"peak_allocated": (0.000, 0.003), "peak_reserved": (0.019, 0.198),
+                       "iteration_time": (0.006, 0.035)})

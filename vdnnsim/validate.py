@@ -36,9 +36,10 @@ is not the measured one, and what follows from it is suspect: a host held back b
 launch queue or a synchronisation the GPU run did not have (or the reverse) moves the step
 time of a host-bound run and how many frees wait for copy events, so the reserved peak of
 a vDNN run. ConvNeXt-T (128) was found so (docs/validation.md): its profile counted
-1,060 kernels in the backward pass of each of stage 1's depthwise convolutions (12 at
-batch 64), which fills the launch queue; the replayed host issued the vDNN step in 594 ms,
-the H200's in 198. Each such run gets a warning line under the table; nothing is
+1,060 kernels in the backward pass of each of stage 1's depthwise convolutions, 1,056 of
+them on cuDNN's own streams, which the counter now leaves out (NOTE [kernel counts]);
+counted whole, they filled the replay's launch queue and its host issued the vDNN step in
+594 ms, the H200's in 198. Each such run gets a warning line under the table; nothing is
 corrected.
 
 NOTE [measurement sets]

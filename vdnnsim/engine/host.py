@@ -18,8 +18,9 @@ pay both: +11% on ViT-B/16 in bf16 at batch 32, docs/validation.md).
 
 NOTE [launch queue]
 A stream's launch queue holds a bounded number of commands (about a thousand kernels,
-memsets and copies on the H200, NOTE [kernel counts]): a host that runs that far ahead of
-the GPU blocks in its next launch until the oldest queued command starts. Under PyTorch
+memsets and copies on the H200, whatever the kernel; event records and stream waits take
+no slot; NOTE [kernel counts]): a host that runs that far ahead of the GPU blocks in its
+next launch until the oldest queued command starts. Under PyTorch
 semantics the host counts the commands of each compute op it has issued that has not
 started (the trace's per-layer counts, else the preset's mean) and, when the next layer's
 would overflow the preset's ``launch_queue``, waits for the oldest to start. This is what

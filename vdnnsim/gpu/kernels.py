@@ -7,7 +7,15 @@ training steps of the model, as the profiler's timing does (NOTE [layer timing])
 marker (a ``record_function`` range) after each layer's forward and from a pre-hook on
 each layer's autograd node, under torch.profiler; each kernel launch, memset and memcpy
 that the host's threads make between two markers belongs to the layer whose marker came
-first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/sim.py).
+first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/sim.py),
+so only those whose GPU activity ran on the compute stream count (the stream of the
+step's first kernel, memset or copy; ``off_stream``): a library that forks work onto
+streams of its own fills their queues, not the compute stream's. cuDNN's FFT engine does:
+ConvNeXt-T's depthwise backward at batch 128 on the H200 launched 1,060 commands, 4 on the
+compute stream and 1,056 on eight streams of cuDNN's (traces/h200_issue28/session27), and
+counted whole they held the replayed host back by seconds that the measured one never
+waited (NOTE [host issue]). Event records and stream waits take no slot in the queue
+(measured there too) and are not counted.
 
 ``launch_queue_depth`` measures that queue: a long ``torch.cuda._sleep`` keeps the stream
 busy while the host launches tiny kernels one after the other; the first launch that
@@ -104,11 +112,36 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
     return split_commands(events, names)
 
 
+_GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+def _correlation(e: dict) -> Any:
+    args = e.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
+
+
+def off_stream(events: list[dict]) -> set:
+    """NOTE [kernel counts]: the correlation ids of the commands whose GPU activity ran on
+    a stream other than the step's compute stream (the stream of its first kernel, memset
+    or copy): a library's own streams (cuDNN's FFT engines fork theirs) queue them, not the
+    compute stream's launch queue. Empty without GPU activities."""
+    seen: list[tuple[float, Any, Any]] = []
+    for e in events:
+        if e.get("ph") == "X" and str(e.get("cat", "")) in _GPU_CATS and "ts" in e:
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            seen.append((float(e["ts"]), args.get("correlation"), args.get("stream")))
+    if not seen:
+        return set()
+    main = min(seen, key=lambda s: s[0])[2]
+    return {c for _, c, stream in seen if stream != main and c is not None}
+
+
 def split_commands(events: list[dict], names: list[str]
                    ) -> tuple[dict[str, tuple[int, int]], int]:
     """NOTE [kernel counts] on a Chrome trace's events: each host thread's commands, in
     time order, belong to the marker before them."""
     n = len(names)
+    elsewhere = off_stream(events)
     by_thread: dict[Any, list[tuple[float, int, str]]] = {}
     for e in events:
         if e.get("ph") != "X" or "ts" not in e:
@@ -118,6 +151,8 @@ def split_commands(events: list[dict], names: list[str]
         if cat == "user_annotation" and name.startswith(_PREFIX):
             item = (float(e["ts"]), 0, name[len(_PREFIX):])
         elif cat in ("cuda_runtime", "cuda_driver") and _is_command(name):
+            if _correlation(e) in elsewhere:
+                continue
             item = (float(e["ts"]), 1, "")
         else:
             continue

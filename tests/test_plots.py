@@ -29,6 +29,28 @@ def test_plot_writes_a_png(tmp_path, kind, inp, extra):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
+def test_validation_plot_of_measurement_sets(tmp_path):
+    """NOTE [measurement sets] in the plot too: several trace folders, and measurement files
+    oldest first (the committed single-process records, then a fresh-process set), whose
+    newer records are the ones drawn with their bands."""
+    from vdnnsim.report import plots
+    from vdnnsim.validate import validate
+    traces = [ROOT / "traces" / "h200", ROOT / "traces" / "h200_heldout"]
+    meas = [ROOT / "traces" / "h200" / "measurements.json",
+            ROOT / "traces" / "h200_issue28" / "session27" / "queue" / "repeat.jsonl"]
+    out = tmp_path / "v.png"
+    r = _run("validation", *traces, "--measurements", meas[0], "--measurements", meas[1],
+             "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = validate(traces, meas)
+    assert table.attrs["replaced_records"] > 0 and table.time_band_min.notna().sum() == 12
+    fig = plots.validation_scatter(table)
+    assert "measured band (fresh processes)" in [t for ax in fig.axes
+                                                 if ax.get_legend() is not None
+                                                 for t in _labels(ax)]
+
+
 def test_sweep_plot_from_a_study(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text("sweep:\n  network: [alexnet]\n  batch_size: [8, 64]\n"
@@ -66,6 +88,8 @@ def test_sweep_plot_of_a_network_without_time(tmp_path):
     (["memory", ROOT / "configs" / "alexnet.yaml", "-o", "x.jpg"], "write .png, .pdf or .svg"),
     (["sweep", "nothere.csv", "-o", "x.png"], "no such file"),
     (["validation", ROOT / "traces" / "h200", "-o", "x.png"], "--measurements"),
+    (["memory", ROOT / "configs" / "alexnet.yaml", ROOT / "configs" / "vgg16_b64.yaml",
+      "-o", "x.png"], "plot memory takes one input, not 2"),
 ])
 def test_plot_errors(tmp_path, args, match):
     r = subprocess.run([sys.executable, "-m", "vdnnsim", "plot", *map(str, args)],

@@ -366,6 +366,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if out.suffix not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"{out}: write .png, .pdf or .svg")
     _writable(out)
+    inputs = args.input
+    if args.kind != "validation":
+        if len(inputs) != 1:
+            raise ConfigError(f"plot {args.kind} takes one input, not {len(inputs)}")
+        args.input = inputs[0]
     if args.kind in ("memory", "timeline"):
         from .api import run_config
         from .config import load_config
@@ -393,10 +398,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
         from .validate import validate
         if not args.measurements:
             raise ConfigError("plot validation needs TRACES and --measurements FILE")
-        table = validate(args.input, args.measurements)
+        table = validate(inputs, args.measurements)  # NOTE [measurement sets]
         if "measured_alloc_gib" not in table or not table.measured_fits.any():
-            raise ConfigError(f"{shown(args.measurements)}: no measured run fits its card: "
-                              "nothing to plot")
+            raise ConfigError(f"{', '.join(shown(m) for m in args.measurements)}: no "
+                              "measured run fits its card: nothing to plot")
         fig = plots.validation_scatter(table)
     write_atomic(out, lambda f: fig.savefig(f, format=out.suffix[1:], dpi=100), binary=True)
     print(f"wrote {_shown(out)}")
@@ -907,9 +912,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plot", help="draw a figure: memory, timeline, sweep or validation")
     pl.add_argument("kind", choices=["memory", "timeline", "sweep", "validation"])
-    pl.add_argument("input", help="run config (memory, timeline); study or results .csv/"
-                    ".parquet (sweep); traces folder (validation)")
-    pl.add_argument("--measurements", default=None, help="measurements JSON (validation)")
+    pl.add_argument("input", nargs="+", help="run config (memory, timeline); study or "
+                    "results .csv/.parquet (sweep); traces folders or files (validation)")
+    pl.add_argument("--measurements", action="append", default=None,
+                    help="measurements JSON or JSON Lines (validation); given again for "
+                    "several files, oldest first: a later file's record of a run replaces "
+                    "the earlier ones (as in validate)")
     pl.add_argument("--output", "-o", required=True, help=".png, .pdf or .svg")
     pl.set_defaults(fn=cmd_plot)
 

@@ -7,14 +7,14 @@ training steps of the model, as the profiler's timing does (NOTE [layer timing])
 marker (a ``record_function`` range) after each layer's forward and from a pre-hook on
 each layer's autograd node, under torch.profiler; each kernel launch, memset and memcpy
 that the host's threads make between two markers belongs to the layer whose marker came
-first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/sim.py),
+first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/host.py),
 so only those whose GPU activity ran on the compute stream count (the stream of the
 step's first kernel, memset or copy; ``off_stream``): a library that forks work onto
 streams of its own fills their queues, not the compute stream's. cuDNN's FFT engine does:
 ConvNeXt-T's depthwise backward at batch 128 on the H200 launched 1,060 commands, 4 on the
 compute stream and 1,056 on eight streams of cuDNN's (traces/h200_issue28/session27), and
-counted whole they held the replayed host back by seconds that the measured one never
-waited (NOTE [host issue]). Event records and stream waits take no slot in the queue
+counted whole they held the replayed host back (594 ms to issue a vDNN_all step the H200's
+host issued in 198; NOTE [host issue]). Event records and stream waits take no slot in the queue
 (measured there too) and are not counted.
 
 ``launch_queue_depth`` measures that queue: a long ``torch.cuda._sleep`` keeps the stream

@@ -69,8 +69,10 @@ def test_only_the_compute_streams_commands_count():
     for c in range(4, 10):  # six on the library's streams, more than stream 7 ran
         ev += [launch(41 + c, 2, c), kernel(103 + c, c, 30 + c % 2)]
     ev.append(launch(42, 2, 99))  # a launch without a GPU activity in the trace counts
-    counts, _ = split_commands(ev, ["a", "b"])
+    left_out: list[int] = []
+    counts, _ = split_commands(ev, ["a", "b"], left_out)
     assert counts == {"a": (1, 2), "b": (0, 0), "loss": (1, 0)}
+    assert left_out == [6]  # the profile's note says how many
     legacy, _ = split_commands([e for e in ev if e.get("cat") != "kernel"], ["a", "b"])
     assert legacy["a"] == (1, 8)  # without GPU activities every launch counts
 
@@ -86,10 +88,10 @@ def test_the_counter_marks_every_layer_of_a_real_model():
     seen = {}
     real = kernels.split_commands
 
-    def spy(events, names):
+    def spy(events, names, left_out=None):
         seen["tags"] = [e["name"] for e in events if str(e.get("name", "")).startswith(
             "vdnnsim:")]
-        return real(events, names)
+        return real(events, names, left_out)
 
     kernels.split_commands = spy
     try:

@@ -49,10 +49,13 @@ def _is_command(name: str) -> bool:
     return any(c in name for c in _COMMANDS)
 
 
-def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
+def count_kernels(model: nn.Module, p: Probe, warmup: int = 2,
+                  left_out: list[int] | None = None
                   ) -> tuple[dict[str, tuple[int, int]], int]:
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
-    backward issue, in a training step after ``warmup`` steps; and the optimizer step's."""
+    backward issue, in a training step after ``warmup`` steps; and the optimizer step's.
+    ``left_out``: a list to which the number of commands left out as another stream's is
+    appended (NOTE [kernel counts])."""
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]
     index = {name: k for k, name in enumerate(names)}
@@ -109,7 +112,7 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2
             events = json.load(f)["traceEvents"]
     finally:
         os.unlink(path)
-    return split_commands(events, names)
+    return split_commands(events, names, left_out)
 
 
 _GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
@@ -136,12 +139,14 @@ def off_stream(events: list[dict]) -> set:
     return {c for _, c, stream in seen if stream != main and c is not None}
 
 
-def split_commands(events: list[dict], names: list[str]
+def split_commands(events: list[dict], names: list[str], left_out: list[int] | None = None
                    ) -> tuple[dict[str, tuple[int, int]], int]:
     """NOTE [kernel counts] on a Chrome trace's events: each host thread's commands, in
-    time order, belong to the marker before them."""
+    time order, belong to the marker before them; those whose GPU activity ran on another
+    stream than the compute stream are left out (their number appended to ``left_out``)."""
     n = len(names)
     elsewhere = off_stream(events)
+    skipped = 0
     by_thread: dict[Any, list[tuple[float, int, str]]] = {}
     for e in events:
         if e.get("ph") != "X" or "ts" not in e:
@@ -152,6 +157,7 @@ def split_commands(events: list[dict], names: list[str]
             item = (float(e["ts"]), 0, name[len(_PREFIX):])
         elif cat in ("cuda_runtime", "cuda_driver") and _is_command(name):
             if _correlation(e) in elsewhere:
+                skipped += 1
                 continue
             item = (float(e["ts"]), 1, "")
         else:
@@ -182,6 +188,8 @@ def split_commands(events: list[dict], names: list[str]
                 bwd[int(k)] += 1
     counts = {name: (fwd[k], bwd[k]) for k, name in enumerate(names)}
     counts["loss"] = (fwd[n], bwd[n])
+    if left_out is not None:
+        left_out.append(skipped)
     return counts, opt
 
 

@@ -436,7 +436,9 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     torch.backends.cudnn.benchmark = True
     p = probe(model, shape, batch_size, device, DTYPES[dtype], name)
     inner, meta = time_in_situ(model, p, trials, cuda)
-    counts = count_kernels(model, p)[0] if cuda else None  # NOTE [kernel counts]
+    left_out: list[int] = []
+    counts = count_kernels(model, p, left_out=left_out)[0] if cuda else None  # NOTE
+    # [kernel counts]
     spaces = {n.name: _workspace(n) if cuda else (0, 0, ()) for n in p.nodes}
     resident = resident_bytes(model) if cuda else 0
     times = {k: (*inner[k], *spaces[k]) for k in spaces}
@@ -454,7 +456,10 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
                    f"taken off; the host issued the forward pass in "
                    f"{meta['host_fwd_pass_ns'] / 1e6:.2f} ms and the backward in "
                    f"{meta['host_bwd_pass_ns'] / 1e6:.2f} ms, "
-                   f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off (NOTE [host timing])"}
+                   f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off (NOTE [host timing])"
+                   + (f"; {left_out[0]} commands ran on a library's own streams, not the "
+                      "compute stream's, and are not in the layers' kernel counts (NOTE "
+                      "[kernel counts])" if left_out and left_out[0] else "")}
     step = meta["step_ns"]
     data = assemble(p, times=times, names=names, source=src, step_ns=step, dtype=dtype,
                     hosts=meta["hosts"], host_step_ns=meta["host_step_ns"], kernels=counts)

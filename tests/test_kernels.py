@@ -69,12 +69,18 @@ def test_only_the_compute_streams_commands_count():
     for c in range(4, 10):  # six on the library's streams, more than stream 7 ran
         ev += [launch(41 + c, 2, c), kernel(103 + c, c, 30 + c % 2)]
     ev.append(launch(42, 2, 99))  # a launch without a GPU activity in the trace counts
+    # a memset on the library's stream is left out like its kernels; an activity that
+    # names no stream (earliest of all here) neither sets the compute stream nor is left out
+    ev += [{**launch(43, 2, 50), "name": "cudaMemsetAsync"},
+           {**kernel(104, 50, 31), "cat": "gpu_memset"},
+           {**launch(44, 2, 51), "name": "cudaMemsetAsync"},
+           {"ph": "X", "ts": 50, "pid": 0, "tid": 0, "cat": "gpu_memset", "name": "m"}]
     left_out: list[int] = []
     counts, _ = split_commands(ev, ["a", "b"], left_out)
-    assert counts == {"a": (1, 2), "b": (0, 0), "loss": (1, 0)}
-    assert left_out == [6]  # the profile's note says how many
+    assert counts == {"a": (1, 3), "b": (0, 0), "loss": (1, 0)}
+    assert left_out == [7]  # the profile's note says how many
     legacy, _ = split_commands([e for e in ev if e.get("cat") != "kernel"], ["a", "b"])
-    assert legacy["a"] == (1, 8)  # without GPU activities every launch counts
+    assert legacy["a"] == (1, 10)  # without GPU activities every launch counts
 
 
 def test_the_counter_marks_every_layer_of_a_real_model():

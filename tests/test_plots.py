@@ -33,8 +33,8 @@ def test_validation_plot_of_measurement_sets(tmp_path):
     """NOTE [measurement sets] in the plot too: several trace folders, and measurement files
     oldest first (the committed single-process records, then a fresh-process set), whose
     newer records are the ones drawn with their bands."""
+    from vdnnsim.cli import main
     from vdnnsim.report import plots
-    from vdnnsim.validate import validate
     traces = [ROOT / "traces" / "h200", ROOT / "traces" / "h200_heldout"]
     meas = [ROOT / "traces" / "h200" / "measurements.json",
             ROOT / "traces" / "h200_issue28" / "session27" / "queue" / "repeat.jsonl"]
@@ -43,8 +43,18 @@ def test_validation_plot_of_measurement_sets(tmp_path):
              "-o", out)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = validate(traces, meas)
+    drawn = []  # the table the command draws: both files' records, the newer winning
+    real = plots.validation_scatter
+    plots.validation_scatter = lambda t: drawn.append(t) or real(t)
+    try:
+        assert main(["plot", "validation", *map(str, traces), "--measurements",
+                     str(meas[0]), "--measurements", str(meas[1]), "-o",
+                     str(tmp_path / "w.png")]) == 0
+    finally:
+        plots.validation_scatter = real
+    table = drawn[0]
     assert table.attrs["replaced_records"] > 0 and table.time_band_min.notna().sum() == 12
+    assert set(table.model) > {"vgg16", "convnext_tiny"}  # both folders' runs
     fig = plots.validation_scatter(table)
     assert "measured band (fresh processes)" in [t for ax in fig.axes
                                                  if ax.get_legend() is not None

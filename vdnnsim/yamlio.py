@@ -451,7 +451,8 @@ def misplaced(data: Any, source: str | os.PathLike, expected: str,
             "plan": f"replay it with `policy: planned` and `policy_options: {{file: {src}}}` "
                     "in a run config",
             "calibration": "a GPU preset's `calibration:` names it (docs/cost-model.md)",
-            "measurements": f"give it to `vdnnsim validate TRACES {src}`"}[kind]
+            "measurements": f"give it to `vdnnsim validate TRACES {src}` (or to `vdnnsim "
+                            f"plot validation TRACES --measurements {src}`)"}[kind]
     return f"{src}: this is {_KINDS[kind]}, not {expected}; {hint}"
 
 

@@ -126,13 +126,16 @@ def _correlation(e: dict) -> Any:
 def off_stream(events: list[dict]) -> set:
     """NOTE [kernel counts]: the correlation ids of the commands whose GPU activity ran on
     a stream other than the step's compute stream (the stream of its first kernel, memset
-    or copy): a library's own streams (cuDNN's FFT engines fork theirs) queue them, not the
-    compute stream's launch queue. Empty without GPU activities."""
+    or copy that names one): a library's own streams (cuDNN's FFT engines fork theirs)
+    queue them, not the compute stream's launch queue. Empty without GPU activities that
+    name their stream (then every command counts, as before streams were told apart); an
+    activity that names none is never left out."""
     seen: list[tuple[float, Any, Any]] = []
     for e in events:
         if e.get("ph") == "X" and str(e.get("cat", "")) in _GPU_CATS and "ts" in e:
             args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            seen.append((float(e["ts"]), args.get("correlation"), args.get("stream")))
+            if args.get("stream") is not None:
+                seen.append((float(e["ts"]), args.get("correlation"), args["stream"]))
     if not seen:
         return set()
     main = min(seen, key=lambda s: s[0])[2]

@@ -619,6 +619,28 @@ def test_opt_traces_on_the_meta_device(tmp_path, capsys):
     assert r.iteration_time_ns > 0
 
 
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_an_hf_cnn_without_an_sdpa_path_is_built_eager_and_traced(tmp_path, capsys):
+    """A transformers CNN has no attention, and transformers refuses SDPA for it: NOTE [hf
+    models] builds such a class with its eager path unless the config names one (asking
+    for SDPA by name still fails in one line)."""
+    from vdnnsim.cli import main
+    from vdnnsim.gpu.hf import build
+    from vdnnsim.trace import load_trace
+    path = ROOT / "tests" / "hf" / "mobilenet-tiny.yaml"
+    model, _ = build(str(path))
+    assert model.config._attn_implementation == "eager"
+    out = tmp_path / "m.yaml"
+    assert main(["trace", "--model", f"hf:{path}", "-b", "2", "--gpu", "h200", "-o",
+                 str(out)]) == 0, capsys.readouterr().err
+    # the stem and 13 depthwise-separable pairs
+    assert sum(x.kind == "convolution" for x in load_trace(out).layers) == 27
+    code = main(["trace", "--model", f"hf:{path}", "--model-arg",
+                 "attn_implementation=sdpa", "-b", "2", "-o", str(tmp_path / "n.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "scaled_dot_product_attention" in err and len(err.splitlines()) == 1
+
+
 class _Reused(nn.Module):
     """A module called twice, a nested one, and ops in the model's own forward."""
 

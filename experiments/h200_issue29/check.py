@@ -2,7 +2,10 @@
 trace timed by the op-level model (NOTE [op model]; no GPU), against the median of three
 fresh-process measurements (traces/h200_issue29/session15/measure.jsonl).
 
-    python experiments/h200_issue29/check.py [--json]
+    python experiments/h200_issue29/check.py [--json] [--set set2]
+
+``--set set2``: the second held-out set (experiments/h200_issue29_set2/README.md), its
+runs and configs there and its measurements in traces/h200_issue29/set2/measure.jsonl.
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its loss_type notice
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "experiments" / "h200_issue29"
 MEASURED = ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl"
+
+
+def use_set(name: str) -> None:
+    """Point HERE and MEASURED at held-out set ``name`` (``set2``)."""
+    global HERE, MEASURED
+    HERE = ROOT / "experiments" / f"h200_issue29_{name}"
+    MEASURED = ROOT / "traces" / "h200_issue29" / name / "measure.jsonl"
 
 
 def runs() -> list[tuple[str, str, int, int | None, str, str]]:
@@ -46,6 +56,8 @@ def predict(model: str, batch: int, seq: int | None, dtype: str, opt: str) -> di
 
 
 def main(argv: list[str]) -> int:
+    if "--set" in argv:
+        use_set(argv[argv.index("--set") + 1])
     measured = {}
     for line in MEASURED.read_text().splitlines():
         rec = json.loads(line)

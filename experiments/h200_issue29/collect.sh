@@ -5,16 +5,18 @@
 #   bash experiments/h200_issue29/collect.sh DIR measure RUNS  each run of RUNS (names from
 #                                                              runs.txt), --repeat 3 after 0
 #                                                              more discarded processes
+# SET=experiments/h200_issue29_set2 (relative to the repository) takes the runs and configs
+# of another held-out set; the default is this folder's.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-H="$ROOT/experiments/h200_issue29"
+H="$ROOT/${SET:-experiments/h200_issue29}"
 DIR=$1
 WHAT=$2
 mkdir -p "$DIR"
 case $WHAT in
   warmup)
-    python3 -m vdnnsim measure --model hf:$H/distilbert-base.yaml -b 32 --seq-len 256 \
+    python3 -m vdnnsim measure --model hf:$ROOT/experiments/h200_issue29/distilbert-base.yaml -b 32 --seq-len 256 \
       --optimizer adamw --json > "$DIR/warmup.json" 2> "$DIR/warmup.err" ;;
   measure)
     for run in $3; do

@@ -8,7 +8,9 @@ the same form: ``name``, ``task`` (``causal_lm``, ``masked_lm`` or
 ``PretrainedConfig`` with its ``model_type``. The shipped files are the hub models'
 ``config.json`` written out, so nothing is downloaded: the model is built by
 ``AutoModelFor<task>.from_config`` with random weights, with PyTorch's SDPA attention
-(``attn_implementation='sdpa'``) unless the config names another. The task sets the
+(``attn_implementation='sdpa'``) unless the config names another; a model class without an
+SDPA path (a CNN such as BiT or MobileNet, or a model whose attention transformers writes
+out) is built with ``'eager'``, the library's own. The task sets the
 example batch and the loss: token ids of ``seq_len`` over the vocabulary with the ids as
 labels (the model shifts them for a causal LM; a masked LM is scored at every position),
 or images of the config's size with class labels; the loss is the model's own
@@ -57,6 +59,16 @@ def load_spec(name: str) -> dict[str, Any]:
     return data
 
 
+def _supports_sdpa(auto, config) -> bool:
+    """Whether the model class ``auto`` builds for ``config`` has an SDPA attention; a model
+    without one (a CNN, or attention written out) is built with the library's eager path."""
+    try:
+        cls = auto._model_mapping[type(config)]
+    except (KeyError, AttributeError):
+        return True  # let the build say what it does not support
+    return bool(getattr(cls, "_supports_sdpa", True))
+
+
 def build(name: str, overrides: dict[str, Any] | None = None):
     """(model, spec) for ``hf:NAME``; ``overrides`` change config keys (``n_layer: 2``)."""
     try:
@@ -67,8 +79,7 @@ def build(name: str, overrides: dict[str, Any] | None = None):
     cfg = dict(spec["config"])
     cfg.update(overrides or {})
     model_type = cfg.pop("model_type")
-    cfg.setdefault("attn_implementation", "sdpa")
-    attn = cfg.pop("attn_implementation")
+    attn = cfg.pop("attn_implementation", None)
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)
     except (ValueError, TypeError, KeyError) as exc:
@@ -76,6 +87,8 @@ def build(name: str, overrides: dict[str, Any] | None = None):
     auto = {"causal_lm": transformers.AutoModelForCausalLM,
             "masked_lm": transformers.AutoModelForMaskedLM,
             "image_classification": transformers.AutoModelForImageClassification}[spec["task"]]
+    if attn is None:
+        attn = "sdpa" if _supports_sdpa(auto, config) else "eager"
     try:
         model = auto.from_config(config, attn_implementation=attn)
     except (ValueError, TypeError, KeyError) as exc:

@@ -33,10 +33,27 @@ def _small(cases):
     return out
 
 
+def _small_cnn(cases):
+    out = []
+    for c in cases:
+        c = dict(c, batch=2, h=min(c["h"], 9))
+        if c["op"] == "conv":
+            dw = c["groups"] == c["c"] and c["c"] > 1
+            c["c"] = min(c["c"], 16) if c["c"] > 3 else 3
+            c["groups"] = c["c"] if dw else 1
+            c["k_out"] = c["c"] if dw else min(c["k_out"], 16)
+        else:
+            c["c"] = min(c["c"], 32)
+        out.append(c)
+    return out
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     real = co.op_cases
     monkeypatch.setattr(co, "op_cases", lambda rng, n, dt: _small(real(rng, n, dt)))
+    real_cnn = co.cnn_cases
+    monkeypatch.setattr(co, "cnn_cases", lambda rng, n, dt: _small_cnn(real_cnn(rng, n, dt)))
     real_steps = co.step_cases
     monkeypatch.setattr(co, "step_cases", lambda rng, n: _small(real_steps(rng, n)))
     data = co.calibrate_ops(dtype, scale=0.1, dev=torch.device("cpu"), clock=FakeClock())
@@ -56,9 +73,37 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     assert {r["pass"] for r in recs if r["op"] == "gelu"} == {"fwd", "bwd"}
     if dtype == "fp32":
         assert {"adamw_step", "sgd_step"} <= kinds
+    # the CNN grid: convolutions in both memory formats, dense and depthwise, each recorded
+    # as the op the model keys on (NOTE [op features]), and every 4-D streaming op
+    from vdnnsim.opmodel import _main_op, conv_kind
+    assert set(co.CNN_STREAMING) <= kinds
+    convs = [_main_op(r) for r in recs if r["op"] == "conv" and r["pass"] == "fwd"]
+    assert {conv_kind(f) for f in convs} == {"dense", "dw", "dense_cl", "dw_cl"}
+    for r in recs:
+        if r["op"] in co.CNN_STREAMING:
+            assert _main_op(r) is not None, r["op"]
+    assert data["classes"] == "all" and data["numerics"]["cudnn_allow_tf32"] is not None
     assert len(data["host_chains"]) == 2 * len(co.HOST_CHAINS)
     # NOTE [host probe]: each chain's record says how fast the host was beside it
     assert all(c["host_probe_between_ns"] > 0 for c in data["host_chains"])
+
+
+def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
+    """--classes: the transformer grid of seed 0 is the one the shipped files were made
+    with; the CNN grid has a seed of its own, each memory format its dense and depthwise
+    convolutions."""
+    tr = co._todo("transformer", 1.0, 0, "fp32")
+    assert tr == co.op_cases(random.Random(0), 10, "fp32") + co.step_cases(random.Random(1), 16)
+    cnn = co._todo("cnn", 1.0, 0, "bf16")
+    assert co._todo("all", 1.0, 0, "bf16") == co._todo("transformer", 1.0, 0, "bf16") + cnn
+    convs = [c for c in cnn if c["op"] == "conv"]
+    for cl in (False, True):
+        dw = [c for c in convs if c["cl"] == cl and c["groups"] == c["c"] > 1]
+        assert len(dw) == 40 and sum(c["cl"] == cl for c in convs) == 140
+    for c in convs:
+        assert c["c"] % c["groups"] == 0 and c["k_out"] % c["groups"] == 0
+    with pytest.raises(ValueError):
+        co._todo("rnn", 1.0, 0, "fp32")
 
 
 def test_grid_is_seeded_and_respects_limits():

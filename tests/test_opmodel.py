@@ -124,3 +124,62 @@ def test_other_precisions_take_stand_ins_not_a_crash():
     assert om.time_ns({"op": "mm", "dt": "int64", "m": 8, "n": 8, "k": 8, "bytes": 1536},
                       "fwd")[0] > 0
     assert om.time_ns({"op": "arange", "dt": "int64", "bytes": 4096}, "fwd")[0] > 0
+
+
+def _conv_raw(dtype, rng):
+    """A made-up calibration of convolutions: each kind and format at its own utilization,
+    as ``vdnnsim calibrate --ops --classes cnn`` records them (NOTE [op features])."""
+    recs = []
+    util = {"dense": 0.6, "dw": 0.05, "dense_cl": 0.5, "dw_cl": 0.1}
+    for i in range(160):
+        kind = ["dense", "dw", "dense_cl", "dw_cl"][i % 4]
+        b, c, h = rng.choice([16, 64]), rng.choice([32, 64, 128, 256]), rng.choice([14, 28, 56])
+        dw = kind.startswith("dw")
+        k = 3 if dw else rng.choice([1, 3])
+        n = 1 if dw else rng.choice([64, 128, 256])
+        g = c if dw else 1
+        f = {"op": "convolution", "dt": dtype, "bytes": 4 * b * c * h * h * 2,
+             "b": g, "m": b * h * h, "n": n, "k": (c // g) * k * k, "c": c, "kh": k, "kw": k,
+             "stride": 1}
+        if kind.endswith("_cl"):
+            f["cl"] = True
+        assert opmodel.conv_kind(f) == kind
+        for pass_ in ("fwd", "bwd"):
+            peak = 494.7e12 if dtype == "fp32" else 989e12
+            _, roof = opmodel.conv_phi(f, pass_, 132, peak, 4.8e12)
+            recs.append({"op": "conv", "pass": pass_, "ops": [f],
+                         "time_ns": roof / util[kind] * rng.uniform(0.95, 1.05)})
+    return {"dtype": dtype, "gpu": {"name": "test", "sm_count": 132}, "records": recs,
+            "host_chains": []}
+
+
+def test_convolutions_are_fitted_per_kind_and_memory_format():
+    """NOTE [op model]: a convolution is timed by its own kind's and format's class (fp32
+    against the TF32 peak); a format without cases takes the other format's class, counted
+    as a stand-in; a depthwise conv is far from a dense one of the same bytes."""
+    import random
+
+    rng = random.Random(0)
+    peaks = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989e12}
+    fitted = opmodel.fit([_conv_raw("fp32", rng), _conv_raw("bf16", rng)], peaks, 4.8e12, 132)
+    for dt in ("fp32", "bf16"):
+        for kind in ("dense", "dw", "dense_cl", "dw_cl"):
+            c = fitted["classes"][f"convolution:{kind}|{dt}|fwd"]
+            assert c["fit_error"]["median"] < 0.05
+    om = opmodel.OpModel(fitted, peaks, 4.8e12, 132, "test")
+    dense = {"op": "convolution", "dt": "bf16", "bytes": 1 << 26, "b": 1, "m": 64 * 28 * 28,
+             "n": 128, "k": 128 * 9, "c": 128, "kh": 3, "kw": 3, "stride": 1}
+    _, roof = opmodel.conv_phi(dense, "fwd", 132, 989e12, 4.8e12)
+    t, own = om.time_ns(dense, "fwd")
+    assert own and t == pytest.approx(roof / 0.6, rel=0.1)
+    t_cl, own_cl = om.time_ns(dict(dense, cl=True), "fwd")
+    assert own_cl and t_cl == pytest.approx(roof / 0.5, rel=0.1)
+    # without channels-last classes: the NCHW class stands in, and says so
+    nchw_only = dict(fitted, classes={k: v for k, v in fitted["classes"].items()
+                                      if "_cl|" not in k})
+    t2, own2 = opmodel.OpModel(nchw_only, peaks, 4.8e12, 132, "test").time_ns(
+        dict(dense, cl=True), "fwd")
+    assert t2 == pytest.approx(t) and not own2
+    dw = dict(dense, b=128, n=1, k=9)
+    _, roof_dw = opmodel.conv_phi(dw, "fwd", 132, 989e12, 4.8e12)
+    assert om.time_ns(dw, "fwd")[0] == pytest.approx(roof_dw / 0.05, rel=0.1)

@@ -768,7 +768,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ConfigError("--host-only goes with --ops")
         from .gpu.calibrate_ops import host_only
         data = host_only()
+    elif args.ops:
+        data = calibrate(args.dtype, args.scale, args.seed,
+                         progress=lambda m: print(m, file=sys.stderr, flush=True),
+                         classes=args.classes)
     else:
+        if args.classes != "all":
+            raise ConfigError("--classes goes with --ops")
         data = calibrate(args.dtype, args.scale, args.seed,
                          progress=lambda m: print(m, file=sys.stderr, flush=True))
     write_text_atomic(args.output, json.dumps(data, indent=1))
@@ -1052,9 +1058,12 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--scale", type=float, default=1.0,
                     help="share of the default grid to run (0.1: a quick look)")
     ca.add_argument("--seed", type=int, default=0, help="the grid's random seed")
-    ca.add_argument("--ops", action="store_true", help="the ATen ops of transformer steps "
-                    "(GEMMs, attention, norms, pointwise, loss, AdamW; NOTE [op calibration]) "
-                    "for the op-level model, instead of the CNN grid")
+    ca.add_argument("--ops", action="store_true", help="the ATen ops of training steps "
+                    "(GEMMs, attention, norms, pointwise, loss, AdamW; convolutions, CNN norms "
+                    "and pooling; NOTE [op calibration]) for the op-level model, instead of "
+                    "the CNN layer grid")
+    ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn"],
+                    help="with --ops: which grids to run (default: both)")
     ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
                     "cost per op (chains of small ops; fp32, bf16, bf16 autocast)")
     ca.set_defaults(fn=cmd_calibrate)

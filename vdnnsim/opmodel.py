@@ -23,10 +23,13 @@ time (where its output takes a gradient), and the host's cost of both:
   table's gradient), least squares on the relative error (NOTE [kernel model]). An op
   the calibration has no case of takes the pooled fit of all streaming ops of its
   precision and pass, and the trace says how many ops did (``source.note``).
-- A convolution (no op-level classes yet): its implicit GEMM (``b`` groups of ``N Ho Wo x
-  C_out / g``, reducing over ``C_in / g x kh x kw``) by the ``mm`` fit, a stand-in the
-  trace's note counts like the pooled ones: a CNN's meta trace of the op probe is timed,
-  and says it is rough (torchvision and zoo models take the CNN kernel model instead).
+- A convolution: its implicit GEMM (``b`` groups of ``N Ho Wo x C_out / g``, reducing over
+  ``C_in / g x kh x kw``) by the same utilization form, with the kernel's taps, stride and
+  input channels per group among the features; fitted per kind (dense, grouped included,
+  or depthwise), memory format (NCHW or channels-last), precision and pass; fp32 against
+  the TF32 peak (cuDNN's default). A kind or format without cases takes the other format's
+  class, then the ``mm`` fit (a stand-in the trace's note counts). Batch and group norm,
+  pooling, padding and hardtanh are streaming ops like any other.
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
@@ -63,14 +66,26 @@ SDPA_OPS = {"_scaled_dot_product_flash_attention": "flash",
 CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_row": "mul",
            "add_row": "add", "to_bf16": "_to_copy", "to_fp32": "_to_copy",
            "layer_norm": "native_layer_norm", "softmax": "_softmax",
-           "log_softmax": "_log_softmax", "nll_loss": "nll_loss_forward"}
+           "log_softmax": "_log_softmax", "nll_loss": "nll_loss_forward",
+           "conv": "convolution", "batch_norm": "native_batch_norm",
+           "group_norm": "native_group_norm", "max_pool": "max_pool2d_with_indices",
+           "avg_pool": "avg_pool2d", "adaptive_avg_pool": "mean", "pad": "constant_pad_nd",
+           "relu4d": "relu"}
 # the form of a binary op a case has (NOTE [op features]: recorded from the shapes)
 CASE_FORM = {"mul_scalar": "scalar", "add_scalar": "scalar", "mul_row": "bcast",
              "add_row": "bcast"}
 # ops whose name differs from a calibrated one that does the same work
 SAME_AS = {"_safe_softmax": "_softmax", "baddbmm": "bmm", "rsub": "sub", "mul_": "mul",
            "add_": "add", "div_": "div", "copy_": "_to_copy", "contiguous": "clone",
-           "gelu_": "gelu", "silu_": "silu"}
+           "gelu_": "gelu", "silu_": "silu", "hardtanh_": "hardtanh", "relu_": "relu"}
+# one op under the names a device's dispatch gives it (the meta device's batch norm is
+# native_batch_norm; CUDA's may be cuDNN's or the update variant): fitted and looked up
+# under the first
+ALIASES = {"cudnn_batch_norm": "native_batch_norm",
+           "_batch_norm_with_update": "native_batch_norm",
+           "_native_batch_norm_legit": "native_batch_norm",
+           "_native_batch_norm_legit_functional": "native_batch_norm",
+           "miopen_batch_norm": "native_batch_norm"}
 TILE = 128
 
 
@@ -97,6 +112,27 @@ def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
     ln = math.log
     return [1.0, ln(m), ln(n), ln(k), ln(b), ln(max(waves, 1e-3)), q,
             ln(flops / nbytes), ln(roof)], roof
+
+
+def conv_kind(f: dict[str, Any]) -> str:
+    """A convolution's class (NOTE [op model]): depthwise or dense, channels-last apart."""
+    dw = f.get("b", 1) > 1 and f.get("n") == 1 and f.get("b") == f.get("c")
+    return ("dw" if dw else "dense") + ("_cl" if f.get("cl") else "")
+
+
+def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
+             ) -> tuple[list[float], float]:
+    """(features, roofline ns) of a convolution's pass: its implicit GEMM's, and the logs of
+    its kernel taps, stride and input channels per group (NOTE [op model])."""
+    phi, roof = gemm_phi(f, pass_, sms, peak, bw)
+    ln = math.log
+    return phi + [ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
+                  ln(max(f.get("c", 1) // max(f.get("b", 1), 1), 1))], roof
+
+
+def _conv_peak(dt: str, peaks: dict[str, float]) -> float:
+    """cuDNN runs an fp32 convolution on TF32 tensor cores (PyTorch's default)."""
+    return peaks.get("tf32", peaks["fp32"]) if dt == "fp32" else _peak(dt, peaks)
 
 
 def sdpa_phi(f: dict[str, Any], pass_: str, peak: float, bw: float
@@ -134,7 +170,8 @@ def _main_op(rec: dict[str, Any]) -> dict[str, Any] | None:
     want = CASE_OP.get(rec["op"], rec["op"])
     if rec["op"] == "sdpa":
         return next((o for o in rec["ops"] if o["op"] in SDPA_OPS), None)
-    return next((o for o in rec["ops"] if o["op"] == want), None)
+    f = next((o for o in rec["ops"] if ALIASES.get(o["op"], o["op"]) == want), None)
+    return dict(f, op=want) if f is not None else None
 
 
 def _err(pred, t, np) -> dict[str, Any]:
@@ -161,6 +198,8 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             if f["op"] in SDPA_OPS:
                 kern = SDPA_OPS[f["op"]] + ("_mask" if f.get("mask") else "")
                 key = f"sdpa:{kern}|{f['dt']}|{r['pass']}"
+            elif f["op"] == "convolution":
+                key = f"convolution:{conv_kind(f)}|{f['dt']}|{r['pass']}"
             else:
                 form = CASE_FORM.get(r["op"], f.get("form", ""))
                 key = f"{f['op']}{'@' + form if form else ''}|{f['dt']}|{r['pass']}"
@@ -170,9 +209,10 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
     for key, recs in sorted(groups.items()):
         op, dt, pass_ = key.split("|")
         t = np.array([x for _, x in recs])
-        if op in GEMMS or op.startswith("sdpa:"):
-            peak = _peak(dt, peaks)
+        if op in GEMMS or op.startswith(("sdpa:", "convolution:")):
+            peak = _conv_peak(dt, peaks) if op.startswith("convolution:") else _peak(dt, peaks)
             rows = [gemm_phi(f, pass_, sms, peak, bw) if op in GEMMS
+                    else conv_phi(f, pass_, sms, peak, bw) if op.startswith("convolution:")
                     else sdpa_phi(f, pass_, peak, bw) for f, _ in recs]
             c = _fit_util(rows, t, np)
             pred = [_util(c, phi, roof) for phi, roof in rows]
@@ -225,7 +265,10 @@ def host_class(op: str) -> str:
         return "linear"
     if op in SDPA_OPS:
         return "sdpa"
-    return {"native_layer_norm": "layer_norm", "_to_copy": "cast"}.get(op, "pointwise")
+    op = ALIASES.get(op, op)
+    return {"native_layer_norm": "layer_norm", "_to_copy": "cast", "convolution": "conv",
+            "native_batch_norm": "batch_norm",
+            "native_group_norm": "batch_norm"}.get(op, "pointwise")
 
 
 def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -289,9 +332,19 @@ class OpModel:
                 if c is not None:
                     phi, roof = sdpa_phi(f, pass_, peak, self.mem_bw)
                     return _util(c, phi, roof), mine
+        op = ALIASES.get(op, op)
         base = SAME_AS.get(op, op) or op
+        if op == "convolution" and "m" in f:
+            kind = conv_kind(f)
+            other = kind[:-3] if kind.endswith("_cl") else kind + "_cl"
+            for k in (kind, other):  # the other memory format's class, then a stand-in
+                c = self._cls(f"convolution:{k}|{look}|{pass_}")
+                if c is not None:
+                    phi, roof = conv_phi(f, pass_, self.sms, _conv_peak(dt, self.peaks),
+                                         self.mem_bw)
+                    return _util(c, phi, roof), mine and k == kind
         if op in GEMMS + ("convolution",) and "m" in f:
-            # a convolution: no conv classes yet, its implicit GEMM by the mm fit (a stand-in)
+            # a convolution without conv classes: its implicit GEMM by the mm fit (a stand-in)
             keys = [op, base, "mm"] if op != "convolution" else ["mm"]
             c = next((self._cls(f"{k}|{look}|{pass_}") for k in keys
                       if self._cls(f"{k}|{look}|{pass_}")), None)

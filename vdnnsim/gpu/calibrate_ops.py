@@ -17,7 +17,15 @@ matmul, an attention or a norm to. The host's costs per op come from chains of 6
 ops (GPU time negligible beside the host's), forward and backward, as plain functions and
 as one module per op: the host's cost per op and per module call. The optimizer's step is
 timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 parameters).
-Nothing here is fitted; vdnnsim/opmodel.py fits the file this writes.
+
+The CNN classes (``--classes cnn``; ``all`` runs both grids) come from a grid of CNN-stage
+shapes of their own seed (the transformer grid of a seed is unchanged by them): 2-D
+convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
+each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
+``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
+recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm, max and
+average pooling, global average pooling, constant padding, hardtanh (ReLU6), ReLU. Nothing
+here is fitted; vdnnsim/opmodel.py fits the file this writes.
 """
 
 from __future__ import annotations
@@ -46,7 +54,15 @@ UNARY = ["gelu", "gelu_tanh", "silu", "tanh", "neg", "rsqrt", "pow", "exp", "sig
 BINARY = ["add", "mul", "sub", "div", "mul_row", "add_row", "where"]
 OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax",
          "log_softmax", "nll_loss", "embedding", "cat", "clone"]
-HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast", "view"]
+HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast", "view", "conv",
+               "batch_norm"]
+CLASSES = ("all", "transformer", "cnn")
+# CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
+STAGES_CNN = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
+              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
+              (7, [160, 320, 512, 960, 1280, 2048])]
+CNN_STREAMING = ["batch_norm", "group_norm", "max_pool", "avg_pool", "adaptive_avg_pool",
+                 "pad", "hardtanh", "relu4d"]
 
 
 class _Ops(TorchDispatchMode):
@@ -106,6 +122,85 @@ def op_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]
     return out
 
 
+def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+    """The CNN grid (NOTE [op calibration]): ``10 n_each`` dense and ``4 n_each`` depthwise
+    convolutions in each memory format, each 4-D streaming op ``n_each`` times."""
+    e = 4 if dtype == "fp32" else 2
+    out: list[dict[str, Any]] = []
+    for cl in (False, True):
+        dense = dw = 0
+        while dense < 10 * n_each or dw < 4 * n_each:
+            b = rng.choice([8, 16, 32, 64, 128, 256])
+            if rng.random() < 0.08:  # a stem: the image itself
+                c, h, g = 3, 224, 1
+                k, st = rng.choice([(3, 2), (7, 2), (4, 4), (3, 1)])
+                kk = rng.choice([16, 24, 32, 64, 96])
+            else:
+                h, chans = rng.choice(STAGES_CNN)
+                c = rng.choice(chans)
+                st = 2 if rng.random() < 0.15 else 1
+                if dw < 4 * n_each and rng.random() < 0.35:
+                    g, kk, k = c, c, rng.choice([3, 3, 5, 7])
+                else:
+                    k = rng.choice([1, 1, 1, 3, 3, 5])
+                    kk = max(8, int(c * rng.choice([0.25, 0.5, 1, 1, 2, 4, 6])))
+                    g = 1
+                    if rng.random() < 0.15 and k == 3:  # grouped (ResNeXt, RegNet)
+                        gw = rng.choice([8, 16, 32, 64])
+                        g, kk = (c // gw, c) if c % gw == 0 and c > gw else (1, kk)
+            depthwise = g > 1 and g == c
+            if (depthwise and dw >= 4 * n_each) or (not depthwise and dense >= 10 * n_each):
+                continue
+            ho = (h + 2 * (k // 2) - k) // st + 1
+            if ho < 1 or max(b * c * h * h, b * kk * ho * ho) * e > 2**31 \
+                    or 2 * b * kk * ho * ho * (c // g) * k * k > 4e12:
+                continue
+            out.append(dict(op="conv", batch=b, c=c, h=h, k_out=kk, kh=k, stride=st,
+                            groups=g, cl=cl))
+            dw, dense = dw + depthwise, dense + (not depthwise)
+    for op in CNN_STREAMING:
+        for _ in range(n_each):
+            h, chans = rng.choice(STAGES_CNN)
+            c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
+            while b * c * h * h * 4 > 2**31 and b > 1:
+                b //= 2
+            out.append(dict(op=op, batch=b, c=c, h=h))
+    return out
+
+
+def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
+                fwd_bwd: Callable[..., dict[str, Callable]]) -> dict[str, Callable]:
+    """The forward and backward calls of a CNN case (NOTE [op calibration])."""
+    op, b, c, h = case["op"], case["batch"], case["c"], case["h"]
+    if op == "conv":
+        k, g = case["kh"], case["groups"]
+        fmt = torch.channels_last if case["cl"] else torch.contiguous_format
+        x = rand(b, c, h, h).detach().contiguous(memory_format=fmt).requires_grad_(c > 3)
+        w = rand(case["k_out"], c // g, k, k).detach().contiguous(memory_format=fmt) \
+            .requires_grad_()
+        return fwd_bwd(lambda x_, w_: F.conv2d(x_, w_, None, case["stride"], k // 2, 1, g),
+                       x, w)
+    x = rand(b, c, h, h)
+    if op == "batch_norm":
+        bn = nn.BatchNorm2d(c).to(x.device, x.dtype)
+        return fwd_bwd(lambda t: bn(t), x)
+    if op == "group_norm":
+        w, bias = rand(c), rand(c)
+        grp = 32 if c % 32 == 0 else 8 if c % 8 == 0 else 1
+        return fwd_bwd(lambda t, w_, b_: F.group_norm(t, grp, w_, b_), x, w, bias)
+    if op == "max_pool":
+        return fwd_bwd(lambda t: F.max_pool2d(t, 3, 2, 1), x)
+    if op == "avg_pool":
+        return fwd_bwd(lambda t: F.avg_pool2d(t, 2), x)
+    if op == "adaptive_avg_pool":
+        return fwd_bwd(lambda t: F.adaptive_avg_pool2d(t, 1), x)
+    if op == "pad":  # TensorFlow's "SAME" padding of a strided layer
+        return fwd_bwd(lambda t: F.pad(t, (0, 1, 0, 1)), x)
+    if op == "hardtanh":
+        return fwd_bwd(lambda t: F.hardtanh(t, 0.0, 6.0), x)
+    return fwd_bwd(torch.relu, x)  # relu4d
+
+
 def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
             ) -> dict[str, Callable[[], Any]]:
     """The forward and backward calls of one case (NOTE [op calibration])."""
@@ -125,6 +220,8 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
             calls["bwd"] = lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True)
         return calls
 
+    if op == "conv" or op in CNN_STREAMING:
+        return _cnn_passes(case, rand, fwd_bwd)
     if op in ("mm", "addmm"):
         x, w = rand(case["m"], case["k"]), rand(case["n"], case["k"])
         b = rand(case["n"]) if op == "addmm" else None
@@ -232,8 +329,12 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
     for kind in HOST_CHAINS:
         for modules in (False, True):
             x0 = torch.randn(8, 4, 16, 64, device=dev, dtype=dt, requires_grad=True)
+            if kind in ("conv", "batch_norm"):  # a feature map: 4 images of 16 x 8 x 8
+                x0 = torch.randn(4, 16, 8, 8, device=dev, dtype=dt, requires_grad=True)
             lin = nn.Linear(64, 64).to(dev, dt)
             ln = nn.LayerNorm(64).to(dev, dt)
+            conv = nn.Conv2d(16, 16, 3, padding=1, bias=False).to(dev, dt)
+            bn = nn.BatchNorm2d(16).to(dev, dt)
 
             def op(t: torch.Tensor, i: int) -> torch.Tensor:
                 if kind == "linear":
@@ -243,6 +344,10 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
                         F.gelu(t) if i % 4 == 2 else t.tanh()
                 if kind == "layer_norm":
                     return ln(t)
+                if kind == "conv":
+                    return conv(t)
+                if kind == "batch_norm":
+                    return bn(t)
                 if kind == "sdpa":
                     return F.scaled_dot_product_attention(t, t, t)
                 if kind == "view":  # launches nothing: the host's cost of a view
@@ -325,10 +430,10 @@ def _step(case: dict[str, Any], dev: torch.device) -> Callable[[], Any]:
 
 def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
                   progress: Callable[[str], None] | None = None, dev: torch.device | None = None,
-                  clock: Any = None) -> dict[str, Any]:
-    """Run every case; returns the op calibration file's content (NOTE [op calibration]).
-    ``dev`` and ``clock``: a CUDA GPU and its ``_Clock`` unless given (the tests run the
-    harness on the CPU with a stand-in clock)."""
+                  clock: Any = None, classes: str = "all") -> dict[str, Any]:
+    """Run every case of ``classes`` (all, transformer or cnn); returns the op calibration
+    file's content (NOTE [op calibration]). ``dev`` and ``clock``: a CUDA GPU and its
+    ``_Clock`` unless given (the tests run the harness on the CPU with a stand-in clock)."""
     dev = dev or torch.device("cuda", torch.cuda.current_device())
     dt = DTYPES[dtype]
     clock = clock or _Clock(dev)
@@ -337,10 +442,9 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
         props = torch.cuda.get_device_properties(dev)
         gpu_name, sms, cap = props.name, props.multi_processor_count, \
             f"{props.major}.{props.minor}"
-    rng = random.Random(seed)
-    todo = op_cases(rng, max(1, int(round(10 * scale))), dtype)
-    if dtype == "fp32":
-        todo += step_cases(random.Random(seed + 1), max(2, int(16 * scale)))
+    todo = _todo(classes, scale, seed, dtype)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # as vdnnsim measure runs convolutions
     records, skipped = [], []
     t_start = time.time()
     for i, case in enumerate(todo):
@@ -369,16 +473,34 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
         "format": FORMAT, "version": VERSION, "dtype": dtype, "seed": seed, "scale": scale,
         "gpu": {"name": gpu_name, "sm_count": sms, "capability": cap},
         "software": software(),
+        "classes": classes,
         "numerics": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32},
+                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                     "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                     "cudnn_benchmark": torch.backends.cudnn.benchmark},
         "made": time.strftime("%Y-%m-%d"),
         "records": records, "host_chains": chains, "skipped": skipped,
         "minutes": round((time.time() - t_start) / 60, 2),
     }
 
 
-def cases_count(scale: float = 1.0, dtype: str = "bf16") -> int:
+def _todo(classes: str, scale: float, seed: int, dtype: str) -> list[dict[str, Any]]:
+    """The cases of a run: the transformer grid (and the optimizer steps, fp32) of ``seed``,
+    the CNN grid of ``seed + 2``."""
+    if classes not in CLASSES:
+        raise ValueError(f"classes must be one of {', '.join(CLASSES)}, got {classes!r}")
+    n_each = max(1, int(round(10 * scale)))
+    todo: list[dict[str, Any]] = []
+    if classes != "cnn":
+        todo = op_cases(random.Random(seed), n_each, dtype)
+        if dtype == "fp32":
+            todo += step_cases(random.Random(seed + 1), max(2, int(16 * scale)))
+    if classes != "transformer":
+        todo += cnn_cases(random.Random(seed + 2), n_each, dtype)
+    return todo
+
+
+def cases_count(scale: float = 1.0, dtype: str = "bf16", classes: str = "all") -> int:
     """How many cases a run has (for a progress line and the tests)."""
-    n = len(op_cases(random.Random(0), max(1, int(round(10 * scale))), dtype))
-    return n + (max(2, int(16 * scale)) if dtype == "fp32" else 0)
+    return len(_todo(classes, scale, 0, dtype))
 

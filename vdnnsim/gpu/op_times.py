@@ -61,7 +61,8 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         bwd, kb = 0.0, 0
         if n.requires_grad:
             bwd, _ = om.time_ns(f, "bwd")
-            kb = (2 + (f["op"] in ("addmm", "baddbmm"))) if f["op"] in GEMMS else 1
+            kb = (2 + (f["op"] in ("addmm", "baddbmm"))) if f["op"] in GEMMS else \
+                2 if f["op"] == "convolution" else 1  # a conv: its data and weight gradients
             extra = readers.get(n.name, 0) - 1  # NOTE [gradient sums]
             if extra > 0:
                 add = {"op": "add", "dt": f["dt"], "bytes": 3 * n.out_nbytes}
@@ -85,6 +86,7 @@ def pooled_note(pooled: Counter) -> str:
         return ""
     top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
     return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
-            f"of their own, timed by a stand-in (a convolution as an implicit GEMM, any other "
-            f"by the median streaming class; NOTE [op model]): {top}")
+            f"of their own, timed by a stand-in (a convolution of a kind without a class as an "
+            f"implicit GEMM, any other by the median streaming class; NOTE [op model]): "
+            f"{top}")
 

@@ -12,7 +12,10 @@ op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbm
 ``mask`` (an additive bias given); a binary op's ``form`` where it is not elementwise
 between equal shapes (``bcast``: an operand broadcast, ``scalar``: a one-element operand);
 an embedding its table's bytes (``w``) and its output's
-(``o``); a convolution its shapes (not in the op model: NOTE [op model]).
+(``o``); a convolution its implicit GEMM's ``b, m, n, k`` (groups; output pixels; output
+channels and input channels times kernel taps per group), its input channels ``c``, kernel
+``kh, kw``, ``stride``, and ``cl`` where its input is channels-last (NHWC in memory, not
+also NCHW-contiguous).
 """
 
 from __future__ import annotations
@@ -73,7 +76,13 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             x, w, y = args[0], args[1], outs[0]
             groups = int(args[8]) if len(args) > 8 else 1
             f.update(b=groups, m=int(y.shape[0]) * int(y[0, 0].numel()),
-                     n=int(w.shape[0]) // groups, k=int(w[0].numel()))
+                     n=int(w.shape[0]) // groups, k=int(w[0].numel()), c=int(x.shape[1]),
+                     kh=int(w.shape[2]) if w.dim() > 2 else 1,
+                     kw=int(w.shape[3]) if w.dim() > 3 else 1,
+                     stride=int(args[3][0]) if len(args) > 3 and len(args[3]) else 1)
+            if x.dim() == 4 and not x.is_contiguous() \
+                    and x.is_contiguous(memory_format=torch.channels_last):
+                f["cl"] = True
         elif op == "embedding":
             f.update(w=_nbytes(args[0]), o=_nbytes(outs[0]))
     except (IndexError, AttributeError, TypeError):  # an overload of another signature

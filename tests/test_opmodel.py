@@ -13,7 +13,7 @@ from vdnnsim.hardware import gpu_preset
 def _raws():
     d = resources.files("vdnnsim").joinpath("data", "calibration")
     return [json.loads(d.joinpath(f"h200_ops_{x}.json").read_text())
-            for x in ("bf16", "fp32", "host")]
+            for x in ("bf16", "fp32", "host", "host_s28", "cnn_bf16", "cnn_fp32")]
 
 
 def test_shipped_model_is_the_fit_of_the_shipped_calibration():
@@ -33,7 +33,10 @@ def test_fit_errors_on_calibration_are_reported_and_bounded():
             if k.split("|")[0] in ("mm", "addmm")]
     assert gemm and max(gemm) < 0.2  # per-kernel medians on its own cases
     assert {"mm|bf16|fwd", "mm|fp32|bwd", "sdpa:flash|bf16|bwd", "native_layer_norm|fp32|fwd",
-            "adamw_step|fp32|step", "sgd_step|fp32|step"} <= set(shipped["classes"])
+            "adamw_step|fp32|step", "sgd_step|fp32|step", "convolution:dense|bf16|bwd",
+            "convolution:dw_cl|fp32|fwd", "native_batch_norm@bcast|fp32|bwd"} <= set(
+        shipped["classes"])
+    assert {"conv:autocast", "batch_norm:fp32"} <= set(shipped["host"])
 
 
 def test_predictions_scale_with_work():

@@ -27,7 +27,10 @@ time (where its output takes a gradient), and the host's cost of both:
   ``C_in / g x kh x kw``) by the same utilization form, with the kernel's taps, stride and
   input channels per group among the features; fitted per kind (dense, grouped included,
   or depthwise), memory format (NCHW or channels-last), precision and pass; fp32 against
-  the TF32 peak (cuDNN's default). A kind or format without cases takes the other format's
+  the TF32 peak (cuDNN's default); no feature counts beyond 3 sd of the class's cases
+  (``clip``: a depthwise conv's intensity barely varies over the grid, and a small
+  model's conv would otherwise be extrapolated to absurd times). A kind or format without
+  cases takes the other format's
   class, then the ``mm`` fit (a stand-in the trace's note counts). Batch and group norm,
   pooling, padding and hardtanh are streaming ops like any other.
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
@@ -87,6 +90,7 @@ ALIASES = {"cudnn_batch_norm": "native_batch_norm",
            "_native_batch_norm_legit_functional": "native_batch_norm",
            "miopen_batch_norm": "native_batch_norm"}
 TILE = 128
+CONV_CLIP = 3.0  # sd: how far a conv class's utilization follows a feature past its cases
 
 
 def _e(dt: str) -> int:
@@ -157,7 +161,9 @@ def _fit_util(rows, t, np) -> dict[str, Any]:
 
 
 def _util(c: dict[str, Any], phi: list[float], roof: float) -> float:
-    z = sum(b * (x - m) / s for b, x, m, s in zip(c["beta"], phi, c["mu"], c["sd"]))
+    lim = c.get("clip")  # a conv class: no feature beyond ``clip`` sd of its cases
+    z = sum(b * (min(max((x - m) / s, -lim), lim) if lim else (x - m) / s)
+            for b, x, m, s in zip(c["beta"], phi, c["mu"], c["sd"]))
     z = max(min(z, 50.0), -50.0)
     return roof * (1 + math.exp(-z)) * c.get("scale", 1.0)
 
@@ -215,6 +221,11 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
                     else conv_phi(f, pass_, sms, peak, bw) if op.startswith("convolution:")
                     else sdpa_phi(f, pass_, peak, bw) for f, _ in recs]
             c = _fit_util(rows, t, np)
+            if op.startswith("convolution:"):
+                # a conv class's features barely vary in some directions (a depthwise conv's
+                # arithmetic intensity, its last wave): a model's small conv is many sd away,
+                # and its utilization must not be extrapolated from there (NOTE [op model])
+                c["clip"] = CONV_CLIP
             pred = [_util(c, phi, roof) for phi, roof in rows]
         elif op == "embedding" and pass_ == "bwd":
             A = np.array([[1.0, f["o"], f["w"]] for f, _ in recs])
@@ -353,7 +364,10 @@ class OpModel:
                 return _util(c, phi, roof), mine and op != "convolution"
         form = f.get("form")
         c = (self._cls(f"{op}@{form}|{look}|{pass_}") if form else None) \
-            or self._cls(f"{op}|{look}|{pass_}") or self._cls(f"{base}|{look}|{pass_}")
+            or self._cls(f"{op}|{look}|{pass_}") or self._cls(f"{base}|{look}|{pass_}") \
+            or (None if form else self._cls(f"{op}@bcast|{look}|{pass_}"))
+        # (an op calibrated only with an operand broadcast, batch norm's weight: the same
+        # kernel without one, as BiT's weight standardization calls it)
         own = c is not None and mine
         if c is None:
             other = "fp32" if look != "fp32" else "bf16"

@@ -1,5 +1,6 @@
 """Issue 29's held-out set (README.md): each run's step time predicted from a meta-device
-trace timed by the op-level model (NOTE [op model]; no GPU), against the median of three
+trace timed by the op-level model (NOTE [op model]; no GPU) and replayed as PyTorch runs it
+(policy eager), against the median of three
 fresh-process measurements (traces/h200_issue29/session15/measure.jsonl).
 
     python experiments/h200_issue29/check.py [--json] [--set set2]
@@ -50,7 +51,7 @@ def predict(model: str, batch: int, seq: int | None, dtype: str, opt: str) -> di
     gpu = resolve_gpu("h200")
     d = memory_trace(f"hf:{HERE / (model + '.yaml')}", batch, gpu, dtype, seq, {}, None)
     trace = with_optimizer(trace_from_dict(d, model), opt)
-    r = run_trace(trace, gpu, "baseline_p")
+    r = run_trace(trace, gpu, "eager")  # PyTorch as it runs: frees at last use
     return {"iteration_ms": r.iteration_time_ns / 1e6, "note": d["source"]["note"],
             "peak_allocated_bytes": r.peak_memory_bytes}
 
@@ -74,22 +75,28 @@ def main(argv: list[str]) -> int:
                      "band": [round(lo, 2), round(hi, 2)],
                      "host_issue_ms": round(m["host_issue_ms"], 2),
                      "predicted_ms": round(p["iteration_ms"], 2), "error": round(err, 4),
-                     "inside_band": lo <= p["iteration_ms"] <= hi})
+                     "inside_band": lo <= p["iteration_ms"] <= hi,
+                     "peak_allocated_error": round(p["peak_allocated_bytes"]
+                                                   / m["peak_allocated_bytes"] - 1, 4)})
     if "--json" in argv:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{'run':18s} {'measured ms':>11s} {'band':>17s} {'host ms':>8s} {'predicted':>9s} "
-          f"{'error':>7s}")
+          f"{'error':>7s} {'alloc':>7s}")
     for r in rows:
         print(f"{r['run']:18s} {r['measured_ms']:11.2f} {r['band'][0]:8.2f}-{r['band'][1]:<8.2f}"
               f" {r['host_issue_ms']:8.2f} {r['predicted_ms']:9.2f} {r['error']:+7.1%}"
-              + ("  in band" if r["inside_band"] else ""))
+              f" {r['peak_allocated_error']:+7.1%}" + ("  in band" if r["inside_band"] else ""))
     errs = [abs(r["error"]) for r in rows]
+    alloc = [abs(r["peak_allocated_error"]) for r in rows]
     for label, sel in (("fp32", "fp32"), ("bf16", "bf16"), ("all", "")):
         e = [abs(r["error"]) for r in rows if sel in r["run"]]
         if e:
             print(f"{label}: {len(e)} runs, |error| median {statistics.median(e):.1%}, "
                   f"max {max(e):.1%}")
+    if alloc:
+        print(f"peak allocated: {len(alloc)} runs, |error| median "
+              f"{statistics.median(alloc):.1%}, max {max(alloc):.1%}")
     return 0 if errs else 1
 
 

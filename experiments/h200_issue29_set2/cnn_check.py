@@ -1,0 +1,62 @@
+"""The op-level model (NOTE [op model]) on the torchvision CNN runs measured on the H200
+(traces/h200, traces/h200_meta_heldout4 and 5: fp32, SGD, baseline, uncapped), none of
+which the op model was fitted to (its constants come from vdnnsim calibrate --ops only).
+Each model is traced op by op on the meta device as any factory model is
+(``torchvision.models:NAME``, not the layer-level torchvision front-end and its CNN kernel
+model) and replayed as PyTorch runs it; compared with the measured step.
+
+    python experiments/h200_issue29_set2/cnn_check.py [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+SETS = ["traces/h200/measurements.json", "traces/h200_meta_heldout4/measurements.json",
+        "traces/h200_meta_heldout5/measurements.json"]
+
+
+def main(argv: list[str]) -> int:
+    from vdnnsim.api import resolve_gpu, run_trace
+    from vdnnsim.errors import VdnnError
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.trace import trace_from_dict
+
+    gpu = resolve_gpu("h200")
+    rows = []
+    for path in SETS:
+        for m in json.loads((ROOT / path).read_text()):
+            if m["policy"] != "baseline" or m.get("memory_cap_bytes"):
+                continue
+            name = m["model"].split(":")[1]
+            try:
+                d = memory_trace(f"torchvision.models:{name}", m["batch_size"], gpu, "fp32",
+                                 None, {}, "image:3,224,224:1000")
+            except VdnnError as exc:  # a model the meta device cannot build: said, not lost
+                print(f"{path.split('/')[1]:20s} {name:20s} {m['batch_size']:4d} not traced: "
+                      f"{str(exc)[:120]}", flush=True)
+                continue
+            r = run_trace(with_optimizer(trace_from_dict(d, name), "sgd"), gpu, "eager")
+            rows.append({"set": path.split("/")[1], "model": name, "batch": m["batch_size"],
+                         "measured_ms": round(m["iteration_ms"], 2),
+                         "predicted_ms": round(r.iteration_time_ns / 1e6, 2),
+                         "error": round(r.iteration_time_ns / 1e6 / m["iteration_ms"] - 1, 4)})
+            print(f"{rows[-1]['set']:20s} {name:20s} {m['batch_size']:4d} "
+                  f"{rows[-1]['measured_ms']:9.2f} {rows[-1]['predicted_ms']:9.2f} "
+                  f"{rows[-1]['error']:+7.1%}", flush=True)
+    e = [abs(r["error"]) for r in rows]
+    print(f"{len(e)} runs: |error| median {statistics.median(e):.1%}, max {max(e):.1%}; "
+          f"signed median {statistics.median(r['error'] for r in rows):+.1%}")
+    if "--json" in argv:
+        print(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -95,7 +95,8 @@ def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
     tr = co._todo("transformer", 1.0, 0, "fp32")
     assert tr == co.op_cases(random.Random(0), 10, "fp32") + co.step_cases(random.Random(1), 16)
     cnn = co._todo("cnn", 1.0, 0, "bf16")
-    assert co._todo("all", 1.0, 0, "bf16") == co._todo("transformer", 1.0, 0, "bf16") + cnn
+    assert co._todo("all", 1.0, 0, "bf16") == co._todo("transformer", 1.0, 0, "bf16") + cnn \
+        + co._todo("norms", 1.0, 0, "bf16")
     convs = [c for c in cnn if c["op"] == "conv"]
     for cl in (False, True):
         dw = [c for c in convs if c["cl"] == cl and c["groups"] == c["c"] > 1]

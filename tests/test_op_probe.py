@@ -641,6 +641,20 @@ def test_an_hf_cnn_without_an_sdpa_path_is_built_eager_and_traced(tmp_path, caps
     assert code == 2 and "scaled_dot_product_attention" in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_an_hf_cnn_whose_config_names_no_image_size_takes_224(tmp_path, capsys):
+    """HGNetV2's config has no image_size (a CNN takes any): the workload feeds ImageNet's
+    224 x 224 (NOTE [hf models]) instead of an AttributeError's traceback."""
+    from vdnnsim.cli import main
+    from vdnnsim.trace import load_trace
+    out = tmp_path / "h.yaml"
+    assert main(["trace", "--model", f"hf:{ROOT / 'tests' / 'hf' / 'hgnetv2-tiny.yaml'}",
+                 "-b", "2", "-o", str(out)]) == 0, capsys.readouterr().err
+    t = load_trace(out)
+    image = next(x for x in t.tensors.values() if x.kind == "input")
+    assert image.size_bytes == 2 * 3 * 224 * 224 * 4
+
+
 class _Reused(nn.Module):
     """A module called twice, a nested one, and ops in the model's own forward."""
 

@@ -1062,8 +1062,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(GEMMs, attention, norms, pointwise, loss, AdamW; convolutions, CNN norms "
                     "and pooling; NOTE [op calibration]) for the op-level model, instead of "
                     "the CNN layer grid")
-    ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn"],
-                    help="with --ops: which grids to run (default: both)")
+    ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn", "norms"],
+                    help="with --ops: which grids to run (default: all three)")
     ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
                     "cost per op (chains of small ops; fp32, bf16, bf16 autocast)")
     ca.set_defaults(fn=cmd_calibrate)

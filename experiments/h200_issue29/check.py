@@ -5,8 +5,9 @@ fresh-process measurements (traces/h200_issue29/session15/measure.jsonl).
 
     python experiments/h200_issue29/check.py [--json] [--set set2]
 
-``--set set2``: the second held-out set (experiments/h200_issue29_set2/README.md), its
-runs and configs there and its measurements in traces/h200_issue29/set2/measure.jsonl.
+``--set set2`` (or ``set3``): the second (third) held-out set
+(experiments/h200_issue29_set2/README.md), its runs and configs there and its measurements
+in traces/h200_issue29/set2/measure.jsonl.
 """
 
 from __future__ import annotations

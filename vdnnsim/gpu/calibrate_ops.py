@@ -24,8 +24,11 @@ convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and dept
 each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
 ``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
 recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm, max and
-average pooling, global average pooling, constant padding, hardtanh (ReLU6), ReLU. Nothing
-here is fitted; vdnnsim/opmodel.py fits the file this writes.
+average pooling, global average pooling, constant padding, hardtanh (ReLU6), ReLU. The
+norms grid (``--classes norms``, in ``all`` too; its own seed) times batch norm and group
+norm five times as often, over the same stages and batch sizes: the CNN grid's six batch
+norms a precision could not tell a per-channel reduction from a stream. Nothing here is
+fitted; vdnnsim/opmodel.py fits the file this writes.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax"
          "log_softmax", "nll_loss", "embedding", "cat", "clone"]
 HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast", "view", "conv",
                "batch_norm"]
-CLASSES = ("all", "transformer", "cnn")
+CLASSES = ("all", "transformer", "cnn", "norms")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
 STAGES_CNN = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
               (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
@@ -160,6 +163,20 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any
             dw, dense = dw + depthwise, dense + (not depthwise)
     for op in CNN_STREAMING:
         for _ in range(n_each):
+            h, chans = rng.choice(STAGES_CNN)
+            c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
+            while b * c * h * h * 4 > 2**31 and b > 1:
+                b //= 2
+            out.append(dict(op=op, batch=b, c=c, h=h))
+    return out
+
+
+def norm_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+    """The norms grid (NOTE [op calibration]): batch and group norm ``5 n_each`` times each,
+    feature maps of CNN stages."""
+    out: list[dict[str, Any]] = []
+    for op in ("batch_norm", "group_norm"):
+        for _ in range(5 * n_each):
             h, chans = rng.choice(STAGES_CNN)
             c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
             while b * c * h * h * 4 > 2**31 and b > 1:
@@ -486,17 +503,19 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
 
 def _todo(classes: str, scale: float, seed: int, dtype: str) -> list[dict[str, Any]]:
     """The cases of a run: the transformer grid (and the optimizer steps, fp32) of ``seed``,
-    the CNN grid of ``seed + 2``."""
+    the CNN grid of ``seed + 2``, the norms grid of ``seed + 3``."""
     if classes not in CLASSES:
         raise ValueError(f"classes must be one of {', '.join(CLASSES)}, got {classes!r}")
     n_each = max(1, int(round(10 * scale)))
     todo: list[dict[str, Any]] = []
-    if classes != "cnn":
+    if classes in ("all", "transformer"):
         todo = op_cases(random.Random(seed), n_each, dtype)
         if dtype == "fp32":
             todo += step_cases(random.Random(seed + 1), max(2, int(16 * scale)))
-    if classes != "transformer":
+    if classes in ("all", "cnn"):
         todo += cnn_cases(random.Random(seed + 2), n_each, dtype)
+    if classes in ("all", "norms"):
+        todo += norm_cases(random.Random(seed + 3), n_each, dtype)
     return todo
 
 

@@ -13,7 +13,8 @@ SDPA path (a CNN such as BiT or MobileNet, or a model whose attention transforme
 out) is built with ``'eager'``, the library's own. The task sets the
 example batch and the loss: token ids of ``seq_len`` over the vocabulary with the ids as
 labels (the model shifts them for a causal LM; a masked LM is scored at every position),
-or images of the config's size with class labels; the loss is the model's own
+or images of the config's size (224 x 224 where it names none: a CNN takes any) with
+class labels; the loss is the model's own
 (``outputs.loss``), as a training script calls it.
 """
 

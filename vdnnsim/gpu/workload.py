@@ -122,8 +122,11 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
         if hspec["task"] == "image_classification":
             if seq_len:
                 raise ConfigError(f"{spec}: an image model takes no --seq-len")
-            size = cfg.image_size
-            return Workload(model, hspec["name"], "image", (cfg.num_channels, size, size),
+            # a CNN's config may name no size (it takes any): ImageNet's 224 x 224 then
+            size = getattr(cfg, "image_size", None) or 224
+            h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+            chans = getattr(cfg, "num_channels", None) or 3
+            return Workload(model, hspec["name"], "image", (chans, h, w),
                             cfg.num_labels, hspec["task"], {"config": hspec["config"]})
         # a learned or rotary position table bounds the sequence; ALiBi models (BLOOM)
         # have none, and take any length

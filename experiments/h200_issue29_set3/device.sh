@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU (the H200 device machine; .whl carried). Session 28's second batch, one call:
+#   bash experiments/h200_issue29_set3/device.sh OUT
+# the norms grid of the op calibration (vdnnsim calibrate --ops --classes norms, bf16 and
+# fp32), then the third held-out set's six runs; everything into OUT/set3.tgz.
+set -u
+OUT=$1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+G=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+echo "GPU: $G"
+case "$G" in *H200*) ;; *) echo "not an H200: nothing run"; exit 3 ;; esac
+if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    "$ROOT"/.whl/*.whl || exit 2
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
+  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29_set3
+C="bash $ROOT/experiments/h200_issue29/collect.sh"
+D=$OUT/set3
+mkdir -p "$D/cal"
+$C "$D" warmup
+t0=$(date +%s)
+for dt in bf16 fp32; do
+  python3 -m vdnnsim calibrate --ops --classes norms --dtype $dt \
+    -o "$D/cal/h200_ops_norms_$dt.json" 2> "$D/cal/norms_$dt.log"
+  echo "norms $dt rc $? $(( $(date +%s) - t0 )) s"
+done
+$C "$D" measure "hgnetv2-fp32 hgnetv2-bf16 mobilebert-fp32 mobilebert-bf16 neo-fp32 neo-bf16"
+tar czf "$OUT/set3.tgz" -C "$OUT" set3
+rm -rf "$D"

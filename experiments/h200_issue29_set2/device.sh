@@ -10,14 +10,7 @@ set -u
 OUT=$1
 CALL=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-G=$(nvidia-smi --query-gpu=name --format=csv,noheader)
-echo "GPU: $G"
-case "$G" in *H200*) ;; *) echo "not an H200: nothing run"; exit 3 ;; esac
-if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    "$ROOT"/.whl/*.whl || exit 2
-  export PYTHONPATH=/tmp/site
-fi
+. "$ROOT/experiments/h200_issue29/device_check.sh"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
   PYTHONUNBUFFERED=1 SET=experiments/h200_issue29_set2
 C="bash $ROOT/experiments/h200_issue29/collect.sh"

@@ -161,8 +161,14 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any
             out.append(dict(op="conv", batch=b, c=c, h=h, k_out=kk, kh=k, stride=st,
                             groups=g, cl=cl))
             dw, dense = dw + depthwise, dense + (not depthwise)
-    for op in CNN_STREAMING:
-        for _ in range(n_each):
+    return out + _feature_map_cases(rng, CNN_STREAMING, n_each)
+
+
+def _feature_map_cases(rng: random.Random, ops: list[str], n: int) -> list[dict[str, Any]]:
+    """Each op of ``ops`` ``n`` times on a feature map of a CNN stage (at most 2 GiB)."""
+    out = []
+    for op in ops:
+        for _ in range(n):
             h, chans = rng.choice(STAGES_CNN)
             c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
             while b * c * h * h * 4 > 2**31 and b > 1:
@@ -174,15 +180,7 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any
 def norm_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
     """The norms grid (NOTE [op calibration]): batch and group norm ``5 n_each`` times each,
     feature maps of CNN stages."""
-    out: list[dict[str, Any]] = []
-    for op in ("batch_norm", "group_norm"):
-        for _ in range(5 * n_each):
-            h, chans = rng.choice(STAGES_CNN)
-            c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
-            while b * c * h * h * 4 > 2**31 and b > 1:
-                b //= 2
-            out.append(dict(op=op, batch=b, c=c, h=h))
-    return out
+    return _feature_map_cases(rng, ["batch_norm", "group_norm"], 5 * n_each)
 
 
 def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],

@@ -12,9 +12,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
   PYTHONUNBUFFERED=1 SET=experiments/h200_issue29_set3
 C="bash $ROOT/experiments/h200_issue29/collect.sh"
-D=$OUT/set3
+D=/tmp/s28work/set3  # outside OUT: only the packed file comes back (at most 8 files do)
+rm -rf "$D"
 mkdir -p "$D/cal"
-pack() { tar czf "$OUT/set3.tgz.part" -C "$OUT" set3 && mv "$OUT/set3.tgz.part" "$OUT/set3.tgz"; }
+pack() { tar czf "$OUT/set3.tgz.part" -C /tmp/s28work set3 && mv "$OUT/set3.tgz.part" "$OUT/set3.tgz"; }
 $C "$D" warmup
 t0=$(date +%s)
 for dt in bf16 fp32; do

@@ -186,3 +186,37 @@ def test_convolutions_are_fitted_per_kind_and_memory_format():
     dw = dict(dense, b=128, n=1, k=9)
     _, roof_dw = opmodel.conv_phi(dw, "fwd", 132, 989e12, 4.8e12)
     assert om.time_ns(dw, "fwd")[0] == pytest.approx(roof_dw / 0.05, rel=0.1)
+
+
+def test_batch_norm_takes_the_reduction_form_where_it_cross_validates_better():
+    """NOTE [op model]: batch-norm cases whose time follows a per-channel reduction (few
+    long channels slow) choose the CNN model's form over ``a + s x bytes``, and predict a
+    long-channel map far slower than a stream of its bytes; an input that is no 4-D map
+    takes the affine fit kept beside it."""
+    import random
+
+    rng = random.Random(1)
+    recs = []
+    for _ in range(40):
+        n, c, h = rng.choice([8, 64, 256]), rng.choice([16, 64, 512, 2048]), rng.choice([7, 28, 112])
+        per_channel = n * h * h * 4
+        t = 3000 + max(per_channel / 2.0, per_channel * c / 3000.0)
+        f = {"op": "native_batch_norm", "dt": "fp32", "bytes": 2 * per_channel * c,
+             "form": "bcast"}
+        recs.append({"op": "batch_norm", "batch": n, "c": c, "h": h, "pass": "fwd",
+                     "ops": [f], "time_ns": t * rng.uniform(0.97, 1.03)})
+    raw = {"dtype": "fp32", "gpu": {"name": "test", "sm_count": 132}, "records": recs,
+           "host_chains": []}
+    peaks = {"fp32": 67e12, "bf16": 989e12}
+    fitted = opmodel.fit([raw], peaks, 4.8e12, 132)
+    c = fitted["classes"]["native_batch_norm@bcast|fp32|fwd"]
+    assert c["kind"] == "bn" and c["cv"]["bn"] < c["cv"]["affine"] and c["own"]["kind"] == "affine"
+    om = opmodel.OpModel(fitted, peaks, 4.8e12, 132, "test")
+    few = {"op": "native_batch_norm", "dt": "fp32", "form": "bcast", "N": 256, "C": 16,
+           "H": 112, "W": 112, "bytes": 2 * 256 * 16 * 112 * 112 * 4}
+    many = dict(few, C=2048, H=7, W=7 + 3)  # about the same bytes, many short channels
+    many["bytes"] = 2 * 256 * 2048 * 7 * 10 * 4
+    assert om.time_ns(few, "fwd")[0] > 2 * om.time_ns(many, "fwd")[0]
+    flat = {"op": "native_batch_norm", "dt": "fp32", "form": "bcast", "bytes": 1 << 20}
+    t_flat, own = om.time_ns(flat, "fwd")
+    assert own and t_flat == pytest.approx(c["own"]["a"] + c["own"]["s"] * (1 << 20))

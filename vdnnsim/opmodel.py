@@ -33,6 +33,11 @@ time (where its output takes a gradient), and the host's cost of both:
   cases takes the other format's
   class, then the ``mm`` fit (a stand-in the trace's note counts). Batch and group norm,
   pooling, padding and hardtanh are streaming ops like any other.
+- A batch norm of a 4-D feature map: ``a + s x bytes``, or the CNN kernel model's form
+  ``a + max(channel bytes / k, bytes / b)`` (a block reduces each channel: a few long
+  channels run at a rate per channel), whichever cross-validates better on the class's
+  cases (5-fold, seeded, median |error|; both scores kept in ``cv``); an op whose input is
+  no 4-D map (BiT's weight standardization) takes the affine fit kept beside it.
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
@@ -55,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .kernelmodel import _bn_sizes as bn_sizes
+from .kernelmodel import _fit_bn as fit_bn
 from .kernelmodel import _fit_util as fit_util
 from .kernelmodel import _nonneg_rel_lstsq as nonneg_rel_lstsq
 from .kernelmodel import load_fitted
@@ -152,6 +159,64 @@ def sdpa_phi(f: dict[str, Any], pass_: str, peak: float, bw: float
             ln(roof)], roof
 
 
+FOLDS = 5
+
+
+def _bn_params(f: dict[str, Any]) -> dict[str, Any] | None:
+    """A batch norm's feature map as the CNN kernel model's form reads it."""
+    return dict(batch=f["N"], c=f["C"], h=f["H"], w=f["W"]) if "C" in f else None
+
+
+def _cv(n: int, fit_predict) -> float:
+    """5-fold cross-validation (seeded): the median |error| of ``fit_predict(train,
+    test)``'s relative errors over the held-out folds."""
+    import random
+
+    idx = list(range(n))
+    random.Random(0).shuffle(idx)
+    errs: list[float] = []
+    for k in range(FOLDS):
+        test = idx[k::FOLDS]
+        errs += fit_predict([i for i in idx if i not in test], test)
+    return statistics.median(errs)
+
+
+def _fit_batch_norm(recs, t, affine: dict[str, Any], np) -> tuple[dict[str, Any], list]:
+    """NOTE [op model]: a batch norm class's form by cross-validation, (class, its
+    predictions)."""
+    A = np.array([[1.0, f["bytes"]] for f, _ in recs])
+    ps = [_bn_params(f) for f, _ in recs]
+    if len(recs) < 2 * FOLDS or any(p is None for p in ps):
+        return affine, (A @ np.array([affine["a"], affine["s"]])).tolist()
+    e = _e(recs[0][0]["dt"])
+
+    def bn_pred(c, i):
+        nb, one = bn_sizes(ps[i], e)
+        return c["a"] + max(one / c["k"], nb / c["b"])
+
+    def own(train, test):
+        a, s_ = _lstsq(A[train], t[train], np)
+        return [abs((a + s_ * A[i, 1]) / t[i] - 1) for i in test]
+
+    def reduction(train, test):
+        c = fit_bn([ps[i] for i in train], t[train], e, np)
+        return [abs(bn_pred(c, i) / t[i] - 1) for i in test]
+
+    cv = {"affine": round(_cv(len(recs), own), 4), "bn": round(_cv(len(recs), reduction), 4)}
+    if cv["bn"] >= cv["affine"]:
+        return dict(affine, cv=cv), (A @ np.array([affine["a"], affine["s"]])).tolist()
+    c = fit_bn(ps, t, e, np)
+    return dict(c, cv=cv, own=affine), [bn_pred(c, i) for i in range(len(recs))]
+
+
+def _case_geometry(f: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """A batch-norm case's op features with the feature map its case record gives (files
+    made before the probe recorded it)."""
+    if f["op"] == "native_batch_norm" and "C" not in f and "batch" in r:
+        return dict(f, N=r["batch"], C=r["c"], H=r["h"], W=r["h"])
+    return f
+
+
 def _fit_util(rows, t, np) -> dict[str, Any]:
     """NOTE [kernel model]'s utilization fit, with its sum scale (NOTE [sum scale])."""
     c = fit_util(rows, t, np)
@@ -201,6 +266,7 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             f = _main_op(r)
             if f is None or r["time_ns"] <= 0:
                 continue
+            f = _case_geometry(f, r)
             if f["op"] in SDPA_OPS:
                 kern = SDPA_OPS[f["op"]] + ("_mask" if f.get("mask") else "")
                 key = f"sdpa:{kern}|{f['dt']}|{r['pass']}"
@@ -239,12 +305,16 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             pred = (A @ np.array([a, s])).tolist()
             if op != "embedding":
                 pooled.setdefault(f"{dt}|{pass_}", []).extend(recs)
+            if op.split("@")[0] == "native_batch_norm":
+                c, pred = _fit_batch_norm(recs, t, c, np)
         c["fit_error"] = _err(pred, t, np)
         classes[key] = c
     for key, recs in pooled.items():  # the fallback of an op without cases: the median
         dt, pass_ = key.split("|")    # streaming class of its precision and pass
         own = [c for k, c in classes.items() if c["kind"] == "affine"
                and k.endswith(f"|{dt}|{pass_}") and "@" not in k]
+        if not own:  # (only broadcast forms calibrated: no median class to stand in)
+            continue
         a = statistics.median(c["a"] for c in own)
         s = statistics.median(c["s"] for c in own)
         t = np.array([x for _, x in recs])
@@ -373,11 +443,18 @@ class OpModel:
             other = "fp32" if look != "fp32" else "bf16"
             c = self._cls(f"{op}|{other}|{pass_}") or self._cls(f"{base}|{other}|{pass_}")
             own = c is not None and mine
-            if c is not None and c["kind"] not in ("affine", "embedding"):
+            if c is not None and c["kind"] not in ("affine", "embedding", "bn"):
                 c, own = None, False
             c = c or self._cls(f"*|{look}|{pass_}") or self._cls(f"*|fp32|{pass_}")
         if c is None:
             return 0.0, False
+        if c["kind"] == "bn":
+            p = _bn_params(f)
+            if p is None:  # no 4-D feature map: the affine fit kept beside it
+                c = c["own"]
+            else:
+                nb, one = bn_sizes(p, _e(dt))
+                return c["a"] + max(one / c["k"], nb / c["b"]), own
         if c["kind"] == "embedding":
             return c["a"] + c["s"] * f.get("o", 0) + c["u"] * f.get("w", 0), own
         return c["a"] + c["s"] * f["bytes"], own

@@ -525,6 +525,24 @@ def test_a_value_dependent_factory_model_is_one_line_naming_the_op():
                           "value (aten::_local_scalar_dense") and "\n" not in msg
 
 
+def widths_net():
+    """A factory that computes its widths with tensors, as torchvision's RegNets do."""
+    w = int(torch.round(torch.tensor(2.7) * 3).item())
+    return nn.Sequential(nn.Linear(8, w), nn.ReLU(), nn.Linear(w, 8))
+
+
+def test_a_factory_that_reads_tensor_values_while_built_is_built_on_the_cpu():
+    """NOTE [workloads]: on the meta device its construction cannot read a value ("Cannot
+    copy out of meta tensor"); it is built on the CPU and moved to the meta device, and
+    traces as any other model."""
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.hardware import gpu_preset
+    d = memory_trace("tests.test_op_probe:widths_net", 2, gpu_preset("h200"),
+                     input_spec="image:1,1,8:8")
+    linears = [x for x in d["layers"] if x["kind"] in ("addmm", "mm")]
+    assert len(linears) == 2 and sum(x["weight_bytes"] for x in linears) == 4 * (8 * 8 + 8 + 8 * 8 + 8)
+
+
 class _Picky(nn.Module):
     """Built for one size, refusing any other, as timm's ViTs do (an assert, a ValueError)."""
 

@@ -13,7 +13,9 @@ Model specs:
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
   cross-entropy of the output's last dimension against random labels (one per image, or
-  one per token); the model returns one tensor (else a one-line error).
+  one per token); the model returns one tensor (else a one-line error). Built for the
+  meta device, a factory whose construction reads a tensor's value is built on the CPU
+  and moved there (``_call_factory``).
 
 Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
 ("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
@@ -153,7 +155,7 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
         if not callable(fn):
             raise ConfigError(f"{spec}: {kind} has no callable {name}")
         try:
-            model = fn(**(model_kwargs or {}))
+            model = _call_factory(fn, model_kwargs or {})
         except TypeError as exc:
             raise ConfigError(f"{spec}: {exc}") from None
         except Exception as exc:  # noqa: BLE001  the factory refused its arguments (timm:
@@ -167,6 +169,21 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
         return Workload(model, f"{kind}.{name}", ikind, shape, classes)
     raise ConfigError(f"model {spec!r}: use torchvision:NAME, zoo:NAME, hf:NAME or "
                       "package.module:factory")
+
+
+def _call_factory(fn: Any, kwargs: dict[str, Any]) -> Any:
+    """A factory's model. Built on the meta device (the probe's), a factory whose
+    construction reads tensor values (torchvision's RegNets round widths computed with
+    tensors: "Cannot copy out of meta tensor"; an ``item``) is built on the CPU and moved to the meta
+    device: the same module, its weights' values dropped."""
+    try:
+        return fn(**kwargs)
+    except (NotImplementedError, RuntimeError) as exc:  # .tolist(), .item() on the meta device
+        if "meta tensor" not in str(exc) or torch.get_default_device().type != "meta":
+            raise
+    with torch.device("cpu"):
+        model = fn(**kwargs)
+    return model.to("meta") if isinstance(model, nn.Module) else model
 
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:

@@ -6,7 +6,7 @@ fresh-process measurements (traces/h200_issue29/session15/measure.jsonl).
     python experiments/h200_issue29/check.py [--json] [--set set2]
 
 ``--set set2`` (or ``set3``): the second (third) held-out set
-(experiments/h200_issue29_set2/README.md), its runs and configs there and its measurements
+(experiments/h200_issue29/set2/README.md), its runs and configs there and its measurements
 in traces/h200_issue29/set2/measure.jsonl.
 """
 
@@ -27,7 +27,7 @@ MEASURED = ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl"
 def use_set(name: str) -> None:
     """Point HERE and MEASURED at held-out set ``name`` (``set2``)."""
     global HERE, MEASURED
-    HERE = ROOT / "experiments" / f"h200_issue29_{name}"
+    HERE = ROOT / "experiments" / "h200_issue29" / name
     MEASURED = ROOT / "traces" / "h200_issue29" / name / "measure.jsonl"
 
 

@@ -5,7 +5,7 @@
 #   bash experiments/h200_issue29/collect.sh DIR measure RUNS  each run of RUNS (names from
 #                                                              runs.txt), --repeat 3 after 0
 #                                                              more discarded processes
-# SET=experiments/h200_issue29_set2 (relative to the repository) takes the runs and configs
+# SET=experiments/h200_issue29/set2 (relative to the repository) takes the runs and configs
 # of another held-out set; the default is this folder's.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

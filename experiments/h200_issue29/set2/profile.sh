@@ -5,10 +5,10 @@
 # Tiny StarCoder (8 x 512) in autocast-bf16, AdamW, into OUT/profiles.tgz.
 set -u
 OUT=$1
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 . "$ROOT/experiments/h200_issue29/device_check.sh"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error
-H=$ROOT/experiments/h200_issue29_set2
+H=$ROOT/experiments/h200_issue29/set2
 P=$OUT/profiles
 mkdir -p "$P"
 python3 -m vdnnsim measure --model hf:$H/albert-base.yaml -b 8 --seq-len 128 --json > "$P/warmup.json" 2>/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU (the H200 device machine; .whl carried, docs/gpu.md). Session 28's calls, in order, on
-# one warm machine: bash experiments/h200_issue29_set2/device.sh OUT CALL
+# one warm machine: bash experiments/h200_issue29/set2/device.sh OUT CALL
 #   CALL cal:  the CNN classes of the op calibration (vdnnsim calibrate --ops --classes cnn,
 #              bf16 and fp32, scale 0.6) and two host-only processes, then the CNN runs
 #   CALL text: the four text models' runs but OLMo 2's;   CALL olmo: OLMo 2's runs
@@ -9,10 +9,10 @@
 set -u
 OUT=$1
 CALL=$2
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 . "$ROOT/experiments/h200_issue29/device_check.sh"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
-  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29_set2
+  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29/set2
 C="bash $ROOT/experiments/h200_issue29/collect.sh"
 mkdir -p "$OUT/set2" "$OUT/cal"
 if [ ! -e /tmp/vdnnsim_warm ]; then

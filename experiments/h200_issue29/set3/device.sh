@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # GPU (the H200 device machine; .whl carried). Session 28's second batch, one call:
-#   bash experiments/h200_issue29_set3/device.sh OUT
+#   bash experiments/h200_issue29/set3/device.sh OUT
 # the norms grid of the op calibration (vdnnsim calibrate --ops --classes norms --scale 0.6,
 # bf16 and fp32), then the third held-out set's runs, one CNN and one transformer first;
 # OUT/set3.tgz is remade after every step, so a call cut short by its time still brings
 # back what it finished.
 set -u
 OUT=$1
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 . "$ROOT/experiments/h200_issue29/device_check.sh"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
-  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29_set3
+  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29/set3
 C="bash $ROOT/experiments/h200_issue29/collect.sh"
 D=/tmp/s28work/set3  # outside OUT: only the packed file comes back (at most 8 files do)
 rm -rf "$D"

@@ -5,7 +5,7 @@ Each model is traced op by op on the meta device as any factory model is
 (``torchvision.models:NAME``, not the layer-level torchvision front-end and its CNN kernel
 model) and replayed as PyTorch runs it; compared with the measured step.
 
-    python experiments/h200_issue29_set2/cnn_check.py [--json]
+    python experiments/h200_issue29/set2/cnn_check.py [--json]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 SETS = ["traces/h200/measurements.json", "traces/h200_meta_heldout4/measurements.json",
         "traces/h200_meta_heldout5/measurements.json"]

@@ -1,4 +1,4 @@
-# Sourced by session 28's device scripts (ROOT set): refuse a GPU that is not an H200 (the
+# Sourced by session 28's device scripts (ROOT and SET set): refuse a GPU that is not an H200 (the
 # op calibration and the held-out sets are the H200's), and make simpy and pydantic
 # importable from the carried wheels where the machine lacks them.
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader)
@@ -9,3 +9,8 @@ if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
     "$ROOT"/.whl/*.whl || exit 2
   export PYTHONPATH=/tmp/site
 fi
+# the repository first on the path, quiet transformers, unbuffered progress lines, and C:
+# collect.sh of the set named by SET (the caller's, relative to the repository)
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
+  PYTHONUNBUFFERED=1 SET
+C="bash $ROOT/experiments/h200_issue29/collect.sh"

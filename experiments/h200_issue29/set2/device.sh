@@ -10,10 +10,8 @@ set -u
 OUT=$1
 CALL=$2
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+SET=experiments/h200_issue29/set2
 . "$ROOT/experiments/h200_issue29/device_check.sh"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
-  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29/set2
-C="bash $ROOT/experiments/h200_issue29/collect.sh"
 mkdir -p "$OUT/set2" "$OUT/cal"
 if [ ! -e /tmp/vdnnsim_warm ]; then
   $C "$OUT/set2" warmup && touch /tmp/vdnnsim_warm

@@ -6,8 +6,8 @@
 set -u
 OUT=$1
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+SET=experiments/h200_issue29/set2
 . "$ROOT/experiments/h200_issue29/device_check.sh"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error
 H=$ROOT/experiments/h200_issue29/set2
 P=$OUT/profiles
 mkdir -p "$P"

@@ -8,10 +8,8 @@
 set -u
 OUT=$1
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+SET=experiments/h200_issue29/set3
 . "$ROOT/experiments/h200_issue29/device_check.sh"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRANSFORMERS_VERBOSITY=error \
-  PYTHONUNBUFFERED=1 SET=experiments/h200_issue29/set3
-C="bash $ROOT/experiments/h200_issue29/collect.sh"
 D=/tmp/s28work/set3  # outside OUT: only the packed file comes back (at most 8 files do)
 rm -rf "$D"
 mkdir -p "$D/cal"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its loss_type notice
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim (experiments/README.md)
 HERE = ROOT / "experiments" / "h200_issue29"
 MEASURED = ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl"
 

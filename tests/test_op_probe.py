@@ -28,9 +28,9 @@ def _probe(model, x, loss, autocast=None):
 
 
 class _Attn(nn.Module):
-    def __init__(self, heads: int, kv: int, d: int = 16):
+    def __init__(self, heads: int, kv: int, d: int = 16, dropout: float = 0.0):
         super().__init__()
-        self.h, self.kv, self.d = heads, kv, d
+        self.h, self.kv, self.d, self.p = heads, kv, d, dropout
         self.q = nn.Linear(heads * d, heads * d)
         self.k = nn.Linear(heads * d, kv * d)
         self.v = nn.Linear(heads * d, kv * d)
@@ -41,6 +41,7 @@ class _Attn(nn.Module):
         k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
         o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                       dropout_p=self.p,
                                                        enable_gqa=self.kv != self.h)
         return o.transpose(1, 2).reshape(b, s, -1)
 
@@ -60,6 +61,21 @@ def test_fp32_attention_keeps_scores_only_on_the_math_path(heads, kv, math):
         x = torch.empty(2, 64, heads * 16, requires_grad=False)
     _, trace = _probe(m.train(), x, lambda y: y.float().pow(2).mean())
     assert bool(_scores(trace, 2, heads, 64)) == math
+
+
+def test_the_math_paths_dropout_keeps_a_bool_mask_as_cuda_does():
+    """Grouped heads in fp32 take the math path on CUDA too; with dropout, CUDA's
+    ``at::dropout`` there is the fused kernel (a bool mask), not the meta device's float
+    mask and multiply: one score-sized mask of one byte an element, no bernoulli."""
+    with torch.device("meta"):
+        m = _Attn(4, 2, dropout=0.1)
+        x = torch.empty(2, 64, 4 * 16)
+    p, trace = _probe(m.train(), x, lambda y: y.float().pow(2).mean())
+    kinds = [n.kind for n in p.nodes]
+    assert "bernoulli_" not in kinds and kinds.count("native_dropout") == 1
+    drop = next(n for n in p.nodes if n.kind == "native_dropout")
+    assert [s.nbytes for s in drop.saved if s.role == "extra"] == [2 * 4 * 64 * 64]
+    assert len(_scores(trace, 2, 4, 64)) >= 1  # the math path keeps its scores
 
 
 def test_bf16_autocast_takes_flash_attention_and_casts_the_weights_once():

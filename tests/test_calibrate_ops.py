@@ -89,11 +89,26 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
 
 
 def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
-    """--classes: the transformer grid of seed 0 is the one the shipped files were made
-    with; the CNN grid has a seed of its own, each memory format its dense and depthwise
-    convolutions."""
-    tr = co._todo("transformer", 1.0, 0, "fp32")
-    assert tr == co.op_cases(random.Random(0), 10, "fp32") + co.step_cases(random.Random(1), 16)
+    """--classes: the shipped files' cases, in order, are their grids' (the transformer grid
+    of seed 0 unchanged by the CNN grid, which has a seed of its own); each memory format
+    has its dense and depthwise convolutions."""
+    import json
+    from importlib import resources
+    cal = resources.files("vdnnsim").joinpath("data", "calibration")
+    for dtype, classes, name in (("fp32", "transformer", "fp32"), ("bf16", "transformer", "bf16"),
+                                 ("fp32", "cnn", "cnn_fp32"), ("bf16", "cnn", "cnn_bf16")):
+        raw = json.loads(cal.joinpath(f"h200_ops_{name}.json").read_text())
+        grid = co._todo(classes, raw.get("scale", 1.0), raw.get("seed", 0), dtype)
+        skipped = [{k: v for k, v in c.items() if k != "error"} for c in raw["skipped"]]
+        # the shipped file's cases, in order, are the grid's (less what it skipped)
+        keys = lambda c: tuple(sorted((k, v) for k, v in c.items()  # noqa: E731
+                                      if k not in ("pass", "ops", "time_ns", "host_ns")))
+        seen = []
+        for r in raw["records"]:
+            k = keys(r)
+            if not seen or seen[-1] != k:
+                seen.append(k)
+        assert seen == [keys(c) for c in grid if c not in skipped], name
     cnn = co._todo("cnn", 1.0, 0, "bf16")
     assert co._todo("all", 1.0, 0, "bf16") == co._todo("transformer", 1.0, 0, "bf16") + cnn \
         + co._todo("norms", 1.0, 0, "bf16")

@@ -78,6 +78,22 @@ def test_the_math_paths_dropout_keeps_a_bool_mask_as_cuda_does():
     assert len(_scores(trace, 2, 4, 64)) >= 1  # the math path keeps its scores
 
 
+class _NegScale(nn.Module):
+    def forward(self, x):
+        q = x.view(2, 4, 64, 16)
+        return nn.functional.scaled_dot_product_attention(q, q[:, :2], q[:, :2], dropout_p=0.1,
+                                                          scale=-0.25, enable_gqa=True)
+
+
+def test_the_math_paths_own_dropout_is_fp32_with_a_positive_scale_only():
+    """A negative scale (which PyTorch takes) and 16-bit tensors keep the meta device's own
+    math path (its float mask) rather than the fp32 emulation: no crash, no guess."""
+    with torch.device("meta"):
+        x = torch.empty(2, 64, 4 * 16, requires_grad=True)
+    p, _ = _probe(_NegScale().train(), x, lambda y: y.float().pow(2).mean())
+    assert "native_dropout" not in [n.kind for n in p.nodes]
+
+
 def test_bf16_autocast_takes_flash_attention_and_casts_the_weights_once():
     with torch.device("meta"):
         m = _Attn(4, 2)

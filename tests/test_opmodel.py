@@ -186,6 +186,27 @@ def test_convolutions_are_fitted_per_kind_and_memory_format():
     dw = dict(dense, b=128, n=1, k=9)
     _, roof_dw = opmodel.conv_phi(dw, "fwd", 132, 989e12, 4.8e12)
     assert om.time_ns(dw, "fwd")[0] == pytest.approx(roof_dw / 0.05, rel=0.1)
+    # far below the grid (a 1 x 1 map, two images): no faster than the class's fastest case
+    tiny = dict(dw, m=2, bytes=2 * 128 * 4 * 2)
+    c_dw = fitted["classes"]["convolution:dw|bf16|fwd"]
+    assert om.time_ns(tiny, "fwd")[0] >= c_dw["floor"] > 0
+    # and a feature far outside the cases does not run away (clip): within 100x the floor
+    huge_taps = dict(dw, kh=31, kw=31, k=961)
+    assert om.time_ns(huge_taps, "fwd")[0] < 100 * om.time_ns(dw, "fwd")[0]
+
+
+def test_batch_norm_under_its_cuda_names_is_fitted_and_looked_up_as_native_batch_norm():
+    """CUDA dispatches a training batch norm as cuDNN's or the update variant, the meta
+    device as native_batch_norm (ALIASES): a case recorded under either name is the same
+    class, and a probe's op under either name finds it."""
+    f = {"op": "cudnn_batch_norm", "dt": "fp32", "bytes": 1 << 20, "form": "bcast"}
+    main = opmodel._main_op({"op": "batch_norm", "ops": [{"op": "empty", "dt": "fp32",
+                                                          "bytes": 0}, f]})
+    assert main["op"] == "native_batch_norm"
+    om = opmodel.for_gpu(gpu_preset("h200"))
+    a = om.time_ns(dict(f, op="_batch_norm_with_update"), "fwd")
+    b = om.time_ns(dict(f, op="native_batch_norm"), "fwd")
+    assert a == b and a[1]
 
 
 def test_batch_norm_takes_the_reduction_form_where_it_cross_validates_better():

@@ -766,6 +766,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.host_only:
         if not args.ops:
             raise ConfigError("--host-only goes with --ops")
+        if args.classes != "all":
+            raise ConfigError("--classes does not go with --host-only (the host chains are "
+                              "of every class)")
         from .gpu.calibrate_ops import host_only
         data = host_only()
     elif args.ops:

@@ -27,7 +27,9 @@ time (where its output takes a gradient), and the host's cost of both:
   ``C_in / g x kh x kw``) by the same utilization form, with the kernel's taps, stride and
   input channels per group among the features; fitted per kind (dense, grouped included,
   or depthwise), memory format (NCHW or channels-last), precision and pass; fp32 against
-  the TF32 peak (cuDNN's default); no feature counts beyond 3 sd of the class's cases
+  the TF32 peak (cuDNN's default), over the bytes it moves (input, weight, output; not the
+  implicit GEMM's unfolded input); no conv is faster than its class's fastest case (below
+  the grid a conv is launch-bound); no feature counts beyond 3 sd of the class's cases
   (``clip``: a depthwise conv's intensity barely varies over the grid, and a small
   model's conv would otherwise be extrapolated to absurd times). A kind or format without
   cases takes the other format's
@@ -97,6 +99,13 @@ ALIASES = {"cudnn_batch_norm": "native_batch_norm",
            "_native_batch_norm_legit_functional": "native_batch_norm",
            "miopen_batch_norm": "native_batch_norm"}
 TILE = 128
+# the CNN grid's ops (NOTE [op calibration]): fitted as classes of their own, but kept out
+# of the median class that stands in for an op without one (a transformer's), and the grid's
+# cases of ops the transformer grid has (ReLU on a feature map, global average pooling as a
+# mean) are not fitted at all: they would move those ops' transformer classes
+CNN_OPS = frozenset({"native_batch_norm", "native_group_norm", "max_pool2d_with_indices",
+                     "avg_pool2d", "constant_pad_nd", "hardtanh"})
+CNN_SHARED = frozenset({"relu4d", "adaptive_avg_pool"})
 CONV_CLIP = 3.0  # sd: how far a conv class's utilization follows a feature past its cases
 
 
@@ -133,12 +142,22 @@ def conv_kind(f: dict[str, Any]) -> str:
 
 def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
              ) -> tuple[list[float], float]:
-    """(features, roofline ns) of a convolution's pass: its implicit GEMM's, and the logs of
-    its kernel taps, stride and input channels per group (NOTE [op model])."""
-    phi, roof = gemm_phi(f, pass_, sms, peak, bw)
+    """(features, roofline ns) of a convolution's pass: its implicit GEMM's FLOPs and tiles
+    over the bytes it really moves (its input, weight and output, twice over in the
+    backward pass: an implicit GEMM's unfolded input, ``kh x kw`` times the input, is never
+    in memory), and the logs of its kernel taps, stride and input channels per group (NOTE
+    [op model])."""
+    b, m, n, k = f.get("b", 1), f["m"], f["n"], f["k"]
+    mult = 1 if pass_ == "fwd" else 2
+    flops = 2.0 * b * m * n * k * mult
+    nbytes = max(float(f.get("bytes", 0)), 1.0) * mult
+    roof = max(flops / peak, nbytes / bw) * 1e9
+    waves = b * math.ceil(m / TILE) * math.ceil(n / TILE) / sms
     ln = math.log
-    return phi + [ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
-                  ln(max(f.get("c", 1) // max(f.get("b", 1), 1), 1))], roof
+    return [1.0, ln(m), ln(n), ln(k), ln(b), ln(max(waves, 1e-3)),
+            waves / math.ceil(waves), ln(flops / nbytes), ln(roof),
+            ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
+            ln(max(f.get("c", 1) // max(b, 1), 1))], roof
 
 
 def _conv_peak(dt: str, peaks: dict[str, float]) -> float:
@@ -260,6 +279,8 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
     steps: dict[str, list[dict]] = {}
     for raw in raws:
         for r in raw["records"]:
+            if r["op"] in CNN_SHARED:  # NOTE [op model]: kept out of the transformer classes
+                continue
             if r["op"].endswith("_step"):
                 steps.setdefault(r["op"], []).append(r)
                 continue
@@ -292,7 +313,10 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
                 # arithmetic intensity, its last wave): a model's small conv is many sd away,
                 # and its utilization must not be extrapolated from there (NOTE [op model])
                 c["clip"] = CONV_CLIP
-            pred = [_util(c, phi, roof) for phi, roof in rows]
+                # and no faster than the fastest case of its class: below the grid a conv
+                # is launch-bound, which the utilization form (no intercept) cannot say
+                c["floor"] = float(t.min())
+            pred = [max(_util(c, phi, roof), c.get("floor", 0.0)) for phi, roof in rows]
         elif op == "embedding" and pass_ == "bwd":
             A = np.array([[1.0, f["o"], f["w"]] for f, _ in recs])
             a, s, u = _lstsq(A, t, np)
@@ -303,7 +327,7 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             a, s = _lstsq(A, t, np)
             c = {"kind": "affine", "a": a, "s": s}
             pred = (A @ np.array([a, s])).tolist()
-            if op != "embedding":
+            if op != "embedding" and op.split("@")[0] not in CNN_OPS:
                 pooled.setdefault(f"{dt}|{pass_}", []).extend(recs)
             if op.split("@")[0] == "native_batch_norm":
                 c, pred = _fit_batch_norm(recs, t, c, np)
@@ -312,7 +336,8 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
     for key, recs in pooled.items():  # the fallback of an op without cases: the median
         dt, pass_ = key.split("|")    # streaming class of its precision and pass
         own = [c for k, c in classes.items() if c["kind"] == "affine"
-               and k.endswith(f"|{dt}|{pass_}") and "@" not in k]
+               and k.endswith(f"|{dt}|{pass_}") and "@" not in k
+               and k.split("|")[0] not in CNN_OPS]
         if not own:  # (only broadcast forms calibrated: no median class to stand in)
             continue
         a = statistics.median(c["a"] for c in own)
@@ -423,7 +448,7 @@ class OpModel:
                 if c is not None:
                     phi, roof = conv_phi(f, pass_, self.sms, _conv_peak(dt, self.peaks),
                                          self.mem_bw)
-                    return _util(c, phi, roof), mine and k == kind
+                    return max(_util(c, phi, roof), c.get("floor", 0.0)), mine and k == kind
         if op in GEMMS + ("convolution",) and "m" in f:
             # a convolution without conv classes: its implicit GEMM by the mm fit (a stand-in)
             keys = [op, base, "mm"] if op != "convolution" else ["mm"]

@@ -330,8 +330,8 @@ class _Recorder(TorchDispatchMode):
 
 
 def _math_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    """SDPA's math path op for op as ATen's ``_scaled_dot_product_attention_math`` runs it,
-    but for its dropout: on a CUDA tensor ``at::dropout`` is the fused ``native_dropout``
+    """SDPA's math path in fp32, op for op as ATen's ``_scaled_dot_product_attention_math``
+    runs it (torch 2.14's, recorded on the meta device), but for its dropout: on a CUDA tensor ``at::dropout`` is the fused ``native_dropout``
     (a bool mask), on the meta device the generic path (a float mask the size of the
     scores: GPT-BigCode's fp32 attention, multi-query with dropout, kept 1.4 GiB too many
     over 20 layers)."""
@@ -342,15 +342,15 @@ def _math_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         attn_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool,
                                device=q.device).tril()
     if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.where(attn_mask.logical_not(),
-                                torch.scalar_tensor(-math.inf, dtype=q.dtype, device=q.device),
-                                torch.scalar_tensor(0.0, dtype=q.dtype, device=q.device))
+        neg = torch.scalar_tensor(-math.inf, dtype=q.dtype, device=q.device)
+        attn_mask = torch.where(attn_mask, torch.scalar_tensor(0.0, dtype=q.dtype,
+                                                               device=q.device), neg)
     if enable_gqa and k.shape[-3] != q.shape[-3]:
         n = q.shape[-3] // k.shape[-3]
         k, v = k.repeat_interleave(n, -3), v.repeat_interleave(n, -3)
     attn = q @ (k.transpose(-2, -1) * s)
     if attn_mask is not None:
-        attn.add_(attn_mask)
+        attn = attn + attn_mask
     attn = torch.ops.aten._safe_softmax(attn, -1)
     attn = torch.native_dropout(attn, dropout_p, True)[0]
     return attn @ v
@@ -412,7 +412,9 @@ def _as_cuda(rec: _Recorder | None = None):
                 and dq % align == 0 and dv % align == 0:
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
-        if dropout_p > 0:  # the math path's dropout as CUDA runs it (NOTE [op probe])
+        if dropout_p > 0 and q.dtype == torch.float32 and (scale is None or scale > 0):
+            # the math path's dropout as CUDA runs it (NOTE [op probe]; fp32 only: a 16-bit
+            # math path computes in fp32 with casts this emulation does not make)
             return _math_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return plain_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)

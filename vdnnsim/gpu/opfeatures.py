@@ -14,9 +14,9 @@ between equal shapes (``bcast``: an operand broadcast, ``scalar``: a one-element
 an embedding its table's bytes (``w``) and its output's
 (``o``); a convolution its implicit GEMM's ``b, m, n, k`` (groups; output pixels; output
 channels and input channels times kernel taps per group), its input channels ``c``, kernel
-``kh, kw``, ``stride``, ``pad``, input ``N, H, W``, and ``cl``; a batch norm of a 4-D
-input its ``N, C, H, W`` where its input is channels-last (NHWC in memory, not
-also NCHW-contiguous).
+``kh, kw``, ``stride``, ``pad``, input ``N, H, W``, and ``cl`` where its input is
+channels-last (NHWC in memory, not also NCHW-contiguous); a batch norm of a 4-D input its
+``N, C, H, W``.
 """
 
 from __future__ import annotations

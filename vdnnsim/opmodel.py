@@ -117,14 +117,16 @@ def _peak(dt: str, peaks: dict[str, float]) -> float:
     return peaks["fp32"] if dt == "fp32" else peaks.get(dt, peaks.get("bf16", peaks["fp32"]))
 
 
-def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
-             ) -> tuple[list[float], float]:
-    """(features, roofline ns) of a GEMM's pass (NOTE [op model])."""
+def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float,
+             nbytes: float | None = None) -> tuple[list[float], float]:
+    """(features, roofline ns) of a GEMM's pass (NOTE [op model]); ``nbytes``: the bytes
+    the pass moves where they are not the GEMM's operands (a convolution's)."""
     b, m, n, k = f.get("b", 1), f["m"], f["n"], f["k"]
     e = _e(f["dt"])
     mult = 1 if pass_ == "fwd" else 2
     flops = 2.0 * b * m * n * k * mult
-    nbytes = (b * (m * k + k * n + m * n)) * e * (1 if pass_ == "fwd" else 2.5)
+    if nbytes is None:
+        nbytes = (b * (m * k + k * n + m * n)) * e * (1 if pass_ == "fwd" else 2.5)
     roof = max(flops / peak, nbytes / bw) * 1e9
     tiles = b * math.ceil(m / TILE) * math.ceil(n / TILE)
     waves = tiles / sms
@@ -142,22 +144,15 @@ def conv_kind(f: dict[str, Any]) -> str:
 
 def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
              ) -> tuple[list[float], float]:
-    """(features, roofline ns) of a convolution's pass: its implicit GEMM's FLOPs and tiles
-    over the bytes it really moves (its input, weight and output, twice over in the
-    backward pass: an implicit GEMM's unfolded input, ``kh x kw`` times the input, is never
-    in memory), and the logs of its kernel taps, stride and input channels per group (NOTE
-    [op model])."""
-    b, m, n, k = f.get("b", 1), f["m"], f["n"], f["k"]
-    mult = 1 if pass_ == "fwd" else 2
-    flops = 2.0 * b * m * n * k * mult
-    nbytes = max(float(f.get("bytes", 0)), 1.0) * mult
-    roof = max(flops / peak, nbytes / bw) * 1e9
-    waves = b * math.ceil(m / TILE) * math.ceil(n / TILE) / sms
+    """(features, roofline ns) of a convolution's pass: its implicit GEMM's over the bytes
+    it really moves (its input, weight and output, twice over in the backward pass: an
+    implicit GEMM's unfolded input, ``kh x kw`` times the input, is never in memory), and
+    the logs of its kernel taps, stride and input channels per group (NOTE [op model])."""
+    nbytes = max(float(f.get("bytes", 0)), 1.0) * (1 if pass_ == "fwd" else 2)
+    phi, roof = gemm_phi(f, pass_, sms, peak, bw, nbytes)
     ln = math.log
-    return [1.0, ln(m), ln(n), ln(k), ln(b), ln(max(waves, 1e-3)),
-            waves / math.ceil(waves), ln(flops / nbytes), ln(roof),
-            ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
-            ln(max(f.get("c", 1) // max(b, 1), 1))], roof
+    return phi + [ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
+                  ln(max(f.get("c", 1) // max(f.get("b", 1), 1), 1))], roof
 
 
 def _conv_peak(dt: str, peaks: dict[str, float]) -> float:
@@ -186,6 +181,12 @@ def _bn_params(f: dict[str, Any]) -> dict[str, Any] | None:
     return dict(batch=f["N"], c=f["C"], h=f["H"], w=f["W"]) if "C" in f else None
 
 
+def _bn_time(c: dict[str, Any], p: dict[str, Any], e: int) -> float:
+    """The CNN kernel model's batch-norm form (``kind: bn``) over feature map ``p``."""
+    nb, one = bn_sizes(p, e)
+    return c["a"] + max(one / c["k"], nb / c["b"])
+
+
 def _cv(n: int, fit_predict) -> float:
     """5-fold cross-validation (seeded): the median |error| of ``fit_predict(train,
     test)``'s relative errors over the held-out folds."""
@@ -209,23 +210,19 @@ def _fit_batch_norm(recs, t, affine: dict[str, Any], np) -> tuple[dict[str, Any]
         return affine, (A @ np.array([affine["a"], affine["s"]])).tolist()
     e = _e(recs[0][0]["dt"])
 
-    def bn_pred(c, i):
-        nb, one = bn_sizes(ps[i], e)
-        return c["a"] + max(one / c["k"], nb / c["b"])
-
     def own(train, test):
         a, s_ = _lstsq(A[train], t[train], np)
         return [abs((a + s_ * A[i, 1]) / t[i] - 1) for i in test]
 
     def reduction(train, test):
         c = fit_bn([ps[i] for i in train], t[train], e, np)
-        return [abs(bn_pred(c, i) / t[i] - 1) for i in test]
+        return [abs(_bn_time(c, ps[i], e) / t[i] - 1) for i in test]
 
     cv = {"affine": round(_cv(len(recs), own), 4), "bn": round(_cv(len(recs), reduction), 4)}
     if cv["bn"] >= cv["affine"]:
         return dict(affine, cv=cv), (A @ np.array([affine["a"], affine["s"]])).tolist()
     c = fit_bn(ps, t, e, np)
-    return dict(c, cv=cv, own=affine), [bn_pred(c, i) for i in range(len(recs))]
+    return dict(c, cv=cv, own=affine), [_bn_time(c, p, e) for p in ps]
 
 
 def _case_geometry(f: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
@@ -478,8 +475,7 @@ class OpModel:
             if p is None:  # no 4-D feature map: the affine fit kept beside it
                 c = c["own"]
             else:
-                nb, one = bn_sizes(p, _e(dt))
-                return c["a"] + max(one / c["k"], nb / c["b"]), own
+                return _bn_time(c, p, _e(dt)), own
         if c["kind"] == "embedding":
             return c["a"] + c["s"] * f.get("o", 0) + c["u"] * f.get("w", 0), own
         return c["a"] + c["s"] * f["bytes"], own

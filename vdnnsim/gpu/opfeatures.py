@@ -14,7 +14,7 @@ between equal shapes (``bcast``: an operand broadcast, ``scalar``: a one-element
 an embedding its table's bytes (``w``) and its output's
 (``o``); a convolution its implicit GEMM's ``b, m, n, k`` (groups; output pixels; output
 channels and input channels times kernel taps per group), its input channels ``c``, kernel
-``kh, kw``, ``stride``, ``pad``, input ``N, H, W``, and ``cl`` where its input is
+``kh, kw``, ``stride``, and ``cl`` where its input is
 channels-last (NHWC in memory, not also NCHW-contiguous); a batch norm of a 4-D input its
 ``N, C, H, W``.
 """
@@ -80,10 +80,7 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
                      n=int(w.shape[0]) // groups, k=int(w[0].numel()), c=int(x.shape[1]),
                      kh=int(w.shape[2]) if w.dim() > 2 else 1,
                      kw=int(w.shape[3]) if w.dim() > 3 else 1,
-                     stride=int(args[3][0]) if len(args) > 3 and len(args[3]) else 1,
-                     N=int(x.shape[0]), H=int(x.shape[2]) if x.dim() > 2 else 1,
-                     W=int(x.shape[3]) if x.dim() > 3 else 1,
-                     pad=int(args[4][0]) if len(args) > 4 and len(args[4]) else 0)
+                     stride=int(args[3][0]) if len(args) > 3 and len(args[3]) else 1)
             if x.dim() == 4 and not x.is_contiguous() \
                     and x.is_contiguous(memory_format=torch.channels_last):
                 f["cl"] = True

@@ -130,3 +130,23 @@ def test_grid_is_seeded_and_respects_limits():
             assert 2 * c["m"] * c["n"] * c["k"] <= 2e13
         if c["op"] == "sdpa" and c["kernel"] == "flash":
             assert c["D"] <= 256
+
+
+def test_host_mixes_draw_every_kind_and_keep_their_counts():
+    """NOTE [host mixes]: on the CPU (a smoke test of the harness; the host's times are a
+    GPU machine's): each family's chains draw from its kinds in varied proportions, a cast
+    link counts its two casts, and every mix is timed forward and backward."""
+    mixes = co.host_mixes(torch.device("cpu"), torch.float32, sequences=3, length=24)
+    assert [m["family"] for m in mixes] == ["transformer"] * 3 + ["cnn"] * 3
+    for m in mixes:
+        kinds = co.MIX_FAMILIES[m["family"]]
+        assert set(m["counts"]) == set(kinds)
+        links = sum(n // 2 if k == "cast" else n for k, n in m["counts"].items())
+        assert links == 24 and m["ops"] == sum(m["counts"].values())
+        assert m["counts"].get("cast", 0) % 2 == 0
+        assert m["host_fwd_ns"] > 0 and m["host_bwd_ns"] > 0 and m["host_probe_between_ns"] > 0
+    shares = {tuple(m["counts"].values()) for m in mixes if m["family"] == "transformer"}
+    assert len(shares) == 3  # proportions differ from one chain to the next
+    # seeded: the same draws again
+    again = co.host_mixes(torch.device("cpu"), torch.float32, sequences=3, length=24)
+    assert [m["counts"] for m in again] == [m["counts"] for m in mixes]

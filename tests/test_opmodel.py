@@ -59,6 +59,37 @@ def test_predictions_scale_with_work():
     assert om.host_ns("mm", "autocast")[0] > om.host_ns(None, "autocast")[0] > 0
 
 
+def _host_raw(process, mix_fwd, mix_bwd):
+    chains = [{"chain": k, "modules": m, "ops": 64, "dtype": "float32", "autocast": None,
+               "host_fwd_ns": f, "host_bwd_ns": b, "process": process}
+              for k, f, b in (("linear", 40e3, 100e3), ("pointwise", 15e3, 20e3),
+                              ("view", 6e3, 10e3), ("conv", 30e3, 50e3))
+              for m in (False, True)]
+    mixes = [{"family": "transformer", "counts": {"linear": 10, "pointwise": 20, "view": 5},
+              "dtype": "float32", "autocast": None, "process": process,
+              "host_fwd_ns": mix_fwd * (10 * 40e3 + 20 * 15e3 + 5 * 6e3),
+              "host_bwd_ns": mix_bwd * (10 * 100e3 + 20 * 20e3 + 5 * 10e3)}]
+    return {"dtype": "host", "host_only": True, "host_chains": chains, "host_mixes": mixes}
+
+
+def test_host_mix_factor_scales_each_op_of_its_family():
+    """NOTE [host mixes]: the factor is the mixed chains' time over what the same process's
+    one-op chains give for their ops (median over processes), and the host's cost of an op
+    is its chain's times that factor; a family without mixes takes the other's."""
+    host = opmodel._host([_host_raw(1, 1.4, 1.2), _host_raw(2, 1.6, 1.2),
+                          _host_raw(3, 1.5, 1.3)])
+    fwd, bwd, n = host["mix"]["fp32"]["transformer"]
+    assert (fwd, bwd, n) == (pytest.approx(1.5), pytest.approx(1.2), 3)
+    om = opmodel.OpModel({"host": host, "classes": {}}, {}, 1.0, 1, "test")
+    assert om.host_ns("mm", "fp32") == (pytest.approx(40e3 * 1.5), pytest.approx(100e3 * 1.2))
+    assert om.host_ns("convolution", "fp32")[0] == pytest.approx(30e3 * 1.5)
+    assert om.module_ns == (0.0, 0.0)  # a module call's cost is not the mix's
+    plain = opmodel._host([dict(_host_raw(1, 1.4, 1.2), host_mixes=[])])
+    assert "mix" not in plain
+    om1 = opmodel.OpModel({"host": plain, "classes": {}}, {}, 1.0, 1, "test")
+    assert om1.host_ns("mm", "fp32") == (40e3, 100e3)
+
+
 def test_gpu_without_op_calibration_has_no_op_model():
     assert opmodel.for_gpu(gpu_preset("k40")) is None
 

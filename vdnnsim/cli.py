@@ -1068,7 +1068,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn", "norms"],
                     help="with --ops: which grids to run (default: all three)")
     ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
-                    "cost per op (chains of small ops; fp32, bf16, bf16 autocast)")
+                    "cost per op (chains of small ops, of one op and mixed; fp32, bf16, "
+                    "bf16 autocast)")
     ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")

@@ -43,8 +43,9 @@ time (where its output takes a gradient), and the host's cost of both:
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
-  small ops (NOTE [op calibration]); per module call, what the same chains cost more as one
-  module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
+  small ops (NOTE [op calibration]), times the mixed chains' factor of the op's family
+  (transformer or CNN ops; NOTE [host mixes]) where the host-only files have mixed chains;
+  per module call, what the same chains cost more as one module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
   mask arithmetic the loss does not need, an op without a tensor output) costs the host
   a view's forward cost, charged to the next layer. A host-bound step's time is then the
   host's, op by op.
@@ -385,9 +386,7 @@ def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
         per_link = raw.get("pointwise_ops_per_link", 1)  # the first files' chain: 4
         by = {}
         for c in raw.get("host_chains", []):
-            variant = "autocast" if c.get("autocast") else \
-                {"float32": "fp32", "bfloat16": "bf16"}.get(c.get("dtype"), raw["dtype"])
-            by[(c["chain"], c["modules"], variant, c.get("process", 0))] = c
+            by[(c["chain"], c["modules"], _variant(c, raw["dtype"]), c.get("process", 0))] = c
         for (chain, modules, variant, proc), c in by.items():
             k = per_link if chain == "pointwise" else 1
             if not modules:
@@ -402,6 +401,41 @@ def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
                            for key, v in sorted(plain.items())}
     out["module"] = [max(0.0, med(x[0] for x in mods)), max(0.0, med(x[1] for x in mods))] \
         if mods else [0.0, 0.0]
+    mix = _mix_factors(only or raws)
+    if mix:
+        out["mix"] = mix
+    return out
+
+
+def _variant(c: dict[str, Any], default: str) -> str:
+    return "autocast" if c.get("autocast") else \
+        {"float32": "fp32", "bfloat16": "bf16"}.get(c.get("dtype"), default)
+
+
+def _mix_factors(raws: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """NOTE [host mixes]: per variant and family, the median over the mixed chains of
+    their host time over what the same process's chains of one op give for their ops,
+    forward and backward."""
+    ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for raw in raws:
+        one = {}
+        for c in raw.get("host_chains", []):
+            if not c["modules"]:
+                one[(c["chain"], _variant(c, raw["dtype"]), c.get("process", 0))] = c
+        for m in raw.get("host_mixes", []):
+            v, proc = _variant(m, raw["dtype"]), m.get("process", 0)
+            try:
+                ef = sum(n * one[(k, v, proc)]["host_fwd_ns"] for k, n in m["counts"].items())
+                eb = sum(n * one[(k, v, proc)]["host_bwd_ns"] for k, n in m["counts"].items())
+            except KeyError:  # a kind without its chain in that process: no ratio
+                continue
+            if ef > 0 and eb > 0:
+                ratios.setdefault((v, m["family"]), []).append(
+                    (m["host_fwd_ns"] / ef, m["host_bwd_ns"] / eb))
+    out: dict[str, dict[str, list[float]]] = {}
+    for (v, fam), r in sorted(ratios.items()):
+        out.setdefault(v, {})[fam] = [statistics.median(x[0] for x in r),
+                                      statistics.median(x[1] for x in r), len(r)]
     return out
 
 
@@ -493,10 +527,14 @@ class OpModel:
         autocast); op None: a view."""
         h = self.fitted["host"]
         cls = "view" if op is None else host_class(op)
+        fam = "cnn" if cls in ("conv", "batch_norm") else "transformer"
+        mix = h.get("mix", {})  # NOTE [host mixes]
+        fams = mix.get(variant) or mix.get("fp32") or {}
+        k = fams.get(fam) or fams.get("transformer" if fam == "cnn" else "cnn") or [1.0, 1.0]
         for key in (f"{cls}:{variant}", f"{cls}:fp32", f"pointwise:{variant}",
                     "pointwise:fp32"):
             if key in h:
-                return tuple(h[key])
+                return (h[key][0] * k[0], h[key][1] * k[1])
         return (0.0, 0.0)
 
     @property
@@ -549,7 +587,10 @@ def main(argv: list[str] | None = None) -> int:
     for key, c in out["classes"].items():
         fe = c["fit_error"]
         print(f"{key:44s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}")
-    print("host (fwd, bwd ns):", {k: [round(x) for x in v] for k, v in out["host"].items()})
+    print("host (fwd, bwd ns):", {k: [round(x) for x in v] for k, v in out["host"].items()
+                                  if k != "mix"})
+    if "mix" in out["host"]:  # NOTE [host mixes]
+        print("host mixes (fwd, bwd factor, sequences):", out["host"]["mix"])
     return 0
 
 

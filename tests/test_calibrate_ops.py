@@ -53,7 +53,8 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     real = co.op_cases
     monkeypatch.setattr(co, "op_cases", lambda rng, n, dt: _small(real(rng, n, dt)))
     real_cnn = co.cnn_cases
-    monkeypatch.setattr(co, "cnn_cases", lambda rng, n, dt: _small_cnn(real_cnn(rng, n, dt)))
+    monkeypatch.setattr(co, "cnn_cases",
+                        lambda rng, n, dt, grid: _small_cnn(real_cnn(rng, n, dt, grid)))
     real_steps = co.step_cases
     monkeypatch.setattr(co, "step_cases", lambda rng, n: _small(real_steps(rng, n)))
     data = co.calibrate_ops(dtype, scale=0.1, dev=torch.device("cpu"), clock=FakeClock())
@@ -98,7 +99,8 @@ def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
     for dtype, classes, name in (("fp32", "transformer", "fp32"), ("bf16", "transformer", "bf16"),
                                  ("fp32", "cnn", "cnn_fp32"), ("bf16", "cnn", "cnn_bf16")):
         raw = json.loads(cal.joinpath(f"h200_ops_{name}.json").read_text())
-        grid = co._todo(classes, raw.get("scale", 1.0), raw.get("seed", 0), dtype)
+        grid = co._todo(classes, raw.get("scale", 1.0), raw.get("seed", 0), dtype,
+                        raw.get("grid", 1))  # the shipped CNN files are grid 1's
         skipped = [{k: v for k, v in c.items() if k != "error"} for c in raw["skipped"]]
         # the shipped file's cases, in order, are the grid's (less what it skipped)
         keys = lambda c: tuple(sorted((k, v) for k, v in c.items()  # noqa: E731
@@ -150,3 +152,18 @@ def test_host_mixes_draw_every_kind_and_keep_their_counts():
     # seeded: the same draws again
     again = co.host_mixes(torch.device("cpu"), torch.float32, sequences=3, length=24)
     assert [m["counts"] for m in again] == [m["counts"] for m in mixes]
+
+
+def test_cnn_grid_covers_high_resolution_stages_within_its_limits():
+    """The CNN grid (version 2) draws dense convolutions on 224 x 224 maps of 32-64 channels
+    (VGG's and U-Net's first stage), not only stems, and keeps every tensor within 2 GiB;
+    grid 1 (the shipped files') had none."""
+    assert co.GRID == 2
+    assert not [c for c in co.cnn_cases(random.Random(2), 10, "fp32", 1)
+                if c["op"] == "conv" and c["h"] == 224 and c["c"] > 3]
+    for dt, e in (("fp32", 4), ("bf16", 2)):
+        cases = co.cnn_cases(random.Random(2), 10, dt)
+        wide = [c for c in cases if c["op"] == "conv" and c["h"] == 224 and c["c"] >= 32]
+        assert wide and any(c["groups"] == 1 and c["kh"] == 3 for c in wide)
+        for c in cases:
+            assert c["batch"] * c["c"] * c["h"] ** 2 * e <= 2**31

@@ -19,7 +19,7 @@ as one module per op: the host's cost per op and per module call. The optimizer'
 timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 parameters).
 
 The CNN classes (``--classes cnn``; ``all`` runs both grids) come from a grid of CNN-stage
-shapes of their own seed (the transformer grid of a seed is unchanged by them): 2-D
+shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the transformer grid of a seed is unchanged by them): 2-D
 convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
 each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
 ``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
@@ -76,9 +76,15 @@ HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast", "view", "con
                "batch_norm"]
 CLASSES = ("all", "transformer", "cnn", "norms")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
-STAGES_CNN = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
-              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
-              (7, [160, 320, 512, 960, 1280, 2048])]
+# Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
+# and U-Net's first stage) and 112 x 128 (VGG's second), session 29, after VGG-16's
+# 64-channel 224 x 224 convolutions ran at 94 TFLOP/s against the 220 the model
+# extrapolated: grid 1 had 224 only for stems (NOTE [op calibration])
+_STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
+             (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
+             (7, [160, 320, 512, 960, 1280, 2048])]
+STAGES_CNN = {1: _STAGES_1, 2: [(224, [32, 64]), (112, [16, 32, 64, 128])] + _STAGES_1[1:]}
+GRID = 2  # the CNN and norms grids' version a calibration now draws (recorded as "grid")
 CNN_STREAMING = ["batch_norm", "group_norm", "max_pool", "avg_pool", "adaptive_avg_pool",
                  "pad", "hardtanh", "relu4d"]
 
@@ -140,7 +146,8 @@ def op_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]
     return out
 
 
-def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+def cnn_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
+              ) -> list[dict[str, Any]]:
     """The CNN grid (NOTE [op calibration]): ``10 n_each`` dense and ``4 n_each`` depthwise
     convolutions in each memory format, each 4-D streaming op ``n_each`` times."""
     e = 4 if dtype == "fp32" else 2
@@ -154,7 +161,7 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any
                 k, st = rng.choice([(3, 2), (7, 2), (4, 4), (3, 1)])
                 kk = rng.choice([16, 24, 32, 64, 96])
             else:
-                h, chans = rng.choice(STAGES_CNN)
+                h, chans = rng.choice(STAGES_CNN[grid])
                 c = rng.choice(chans)
                 st = 2 if rng.random() < 0.15 else 1
                 if dw < 4 * n_each and rng.random() < 0.35:
@@ -176,15 +183,16 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any
             out.append(dict(op="conv", batch=b, c=c, h=h, k_out=kk, kh=k, stride=st,
                             groups=g, cl=cl))
             dw, dense = dw + depthwise, dense + (not depthwise)
-    return out + _feature_map_cases(rng, CNN_STREAMING, n_each)
+    return out + _feature_map_cases(rng, CNN_STREAMING, n_each, grid)
 
 
-def _feature_map_cases(rng: random.Random, ops: list[str], n: int) -> list[dict[str, Any]]:
+def _feature_map_cases(rng: random.Random, ops: list[str], n: int, grid: int = GRID
+                       ) -> list[dict[str, Any]]:
     """Each op of ``ops`` ``n`` times on a feature map of a CNN stage (at most 2 GiB)."""
     out = []
     for op in ops:
         for _ in range(n):
-            h, chans = rng.choice(STAGES_CNN)
+            h, chans = rng.choice(STAGES_CNN[grid])
             c, b = rng.choice(chans), rng.choice([8, 16, 32, 64, 128, 256])
             while b * c * h * h * 4 > 2**31 and b > 1:
                 b //= 2
@@ -192,10 +200,11 @@ def _feature_map_cases(rng: random.Random, ops: list[str], n: int) -> list[dict[
     return out
 
 
-def norm_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+def norm_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
+               ) -> list[dict[str, Any]]:
     """The norms grid (NOTE [op calibration]): batch and group norm ``5 n_each`` times each,
     feature maps of CNN stages."""
-    return _feature_map_cases(rng, ["batch_norm", "group_norm"], 5 * n_each)
+    return _feature_map_cases(rng, ["batch_norm", "group_norm"], 5 * n_each, grid)
 
 
 def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
@@ -569,6 +578,7 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
     chains = host_chains(dev, dt)
     return {
         "format": FORMAT, "version": VERSION, "dtype": dtype, "seed": seed, "scale": scale,
+        "grid": GRID,
         "gpu": {"name": gpu_name, "sm_count": sms, "capability": cap},
         "software": software(),
         "classes": classes,
@@ -582,9 +592,11 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
     }
 
 
-def _todo(classes: str, scale: float, seed: int, dtype: str) -> list[dict[str, Any]]:
+def _todo(classes: str, scale: float, seed: int, dtype: str, grid: int = GRID
+          ) -> list[dict[str, Any]]:
     """The cases of a run: the transformer grid (and the optimizer steps, fp32) of ``seed``,
-    the CNN grid of ``seed + 2``, the norms grid of ``seed + 3``."""
+    the CNN grid of ``seed + 2``, the norms grid of ``seed + 3``, those two of version
+    ``grid`` (STAGES_CNN)."""
     if classes not in CLASSES:
         raise ValueError(f"classes must be one of {', '.join(CLASSES)}, got {classes!r}")
     n_each = max(1, int(round(10 * scale)))
@@ -594,9 +606,9 @@ def _todo(classes: str, scale: float, seed: int, dtype: str) -> list[dict[str, A
         if dtype == "fp32":
             todo += step_cases(random.Random(seed + 1), max(2, int(16 * scale)))
     if classes in ("all", "cnn"):
-        todo += cnn_cases(random.Random(seed + 2), n_each, dtype)
+        todo += cnn_cases(random.Random(seed + 2), n_each, dtype, grid)
     if classes in ("all", "norms"):
-        todo += norm_cases(random.Random(seed + 3), n_each, dtype)
+        todo += norm_cases(random.Random(seed + 3), n_each, dtype, grid)
     return todo
 
 

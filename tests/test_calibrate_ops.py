@@ -145,13 +145,20 @@ def test_host_mixes_draw_every_kind_and_keep_their_counts():
         assert set(m["counts"]) == set(kinds)
         links = sum(n // 2 if k == "cast" else n for k, n in m["counts"].items())
         assert links == 24 and m["ops"] == sum(m["counts"].values())
-        assert m["counts"].get("cast", 0) % 2 == 0
+        assert m["counts"].get("cast", 0) % 2 == 0  # fp32: a cast link's two, no other
         assert m["host_fwd_ns"] > 0 and m["host_bwd_ns"] > 0 and m["host_probe_between_ns"] > 0
     shares = {tuple(m["counts"].values()) for m in mixes if m["family"] == "transformer"}
     assert len(shares) == 3  # proportions differ from one chain to the next
     # seeded: the same draws again
     again = co.host_mixes(torch.device("cpu"), torch.float32, sequences=3, length=24)
     assert [m["counts"] for m in again] == [m["counts"] for m in mixes]
+    # under autocast every link's own weight is cast, and counted so: at least one cast a
+    # linear link beyond the cast links' own two
+    auto = co.host_mixes(torch.device("cpu"), torch.float32, torch.bfloat16, sequences=3,
+                         length=24)
+    for m, plain in zip(auto, mixes):
+        assert m["counts"]["cast"] >= plain["counts"].get("cast", 0) \
+            + plain["counts"].get("linear", 0) + plain["counts"].get("conv", 0)
 
 
 def test_cnn_grid_covers_high_resolution_stages_within_its_limits():

@@ -83,6 +83,15 @@ def test_host_mix_factor_scales_each_op_of_its_family():
     om = opmodel.OpModel({"host": host, "classes": {}}, {}, 1.0, 1, "test")
     assert om.host_ns("mm", "fp32") == (pytest.approx(40e3 * 1.5), pytest.approx(100e3 * 1.2))
     assert om.host_ns("convolution", "fp32")[0] == pytest.approx(30e3 * 1.5)
+    # the model's family picks the factor; without CNN mixes a CNN takes the transformer's
+    assert om.host_ns("mm", "fp32", "cnn")[0] == pytest.approx(40e3 * 1.5)
+    cnn = {"family": "cnn", "counts": {"conv": 10}, "dtype": "float32", "autocast": None,
+           "process": 1, "host_fwd_ns": 2.0 * 10 * 30e3, "host_bwd_ns": 10 * 50e3}
+    raw = _host_raw(1, 1.4, 1.2)
+    both = opmodel._host([dict(raw, host_mixes=raw["host_mixes"] + [cnn])])
+    om2 = opmodel.OpModel({"host": both, "classes": {}}, {}, 1.0, 1, "test")
+    assert om2.host_ns("mm", "fp32", "cnn") == (pytest.approx(80e3), pytest.approx(100e3))
+    assert om2.host_ns("mm", "fp32")[0] == pytest.approx(40e3 * 1.4)
     assert om.module_ns == (0.0, 0.0)  # a module call's cost is not the mix's
     plain = opmodel._host([dict(_host_raw(1, 1.4, 1.2), host_mixes=[])])
     assert "mix" not in plain

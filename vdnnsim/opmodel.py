@@ -43,9 +43,10 @@ time (where its output takes a gradient), and the host's cost of both:
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
-  small ops (NOTE [op calibration]), times the mixed chains' factor of the op's family
-  (transformer or CNN ops; NOTE [host mixes]) where the host-only files have mixed chains;
-  per module call, what the same chains cost more as one module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
+  small ops (NOTE [op calibration]), times the mixed chains' factor of the model's family
+  (a CNN where the model has a convolution, else a transformer; NOTE [host mixes]) where
+  the host-only files have mixed chains; per module call, what the same chains cost more
+  as one module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
   mask arithmetic the loss does not need, an op without a tensor output) costs the host
   a view's forward cost, charged to the next layer. A host-bound step's time is then the
   host's, op by op.
@@ -418,15 +419,18 @@ def _mix_factors(raws: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]
     forward and backward."""
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for raw in raws:
+        per_link = raw.get("pointwise_ops_per_link", 1)  # as _host divides it
         one = {}
         for c in raw.get("host_chains", []):
             if not c["modules"]:
-                one[(c["chain"], _variant(c, raw["dtype"]), c.get("process", 0))] = c
+                k = per_link if c["chain"] == "pointwise" else 1
+                one[(c["chain"], _variant(c, raw["dtype"]), c.get("process", 0))] = \
+                    (c["host_fwd_ns"] / k, c["host_bwd_ns"])
         for m in raw.get("host_mixes", []):
             v, proc = _variant(m, raw["dtype"]), m.get("process", 0)
             try:
-                ef = sum(n * one[(k, v, proc)]["host_fwd_ns"] for k, n in m["counts"].items())
-                eb = sum(n * one[(k, v, proc)]["host_bwd_ns"] for k, n in m["counts"].items())
+                ef = sum(n * one[(k, v, proc)][0] for k, n in m["counts"].items())
+                eb = sum(n * one[(k, v, proc)][1] for k, n in m["counts"].items())
             except KeyError:  # a kind without its chain in that process: no ratio
                 continue
             if ef > 0 and eb > 0:
@@ -522,12 +526,14 @@ class OpModel:
         return (c["a"] + c["s"] * param_bytes + c["u"] * tensors,
                 c["host_a"] + c["host_u"] * tensors)
 
-    def host_ns(self, op: str | None, variant: str = "fp32") -> tuple[float, float]:
+    def host_ns(self, op: str | None, variant: str = "fp32", family: str = "transformer"
+                ) -> tuple[float, float]:
         """The host's (forward, backward) cost of an op under ``variant`` (fp32, bf16 or
-        autocast); op None: a view."""
+        autocast) in a model of ``family`` (``cnn``: one with a convolution; NOTE [host
+        mixes]); op None: a view."""
         h = self.fitted["host"]
         cls = "view" if op is None else host_class(op)
-        fam = "cnn" if cls in ("conv", "batch_norm") else "transformer"
+        fam = family
         mix = h.get("mix", {})  # NOTE [host mixes]
         fams = mix.get(variant) or mix.get("fp32") or {}
         k = fams.get(fam) or fams.get("transformer" if fam == "cnn" else "cnn") or [1.0, 1.0]

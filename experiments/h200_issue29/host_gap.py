@@ -1,7 +1,7 @@
-"""GPU (the H200 device machine). Issue 29's host gap, session 29: where a host-bound
-step's host time goes. For one held-out run already measured (a seen set's model), the
+"""GPU (any lent machine; host_study.sh). Issue 29's host gap, session 29: where a
+host-bound step's host time goes. For one held-out run already measured (a seen set's model), the
 host's time per phase of the training step (zero_grad, forward and loss, backward,
-AdamW's step; ``time.perf_counter`` at each phase's end, no synchronisation inside a
+the optimizer's step; ``time.perf_counter`` at each phase's end, no synchronisation inside a
 step, median of 8 steps after 6 warm-up steps), then two more steps under torch.profiler
 (CPU activity only): the forward pass's top-level ATen ops by name (count, mean
 duration) and what of the forward is no ATen op (the model's own Python).
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
             d["host"] = (t_issue - t[0]) * 1e3
             d["wall"] = (t_end - t[0]) * 1e3
             rows.append(d)
-    out = {"run": f"{model} {batch} {dtype} {seq}", "gpu": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+    out = {"run": f"{model} {batch} {dtype} {seq}", "set": set_, "gpu": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
            "torch": torch.__version__, "optimizer": opt, "host_probe_ns_before": probe0,
            "host_ms": {k: statistics.median(r[k] for r in rows) for k in rows[0]}}
     out["host_probe_ns_after"] = host_probe_ns(dev)

@@ -66,13 +66,17 @@ def main(argv: list[str]) -> int:
     for p in sorted(folder.glob("*.json")):
         if p.name.startswith(("host_", "warmup")):
             continue
-        r = json.loads(p.read_text())
+        try:
+            r = json.loads(p.read_text())
+        except ValueError:  # a run that failed there: its .err says why
+            print(f"{p.stem}: no result (see {p.stem}.err)")
+            continue
         name, b, dt, seq = r["run"].split()
         seq = None if seq == "None" else int(seq)
         if ":" in name:
             spec = name.replace("torchvision:", "torchvision.models:")
         else:
-            where = HERE if (HERE / f"{name}.yaml").exists() else HERE / "set2"
+            where = HERE if r["set"] == "set1" else HERE / r["set"]
             spec = f"hf:{where / (name + '.yaml')}"
         m = r["host_ms"]
         a, c = predict(plain, spec, int(b), dt, seq, r["optimizer"]), \
@@ -86,7 +90,7 @@ def main(argv: list[str]) -> int:
         print(f"{row['run']:34s} measured fwd {m['forward']:6.1f} bwd {m['backward']:6.1f} "
               f"step {m['step']:5.1f} | chains {a['forward']:6.1f} {a['backward']:6.1f} "
               f"{a['step']:5.1f} ({row['error_chains']:+.0%}) | mixed {c['forward']:6.1f} "
-              f"{c['backward']:6.1f} ({row['error_mixed']:+.0%})")
+              f"{c['backward']:6.1f} {c['step']:5.1f} ({row['error_mixed']:+.0%})")
     for k in ("error_chains", "error_mixed"):
         e = [abs(r[k]) for r in rows]
         print(f"{k}: median |error| {statistics.median(e):.1%}, max {max(e):.1%}")

@@ -35,15 +35,16 @@ A chain of one op, 64 times over on one layer, is the host's best case: the same
 the same weights, every branch predicted, the caches warm. A model's step is not: its ops
 come in a varied order, each layer with its own weights (a graph node and a gradient to
 accumulate each), and the host's time per op is longer (session 29: the op model's host
-time fell 20-50% short of the measured on host-bound torchvision CNNs and transformers,
-whose Python between ops is little). So ``--host-only`` also times mixed chains: per
+time fell 32-48% short of the measured on host-bound torchvision CNNs, whose Python
+between ops is little, and 5-28% on host-bound autocast transformers). So ``--host-only`` also times mixed chains: per
 family (a transformer's links: linear, pointwise, layer norm, attention, view, a cast
 there and back; a CNN's: conv, batch norm, pointwise), 12 chains of 192 links of random
 kinds in random proportions (a flat Dirichlet draw, seeded), each link with its own
 layer, timed forward and backward as the chains are, beside the chains of one op in the
-same process. The op model's host cost of an op is its chain's times the family's factor:
-the mixed chains' time over what the same process's one-op chains give for their ops
-(median over chains and processes, per precision and pass; NOTE [op model]).
+same process. The op model's host cost of an op is its chain's times the factor of the
+model's family (a model with a convolution is a CNN): the mixed chains' time over what the
+same process's one-op chains give for their ops (median over chains and processes, per
+precision and pass; NOTE [op model]).
 """
 
 from __future__ import annotations
@@ -404,7 +405,7 @@ def _time_chain(chain: Callable[[], torch.Tensor], ctx: Callable[[], Any], dev: 
         if rep >= 2:
             fwd.append((t1 - t0) * 1e9)
             bwd.append((t3 - t2) * 1e9)
-    return statistics.median(fwd), statistics.median(bwd)
+    return sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]  # as the first files took it
 
 
 def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None
@@ -461,7 +462,9 @@ def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None 
                sequences: int = 12, length: int = 192, seed: int = 0) -> list[dict[str, Any]]:
     """NOTE [host mixes]: per family, ``sequences`` chains of ``length`` links of random
     kinds in random proportions, each link with its own layer, timed as the host chains
-    are: the host's time of a real model's mix of ops beside the chains of one op."""
+    are: the host's time of a real model's mix of ops beside the chains of one op. A
+    record's ``counts`` are its links per kind, casts as dispatched (``_to_copy``: a cast
+    link's two, and under autocast each link's own weight's)."""
     import contextlib
 
     from .hostprobe import StepProbe
@@ -479,10 +482,11 @@ def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None 
             for i, kind in enumerate(seq):
                 if kind == "cast":  # there and back: the next link's layer keeps its dtype
                     links += [_link(kind, i, {}), _link(kind, i, {})]
-                    counts[kind] += 2
+                elif kind == "view":  # a view that keeps the map contiguous (a transposed
+                    links.append(lambda t: t.view(t.shape))  # one would add copies)
                 else:
                     links.append(_link(kind, i, _layers(dev, dt)))
-                    counts[kind] += 1
+                counts[kind] += 1
             x0 = _chain_input(family, dev, dt)
 
             def chain() -> torch.Tensor:
@@ -490,6 +494,12 @@ def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None 
                 for f in links:
                     t = f(t)
                 return t
+            # the casts as dispatched: under autocast each link's own weights' too, as in a
+            # model (where the probe records each as a cast op)
+            with _Ops() as seen, ctx():
+                chain()
+            if "cast" in counts or autocast is not None:
+                counts["cast"] = sum(o["op"] == "_to_copy" for o in seen.ops)
             probes = [probe()]
             f, b = _time_chain(chain, ctx, dev)
             recs.append({"family": family, "counts": counts, "ops": sum(counts.values()),

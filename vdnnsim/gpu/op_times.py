@@ -32,6 +32,8 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
     host's costs of fp32, bf16 or autocast."""
     out = OpTimes()
     mod_fwd = om.module_ns[0]
+    family = "cnn" if any((n.attrs.get("_f") or {}).get("op") == "convolution"
+                          for n in p.nodes) else "transformer"  # NOTE [host mixes]
     readers: Counter = Counter()
     for n in p.nodes:
         for t in dict.fromkeys(n.inputs):
@@ -42,7 +44,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         seq = n.attrs.get("_seq", last_seq + 1)
         unseen = max(0, seq - last_seq - 1)  # ops dispatched since the last layer: views of
         last_seq = seq                       # weights, ops the loss does not need, ...
-        host_unseen = unseen * om.host_ns(None, variant)[0]
+        host_unseen = unseen * om.host_ns(None, variant, family)[0]
         f = n.attrs.get("_f")
         view = n.alias_of is not None and n.kind == "flatten"
         module = n.attrs.get("module")
@@ -50,7 +52,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         last_module = module
         if view or f is None:
             out.times[n.name] = (0, 0, 0, 0)
-            hf, hb = om.host_ns(None, variant)
+            hf, hb = om.host_ns(None, variant, family)
             out.hosts[n.name] = (round(hf + mod_f + host_unseen),
                                  round(hb) if n.requires_grad else 0)
             out.kernels[n.name] = (0, 0)
@@ -69,7 +71,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
                 bwd += extra * om.time_ns(add, "fwd")[0]
                 kb += extra
         out.times[n.name] = (round(fwd), round(bwd), 0, 0)
-        hf, hb = om.host_ns(f["op"], variant)
+        hf, hb = om.host_ns(f["op"], variant, family)
         out.hosts[n.name] = (round(hf + mod_f + host_unseen),
                              round(hb) if n.requires_grad else 0)
         out.kernels[n.name] = (1, kb)

@@ -533,10 +533,10 @@ class OpModel:
         mixes]); op None: a view."""
         h = self.fitted["host"]
         cls = "view" if op is None else host_class(op)
-        fam = family
         mix = h.get("mix", {})  # NOTE [host mixes]
         fams = mix.get(variant) or mix.get("fp32") or {}
-        k = fams.get(fam) or fams.get("transformer" if fam == "cnn" else "cnn") or [1.0, 1.0]
+        k = fams.get(family) or fams.get("transformer" if family == "cnn" else "cnn") \
+            or [1.0, 1.0]
         for key in (f"{cls}:{variant}", f"{cls}:fp32", f"pointwise:{variant}",
                     "pointwise:fp32"):
             if key in h:

@@ -25,17 +25,19 @@ HERE = ROOT / "experiments" / "h200_issue29"
 GPU_FILES = ("bf16", "fp32", "cnn_bf16", "cnn_fp32")  # the shipped GPU classes
 
 
-def model(host_files: list[dict], mixes: bool):
+def models(host_files: list[dict]):
+    """The op model with the study's host files, without and with the mixes' factor (one
+    fit: the factor is the fitted host's ``mix`` entry)."""
     from vdnnsim import opmodel
     from vdnnsim.hardware import gpu_preset
     gpu = gpu_preset("h200")
     d = resources.files("vdnnsim").joinpath("data", "calibration")
     raws = [json.loads(d.joinpath(f"h200_ops_{x}.json").read_text()) for x in GPU_FILES]
-    raws += [h if mixes else dict(h, host_mixes=[]) for h in host_files]
-    fitted = opmodel.fit(raws, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s,
+    fitted = opmodel.fit(raws + host_files, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s,
                          raws[0]["gpu"]["sm_count"])
-    return opmodel.OpModel(fitted, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s,
-                           fitted["sm_count"], "host study")
+    plain = dict(fitted, host={k: v for k, v in fitted["host"].items() if k != "mix"})
+    return [opmodel.OpModel(f, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s,
+                            fitted["sm_count"], "host study") for f in (plain, fitted)]
 
 
 def predict(om, spec: str, batch: int, dtype: str, seq: int | None, opt: str) -> dict:
@@ -60,7 +62,7 @@ def main(argv: list[str]) -> int:
     for i, h in enumerate(hosts, 1):  # two processes: keep both, apart
         for c in h["host_chains"] + h.get("host_mixes", []):
             c["process"] = i
-    plain, mixed = model(hosts, False), model(hosts, True)
+    plain, mixed = models(hosts)
     print("mix factors (fwd, bwd, chains):", mixed.fitted["host"].get("mix"))
     rows = []
     for p in sorted(folder.glob("*.json")):

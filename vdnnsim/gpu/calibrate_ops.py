@@ -385,6 +385,13 @@ def _chain_input(kind_or_family: str, dev: torch.device, dt: torch.dtype) -> tor
     return torch.randn(8, 4, 16, 64, device=dev, dtype=dt, requires_grad=True)
 
 
+def _autocast(dev: torch.device, autocast: torch.dtype | None) -> Callable[[], Any]:
+    """A chain's context: torch.autocast to ``autocast`` on ``dev``, or none."""
+    import contextlib
+    return (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
+        else contextlib.nullcontext
+
+
 def _time_chain(chain: Callable[[], torch.Tensor], ctx: Callable[[], Any], dev: torch.device,
                 reps: int = 12) -> tuple[float, float]:
     """The host's median time (ns) of ``chain``'s forward (graph recorded, under ``ctx``)
@@ -413,14 +420,11 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
     """The host's cost per op (NOTE [op calibration]): 64-op chains on small tensors, as
     functions and as modules, forward (graph recorded) and backward; ``autocast``: fp32
     tensors and weights under torch.autocast to that dtype, as autocast training runs."""
-    import contextlib
-
     from .hostprobe import StepProbe
     n = 64
     recs = []
     probe = StepProbe(dev)  # NOTE [host probe]: the host's speed beside each chain's reps
-    ctx = (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
-        else contextlib.nullcontext
+    ctx = _autocast(dev, autocast)
     for kind in HOST_CHAINS:
         for modules in (False, True):
             x0 = _chain_input(kind, dev, dt)
@@ -465,14 +469,11 @@ def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None 
     are: the host's time of a real model's mix of ops beside the chains of one op. A
     record's ``counts`` are its links per kind, casts as dispatched (``_to_copy``: a cast
     link's two, and under autocast each link's own weight's)."""
-    import contextlib
-
     from .hostprobe import StepProbe
     rng = random.Random(seed)
     recs = []
     probe = StepProbe(dev)
-    ctx = (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
-        else contextlib.nullcontext
+    ctx = _autocast(dev, autocast)
     for family, kinds in MIX_FAMILIES.items():
         for _ in range(sequences):
             w = [rng.expovariate(1.0) for _ in kinds]  # a flat Dirichlet draw

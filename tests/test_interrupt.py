@@ -36,7 +36,12 @@ def _interrupt(argv: list[str], after_s: float, cwd: Path) -> subprocess.Complet
         pytest.fail(f"the command ended before it could be interrupted (rc {p.returncode}); "
                     f"give it more work: {err[-500:]}")
     os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    try:
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # a hung teardown: end it, and say what it printed
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"still running 120 s after Ctrl-C; stderr: {err[-1500:]!r}")
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 

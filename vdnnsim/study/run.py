@@ -81,6 +81,12 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
     return out
 
 
+def _ignore_sigint() -> None:
+    """A sweep worker's initializer: Ctrl-C is the parent's to handle (NOTE [interrupt])."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _groups(points: list[dict[str, Any]], base: Path) -> list[list[tuple[int, dict]]]:
     groups: dict[tuple, list[tuple[int, dict]]] = {}
     for i, p in enumerate(points):
@@ -140,11 +146,22 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
             if client is not scheduler:
                 client.close()
     elif workers and workers > 1 and len(groups) > 1:
-        from concurrent.futures import ProcessPoolExecutor, as_completed as done
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = [pool.submit(_run_group, g, base) for g in groups]
-            for f in done(futs):
-                take(f.result())
+        # NOTE [interrupt]: the workers ignore SIGINT and the parent ends them. A
+        # ProcessPoolExecutor worker catches a Ctrl-C inside a job as that job's exception and
+        # takes the next one, and the executor's exit then waits for the whole queue
+        import functools
+        import multiprocessing
+        pool = multiprocessing.Pool(min(workers, len(groups)), initializer=_ignore_sigint)
+        try:
+            for rows in pool.imap_unordered(functools.partial(_run_group, base_dir=base), groups):
+                take(rows)
+        except BaseException:
+            pool.terminate()
+            raise
+        else:
+            pool.close()
+        finally:
+            pool.join()
     else:
         for g in groups:
             take(_run_group(g, base))

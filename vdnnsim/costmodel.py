@@ -7,6 +7,9 @@ roofline with one efficiency per algorithm class. Algorithms that stage data thr
 workspace (im2col for GEMM, the transforms of FFT) run those stages as separate,
 memory-bound kernels, so their workspace traffic adds to the time instead of overlapping. The constants below are architecture-wide
 assumptions, the same for every network and batch size; none is fitted to a paper result.
+A preset may replace one class's efficiency with a value its card's own published timings
+calibrate (``algo_efficiency``: the Titan X's implicit GEMM, NOTE [implicit GEMM on the
+Titan X] in vdnnsim/paper/cudnn4.py); ``eff_of`` reads it.
 Conv layers get cuDNN-like options: memory-optimal implicit GEMM (no workspace), implicit
 GEMM with precomputed indices (a few KB), explicit GEMM (an im2col buffer of the whole
 batch), FFT over 32x32 tiles (transformed input tiles and filters), whole-image FFT where
@@ -39,6 +42,12 @@ EFF = {  # share of peak FLOP/s each algorithm class reaches on large problems
 FFT_TILE = 32
 FFT_MAX_PADDED = 256  # cuDNN: whole-image FFT needs H + 2*pad <= 256
 COMPLEX_BYTES = 8  # fp32 complex, whatever the storage dtype
+
+
+def eff_of(gpu: GPU, algo_class: str) -> float:
+    """The share of peak FLOP/s ``algo_class`` reaches on ``gpu``: the preset's calibrated
+    ``algo_efficiency`` where it names the class, else the architecture-wide EFF."""
+    return gpu.algo_efficiency.get(algo_class, EFF[algo_class])
 
 
 def _t(gpu: GPU, flops: float, nbytes: float, eff: float, dtype: str,
@@ -105,10 +114,11 @@ def conv_algos_for(geo: ConvGeometry, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
         return Algo(name, one, passes * one, fwd_ws, fwd_ws)
 
     kk = geo.kh * geo.kw
-    out = [algo("implicit_gemm", EFF["implicit_gemm"], 0),
-           algo("implicit_precomp_gemm", EFF["implicit_precomp_gemm"], 4 * kk * (c // g) * 2)]
+    out = [algo("implicit_gemm", eff_of(gpu, "implicit_gemm"), 0),
+           algo("implicit_precomp_gemm", eff_of(gpu, "implicit_precomp_gemm"),
+                4 * kk * (c // g) * 2)]
     cols = 0 if (kk == 1 and unit_stride) else batch * (c // g) * kk * geo.ho * geo.wo * e
-    out.append(algo("gemm", EFF["gemm"], cols, ws_traffic=cols))
+    out.append(algo("gemm", eff_of(gpu, "gemm"), cols, ws_traffic=cols))
     if unit_stride and kk > 1 and g == 1:
         t = FFT_TILE
         step_h, step_w = t - geo.kh + 1, t - geo.kw + 1
@@ -117,16 +127,16 @@ def conv_algos_for(geo: ConvGeometry, gpu: GPU, dtype: str) -> tuple[Algo, ...]:
             spec = t * (t // 2 + 1)
             ws = (batch * c * tiles + c * k_out) * spec * COMPLEX_BYTES
             ratio = 8 * c * k_out * tiles * spec * batch / max(flops, 1)
-            out.append(algo("fft_tiling", EFF["fft_tiling"], ws, ratio, ws))
+            out.append(algo("fft_tiling", eff_of(gpu, "fft_tiling"), ws, ratio, ws))
         hp = max(geo.h + 2 * geo.ph, geo.w + 2 * geo.pw)
         if hp <= FFT_MAX_PADDED:
             n = _fft_size(hp)
             spec = n * (n // 2 + 1)
             ws = (batch * c + batch * k_out + c * k_out) * spec * COMPLEX_BYTES
             ratio = 8 * c * k_out * spec * batch / max(flops, 1)
-            out.append(algo("fft", EFF["fft"], ws, ratio, ws))
+            out.append(algo("fft", eff_of(gpu, "fft"), ws, ratio, ws))
     if gpu.winograd and geo.kh == 3 and geo.kw == 3 and unit_stride and g == 1:
-        out.append(algo("winograd", EFF["winograd"], 0, 1 / 2.25))
+        out.append(algo("winograd", eff_of(gpu, "winograd"), 0, 1 / 2.25))
     return tuple(out)
 
 
@@ -150,12 +160,12 @@ def _simple_algo(info: LayerInfo, batch: int, gpu: GPU, dtype: str) -> Algo:
     flops = batch * info.flops
     if info.type == "fc":
         w_b = info.params * e
-        fwd = _t(gpu, flops, in_b + out_b + w_b, EFF["fc"], dtype)
+        fwd = _t(gpu, flops, in_b + out_b + w_b, eff_of(gpu, "fc"), dtype)
         passes = 1 + (1 if info.needs_input_grad else 0)
         return Algo("default", fwd, passes * fwd)
-    fwd = _t(gpu, flops, in_b + out_b, EFF["elementwise"], dtype)
+    fwd = _t(gpu, flops, in_b + out_b, eff_of(gpu, "elementwise"), dtype)
     # backward reads dY and what was saved, writes dX
-    bwd = _t(gpu, flops, 2 * out_b + in_b, EFF["elementwise"], dtype) \
+    bwd = _t(gpu, flops, 2 * out_b + in_b, eff_of(gpu, "elementwise"), dtype) \
         if (info.needs_input_grad or info.params) else 0
     return Algo("default", fwd, bwd)
 

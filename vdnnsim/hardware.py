@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError,
+                      field_validator)
 
 from . import limits
 from .errors import ConfigError, UnknownNameError
@@ -98,6 +99,12 @@ class Host:
 # pageable memory, which the OS can swap; their host bytes are not checked.
 
 
+# the analytic cost model's algorithm classes (costmodel.EFF's keys), which a preset's
+# algo_efficiency may name
+ALGO_CLASSES = ("implicit_gemm", "implicit_precomp_gemm", "gemm", "fft", "fft_tiling",
+                "winograd", "fc", "elementwise")
+
+
 @dataclass(frozen=True)
 class GPU:
     name: str
@@ -115,6 +122,9 @@ class GPU:
     cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold (NOTE [resident memory])
     host_memory_bytes: int | None = None  # NOTE [host memory]; None: no limit
     op_calibration: str = ""  # fitted op-level model, relative to vdnnsim/data (NOTE [op model])
+    # the analytic cost model's efficiency of an algorithm class on this card, where it has
+    # been calibrated (NOTE [cost model]); the classes not named keep costmodel.EFF's
+    algo_efficiency: dict[str, float] = field(default_factory=dict)
 
 
     def flops(self, dtype: str) -> float:
@@ -196,6 +206,20 @@ class _GPUSpec(BaseModel):
     source: str = Field(description="Where the numbers come from.")
     op_calibration: str = Field("", description="Fitted op-level kernel model (NOTE [op "
                                 "model]): any model's meta-device trace is timed by it.")
+    algo_efficiency: dict[str, float] = Field(
+        default_factory=dict, description="The analytic cost model's share of peak FLOP/s "
+        "for an algorithm class on this card, where calibrated (NOTE [cost model]).")
+
+    @field_validator("algo_efficiency")
+    @classmethod
+    def _known_classes(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, e in v.items():
+            if k not in ALGO_CLASSES:
+                raise ValueError(f"algo_efficiency: unknown class {k!r} (one of "
+                                 f"{sorted(ALGO_CLASSES)})")
+            if not 0 < e <= 1:
+                raise ValueError(f"algo_efficiency: {k} must be in (0, 1], got {e}")
+        return v
 
 
 Bandwidth = Annotated[float, BeforeValidator(limits.bandwidth)]
@@ -244,7 +268,7 @@ def _presets() -> dict[str, GPU]:
                         Link(**s.link.model_dump()), s.source,
                         Host(**s.host.model_dump(exclude={"source"})), s.sm_count,
                         s.calibration, s.cublas_workspace_bytes, s.host_memory_bytes,
-                        s.op_calibration)
+                        s.op_calibration, dict(s.algo_efficiency))
     return out
 
 

@@ -5,10 +5,17 @@ NOTE [reproduction metrics]
 - The K40 studies are compared with the paper's first version (v1), the Titan X studies
   with the published one (v3); a claim both versions make is compared on both GPUs.
 - Baseline memory is the network-wide baseline with the fastest algorithms, everything
-  included. GB = 10^9 bytes.
+  included.
+- The text's GB are the figures' MB over 1000, and those MB are MiB (NOTE [paper memory
+  scope]): each size the text states is a bar of the figures so divided, 27989 -> "28 GB"
+  (Fig. 1, VGG-16 (256)'s baseline), 67116 -> "67.1 GB" (Fig. 15, VGG-416's), 4864 ->
+  "4.8 GB" (Fig. 11, VGG-16 (128) under vDNN_all(m)), 16117 -> "16 GB" (Fig. 12),
+  4254 -> "4.2 GB" (Fig. 15, the largest vDNN_dyn bar), 1119 -> "1.1 GB" (Fig. 1,
+  AlexNet). A GB of a claim is therefore 1000 MiB (``PAPER_GB``), not 10^9 bytes (27989
+  MiB are 29.3 x 10^9 bytes) nor a GiB (27.3).
 - Memory *reductions* are computed on the memory vDNN manages: everything but the weights
   and their gradients. That is the only reading under which the paper's own numbers agree
-  with each other: AlexNet's weights and weight gradients alone are 0.49 GB of its 1.1 GB,
+  with each other: AlexNet's weights and weight gradients alone are 0.47 GB of its 1.1 GB,
   so an 89% cut in its average usage cannot include them.
 - Every policy's reduction is against "the baseline": Torch's network-wide allocation with
   the fastest algorithms (baseline_p, what cudnn.benchmark runs and the paper's oracle).
@@ -28,7 +35,7 @@ NOTE [reproduction metrics]
   memory).
 - The per-policy memory *usage* numbers (VGG-16 (128) under vDNN_all(m) "at most 4.8 GB",
   the very deep VGGs' "at most 4.2 GB") are compared as managed memory too: VGG-416's
-  weights and weight gradients alone take 4.6 GB, so the 4.2 GB cannot include them.
+  weights and weight gradients alone take 4.4 GB, so the 4.2 GB cannot include them.
 - A single network's "average memory usage reduced by X%" takes vDNN_all(m), the policy
   that reduces most ("up to" in v3).
 """
@@ -41,7 +48,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import ConfigError
-from ..units import GB
+from ..units import MiB
 
 GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
 # the network the paper's figures show as its "VGG-16": sixteen CONV layers, VGG's model E
@@ -137,8 +144,13 @@ def loss(r: pd.Series) -> float:
     return 100 * (1 - 1 / r.slowdown)
 
 
+# the unit of the text's sizes: 1000 of the figures' MB, which are MiB (NOTE [reproduction
+# metrics])
+PAPER_GB = 1000 * MiB
+
+
 def _gb(x: float) -> float:
-    return x / GB
+    return x / PAPER_GB
 
 
 def build_claims(reference: str = "baseline_p") -> list[Claim]:
@@ -219,7 +231,7 @@ def build_claims(reference: str = "baseline_p") -> list[Claim]:
     add(Claim("deep.dyn_max_gpu", g, "very deep VGGs under vDNN_dyn use at most 4.2 GB", 4.2,
               "at most GB", 0.10, lambda f: max(
                   _gb(row(f, dv, n, 32, g, "vdnn_dyn").peak_managed_bytes) for n in DEEP),
-              note="managed memory: VGG-416's weights and their gradients alone are 4.6 GB"))
+              note="managed memory: VGG-416's weights and their gradients alone are 4.4 GB"))
     for what, pct, agg in (("min", 81, min), ("max", 92, max)):
         add(Claim(f"deep.host_share_{what}", g, f"share of allocations in host memory, {what} "
                   "over the very deep VGGs", pct, "%", 5, lambda f, agg=agg: agg(

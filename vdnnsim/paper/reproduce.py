@@ -115,7 +115,8 @@ def _fmt(v: float, unit: str, signed: bool = False) -> str:
     return f"{v:{sign}g}"
 
 
-UNITS_LEGEND = ("Units: GB = 10^9 bytes; % loss = 1 - oracle time / iteration time (a "
+UNITS_LEGEND = ("Units: GB = 1000 MiB, the paper's (its text's GB are its figures' MiB over "
+                "1000); % loss = 1 - oracle time / iteration time (a "
                 "performance loss, never a slowdown ratio); % cut = memory saved against the "
                 "baseline; % on host = offloaded / (offloaded + GPU peak); a difference of "
                 "percentages is in points (pts).")

@@ -1,4 +1,5 @@
-"""The readable table `vdnnsim run` prints. Memory in GB (10^9 bytes), as the paper."""
+"""The readable table `vdnnsim run` prints. Memory in GB (10^9 bytes: docs/metrics.md; the paper's
+text counts 1000 MiB to its GB, which `vdnnsim reproduce` uses)."""
 
 from __future__ import annotations
 

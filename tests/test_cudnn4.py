@@ -103,3 +103,10 @@ def test_the_module_prints_its_tables_and_refuses_arguments(capsys):
     assert "| cudnn_r4 | fastest | googlenet (128) | total |" in out
     assert cudnn4.main(["--nope"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_a_preset_with_efficiencies_still_pickles():
+    # sweeps send presets to worker processes and Dask workers
+    import pickle
+    gpu = gpu_preset("titanx_maxwell")
+    assert pickle.loads(pickle.dumps(gpu)).algo_efficiency == gpu.algo_efficiency

@@ -98,3 +98,23 @@ def test_an_interrupted_write_leaves_nothing(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_atomic(target, half_then_ctrl_c)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_worker_that_dies_breaks_the_sweep_instead_of_hanging(tmp_path):
+    # a worker killed from outside (the OOM killer, a crash) loses its job: the sweep must
+    # end with an error, not wait for that job for ever
+    script = tmp_path / "die.py"
+    script.write_text(
+        "import os\n"
+        "import vdnnsim.study.run as run\n"
+        "def die(items, base_dir):\n"
+        "    os._exit(9)\n"
+        "run._run_group = die  # forked workers inherit the patched module\n"
+        "points = [{'network': 'alexnet', 'batch_size': b, 'gpu': 'k40'} for b in (8, 16, 32)]\n"
+        "try:\n"
+        "    run.run_points(points, workers=2)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.stdout.strip() == "BrokenProcessPool", proc.stderr[-800:]

@@ -12,7 +12,10 @@ NOTE [reproduction metrics]
   "4.8 GB" (Fig. 11, VGG-16 (128) under vDNN_all(m)), 16117 -> "16 GB" (Fig. 12),
   4254 -> "4.2 GB" (Fig. 15, the largest vDNN_dyn bar), 1119 -> "1.1 GB" (Fig. 1,
   AlexNet). A GB of a claim is therefore 1000 MiB (``PAPER_GB``), not 10^9 bytes (27989
-  MiB are 29.3 x 10^9 bytes) nor a GiB (27.3).
+  MiB are 29.3 x 10^9 bytes; 67116 are 70.4) nor a GiB (27.3). One text size fits either
+  reading loosely: VGG-16 (128)'s 14488 is "15 GB" (14.5 in this unit, 15.2 in 10^9
+  bytes), and under this unit that claim moves away from the paper (vdnnsim 15.21 ->
+  14.51 against 15, within its 10% either way).
 - Memory *reductions* are computed on the memory vDNN manages: everything but the weights
   and their gradients. That is the only reading under which the paper's own numbers agree
   with each other: AlexNet's weights and weight gradients alone are 0.47 GB of its 1.1 GB,

@@ -23,8 +23,11 @@ NOTE [cudnn4 check]
   against vdnnsim's performance-optimal choice (``fastest_algos``). cuDNN R2 had no FFT
   and one algorithm per backward pass: held against the memory-optimal choice
   (``leanest_algos``, implicit GEMM without workspace), as the nearest thing the model
-  has; R2's kernels are older than R4's implicit GEMM, so its times bound the paper's
-  memory-optimal runs from above rather than equal them.
+  has. R2's kernels are older than R4's implicit GEMM, so its times may bound the paper's
+  memory-optimal runs from above; the fit (NOTE [implicit GEMM on the Titan X]) still
+  sets the model equal to them on two networks, the slower and so conservative choice,
+  and AlexNet then comes out 13% faster than R2, which such a bound would not allow: one
+  efficiency for every problem size is the model's limit here, not the data's.
 """
 
 from __future__ import annotations

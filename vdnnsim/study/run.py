@@ -87,6 +87,16 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _end_pool(pool: Any) -> None:
+    """Cancel what has not started and end the workers now (they ignore SIGINT)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # gone after shutdown
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(5)
+
+
 def _groups(points: list[dict[str, Any]], base: Path) -> list[list[tuple[int, dict]]]:
     groups: dict[tuple, list[tuple[int, dict]]] = {}
     for i, p in enumerate(points):
@@ -146,22 +156,21 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
             if client is not scheduler:
                 client.close()
     elif workers and workers > 1 and len(groups) > 1:
-        # NOTE [interrupt]: the workers ignore SIGINT and the parent ends them. A
-        # ProcessPoolExecutor worker catches a Ctrl-C inside a job as that job's exception and
-        # takes the next one, and the executor's exit then waits for the whole queue
-        import functools
-        import multiprocessing
-        pool = multiprocessing.Pool(min(workers, len(groups)), initializer=_ignore_sigint)
+        # NOTE [interrupt]: the workers ignore SIGINT and the parent ends them. A worker that
+        # took Ctrl-C would treat it as its job's exception and take the next job, or die
+        # holding its queue's lock, and the executor's exit would wait on it. A worker that
+        # dies otherwise breaks the pool: BrokenProcessPool, not a wait for its lost job
+        from concurrent.futures import ProcessPoolExecutor, as_completed as done
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(groups)),
+                                   initializer=_ignore_sigint)
         try:
-            for rows in pool.imap_unordered(functools.partial(_run_group, base_dir=base), groups):
-                take(rows)
+            futs = [pool.submit(_run_group, g, base) for g in groups]
+            for f in done(futs):
+                take(f.result())
         except BaseException:
-            pool.terminate()
+            _end_pool(pool)
             raise
-        else:
-            pool.close()
-        finally:
-            pool.join()
+        pool.shutdown()
     else:
         for g in groups:
             take(_run_group(g, base))

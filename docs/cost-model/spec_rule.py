@@ -10,7 +10,9 @@ apart from both.
 
 Against: (1) published cuDNN timings of two old cards (traces/published/cnn_benchmarks.json:
 J. Johnson's cnn-benchmarks, Torch7 and cuDNN 5.0.5, batch 16, forward and backward of
-VGG-19 and ResNet-18/34/50/101/152; never used to fit either rule); (2) the H200's own
+VGG-19 and ResNet-18/34/50/101/152; never used to fit either rule); (2) the paper's own
+card and library (convnet-benchmarks' Torch7 runs on a Titan X with cuDNN R4: AlexNet,
+OverFeat, VGG-A, GoogLeNet at batch 64-128; never used to fit either rule); (3) the H200's own
 calibrated kernel model on the validation set's fp32 baselines (traces/h200, GPU time of
 forward and backward), which is the H200 "predicted from specs alone against its own
 calibration". Nothing here is fitted: the script only sums layer times.
@@ -82,6 +84,37 @@ def published_rows() -> list[dict]:
     return rows
 
 
+def _probe_zoo(spec, batch: int):
+    """A zoo-convention network (vdnnsim.network.spec.NetworkSpec) probed on the meta device."""
+    from vdnnsim.gpu.models import ZooModule
+    with torch.device("meta"):
+        model = ZooModule(spec)
+    return probe(copy.deepcopy(model), tuple(spec.input), batch, "meta", name=spec.name)
+
+
+def paper_era_rows() -> list[dict]:
+    """(3) The paper's own card and library: convnet-benchmarks' Torch7 runs on a Titan X
+    with cuDNN R4 (vdnnsim/data/reference/convnet_benchmarks_titanx.json, NOTE [cudnn4
+    check]), each layer's fastest algorithm, no Winograd (cuDNN 4 had none). The zoo's
+    builders of the same benchmark files; VGG-A from vdnnsim.paper.cudnn4. The probe's
+    first conv computes no input gradient where Torch's does (a few percent of a step)."""
+    from vdnnsim.network.zoo import zoo_network
+    from vdnnsim.paper import cudnn4
+    card = resolve_gpu("titanx_maxwell")
+    donor = predict_for(card, resolve_gpu("h200"))
+    rows = []
+    for n, v in cudnn4.runs()["cudnn_r4"]["networks"].items():
+        p = _probe_zoo(cudnn4.vgg_a() if n == "vgg_a" else zoo_network(n), v["batch_size"])
+        af, ab = analytic_ms(p, card)
+        df, db = kernel_ms(p, donor)
+        rows.append({"gpu": "titanx_maxwell", "network": n, "batch_size": v["batch_size"],
+                     "measured_ms": [v["forward"],
+                                     round(v["backward_data"] + v["backward_filter"], 2)],
+                     "analytic_ms": [round(af, 2), round(ab, 2)],
+                     "donor_ms": [round(df, 2), round(db, 2)]})
+    return rows
+
+
 def h200_rows() -> list[dict]:
     meas = json.loads((ROOT / "traces/h200/measurements.json").read_text())
     cases = sorted({(r["model"], r["batch_size"]) for r in meas
@@ -104,13 +137,17 @@ def _err(pred: float, ref: float) -> float:
     return pred / ref - 1
 
 
-def report(pub: list[dict], h200: list[dict]) -> list[str]:
+def report(pub: list[dict], h200: list[dict], era: list[dict]) -> list[str]:
     lines = ["Old cards, published cuDNN 5 timings (batch 16), error of each rule, "
              "forward / backward:"]
-    for g in dict.fromkeys(r["gpu"] for r in pub):
-        lines.append(f"  {g}")
+    groups = [(f"  {g}", [x for x in pub if x["gpu"] == g])
+              for g in dict.fromkeys(r["gpu"] for r in pub)]
+    groups.append(("  titanx_maxwell, cuDNN 4 (convnet-benchmarks R4, Torch7, batch 64-128):",
+                   era))
+    for title, rows in groups:
+        lines.append(title)
         errs: dict[str, list[float]] = {"analytic": [], "donor": []}
-        for r in (x for x in pub if x["gpu"] == g):
+        for r in rows:
             cells = []
             for rule in ("analytic", "donor"):
                 e = [_err(p, m) for p, m in zip(r[f"{rule}_ms"], r["measured_ms"])]
@@ -135,11 +172,12 @@ def report(pub: list[dict], h200: list[dict]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    pub, h200 = published_rows(), h200_rows()
-    for line in report(pub, h200):
+    pub, h200, era = published_rows(), h200_rows(), paper_era_rows()
+    for line in report(pub, h200, era):
         print(line)
     if "--write" in argv:
-        OUT.write_text(json.dumps({"published": pub, "h200": h200}, indent=1) + "\n")
+        OUT.write_text(json.dumps({"published": pub, "h200": h200, "paper_era": era},
+                                  indent=1) + "\n")
         print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
 

@@ -137,6 +137,17 @@ _VGG_GROUPS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))
 _VGG_GROUPS_E = ((64, 2), (128, 2), (256, 4), (512, 4), (512, 4))
 
 
+def vgg_layers(groups: tuple[tuple[int, int], ...], extra: int = 0) -> list[LayerDef]:
+    """A VGG of ``groups`` ((width, convs), ...), each group's 3x3 convs (``extra`` more
+    each) then a 2x2 pool, and the classifier of 4096, 4096, 1000."""
+    layers: list[LayerDef] = []
+    for g, (width, n) in enumerate(groups, start=1):
+        for j in range(1, n + extra + 1):
+            layers += _conv_relu(f"conv{g}_{j}", width, 3, 1, 1, relu=f"relu{g}_{j}")
+        layers.append(_L(name=f"pool{g}", type="maxpool", kernel=2, stride=2))
+    return layers + _classifier([4096, 4096, 1000])
+
+
 def vgg(depth: int = 16) -> NetworkSpec:
     """VGG-16 (model D), VGG-19 (model E: a fourth conv in groups 3 to 5; what the vDNN
     paper's figures show as its "VGG-16", NOTE [paper layers]), or the paper's very deep
@@ -145,12 +156,7 @@ def vgg(depth: int = 16) -> NetworkSpec:
     if depth != 19 and (depth < 16 or (depth - 16) % 100):
         raise ValueError(f"VGG depth must be 16, 19, 116, 216, ...; got {depth}")
     extra = (depth - 16) // 100 * 20 if depth != 19 else 0
-    layers: list[LayerDef] = []
-    for g, (width, n) in enumerate(_VGG_GROUPS_E if depth == 19 else _VGG_GROUPS, start=1):
-        for j in range(1, n + extra + 1):
-            layers += _conv_relu(f"conv{g}_{j}", width, 3, 1, 1, relu=f"relu{g}_{j}")
-        layers.append(_L(name=f"pool{g}", type="maxpool", kernel=2, stride=2))
-    layers += _classifier([4096, 4096, 1000])
+    layers = vgg_layers(_VGG_GROUPS_E if depth == 19 else _VGG_GROUPS, extra)
     return NetworkSpec(name=f"vgg{depth}", input=(3, 224, 224),
                        batch_size=64 if depth in (16, 19) else 32, layers=layers,
                        source=_SRC + "vgg_a.lua, configuration " + ("E" if depth == 19 else "D") +

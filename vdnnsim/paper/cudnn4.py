@@ -57,12 +57,7 @@ def vgg_a() -> NetworkSpec:
     """VGG's model A as convnet-benchmarks' vgg_a.lua builds it, with the zoo's conventions
     (NOTE [zoo fidelity]): 3x3 convs of 64, 128, 256 x 2, 512 x 2, 512 x 2, a 2x2 pool
     after each group, the classifier of 4096, 4096, 1000."""
-    layers = []
-    for g, (width, n) in enumerate(((64, 1), (128, 1), (256, 2), (512, 2), (512, 2)), start=1):
-        for j in range(1, n + 1):
-            layers += zoo._conv_relu(f"conv{g}_{j}", width, 3, 1, 1, relu=f"relu{g}_{j}")
-        layers.append(zoo._L(name=f"pool{g}", type="maxpool", kernel=2, stride=2))
-    layers += zoo._classifier([4096, 4096, 1000])
+    layers = zoo.vgg_layers(((64, 1), (128, 1), (256, 2), (512, 2), (512, 2)))
     return NetworkSpec(name="vgg_a", input=(3, 224, 224), batch_size=64, layers=layers,
                        source=zoo._SRC + "vgg_a.lua, configuration A")
 

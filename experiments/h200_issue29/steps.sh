@@ -31,7 +31,7 @@ pack() { tar czf "$OUT/$W.tgz.part" -C /tmp/s31work "$W" && mv "$OUT/$W.tgz.part
 C="bash $ROOT/experiments/h200_issue29/collect.sh"
 est() {  # seconds a step is expected to take (session 15 and 28 calls)
   case $1 in
-    warmup) echo 30 ;; host) echo 60 ;; norms_*) echo 90 ;; cnn_*) echo 300 ;;
+    warmup) echo 30 ;; host) echo 60 ;; norms_*) echo 90 ;; cnn_*) echo 300 ;; transformer_*) echo 80 ;;
     m:qwen3*|m:phi*|m:olmo*) echo 110 ;; m:*) echo 75 ;; *) echo 60 ;;
   esac
 }
@@ -44,7 +44,7 @@ for step in "$@"; do
     host) n=$(ls "$D"/cal/host_*.json 2>/dev/null | wc -l)
       python3 -m vdnnsim calibrate --ops --host-only -o "$D/cal/host_$((n + 1)).json" \
         2> "$D/cal/host_$((n + 1)).log"; rc=$? ;;
-    norms_*|cnn_*) c=${step%_*}; dt=${step#*_}
+    norms_*|cnn_*|transformer_*) c=${step%_*}; dt=${step#*_}
       python3 -m vdnnsim calibrate --ops --classes "$c" --scale 0.6 --dtype "$dt" \
         -o "$D/cal/${W}_ops_${c}_${dt}.json" 2> "$D/cal/${c}_${dt}.log"; rc=$? ;;
     m:*) $C "$D" measure "${step#m:}"; rc=$? ;;

@@ -183,12 +183,18 @@ def test_validation_shows_no_predicted_time(files, capsys, tmp_path):
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_gpt2_memory_trace_plans_without_a_traceback(tmp_path, capsys):
     """Issue 25: `vdnnsim plan` of the op probe's GPT-2 trace divided by its 0-ns step. (A
-    memory-only trace: traced for a preset without an op-level model, NOTE [op model]; the
-    plans are made for the H200 all the same.)"""
+    memory-only trace: traced for a GPU that neither an op-level model nor the spec rule
+    can time, its SM count unknown, NOTE [op spec rule]; the plans are made for the H200
+    all the same.)"""
+    import dataclasses
+
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.trace import save_trace, trace_from_dict
     trace = tmp_path / "g.yaml"
-    code, out, err = _cli(capsys, "trace", "--model", "hf:gpt2", "-b", 4, "--seq-len", 512,
-                          "--gpu", "k40", "-o", trace)
-    assert code == 0 and "memory only" in out, err
+    unknown = dataclasses.replace(gpu_preset("k40"), sm_count=0)
+    d = memory_trace("hf:gpt2", 4, unknown, "fp32", 512, {}, None)
+    assert d["source"]["cost_model"] == "none"
+    save_trace(trace_from_dict(d, "gpt2"), trace)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"name: g\nnetwork: {trace}\nbatch_size: 4\ngpu: h200\npolicy: eager\n")
     peak = run_trace(load_trace(trace), H200, "eager").peak_memory_bytes

@@ -1,6 +1,7 @@
 """The op-level kernel model (NOTE [op model]): its fit on the shipped H200 calibration, its
 predictions' form, and a meta-device trace of a transformer timed by it."""
 
+import dataclasses
 import json
 from importlib import resources
 
@@ -103,6 +104,55 @@ def test_gpu_without_op_calibration_has_no_op_model():
     assert opmodel.for_gpu(gpu_preset("k40")) is None
 
 
+def _feats():
+    """One op of each timed kind: a compute-bound and a memory-bound GEMM, an attention, a
+    pointwise op, an embedding's backward (NOTE [op features])."""
+    return [({"op": "mm", "dt": "bf16", "m": 8192, "n": 8192, "k": 8192}, "fwd"),
+            ({"op": "mm", "dt": "bf16", "m": 8, "n": 8192, "k": 8192}, "fwd"),
+            ({"op": "_scaled_dot_product_flash_attention", "dt": "bf16", "B": 8, "H": 16,
+              "S": 512, "D": 64, "causal": True}, "bwd"),
+            ({"op": "gelu", "dt": "bf16", "bytes": 64 << 20}, "fwd"),
+            ({"op": "embedding", "dt": "bf16", "o": 16 << 20, "w": 64 << 20}, "bwd")]
+
+
+def test_spec_rule_is_the_donor_on_the_donors_specs():
+    """NOTE [op spec rule]: a GPU with the donor's specs gets the donor's times exactly."""
+    h200 = gpu_preset("h200")
+    twin = dataclasses.replace(h200, name="twin", op_calibration="")
+    assert opmodel.donor_for(twin).name == "h200"
+    own, rule = opmodel.for_gpu(h200), opmodel.predict_for(twin)
+    for f, pass_ in _feats():
+        assert rule.time_ns(f, pass_) == pytest.approx(own.time_ns(f, pass_))
+    assert rule.step_ns("adamw", 1 << 30, 100) == pytest.approx(own.step_ns("adamw", 1 << 30,
+                                                                          100))
+
+
+def test_spec_rule_scales_what_moves_bytes_and_keeps_what_computes():
+    """Half the bandwidth: a streaming op's per-byte cost doubles and its fixed cost stays;
+    a compute-bound GEMM keeps its time; a memory-bound one and the optimizer step slow."""
+    h200 = gpu_preset("h200")
+    half = dataclasses.replace(h200, name="half", op_calibration="",
+                               mem_bw_bytes_per_s=h200.mem_bw_bytes_per_s / 2)
+    own, rule = opmodel.for_gpu(h200), opmodel.predict_for(half, h200)
+    big, skinny, _, gelu, emb = _feats()
+    c = own.fitted["classes"]["gelu|bf16|fwd"]
+    assert rule.time_ns(*gelu)[0] == pytest.approx(c["a"] + 2 * c["s"] * gelu[0]["bytes"])
+    e = own.fitted["classes"]["embedding|bf16|bwd"]
+    assert rule.time_ns(*emb)[0] == pytest.approx(
+        e["a"] + 2 * e["s"] * emb[0]["o"] + 2 * e["u"] * emb[0]["w"])
+    assert rule.time_ns(*big)[0] == pytest.approx(own.time_ns(*big)[0], rel=1e-9)
+    assert rule.time_ns(*skinny)[0] > 1.3 * own.time_ns(*skinny)[0]
+    assert rule.step_ns("adamw", 1 << 30, 1)[0] > 1.8 * own.step_ns("adamw", 1 << 30, 1)[0]
+    assert own.fitted["classes"]["gelu|bf16|fwd"]["s"] == c["s"]  # the donor's untouched
+
+
+def test_spec_rule_needs_an_sm_count_and_a_donor():
+    k40 = gpu_preset("k40")
+    assert opmodel.predict_for(dataclasses.replace(k40, sm_count=0)) is None
+    assert opmodel.predict_for(k40, gpu_preset("v100")) is None  # no calibration to lend
+    assert opmodel.donor_for(gpu_preset("h100")).name == "h200"
+
+
 torch = pytest.importorskip("torch")
 
 
@@ -123,9 +173,15 @@ def test_transformer_meta_trace_is_timed_on_h200():
     assert trace.timed
     r = run_trace(trace, gpu, "baseline_p")
     assert r.iteration_time_ns > sum(x["fwd_ns"] + x["bwd_ns"] for x in layers)
-    # a GPU without an op model keeps the memory trace (times 0), as before
-    k40 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, resolve_gpu("k40"), "fp32", 32, {},
-                       None)
+    # a preset without an op calibration is timed from its specs (NOTE [op spec rule]) and
+    # says so; a GPU whose SM count is unknown keeps the memory trace (times 0)
+    h100 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, resolve_gpu("h100"), "autocast-bf16",
+                        32, {}, None)
+    assert h100["source"]["cost_model"] == opmodel.SPEC_MODEL
+    assert "NOTE [op spec rule]" in h100["source"]["note"] and "h200" in h100["source"]["note"]
+    assert sum(x["fwd_ns"] for x in h100["layers"]) > sum(x["fwd_ns"] for x in layers)
+    unknown = dataclasses.replace(resolve_gpu("k40"), sm_count=0)
+    k40 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, unknown, "fp32", 32, {}, None)
     assert k40["source"]["cost_model"] == "none"
     assert all(x["fwd_ns"] == 0 for x in k40["layers"])
 

@@ -537,12 +537,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
             trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
                                                  args.seq_len, _model_kwargs(args.model_arg),
                                                  args.input), args.model)
+            from .hardware import gpu_preset, preset_names
+            timed_on = ", ".join(n for n in preset_names() if gpu_preset(n).op_calibration)
             if trace.source.cost_model == "none":
-                from .hardware import gpu_preset, preset_names
-                timed_on = ", ".join(n for n in preset_names() if gpu_preset(n).op_calibration)
                 print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its "
                       "runs show memory, not times (NOTE [memory-only traces]); GPUs with an "
                       f"op-level model (NOTE [op model]): {timed_on}", file=sys.stderr)
+            elif not gpu.op_calibration:  # NOTE [op spec rule]
+                from .opmodel import SPEC_RULE_ERROR
+                print(f"note: {gpu.name} has no op calibration: timed from its specs by "
+                      f"another GPU's op model (NOTE [op spec rule]; calibrated: {timed_on}); "
+                      f"{SPEC_RULE_ERROR}", file=sys.stderr)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
             from .errors import ConfigError
@@ -561,7 +566,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     else:
         save_trace(trace, args.output)
         how = {"calibrated-v1": "its calibrated kernel model",
-               "aten-v1": "its op-level kernel model (NOTE [op model])"}.get(
+               "aten-v1": "its op-level kernel model (NOTE [op model])",
+               "aten-v1-specs": "another GPU's op-level kernel model from its specs "
+                                "(NOTE [op spec rule])"}.get(
             trace.source.cost_model, f"the cost model ({trace.source.cost_model})")
         timed = (f"timed for {gpu.name} by {how}"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name

@@ -561,6 +561,71 @@ def for_gpu(gpu: Any) -> OpModel | None:
     return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
 
 
+# NOTE [op spec rule]
+# A GPU without an op calibration of its own is timed by a donor's: the calibrated preset
+# nearest to it in specs (bandwidth and bf16 peak, on a log scale; today the H200 alone).
+# The donor's GEMM, attention and convolution classes are rooflines over a fitted
+# utilization, so they take this GPU's peaks, bandwidth and SM count as they stand (their
+# features, the roofline's and the waves', move with them). Every other class is a time
+# per op: its time per byte (``s`` of ``a + s x bytes``, an embedding's ``s`` and ``u``, the
+# optimizer step's ``s``) is scaled by the donor's bandwidth over this GPU's, batch norm's
+# rates by the inverse; its fixed cost ``a`` (a launch and its latency, the same CUDA stack)
+# and a conv class's floor are kept. The host's costs are the donor machine's: a host is no
+# GPU spec. Nothing is fitted to the GPU it predicts. Its error where measured (an H100,
+# 22 runs of the held-out sets, predicted blind): docs/cost-model.md, "The op model on a
+# GPU it was not calibrated on". A trace it times says so (``cost_model: aten-v1-specs``).
+SPEC_MODEL = MODEL + "-specs"
+# what ``vdnnsim trace`` says of the rule's error (tests/test_opmodel.py holds it to the
+# committed comparison)
+SPEC_RULE_ERROR = "its error on another GPU is not yet measured"
+
+
+def scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
+    """``fitted`` with every per-byte cost times ``r`` (the donor's bandwidth over the
+    target's; NOTE [op spec rule])."""
+    def one(c: dict[str, Any]) -> dict[str, Any]:
+        c = dict(c)
+        kind = c.get("kind")
+        if kind in ("affine", "embedding", "step"):
+            c["s"] = c["s"] * r
+            if kind == "embedding":
+                c["u"] = c["u"] * r
+        elif kind == "bn":
+            c["k"], c["b"] = c["k"] / r, c["b"] / r
+            if "own" in c:
+                c["own"] = one(c["own"])
+        return c
+    out = dict(fitted)
+    out["classes"] = {k: one(c) for k, c in fitted["classes"].items()}
+    return out
+
+
+def donor_for(gpu: Any) -> Any:
+    """The calibrated preset whose specs are nearest ``gpu``'s (NOTE [op spec rule])."""
+    from .hardware import gpu_preset, preset_names
+    cands = [gpu_preset(n) for n in preset_names()]
+    cands = [g for g in cands if g.op_calibration and g.sm_count]
+
+    def dist(g: Any) -> float:
+        return abs(math.log(g.mem_bw_bytes_per_s / gpu.mem_bw_bytes_per_s)) + \
+            abs(math.log(_peak("bf16", g.peak_flops) / _peak("bf16", gpu.peak_flops)))
+    return min(cands, key=lambda g: (dist(g), g.name), default=None)
+
+
+def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
+    """A GPU without an op calibration: ``donor``'s (default ``donor_for(gpu)``) fitted op
+    model with this GPU's peaks, bandwidth and SM count (NOTE [op spec rule]); None where
+    no donor is calibrated or the GPU's SM count is unknown."""
+    donor = donor if donor is not None else donor_for(gpu)
+    if donor is None or not donor.op_calibration or not getattr(gpu, "sm_count", 0):
+        return None
+    fitted = scaled(load(donor.op_calibration),
+                    donor.mem_bw_bytes_per_s / gpu.mem_bw_bytes_per_s)
+    peaks = {k: gpu.peak_flops.get(k, gpu.peak_flops["fp32"]) for k in fitted["peaks"]}
+    return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
+                   f"from specs, {donor.name}'s efficiencies ({donor.op_calibration})")
+
+
 def main(argv: list[str] | None = None) -> int:
     """python -m vdnnsim.opmodel PRESET OUT RAW...: fit the op calibrations RAW against
     PRESET's specs (NOTE [op model])."""

@@ -810,9 +810,10 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
 
 
 def op_model_for(gpu: Any) -> Any:
-    """NOTE [op model]: the GPU's op-level model, or None (then a memory trace)."""
-    from ..opmodel import for_gpu
-    return for_gpu(gpu)
+    """NOTE [op model]: the GPU's op-level model, else one from its specs and a calibrated
+    preset's (NOTE [op spec rule]), else None (then a memory trace)."""
+    from ..opmodel import for_gpu, predict_for
+    return for_gpu(gpu) or predict_for(gpu)
 
 
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
@@ -846,7 +847,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
             "note": f"memory only (NOTE [op probe]): every layer 0 ns; {spec}, {precision}"
                     + extra})
     else:  # NOTE [op model]
-        from ..opmodel import MODEL
+        from ..opmodel import MODEL, SPEC_MODEL
         from .op_times import pooled_note, time_probe
         from .profile import software
         params = [q for q in work.model.parameters() if q.requires_grad]
@@ -855,10 +856,13 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                         variant)
         d = assemble(p, times=ot.times, dtype=dtype, hosts=ot.hosts, kernels=ot.kernels,
                      step_ns=ot.step_ns, host_step_ns=ot.host_step_ns, source={
-                         "kind": "synthesized", "gpu": gpu.name, "cost_model": MODEL,
+                         "kind": "synthesized", "gpu": gpu.name,
+                         "cost_model": MODEL if gpu.op_calibration else SPEC_MODEL,
                          "software": software(),
                          "note": f"{spec}, {precision}: meta device, op-level kernel model "
-                                 f"fitted to {gpu.op_calibration} ({om.source})"
+                                 + (f"fitted to {gpu.op_calibration} ({om.source})"
+                                    if gpu.op_calibration else
+                                    f"{om.source} (NOTE [op spec rule])")
                                  + pooled_note(ot.pooled) + extra})
         d["optimizer_steps"] = ot.steps
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())

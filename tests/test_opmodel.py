@@ -4,11 +4,14 @@ predictions' form, and a meta-device trace of a transformer timed by it."""
 import dataclasses
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from vdnnsim import opmodel
 from vdnnsim.hardware import gpu_preset
+
+from .conftest import HAS_HF
 
 
 def _raws():
@@ -144,6 +147,40 @@ def test_spec_rule_scales_what_moves_bytes_and_keeps_what_computes():
     assert rule.time_ns(*skinny)[0] > 1.3 * own.time_ns(*skinny)[0]
     assert rule.step_ns("adamw", 1 << 30, 1)[0] > 1.8 * own.step_ns("adamw", 1 << 30, 1)[0]
     assert own.fitted["classes"]["gelu|bf16|fwd"]["s"] == c["s"]  # the donor's untouched
+
+
+H100_CHECK = Path(__file__).resolve().parents[1] / "traces/h200_issue29/h100_s31/check.json"
+
+
+def test_spec_rule_error_is_what_the_h100_comparison_gives():
+    """What `vdnnsim trace` says of the rule (SPEC_RULE_ERROR) is the committed comparison's
+    (experiments/h200_issue29/h100_check.py), and that comparison is of every H100 run."""
+    import re
+    import statistics
+    rows = json.loads(H100_CHECK.read_text())
+    measured = H100_CHECK.with_name("measure.jsonl").read_text().splitlines()
+    assert sorted(r["run"] for r in rows) == sorted(json.loads(x)["run"] for x in measured)
+    said = [float(x) for x in re.findall(r"(\d+\.\d)%", opmodel.SPEC_RULE_ERROR)]
+    want = []
+    for prec in ("fp32", "bf16"):
+        e = [abs(r["rule_error"]) for r in rows if prec in r["run"]]
+        want += [round(100 * statistics.median(e), 1), round(100 * max(e), 1)]
+    assert said == want
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_h100_comparison_row_is_todays_rule():
+    """One row of the committed comparison, predicted again by today's code."""
+    from vdnnsim.api import resolve_gpu, run_trace
+    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.trace import trace_from_dict
+    row = next(r for r in json.loads(H100_CHECK.read_text()) if r["run"] == "distilbert-fp32")
+    gpu = resolve_gpu("h100")
+    d = memory_trace("hf:experiments/h200_issue29/distilbert-base.yaml", 32, gpu, "fp32", 256,
+                     {}, None)
+    r = run_trace(with_optimizer(trace_from_dict(d, "d"), "adamw"), gpu, "eager")
+    assert r.iteration_time_ns / 1e6 == pytest.approx(row["rule_ms"], abs=0.01)
 
 
 def test_spec_rule_needs_an_sm_count_and_a_donor():

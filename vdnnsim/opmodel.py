@@ -577,7 +577,9 @@ def for_gpu(gpu: Any) -> OpModel | None:
 SPEC_MODEL = MODEL + "-specs"
 # what ``vdnnsim trace`` says of the rule's error (tests/test_opmodel.py holds it to the
 # committed comparison)
-SPEC_RULE_ERROR = "its error on another GPU is not yet measured"
+SPEC_RULE_ERROR = ("measured on an H100, blind (22 runs of seen transformers and CNNs): fp32 "
+                   "2.4% median, 11.4% max; autocast-bf16 10.6% / 20.9% (host-bound: the host "
+                   "costs are the H200 machine's); across GPU architectures not measured")
 
 
 def scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:

@@ -10,9 +10,11 @@ held-out sets as measured on an H100 (traces/h200_issue29/h100_s31, session 31),
   rule's error splits into the op model's own error on the H200 and the error of the
   ratio the rule predicts between the cards.
 
-Each replayed as PyTorch runs it (policy eager), as check.py does.
+Each replayed as PyTorch runs it (policy eager), as check.py does. ``--ablation`` adds the
+rule without its bandwidth scaling (every per-byte cost the H200's), run after the blind
+comparison, to show what that part of the rule does.
 
-    python experiments/h200_issue29/h100_check.py [--json OUT.json] [--workers N]
+    python experiments/h200_issue29/h100_check.py [--json OUT.json] [--workers N] [--ablation]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ OWN = DATA / "h100_ops.model.json"
 H200_MEASURED = {"set1": ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl",
                  "set2": ROOT / "traces" / "h200_issue29" / "set2" / "measure.jsonl"}
 CNNS = ("bit50", "mobilenet")
+_SCALED = None  # opmodel.scaled, kept while the ablation replaces it
 
 
 def runs() -> dict[str, tuple[str, str, int, int | None, str, str]]:
@@ -71,11 +74,15 @@ def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, 
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200" if which == "h200" else "h100")
+    import vdnnsim.opmodel as om
+    global _SCALED
+    _SCALED = _SCALED or om.scaled  # a worker runs jobs of every kind: each sets its own
+    om.scaled = (lambda fitted, r: fitted) if which == "unscaled" else _SCALED
     if which == "own":
         gpu = dataclasses.replace(gpu, op_calibration=str(OWN))
     folder = HERE if runs()[name][0] == "set1" else HERE / "set2"
     d = memory_trace(f"hf:{folder / (model + '.yaml')}", batch, gpu, dtype, seq, {}, None)
-    want = {"rule": "aten-v1-specs"}.get(which, "aten-v1")
+    want = {"rule": "aten-v1-specs", "unscaled": "aten-v1-specs"}.get(which, "aten-v1")
     assert d["source"]["cost_model"] == want, (which, d["source"])
     r = run_trace(with_optimizer(trace_from_dict(d, model), opt), gpu, "eager")
     return name, which, r.iteration_time_ns / 1e6
@@ -89,6 +96,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ablation", action="store_true")
     args = ap.parse_args(argv)
     if not OWN.exists():
         fit_own()
@@ -100,7 +108,8 @@ def main(argv: list[str]) -> int:
         for x in f.read_text().splitlines():
             h200[json.loads(x)["run"]] = json.loads(x)
     names = [n for n in table if n in h100 and not h100[n].get("rc")]
-    jobs = [(n, w, *table[n][1:]) for n in names for w in ("rule", "own", "h200")]
+    kinds = ("rule", "own", "h200") + (("unscaled",) if args.ablation else ())
+    jobs = [(n, w, *table[n][1:]) for n in names for w in kinds]
     pred: dict[tuple[str, str], float] = {}
     with ProcessPoolExecutor(args.workers) as pool:
         for name, which, ms in pool.map(predict, jobs):
@@ -122,6 +131,8 @@ def main(argv: list[str]) -> int:
             "h200_error": round(pred[n, "h200"] / m2["iteration_ms"] - 1, 4),
             "ratio_measured": round(m["iteration_ms"] / m2["iteration_ms"], 4),
             "ratio_predicted": round(pred[n, "rule"] / pred[n, "h200"], 4)})
+        if args.ablation:
+            rows[-1]["unscaled_error"] = round(pred[n, "unscaled"] / m["iteration_ms"] - 1, 4)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     print(f"{'run':17s} {'H100 ms':>8s} {'band':>15s} {'host':>6s} | {'rule':>7s} {'err':>6s} | "
@@ -138,6 +149,10 @@ def main(argv: list[str]) -> int:
               f"; own (no CNN) {_med([abs(r['own_error']) for r in sub if not r['cnn']])}"
               f"; H200 model on the H200 {_med([abs(r['h200_error']) for r in sub])}"
               f"; ratio {_med([abs(r['ratio_predicted'] / r['ratio_measured'] - 1) for r in sub])}")
+    if args.ablation:
+        for label, sel in (("fp32", "fp32"), ("bf16", "bf16"), ("all", "")):
+            sub = [abs(r["unscaled_error"]) for r in rows if sel in r["run"]]
+            print(f"{label:5s} the rule without its bandwidth scaling: {_med(sub)}")
     print("(*: a CNN, whose convolutions the H100's own transformer-only calibration times "
           "by the mm stand-in)")
     return 0

@@ -5,7 +5,8 @@
 #   DEADLINE=$(( $(date +%s) + 560 )) bash experiments/h200_issue29/steps.sh OUT STEP...
 # STEP: warmup (one discarded measure process), host (vdnnsim calibrate --ops --host-only,
 # with the mixed chains, NOTE [host mixes]), norms_bf16 / norms_fp32 / cnn_bf16 / cnn_fp32
-# (the norms and CNN grids, grid 2, scale 0.6, NOTE [op calibration]), m:RUN (RUN of the
+# (the norms and CNN grids, grid 2, scale 0.6, NOTE [op calibration]), transformer_bf16 /
+# transformer_fp32 (the transformer grid, scale 1), m:RUN (RUN of the
 # held-out set named by SET, default the first, measured with --repeat 3 by collect.sh).
 # Everything lands in /tmp/s31work/W (W = the GPU's short name); OUT/W.tgz is remade after
 # every step. The caller chooses the steps by the GPU it got (an H200's calibration is the
@@ -44,8 +45,9 @@ for step in "$@"; do
     host) n=$(ls "$D"/cal/host_*.json 2>/dev/null | wc -l)
       python3 -m vdnnsim calibrate --ops --host-only -o "$D/cal/host_$((n + 1)).json" \
         2> "$D/cal/host_$((n + 1)).log"; rc=$? ;;
-    norms_*|cnn_*|transformer_*) c=${step%_*}; dt=${step#*_}
-      python3 -m vdnnsim calibrate --ops --classes "$c" --scale 0.6 --dtype "$dt" \
+    norms_*|cnn_*|transformer_*) c=${step%_*}; dt=${step#*_}; sc=0.6
+      [ "$c" = transformer ] && sc=1  # the shipped transformer files' scale
+      python3 -m vdnnsim calibrate --ops --classes "$c" --scale "$sc" --dtype "$dt" \
         -o "$D/cal/${W}_ops_${c}_${dt}.json" 2> "$D/cal/${c}_${dt}.log"; rc=$? ;;
     m:*) $C "$D" measure "${step#m:}"; rc=$? ;;
     *) echo "no step $step"; rc=2 ;;

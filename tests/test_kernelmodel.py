@@ -314,3 +314,28 @@ def test_the_spec_rules_committed_errors_are_what_the_rules_give():
         == era["googlenet"]["donor_ms"]
     assert round(med(data["paper_era"], "analytic", "measured_ms"), 2) == 0.14
     assert round(med(data["paper_era"], "donor", "measured_ms"), 2) == 0.67
+
+
+def test_per_byte_scaling_scales_bytes_and_keeps_the_rest():
+    """NOTE [op spec rule]: per-byte costs times r, rates over r, the rest as it was; the
+    CNN rule takes it only when asked (``scale_bandwidth``)."""
+    from vdnnsim.kernelmodel import per_byte_scaled
+    fitted = {"classes": {
+        "a": {"kind": "affine", "a": 5.0, "s": 2.0},
+        "r": {"kind": "rows", "a": 1.0, "s": 2.0, "u": 3.0},
+        "n": {"kind": "bn", "a": 1.0, "k": 4.0, "b": 8.0, "own": {"kind": "affine", "a": 1.0,
+                                                                 "s": 1.0}},
+        "t": {"kind": "step", "a": 1.0, "s": 2.0, "u": 7.0},
+        "g": {"kind": "util", "beta": [1.0], "mu": [0.0], "sd": [1.0]}}}
+    out = per_byte_scaled(fitted, 2.0)["classes"]
+    assert out["a"] == {"kind": "affine", "a": 5.0, "s": 4.0}
+    assert (out["r"]["s"], out["r"]["u"]) == (4.0, 6.0)
+    assert (out["n"]["k"], out["n"]["b"], out["n"]["own"]["s"]) == (2.0, 4.0, 2.0)
+    assert (out["t"]["s"], out["t"]["u"]) == (4.0, 7.0) and out["g"] == fitted["classes"]["g"]
+    assert fitted["classes"]["a"]["s"] == 2.0  # untouched
+    h200 = resolve_gpu("h200")
+    half = replace(h200, name="half", mem_bw_bytes_per_s=h200.mem_bw_bytes_per_s / 2)
+    plain, scaled = predict_for(half, h200), predict_for(half, h200, scale_bandwidth=True)
+    for k, c in plain.fitted["classes"].items():
+        if c["kind"] == "affine":
+            assert scaled.fitted["classes"][k]["s"] == pytest.approx(2 * c["s"])

@@ -384,14 +384,38 @@ def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
 # the H200's own calibration): median errors of 17-62%, maxima up to 93%
 # (docs/cost-model.md, "How far either rule is from measurements"). A calibration is the
 # remedy; a trace names the model that timed it (source.cost_model).
-def predict_for(gpu: Any, donor: Any, dtype: str = "fp32") -> KernelModel | None:
+def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
+    """``fitted`` (a kernel or op model) with every class's time per byte times ``r`` and
+    every rate in bytes per ns over ``r``; fixed costs, per-tensor costs and utilization
+    fits as they are (NOTE [op spec rule]). The original is left untouched."""
+    def one(c: dict[str, Any]) -> dict[str, Any]:
+        c = dict(c)
+        kind = c.get("kind")
+        if kind in ("affine", "rows", "step", "embedding"):
+            c["s"] = c["s"] * r
+            if kind in ("rows", "embedding"):  # a row's, a table's: bytes too
+                c["u"] = c["u"] * r
+        elif kind == "bn":
+            c["k"], c["b"] = c["k"] / r, c["b"] / r
+        if isinstance(c.get("own"), dict):  # a batch norm's affine fit kept beside it
+            c["own"] = one(c["own"])
+        return c
+    return dict(fitted, classes={k: one(c) for k, c in fitted["classes"].items()})
+
+
+def predict_for(gpu: Any, donor: Any, dtype: str = "fp32", scale_bandwidth: bool = False
+                ) -> KernelModel | None:
     """A GPU with no calibration of its own: the ``donor``'s fitted efficiencies with this
-    GPU's peaks, bandwidth and SM count (NOTE [kernel model], NOTE [spec rule])."""
+    GPU's peaks, bandwidth and SM count (NOTE [kernel model], NOTE [spec rule]);
+    ``scale_bandwidth``: also every per-byte cost by the bandwidths' ratio, as the op
+    model's rule does (NOTE [op spec rule]; not this rule's default: docs/cost-model.md)."""
     base = for_gpu(donor, dtype)
     if base is None or not getattr(gpu, "sm_count", 0):
         return None
+    fitted = (per_byte_scaled(base.fitted, donor.mem_bw_bytes_per_s / gpu.mem_bw_bytes_per_s)
+              if scale_bandwidth else base.fitted)
     peaks = {k: gpu.peak_flops.get(k, gpu.peak_flops["fp32"]) for k in base.fitted["peaks"]}
-    return KernelModel(base.fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
+    return KernelModel(fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
                        f"from specs, efficiencies of {donor.name}")
 
 

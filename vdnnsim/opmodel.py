@@ -69,6 +69,7 @@ from .kernelmodel import _fit_bn as fit_bn
 from .kernelmodel import _fit_util as fit_util
 from .kernelmodel import _nonneg_rel_lstsq as nonneg_rel_lstsq
 from .kernelmodel import load_fitted
+from .kernelmodel import per_byte_scaled
 
 MODEL = "aten-v1"
 FORMAT = "vdnnsim-op-model"
@@ -585,21 +586,7 @@ SPEC_RULE_ERROR = ("measured on an H100, blind (22 runs of seen transformers and
 def scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
     """``fitted`` with every per-byte cost times ``r`` (the donor's bandwidth over the
     target's; NOTE [op spec rule])."""
-    def one(c: dict[str, Any]) -> dict[str, Any]:
-        c = dict(c)
-        kind = c.get("kind")
-        if kind in ("affine", "embedding", "step"):
-            c["s"] = c["s"] * r
-            if kind == "embedding":
-                c["u"] = c["u"] * r
-        elif kind == "bn":
-            c["k"], c["b"] = c["k"] / r, c["b"] / r
-            if "own" in c:
-                c["own"] = one(c["own"])
-        return c
-    out = dict(fitted)
-    out["classes"] = {k: one(c) for k, c in fitted["classes"].items()}
-    return out
+    return per_byte_scaled(fitted, r)
 
 
 def donor_for(gpu: Any) -> Any:

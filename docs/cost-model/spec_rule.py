@@ -19,6 +19,8 @@ calibration". Nothing here is fitted: the script only sums layer times.
 
     .venv/bin/python docs/cost-model/spec_rule.py            # prints the tables (a minute)
     .venv/bin/python docs/cost-model/spec_rule.py --write    # and docs/cost-model/spec_rule.json
+    .venv/bin/python docs/cost-model/spec_rule.py --scale-bandwidth   # 'donor' with the op
+        # model's bandwidth scaling too (NOTE [op spec rule]); prints only, writes nothing
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from vdnnsim.gpu.graph import probe
 from vdnnsim.gpu.models import build_model
 from vdnnsim.calibration_fits import _totals
 from vdnnsim.gpu.profile import _calibrated, _gradient_sums
-from vdnnsim.kernelmodel import for_gpu, predict_for
+from vdnnsim.kernelmodel import for_gpu
+from vdnnsim.kernelmodel import predict_for as _predict_for
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).with_name("spec_rule.json")
@@ -171,7 +174,20 @@ def report(pub: list[dict], h200: list[dict], era: list[dict]) -> list[str]:
     return lines
 
 
+SCALE = False  # --scale-bandwidth: the donor rule as the op model's (NOTE [op spec rule])
+
+
+def predict_for(gpu, donor, dtype: str = "fp32"):
+    return _predict_for(gpu, donor, dtype, scale_bandwidth=SCALE)
+
+
 def main(argv: list[str]) -> int:
+    global SCALE
+    SCALE = "--scale-bandwidth" in argv
+    if SCALE and "--write" in argv:
+        print("--write goes without --scale-bandwidth (the JSON is the shipped rule's)",
+              file=sys.stderr)
+        return 2
     pub, h200, era = published_rows(), h200_rows(), paper_era_rows()
     for line in report(pub, h200, era):
         print(line)

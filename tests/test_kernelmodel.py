@@ -329,7 +329,7 @@ def test_per_byte_scaling_scales_bytes_and_keeps_the_rest():
         "g": {"kind": "util", "beta": [1.0], "mu": [0.0], "sd": [1.0]}}}
     out = per_byte_scaled(fitted, 2.0)["classes"]
     assert out["a"] == {"kind": "affine", "a": 5.0, "s": 4.0}
-    assert (out["r"]["s"], out["r"]["u"]) == (4.0, 6.0)
+    assert (out["r"]["s"], out["r"]["u"]) == (4.0, 3.0)  # u: per row, not per byte
     assert (out["n"]["k"], out["n"]["b"], out["n"]["own"]["s"]) == (2.0, 4.0, 2.0)
     assert (out["t"]["s"], out["t"]["u"]) == (4.0, 7.0) and out["g"] == fitted["classes"]["g"]
     assert fitted["classes"]["a"]["s"] == 2.0  # untouched

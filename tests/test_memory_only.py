@@ -208,3 +208,20 @@ def test_gpt2_memory_trace_plans_without_a_traceback(tmp_path, capsys):
         for method in ("milp", "greedy"):
             code, out, err = _cli(capsys, "plan", cfg, "--budget", budget, "--method", method)
             assert code == 2 and "memory-only trace" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+def test_trace_says_how_a_preset_without_an_op_calibration_is_timed(tmp_path, capsys):
+    """NOTE [op spec rule]: `vdnnsim trace --model` on a preset without an op calibration
+    times it from its specs and says so, quoting the measured error only where the preset
+    shares the donor's compute (the H100), and that the rule is unmeasured elsewhere."""
+    for gpu, said in (("h100", "2.4% median"), ("k40", "not measured")):
+        out_file = tmp_path / f"{gpu}.yaml"
+        code, out, err = _cli(capsys, "trace", "--model", "hf:tests/hf/opt-tiny.yaml", "-b", 2,
+                              "--seq-len", 32, "--gpu", gpu, "-o", out_file)
+        assert code == 0, err
+        assert "from its specs" in out and "NOTE [op spec rule]" in out
+        note = [x for x in err.splitlines() if x.startswith("note:")]
+        assert len(note) == 1 and said in note[0] and "from h200" in note[0], err
+        assert load_trace(out_file).timed and load_trace(out_file).source.cost_model == \
+            "aten-v1-specs"

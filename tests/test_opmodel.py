@@ -146,7 +146,41 @@ def test_spec_rule_scales_what_moves_bytes_and_keeps_what_computes():
     assert rule.time_ns(*big)[0] == pytest.approx(own.time_ns(*big)[0], rel=1e-9)
     assert rule.time_ns(*skinny)[0] > 1.3 * own.time_ns(*skinny)[0]
     assert rule.step_ns("adamw", 1 << 30, 1)[0] > 1.8 * own.step_ns("adamw", 1 << 30, 1)[0]
-    assert own.fitted["classes"]["gelu|bf16|fwd"]["s"] == c["s"]  # the donor's untouched
+    fresh = json.loads((resources.files("vdnnsim") / "data" / h200.op_calibration).read_text())
+    assert c["s"] == fresh["classes"]["gelu|bf16|fwd"]["s"]  # the cached donor untouched
+    # a bandwidth what-if on the calibrated preset itself scales the same way
+    what_if = opmodel.for_gpu(dataclasses.replace(h200, mem_bw_bytes_per_s=half.mem_bw_bytes_per_s))
+    assert what_if.time_ns(*gelu)[0] == pytest.approx(rule.time_ns(*gelu)[0])
+
+
+def test_spec_rule_takes_the_targets_peaks_and_sms():
+    """Half the peaks: a compute-bound GEMM about doubles and attention slows; the SM count
+    enters the waves features (a GEMM of 64 tiles fills half a wave of 132 SMs, two of
+    33); the memory-bound op keeps its time (the bandwidth is the donor's)."""
+    h200 = gpu_preset("h200")
+    own = opmodel.for_gpu(h200)
+    slow = dataclasses.replace(h200, name="slow", op_calibration="",
+                               peak_flops={k: v / 2 for k, v in h200.peak_flops.items()})
+    few = dataclasses.replace(h200, name="few", op_calibration="", sm_count=33)
+    big, _, attn, gelu, _ = _feats()
+    t_own, t_slow = own.time_ns(*big)[0], opmodel.predict_for(slow, h200).time_ns(*big)[0]
+    assert 1.6 < t_slow / t_own < 2.4
+    assert opmodel.predict_for(slow, h200).time_ns(*attn)[0] > 1.3 * own.time_ns(*attn)[0]
+    mid = ({"op": "mm", "dt": "bf16", "m": 1024, "n": 1024, "k": 4096}, "fwd")
+    t_few = opmodel.predict_for(few, h200).time_ns(*mid)[0]
+    assert abs(t_few / own.time_ns(*mid)[0] - 1) > 0.01
+    assert opmodel.predict_for(slow, h200).time_ns(*gelu)[0] == pytest.approx(
+        own.time_ns(*gelu)[0])
+
+
+def test_spec_rule_note_says_where_it_was_measured():
+    """`vdnnsim trace` quotes the H100's errors only for a GPU that shares the donor's
+    compute (the H100 does); for another it says the rule is not measured there."""
+    same = opmodel.spec_rule_note(gpu_preset("h100"))
+    assert opmodel.SPEC_RULE_ERROR in same and "h200" in same
+    for name in ("k40", "titanx_maxwell", "v100", "a100", "p100"):
+        other = opmodel.spec_rule_note(gpu_preset(name))
+        assert "not measured" in other and opmodel.SPEC_RULE_ERROR not in other
 
 
 H100_CHECK = Path(__file__).resolve().parents[1] / "traces/h200_issue29/h100_s31/check.json"
@@ -186,6 +220,8 @@ def test_h100_comparison_row_is_todays_rule():
 def test_spec_rule_needs_an_sm_count_and_a_donor():
     k40 = gpu_preset("k40")
     assert opmodel.predict_for(dataclasses.replace(k40, sm_count=0)) is None
+    assert opmodel.predict_for(dataclasses.replace(k40, peak_flops={})) is None
+    assert opmodel.donor_for(dataclasses.replace(k40, mem_bw_bytes_per_s=0.0)) is None
     assert opmodel.predict_for(k40, gpu_preset("v100")) is None  # no calibration to lend
     assert opmodel.donor_for(gpu_preset("h100")).name == "h200"
 

@@ -544,10 +544,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
                       "runs show memory, not times (NOTE [memory-only traces]); GPUs with an "
                       f"op-level model (NOTE [op model]): {timed_on}", file=sys.stderr)
             elif not gpu.op_calibration:  # NOTE [op spec rule]
-                from .opmodel import SPEC_RULE_ERROR
+                from .opmodel import spec_rule_note
                 print(f"note: {gpu.name} has no op calibration: timed from its specs by "
-                      f"another GPU's op model (NOTE [op spec rule]; calibrated: {timed_on}); "
-                      f"{SPEC_RULE_ERROR}", file=sys.stderr)
+                      f"another GPU's op model (NOTE [op spec rule]; calibrated: {timed_on}), "
+                      f"{spec_rule_note(gpu)}", file=sys.stderr)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
             from .errors import ConfigError

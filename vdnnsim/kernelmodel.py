@@ -393,8 +393,8 @@ def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
         kind = c.get("kind")
         if kind in ("affine", "rows", "step", "embedding"):
             c["s"] = c["s"] * r
-            if kind in ("rows", "embedding"):  # a row's, a table's: bytes too
-                c["u"] = c["u"] * r
+            if kind == "embedding":  # its table's bytes (a row's u counts rows, a step's
+                c["u"] = c["u"] * r  # tensors: neither is bytes)
         elif kind == "bn":
             c["k"], c["b"] = c["k"] / r, c["b"] / r
         if isinstance(c.get("own"), dict):  # a batch norm's affine fit kept beside it

@@ -11,8 +11,9 @@ held-out sets as measured on an H100 (traces/h200_issue29/h100_s31, session 31),
   ratio the rule predicts between the cards.
 
 Each replayed as PyTorch runs it (policy eager), as check.py does. ``--ablation`` adds the
-rule without its bandwidth scaling (every per-byte cost the H200's), run after the blind
-comparison, to show what that part of the rule does.
+rule without its bandwidth scaling (every per-byte cost the H200's) and own without its
+host-only file's mixed chains (NOTE [host mixes]), run after the blind comparison, to show
+what each part does.
 
     python experiments/h200_issue29/h100_check.py [--json OUT.json] [--workers N] [--ablation]
 """
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim (experiments/README.md)
 HERE = ROOT / "experiments" / "h200_issue29"
 DATA = ROOT / "traces" / "h200_issue29" / "h100_s31"
 OWN = DATA / "h100_ops.model.json"
+OWN_NOMIX = DATA / "h100_ops_nomix.model.json"  # the ablation's: no mixed chains' factor
 H200_MEASURED = {"set1": ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl",
                  "set2": ROOT / "traces" / "h200_issue29" / "set2" / "measure.jsonl"}
 CNNS = ("bit50", "mobilenet")
@@ -54,16 +56,19 @@ def runs() -> dict[str, tuple[str, str, int, int | None, str, str]]:
     return out
 
 
-def fit_own() -> None:
-    """The H100's own op model from its calibrations (written once, beside them)."""
+def fit_own(nomix: bool = False) -> None:
+    """The H100's own op model from its calibrations (written once, beside them);
+    ``nomix``: without the host-only file's mixed chains (NOTE [host mixes])."""
     from vdnnsim.hardware import gpu_preset
     from vdnnsim.opmodel import fit
     from vdnnsim.yamlio import write_text_atomic
     raws = [json.loads((DATA / "cal" / f).read_text())
             for f in ("h100_ops_bf16.json", "h100_ops_fp32.json", "host_1.json")]
+    if nomix:
+        raws[-1] = dict(raws[-1], host_mixes=[])
     gpu = gpu_preset("h100")
     out = fit(raws, dict(gpu.peak_flops), gpu.mem_bw_bytes_per_s, raws[0]["gpu"]["sm_count"])
-    write_text_atomic(OWN, json.dumps(out, indent=1) + "\n")
+    write_text_atomic(OWN_NOMIX if nomix else OWN, json.dumps(out, indent=1) + "\n")
 
 
 def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, str, float]:
@@ -78,8 +83,8 @@ def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, 
     global _SCALED
     _SCALED = _SCALED or om.scaled  # a worker runs jobs of every kind: each sets its own
     om.scaled = (lambda fitted, r: fitted) if which == "unscaled" else _SCALED
-    if which == "own":
-        gpu = dataclasses.replace(gpu, op_calibration=str(OWN))
+    if which in ("own", "own_nomix"):
+        gpu = dataclasses.replace(gpu, op_calibration=str(OWN if which == "own" else OWN_NOMIX))
     folder = HERE if runs()[name][0] == "set1" else HERE / "set2"
     d = memory_trace(f"hf:{folder / (model + '.yaml')}", batch, gpu, dtype, seq, {}, None)
     want = {"rule": "aten-v1-specs", "unscaled": "aten-v1-specs"}.get(which, "aten-v1")
@@ -100,6 +105,8 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if not OWN.exists():
         fit_own()
+    if args.ablation and not OWN_NOMIX.exists():
+        fit_own(nomix=True)
     table = runs()
     h100 = {json.loads(x)["run"]: json.loads(x)
             for x in (DATA / "measure.jsonl").read_text().splitlines()}
@@ -108,8 +115,9 @@ def main(argv: list[str]) -> int:
         for x in f.read_text().splitlines():
             h200[json.loads(x)["run"]] = json.loads(x)
     names = [n for n in table if n in h100 and not h100[n].get("rc")]
-    kinds = ("rule", "own", "h200") + (("unscaled",) if args.ablation else ())
-    jobs = [(n, w, *table[n][1:]) for n in names for w in kinds]
+    kinds = ("rule", "own", "h200") + (("unscaled", "own_nomix") if args.ablation else ())
+    jobs = [(n, w, *table[n][1:]) for n in names for w in kinds
+            if w != "own_nomix" or n.split("-")[0] not in CNNS]
     pred: dict[tuple[str, str], float] = {}
     with ProcessPoolExecutor(args.workers) as pool:
         for name, which, ms in pool.map(predict, jobs):
@@ -133,6 +141,9 @@ def main(argv: list[str]) -> int:
             "ratio_predicted": round(pred[n, "rule"] / pred[n, "h200"], 4)})
         if args.ablation:
             rows[-1]["unscaled_error"] = round(pred[n, "unscaled"] / m["iteration_ms"] - 1, 4)
+            if (n, "own_nomix") in pred:
+                rows[-1]["own_nomix_error"] = round(pred[n, "own_nomix"] / m["iteration_ms"]
+                                                    - 1, 4)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     print(f"{'run':17s} {'H100 ms':>8s} {'band':>15s} {'host':>6s} | {'rule':>7s} {'err':>6s} | "
@@ -153,6 +164,9 @@ def main(argv: list[str]) -> int:
         for label, sel in (("fp32", "fp32"), ("bf16", "bf16"), ("all", "")):
             sub = [abs(r["unscaled_error"]) for r in rows if sel in r["run"]]
             print(f"{label:5s} the rule without its bandwidth scaling: {_med(sub)}")
+            sub = [abs(r["own_nomix_error"]) for r in rows
+                   if sel in r["run"] and "own_nomix_error" in r]
+            print(f"{label:5s} own without the mixed chains' factor (no CNN): {_med(sub)}")
     print("(*: a CNN, whose convolutions the H100's own transformer-only calibration times "
           "by the mm stand-in)")
     return 0

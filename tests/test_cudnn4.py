@@ -110,3 +110,20 @@ def test_a_preset_with_efficiencies_still_pickles():
     import pickle
     gpu = gpu_preset("titanx_maxwell")
     assert pickle.loads(pickle.dumps(gpu)).algo_efficiency == gpu.algo_efficiency
+
+
+def test_googlenet_at_r4s_speed_sums_to_r4_and_moves_the_p_cells():
+    """NOTE [GoogLeNet at R4's speed]: the scaled trace's fastest phases are R4's totals;
+    the preset's column is what reproduce shows (its four (p) and (m) vDNN cells low), and
+    at R4's speed the two (p) vDNN cells come within tolerance, the (m) ones do not."""
+    trace, f, b = cudnn4.scaled_to_r4()
+    r4 = cudnn4.runs()["cudnn_r4"]["networks"]["googlenet"]
+    fwd = sum(x.algos[a].fwd_ns for x, a in zip(trace.layers, trace.fastest_algos))
+    bwd = sum(x.algos[a].bwd_ns for x, a in zip(trace.layers, trace.fastest_algos))
+    assert fwd / 1e6 == pytest.approx(r4["forward"], rel=1e-4)
+    assert bwd / 1e6 == pytest.approx(r4["backward_data"] + r4["backward_filter"], rel=1e-4)
+    assert f > 1 and b > 1  # the preset's GoogLeNet convs are fast against R4
+    df = cudnn4.googlenet_what_if().set_index("policy")
+    assert not df.loc[["all(p)", "conv(p)", "all(m)", "conv(m)"], "preset_holds"].any()
+    assert df.loc[["all(p)", "conv(p)"], "r4_holds"].all()
+    assert not df.loc[["all(m)", "conv(m)", "base(m)"], "r4_holds"].any()

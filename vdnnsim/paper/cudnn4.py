@@ -148,6 +148,64 @@ def checks() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# NOTE [GoogLeNet at R4's speed]
+# A diagnosis, not a model: which of GoogLeNet (128)'s Fig. 14 cells would hold if the
+# titanx_maxwell preset timed its convolutions as cuDNN R4 ran them on that card. Every
+# conv's algorithms (all of them alike: the data time only the fastest) are scaled, one
+# factor for forward and one for backward, so that the fastest choice's phases, with the
+# other layers as they are, sum to R4's published forward and backward (data + filter)
+# totals; then each policy runs as `vdnnsim reproduce` runs it. Nothing is shipped from it.
+def scaled_to_r4(network: str = "googlenet", batch: int = 128):
+    """(trace with its convs scaled to R4's phase totals, forward factor, backward factor)
+    (NOTE [GoogLeNet at R4's speed])."""
+    from dataclasses import replace
+
+    from ..api import build_trace, resolve_gpu
+
+    r4 = runs()["cudnn_r4"]["networks"][network]
+    trace = build_trace(network, batch, resolve_gpu(GPU))
+    conv_f = conv_b = other_f = other_b = 0
+    for layer, a in zip(trace.layers, trace.fastest_algos):
+        algo = layer.algos[a]
+        if layer.kind == "conv":
+            conv_f, conv_b = conv_f + algo.fwd_ns, conv_b + algo.bwd_ns
+        else:
+            other_f, other_b = other_f + algo.fwd_ns, other_b + algo.bwd_ns
+    f = (r4["forward"] * 1e6 - other_f) / conv_f
+    b = ((r4["backward_data"] + r4["backward_filter"]) * 1e6 - other_b) / conv_b
+    layers = tuple(replace(x, algos=tuple(replace(a, fwd_ns=round(a.fwd_ns * f),
+                                                  bwd_ns=round(a.bwd_ns * b))
+                                          for a in x.algos)) if x.kind == "conv" else x
+                   for x in trace.layers)
+    return replace(trace, layers=layers), f, b
+
+
+def googlenet_what_if() -> pd.DataFrame:
+    """GoogLeNet (128)'s Fig. 14 cells as the preset times it and with its convolutions at
+    R4's speed (NOTE [GoogLeNet at R4's speed])."""
+    from ..api import build_trace, resolve_gpu
+    from .cells import NETWORKS, POLICIES, RATIO_TOLERANCE, figure_values
+
+    gpu = resolve_gpu(GPU)
+    fig = figure_values()
+    fig = fig[(fig.figure == "Fig14") & (fig.network.map(NETWORKS) == "googlenet")]
+    traces = {"preset": build_trace("googlenet", 128, gpu), "r4": scaled_to_r4()[0]}
+    rows = []
+    for cell in fig.itertuples():
+        row = {"policy": cell.policy, "paper": cell.value}
+        for label, tr in traces.items():
+            oracle = run_trace_ns(tr, gpu, "baseline_p")
+            row[label] = round(oracle / run_trace_ns(tr, gpu, POLICIES[cell.policy]), 3)
+            row[f"{label}_holds"] = abs(row[label] - cell.value) <= RATIO_TOLERANCE
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_trace_ns(trace, gpu, policy: str) -> int:
+    from ..api import run_trace
+    return run_trace(trace, gpu, policy).iteration_time_ns
+
+
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Per network with both runs: R4's total over R2's (fastest over older GEMM-only
     kernels) beside vdnnsim's fastest over leanest total, the ratio Fig. 14's base(m) bars
@@ -186,8 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--fit"]:
         print(f"implicit_gemm: {fit_implicit_gemm():.3f}  (NOTE [implicit GEMM on the Titan X])")
         return 0
+    if argv == ["--googlenet-at-r4"]:  # NOTE [GoogLeNet at R4's speed]
+        _, f, b = scaled_to_r4()
+        print(f"GoogLeNet (128) convs scaled x{f:.3f} forward, x{b:.3f} backward to R4's totals")
+        print(googlenet_what_if().to_string(index=False))
+        return 0
     if argv:
-        print("usage: python -m vdnnsim.paper.cudnn4 [--fit]", file=sys.stderr)
+        print("usage: python -m vdnnsim.paper.cudnn4 [--fit | --googlenet-at-r4]",
+              file=sys.stderr)
         return 2
     print(markdown(checks()))
     return 0

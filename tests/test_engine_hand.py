@@ -524,3 +524,30 @@ def test_vdnn_dyn_reports_a_host_too_small_for_any_offload():
     r = run_trace(t, replace(GPU, host_memory_bytes=U), "vdnn_dyn", memory_bytes=4 * U)
     assert not r.fits and r.oom.reason == "host memory"
     assert r.notes[0].startswith("step 1")
+
+
+def test_layer_average_is_the_mean_of_each_layer_pass_peak():
+    """NOTE [layer average]: the mean over the compute stream's forward and backward ops of
+    the memory allocated at each one's peak, the same whether or not the run records its
+    timeline, and not the time-weighted mean where layers differ in length."""
+    from vdnnsim.api import build_trace, resolve_gpu, run_trace
+
+    gpu = resolve_gpu("titanx_maxwell")
+    trace = build_trace("alexnet", 32, gpu)
+    for policy in ("vdnn_all_p", "baseline_m"):
+        r = run_trace(trace, gpu, policy)
+        mem = r.memory
+        peaks = []
+        for op in r.ops:
+            if op.stream == "compute" and op.kind in ("fwd", "bwd") and op.end_ns > op.start_ns:
+                during = mem[(mem.time_ns < op.end_ns)]
+                before = during[during.time_ns <= op.start_ns].allocated_bytes.iloc[-1]
+                inside = during[during.time_ns > op.start_ns].allocated_bytes
+                peaks.append(max([before, *inside]))
+        assert r.layer_avg_memory_bytes == pytest.approx(sum(peaks) / len(peaks))
+        quiet = run_trace(trace, gpu, policy, record=False)
+        assert quiet.layer_avg_memory_bytes == pytest.approx(r.layer_avg_memory_bytes)
+        s = quiet.summary()
+        assert s["layer_avg_managed_bytes"] == round(r.layer_avg_memory_bytes - r.weight_bytes)
+    vdnn = run_trace(trace, gpu, "vdnn_all_p")
+    assert abs(vdnn.layer_avg_memory_bytes / vdnn.avg_memory_bytes - 1) > 0.05

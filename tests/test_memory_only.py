@@ -72,7 +72,8 @@ def test_a_memory_only_run_keeps_its_memory_and_hides_its_times(files):
     s = r.summary()
     assert s["timed"] is False and s["peak_memory_bytes"] == r.peak_memory_bytes > 0
     for k in ("iteration_time_s", "oracle_time_s", "slowdown", "stall_time_s",
-              "host_bound_time_s", "avg_memory_bytes", "avg_managed_bytes"):
+              "host_bound_time_s", "avg_memory_bytes", "avg_managed_bytes",
+              "layer_avg_memory_bytes", "layer_avg_managed_bytes"):
         assert math.isnan(s[k]), k
     timed = run_trace(build_trace("alexnet", 8, H200), H200, "vdnn_all_p").summary()
     assert timed["timed"] is True and timed["slowdown"] > 1

@@ -335,6 +335,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         algos=algorithm_names(trace, plan.algos),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
+        _layer_spans=tuple(sim.layer_spans),  # NOTE [layer average]
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
         # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
         pinned_host_bytes=pinned_host_bytes(sim) + (

@@ -6,6 +6,8 @@ DataFrames built on first access. Nothing here writes a file unless asked.
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,9 @@ class RunResult:
     _mem: tuple[tuple[int, ...], tuple[int, ...]] = field(repr=False, compare=False)
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
+    # (start, end) ns of each layer pass on the compute stream, kept without the timeline
+    # too (NOTE [layer average])
+    _layer_spans: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
     host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
     timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
     pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
@@ -98,6 +103,31 @@ class RunResult:
         return self.avg_memory_bytes - self.weight_bytes
 
     @property
+    def layer_avg_memory_bytes(self) -> float:
+        """NOTE [layer average]: the mean, over the iteration's layer passes (each forward
+        and backward op of the compute stream, alike however long it runs), of the memory
+        allocated at its peak while the pass runs. Where ``avg_memory_bytes`` weights the
+        memory by time, this weights it by layer, as a runtime that logs its usage layer
+        by layer sees it; the paper's average bars read so (docs/reproduction.md, "What
+        the paper's memory bars count"). The peak if the run has no layer pass."""
+        cached = self.__dict__.get("_layer_avg")
+        if cached is not None:
+            return cached
+        times, alloc = self._mem
+        peaks = []
+        for start, end in self._layer_spans:
+            i0 = max(bisect.bisect_right(times, start) - 1, 0)
+            i1 = max(bisect.bisect_left(times, end), i0 + 1)
+            peaks.append(max(alloc[i0:i1]))
+        value = float(sum(peaks) / len(peaks)) if peaks else float(self.peak_memory_bytes)
+        self.__dict__["_layer_avg"] = value
+        return value
+
+    @property
+    def layer_avg_managed_bytes(self) -> float:
+        return self.layer_avg_memory_bytes - self.weight_bytes
+
+    @property
     def fits(self) -> bool:
         return self.oom is None
 
@@ -129,6 +159,8 @@ class RunResult:
             "weight_bytes": self.weight_bytes,
             "peak_managed_bytes": self.peak_memory_bytes - self.weight_bytes,
             "avg_managed_bytes": t(round(self.avg_memory_bytes - self.weight_bytes)),
+            "layer_avg_memory_bytes": t(round(self.layer_avg_memory_bytes)),
+            "layer_avg_managed_bytes": t(round(self.layer_avg_memory_bytes - self.weight_bytes)),
             "timed": self.timed,
             "iteration_time_s": self.iteration_time_s,
             "oracle_time_s": t(ns_to_s(self.oracle_time_ns)),

@@ -531,8 +531,12 @@ def check_record(rec: dict[str, Any], exp: dict[str, Any], lenient: bool = False
                 p.append(f"{k} {x} is not a multiple of 512")
         if None not in (avg, w, it) and it > 0 and avg + 1 < w:
             p.append(f"avg_memory_bytes {avg:.0f} < weight_bytes {w:.0f}")
-    for k in ("peak_managed_bytes", "avg_managed_bytes"):
-        base_k = "peak_memory_bytes" if k.startswith("peak") else "avg_memory_bytes"
+    la, pk = _num(rec.get("layer_avg_memory_bytes")), _num(rec.get("peak_memory_bytes"))
+    if None not in (la, pk) and math.isfinite(la) and la > pk + 1:  # NOTE [layer average]
+        p.append(f"layer_avg_memory_bytes {la:.0f} > peak_memory_bytes {pk:.0f}")
+    for k in ("peak_managed_bytes", "avg_managed_bytes", "layer_avg_managed_bytes"):
+        base_k = {"peak_managed_bytes": "peak_memory_bytes",
+                  "avg_managed_bytes": "avg_memory_bytes"}.get(k, "layer_avg_memory_bytes")
         x, base, wb = rec.get(k), rec.get(base_k), rec.get("weight_bytes")
         if all(isinstance(y, int) and not isinstance(y, bool) for y in (x, base, wb)):
             if abs(x - (base - wb)) > 1:

@@ -64,7 +64,8 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
-                 "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_issue_ns", "host_ns", "lv",
+                 "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_issue_ns", "host_ns",
+                 "layer_spans", "lv",
                  "offloaded_bytes", "ops", "param_fetched_bytes", "peak_host_bytes", "pinned", "plan", "pool",
                  "prefetched_bytes", "program", "record_ops", "sem", "stall_ns",
                  "stop_at_oom", "stopped", "trace")
@@ -138,6 +139,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         if record_ops:
             self.pool.spans = []
         self.ops: list[tuple] = []  # Op's fields (RunResult.ops makes them Ops)
+        self.layer_spans: list[tuple[int, int]] = []  # NOTE [layer average]: kept unrecorded too
         self.stall_ns = 0
         self.offloaded_bytes = 0
         self.prefetched_bytes = 0

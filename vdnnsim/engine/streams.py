@@ -41,6 +41,8 @@ class Op(NamedTuple):
     size_bytes: int = 0
 
 
+LAYER_PASSES = frozenset({"fwd", "bwd"})  # a layer's passes on the compute stream (NOTE [layer
+# average])
 # the copies that bring an offloaded buffer back (a gradient's copy to the optimizer on the
 # CPU and the parameters' back are the optimizer's own buffers, NOTE [optimizer offload])
 _RETURNS = frozenset({"prefetch", "fetch"})
@@ -148,9 +150,12 @@ class Streams:
                         self.host_bound_ns += op.idle
                         if end > self.end_ns:
                             self.end_ns = end
-                        if end > t and self.record_ops:
-                            self.ops.append((s.name, op.kind, op.layer, op.name, t, end,
-                                             op.size))
+                        if end > t:
+                            if op.kind in LAYER_PASSES:  # NOTE [layer average]
+                                self.layer_spans.append((t, end))
+                            if self.record_ops:
+                                self.ops.append((s.name, op.kind, op.layer, op.name, t, end,
+                                                 op.size))
                     else:
                         self._finish(s, op)
                     return op
@@ -231,6 +236,8 @@ class Streams:
                                      start - op.stall, start, 0))
             if end > self.end_ns:  # the iteration is the compute stream's
                 self.end_ns = end
+            if end > start and not op.copy and op.kind in LAYER_PASSES:  # NOTE [layer
+                self.layer_spans.append((start, end))  # average]
             if record and (end > start or op.copy):
                 self.ops.append((s.name, op.kind, op.layer, op.name, start, end, op.size))
         else:

@@ -551,3 +551,5 @@ def test_layer_average_is_the_mean_of_each_layer_pass_peak():
         assert s["layer_avg_managed_bytes"] == round(r.layer_avg_memory_bytes - r.weight_bytes)
     vdnn = run_trace(trace, gpu, "vdnn_all_p")
     assert abs(vdnn.layer_avg_memory_bytes / vdnn.avg_memory_bytes - 1) > 0.05
+    uvm = run_trace(trace, gpu, "uvm_lru")  # the paged engine keeps its spans too
+    assert len(uvm._layer_spans) > 10 and uvm.layer_avg_memory_bytes <= uvm.peak_memory_bytes

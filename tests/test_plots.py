@@ -203,8 +203,7 @@ def test_paper_figures_say_what_hatching_means():
     import pandas as pd
     from vdnnsim.report import figures
     rows = [{"gpu": "k40", "network": "vgg16", "batch_size": 256, "policy": p, "fits": fits,
-             "peak_managed_bytes": 1e10, "avg_managed_bytes": 5e9,
-             "layer_avg_managed_bytes": 4e9, "slowdown": 1.3,
+             "peak_managed_bytes": 1e10, "avg_managed_bytes": 5e9, "slowdown": 1.3,
              "offloaded_bytes": 1e9}
             for p, fits in zip(figures.POLICY_ORDER, [False, False, True, True, True, True,
                                                       True])]

@@ -462,7 +462,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     _writable(args.output, folder=True)
     table, frames = reproduce(args.studies, reading=args.reading, reference=args.reference,
-                              costs=args.costs)
+                              costs=args.costs, average=args.average)
     cells = figure_cells(frames)
     if args.json:
         print(json.dumps(reproduction_json(table, cells), indent=2))
@@ -996,6 +996,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--costs", choices=["preset", "published"], default="preset",
                     help="time the paper's GPUs with the presets' analytic costs (default) or "
                     "with their calibration from published cuDNN timings (docs/reproduction.md)")
+    rp.add_argument("--average", choices=["time", "layer"], default="time",
+                    help="the paper's average memory read as the time-weighted mean (default) "
+                    "or the mean over the layer passes (docs/reproduction.md)")
     rp.set_defaults(fn=cmd_reproduce)
 
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")

@@ -6,7 +6,7 @@ pager. The iteration it walks is the pool runs' (iteration.py); these are the ho
 from __future__ import annotations
 
 from .memory_model import Touch
-from .streams import _At, _Op, new_op
+from .streams import LAYER_PASSES, _At, _Op, new_op
 
 
 class Paging:
@@ -48,6 +48,8 @@ class Paging:
         if self.checks and (t < cs.prev_end or op.end < t):  # NOTE [invariants]
             cs.clock.last_end = cs.prev_end
             cs.clock.op(t, op.end, op.layer, op.kind)
+        if op.end > t and op.kind in LAYER_PASSES:  # NOTE [layer average]
+            self.layer_spans.append((t, op.end))
         if record:  # every pass, an empty one too
             self.ops.append((cs.name, op.kind, op.layer, op.name, t, op.end, 0))
         cs.last, cs.tail, cs.prev_end = op, op.end, op.end

@@ -30,8 +30,8 @@ vdnnsim/data/reference/vdnn_figures.csv):
 - Fig. 14: oracle time / iteration time (the paper's oracular baseline: fastest algorithms,
   no offload, enough memory). Scope ``time``.
 
-``paper_peak_bytes`` and ``paper_avg_bytes`` of a cell are vdnnsim's peak and per-layer
-average (NOTE [layer average]) GPU memory under the cell's scope; its value is the one of the two the cell names.
+``paper_peak_bytes`` and ``paper_avg_bytes`` of a cell are vdnnsim's peak and time-weighted
+average GPU memory under the cell's scope; its value is the one of the two the cell names.
 
 NOTE [figure cells]
 A cell is one value of Figs. 11, 12, 14 or 15 (192). It holds when vdnnsim's value is
@@ -88,11 +88,11 @@ def scope(figure: str, policy: str, quantity: str) -> str:
 
 
 def paper_bytes(r: pd.Series, scope_: str) -> tuple[float, float]:
-    """(peak, average per layer pass: NOTE [layer average]) GPU bytes of run ``r`` under
-    ``scope_``. The run's ``weight_bytes`` are the weights and their gradients (equal
-    sizes): the paper counts the weights once."""
+    """(peak, time-weighted average) GPU bytes of run ``r`` under ``scope_``. The run's
+    ``weight_bytes`` are the weights and their gradients (equal sizes): the paper counts
+    the weights once."""
     weights = r.weight_bytes / 2 if scope_ == "weights+managed" else 0.0
-    return float(r.peak_managed_bytes + weights), float(r.layer_avg_managed_bytes + weights)
+    return float(r.peak_managed_bytes + weights), float(r.avg_managed_bytes + weights)
 
 
 def _study(figure: str) -> str:

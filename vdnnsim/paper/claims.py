@@ -41,8 +41,6 @@ NOTE [reproduction metrics]
   weights and weight gradients alone take 4.4 GB, so the 4.2 GB cannot include them.
 - A single network's "average memory usage reduced by X%" takes vDNN_all(m), the policy
   that reduces most ("up to" in v3).
-- An average is the paper's: per layer pass, not per unit of time (NOTE [layer average]
-  in vdnnsim/results.py; docs/reproduction.md gives the figures' evidence).
 """
 
 from __future__ import annotations
@@ -131,9 +129,8 @@ def row(f: Frames, study: str, net: str, batch: int, gpu: str, policy: str) -> p
 
 def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
               reference: str = "baseline_p") -> float:
-    """Percent cut of peak ('peak') or average ('avg', per layer: NOTE [layer average])
-    managed memory (the weights and their gradients left out: NOTE [reproduction
-    metrics]) against
+    """Percent cut of peak ('peak') or time-weighted average ('avg') managed memory (the
+    weights and their gradients left out: NOTE [reproduction metrics]) against
     ``reference``: 'baseline_p', or 'class' for the baseline of the policy's own algorithm
     class (NOTE [reproduction metrics])."""
     if reference == "class":
@@ -142,7 +139,7 @@ def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
         base_policy = reference
     r = row(f, "conventional_policies", net, batch, gpu, policy)
     b = row(f, "conventional_policies", net, batch, gpu, base_policy)
-    key = "peak_managed_bytes" if what == "peak" else "layer_avg_managed_bytes"
+    key = ("peak" if what == "peak" else "avg") + "_managed_bytes"
     return 100 * (1 - r[key] / b[key])
 
 

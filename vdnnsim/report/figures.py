@@ -85,8 +85,8 @@ def memory_per_policy(df: pd.DataFrame, gpu: str) -> plt.Figure:
     fig, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     _grouped(axes[0], d, lambda r: r.peak_managed_bytes / GB, POLICY_ORDER,
              "maximum GB (no weights)", "memory_peak", gpu)
-    _grouped(axes[1], d, lambda r: r.layer_avg_managed_bytes / GB, POLICY_ORDER,
-             "average GB per layer (no weights)")
+    _grouped(axes[1], d, lambda r: r.avg_managed_bytes / GB, POLICY_ORDER,
+             "average GB (no weights)")
     axes[0].set_title(f"Memory per policy on {gpu} (weights and weight gradients excluded)")
     axes[0].legend(ncol=4, fontsize=8)
     fig.tight_layout()

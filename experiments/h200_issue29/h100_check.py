@@ -16,6 +16,7 @@ host-only file's mixed chains (NOTE [host mixes]), run after the blind compariso
 what each part does.
 
     python experiments/h200_issue29/h100_check.py [--json OUT.json] [--workers N] [--ablation]
+    python experiments/h200_issue29/h100_check.py --host   # the machines' host chains only
 """
 
 from __future__ import annotations
@@ -93,6 +94,26 @@ def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, 
     return name, which, r.iteration_time_ns / 1e6
 
 
+def host_ratios() -> tuple[float, float, int]:
+    """(forward, backward, chains): the median over the host chains both machines timed of
+    this H100 machine's cost over the shipped H200 files' (each side's median over its
+    processes per chain: kind, as modules or not, dtype, autocast)."""
+    def per_chain(files: list[Path]) -> dict[tuple, tuple[float, float]]:
+        got: dict[tuple, list[tuple[float, float]]] = {}
+        for f in files:
+            for c in json.loads(f.read_text())["host_chains"]:
+                key = (c["chain"], c["modules"], c["dtype"], c["autocast"])
+                got.setdefault(key, []).append((c["host_fwd_ns"], c["host_bwd_ns"]))
+        return {k: (statistics.median(x for x, _ in v), statistics.median(y for _, y in v))
+                for k, v in got.items()}
+    cal = ROOT / "vdnnsim" / "data" / "calibration"
+    h100 = per_chain([DATA / "cal" / "host_1.json"])
+    h200 = per_chain([cal / "h200_ops_host.json", cal / "h200_ops_host_s28.json"])
+    both = [k for k in h100 if k in h200]
+    return (statistics.median(h100[k][0] / h200[k][0] for k in both),
+            statistics.median(h100[k][1] / h200[k][1] for k in both), len(both))
+
+
 def _med(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.1%}, max {max(xs):.1%}" if xs else "-"
 
@@ -102,7 +123,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--host", action="store_true", help="only the two machines' host chains")
     args = ap.parse_args(argv)
+    if args.host:
+        f, b, n = host_ratios()
+        print(f"H100 machine's host chains over the shipped H200 files', median over {n} "
+              f"chains: forward x{f:.3f}, backward x{b:.3f}")
+        return 0
     if not OWN.exists():
         fit_own()
     if args.ablation and not OWN_NOMIX.exists():

@@ -562,7 +562,7 @@ def for_gpu(gpu: Any) -> OpModel | None:
     fitted = load(cal)
     r = fitted["mem_bw_bytes_per_s"] / gpu.mem_bw_bytes_per_s
     if abs(r - 1) > 1e-9:
-        fitted = scaled(fitted, r)
+        fitted = per_byte_scaled(fitted, r)
     peaks = {k: gpu.peak_flops.get(k, v) for k, v in fitted["peaks"].items()}
     return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
 
@@ -589,12 +589,6 @@ SPEC_MODEL = MODEL + "-specs"
 SPEC_RULE_ERROR = ("measured on an H100, blind (22 runs of seen transformers and CNNs): fp32 "
                    "2.4% median, 11.4% max; autocast-bf16 10.6% / 20.9% (host-bound: the host "
                    "costs are the H200 machine's)")
-
-
-def scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
-    """``fitted`` with every per-byte cost times ``r`` (the donor's bandwidth over the
-    target's; NOTE [op spec rule])."""
-    return per_byte_scaled(fitted, r)
 
 
 def _specs_known(gpu: Any) -> bool:
@@ -628,7 +622,7 @@ def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
     if donor is None or not donor.op_calibration:
         return None
     base = load(donor.op_calibration)
-    fitted = scaled(base, base["mem_bw_bytes_per_s"] / gpu.mem_bw_bytes_per_s)
+    fitted = per_byte_scaled(base, base["mem_bw_bytes_per_s"] / gpu.mem_bw_bytes_per_s)
     peaks = {k: gpu.peak_flops.get(k, gpu.peak_flops["fp32"]) for k in fitted["peaks"]}
     return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
                    f"from specs, {donor.name}'s efficiencies ({donor.op_calibration})")

@@ -40,7 +40,7 @@ OWN_NOMIX = DATA / "h100_ops_nomix.model.json"  # the ablation's: no mixed chain
 H200_MEASURED = {"set1": ROOT / "traces" / "h200_issue29" / "session15" / "measure.jsonl",
                  "set2": ROOT / "traces" / "h200_issue29" / "set2" / "measure.jsonl"}
 CNNS = ("bit50", "mobilenet")
-_SCALED = None  # opmodel.scaled, kept while the ablation replaces it
+_SCALED = None  # opmodel.per_byte_scaled, kept while the ablation replaces it
 
 
 def runs() -> dict[str, tuple[str, str, int, int | None, str, str]]:
@@ -82,8 +82,8 @@ def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, 
     gpu = resolve_gpu("h200" if which == "h200" else "h100")
     import vdnnsim.opmodel as om
     global _SCALED
-    _SCALED = _SCALED or om.scaled  # a worker runs jobs of every kind: each sets its own
-    om.scaled = (lambda fitted, r: fitted) if which == "unscaled" else _SCALED
+    _SCALED = _SCALED or om.per_byte_scaled  # a worker runs jobs of every kind: each sets
+    om.per_byte_scaled = (lambda fitted, r: fitted) if which == "unscaled" else _SCALED  # its own
     if which in ("own", "own_nomix"):
         gpu = dataclasses.replace(gpu, op_calibration=str(OWN if which == "own" else OWN_NOMIX))
     folder = HERE if runs()[name][0] == "set1" else HERE / "set2"

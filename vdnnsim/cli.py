@@ -764,6 +764,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .gpu.calibrate import calibrate
     from .yamlio import write_text_atomic
 
+    if args.cpu_step:  # NOTE [cpu step model]: the host alone; no GPU needed
+        return _calibrate_cpu_step(args)
+    if args.threads is not None:
+        raise ConfigError("--threads goes with --cpu-step")
     if not torch.cuda.is_available():
         raise ConfigError("vdnnsim calibrate needs a CUDA GPU (none is visible)")
     if not 0 < args.scale <= 10:
@@ -791,6 +795,42 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {_shown(args.output)}: {len(data['records'])} timed passes, "
           f"{len(data.get('host_chains', []))} host chains on {data['gpu']['name']} "
           f"({data['dtype']})")
+    return 0
+
+
+def _calibrate_cpu_step(args: argparse.Namespace) -> int:
+    """``vdnnsim calibrate --cpu-step``: the host's CPU optimizer step swept over thread
+    counts, fitted (NOTE [cpu step model]); the file holds the records and the fit."""
+    from .cpustep import fit, format_fit
+    from .errors import ConfigError
+    from .gpu.cpu_optimizer import calibrate_cpu_step
+    from .yamlio import write_text_atomic
+
+    if args.ops or args.host_only or args.classes != "all":
+        raise ConfigError("--cpu-step does not go with --ops, --host-only or --classes")
+    threads = None
+    if args.threads is not None:
+        try:
+            threads = [int(t) for t in args.threads.split(",")]
+        except ValueError:
+            raise ConfigError(f"--threads: comma-separated counts, got {args.threads!r}") \
+                from None
+        if not threads or min(threads) < 1 or max(threads) > 4096:
+            raise ConfigError(f"--threads: counts from 1 to 4096, got {args.threads!r}")
+        if 1 not in threads:
+            raise ConfigError("--threads must include 1 (the one-thread step is the fit's "
+                              "arithmetic)")
+    data = calibrate_cpu_step("adamw", threads,
+                              progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if data["default_threads"] not in {r["threads"] for r in data["records"]}:
+        raise ConfigError(f"--threads must include torch's default, "
+                          f"{data['default_threads']} (the runtime's)")
+    fields, rows = fit(data)
+    data.update(fit=fields, check=rows)
+    write_text_atomic(args.output, json.dumps(data, indent=1))
+    print(format_fit(fields, rows))
+    print(f"wrote {_shown(args.output)}: {len(data['records'])} timed steps on "
+          f"{len(data['bandwidth'])} thread counts")
     return 0
 
 
@@ -1080,6 +1120,12 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
                     "cost per op (chains of small ops, of one op and mixed; fp32, bf16, "
                     "bf16 autocast)")
+    ca.add_argument("--cpu-step", action="store_true", help="the host's CPU optimizer step "
+                    "(fused AdamW) and memory bandwidth on each thread count, fitted into "
+                    "the host fields of a run config's gpu: (NOTE [cpu step model]; no GPU "
+                    "needed)")
+    ca.add_argument("--threads", help="with --cpu-step: the thread counts, e.g. 1,2,4,8,16 "
+                    "(default: powers of two up to torch's default, and it)")
     ca.set_defaults(fn=cmd_calibrate)
 
     va = sub.add_parser("validate", help="predicted vs measured peak memory and time")

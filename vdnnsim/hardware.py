@@ -82,6 +82,47 @@ class Host:
     # NOTE [copy contention]: a CPU step's per-element time grows by this share for each
     # element of the parameters copied back (to the GPU) while it runs; 0: not calibrated
     cpu_step_copy_share: float = 0.0
+    # NOTE [cpu step model]: the threads the step above was measured on, the memory
+    # bandwidth they reach, and one thread's step: what a change of threads or bandwidth
+    # scales it by (a what-if); zeros: the step cannot be varied
+    cpu_threads: int = 0
+    cpu_memory_bw_bytes_per_s: float = 0.0
+    cpu_step_thread_ns_per_element: float = 0.0  # fp32
+    cpu_step_thread_ns_per_element_16: float = 0.0  # 16-bit
+
+
+# NOTE [cpu step model]
+# The CPU optimizer's step (fused AdamW, one multi-threaded kernel per tensor: NOTE
+# [optimizer offload]) streams each element's parameter, gradient and two moments through
+# the host's memory: 4 reads and 3 writes of the parameter's dtype, 28 bytes an fp32
+# element, 14 a 16-bit one (its state is kept in the parameter's dtype). Its time per
+# element is the longer of its arithmetic spread over the threads (one thread's step /
+# threads) and its bytes at the bandwidth those threads reach: a roofline. A host's
+# ``cpu_step_ns_per_element*`` are measured where it runs, on ``cpu_threads`` threads
+# (``vdnnsim calibrate --cpu-step``), and the engine uses them as they are; the roofline
+# only scales them to a host that differs in threads or bandwidth (the gpu override
+# ``host: {cpu_threads: ..., cpu_memory_bw_bytes_per_s: ...}``): the measured time times
+# the roofline's there over the roofline's at the measured point, so the calibrated host
+# keeps its own number exactly. Held against the sweep's other thread counts (each with its
+# measured bandwidth) on the lent H100's host: within -21% to +12% (docs/beyond-vdnn.md,
+# "The CPU step's threads and bandwidth"), mostly short: the step scales less than
+# linearly in threads where the roofline says arithmetic. A what-if is that good, no
+# better; a host's own sweep is the calibration.
+CPU_STEP_BYTES = {"fp32": 28, "16": 14}
+
+
+def cpu_step_roofline_ns(threads: int, bw_bytes_per_s: float, thread_ns: float,
+                         bytes_per_element: int) -> float:
+    """NOTE [cpu step model]: the roofline's ns per element: the step's arithmetic over
+    ``threads`` or its bytes at the memory's bandwidth, whichever is longer."""
+    return max(thread_ns / threads, bytes_per_element * 1e9 / bw_bytes_per_s)
+
+
+def cpu_step_modelled(host: Host) -> bool:
+    """Whether ``host`` has the threads-and-bandwidth model (NOTE [cpu step model])."""
+    return bool(host.cpu_threads and host.cpu_memory_bw_bytes_per_s
+                and host.cpu_step_thread_ns_per_element
+                and host.cpu_step_thread_ns_per_element_16)
 
 
 # NOTE [host memory]
@@ -182,6 +223,15 @@ class _HostSpec(BaseModel):
                                        "time grows by this share for each element copied "
                                        "back to the GPU while it runs (NOTE [copy "
                                        "contention]).")
+    cpu_threads: int = Field(0, ge=0, le=4096, description="Threads the CPU step runs on "
+                             "(NOTE [cpu step model]).")
+    cpu_memory_bw_bytes_per_s: float = Field(0.0, ge=0, le=1e15, description="The host "
+                                             "memory's bandwidth those threads reach.")
+    cpu_step_thread_ns_per_element: float = Field(0.0, ge=0, le=10**6, description="The CPU "
+                                                  "step's arithmetic on one thread, per fp32 "
+                                                  "element.")
+    cpu_step_thread_ns_per_element_16: float = Field(0.0, ge=0, le=10**6, description="And "
+                                                     "per 16-bit element.")
     source: str = Field("", description="Where the numbers come from.")
 
 
@@ -235,6 +285,31 @@ def _capacity(value: Any) -> int:
 Capacity = Annotated[int, BeforeValidator(_capacity)]
 
 
+class HostOverrides(BaseModel):
+    """What a run config may change of a preset's host: its CPU optimizer step (NOTE [cpu
+    step model]), as ``vdnnsim calibrate --cpu-step`` measures it, or a what-if of it."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu_threads: int | None = Field(None, ge=1, le=4096, description="Threads of the CPU "
+                                    "step.")
+    cpu_memory_bw_bytes_per_s: Bandwidth | None = Field(None, description="The host "
+                                                        "memory's bandwidth they reach.")
+    cpu_step_thread_ns_per_element: float | None = Field(
+        None, gt=0, le=10**6, description="The step's arithmetic on one thread, per fp32 "
+        "element.")
+    cpu_step_thread_ns_per_element_16: float | None = Field(
+        None, gt=0, le=10**6, description="And per 16-bit element.")
+    cpu_step_ns: int | None = Field(None, ge=0, le=10**12, description="The step's fixed "
+                                    "cost per tensor.")
+    cpu_step_ns_per_element: float | None = Field(
+        None, gt=0, le=10**6, description="The step per fp32 element on cpu_threads "
+        "threads.")
+    cpu_step_ns_per_element_16: float | None = Field(
+        None, gt=0, le=10**6, description="And per 16-bit element.")
+    cpu_step_copy_share: float | None = Field(None, ge=0, le=10, description="NOTE [copy "
+                                              "contention].")
+
+
 class GPUOverrides(BaseModel):
     """What a run config may change on a preset (bounds: NOTE [bounds])."""
 
@@ -252,6 +327,8 @@ class GPUOverrides(BaseModel):
     mem_bw_bytes_per_s: Bandwidth | None = Field(None, description="DRAM bandwidth.")
     host_memory_bytes: Capacity | None = Field(
         None, description="Host memory offloads may pin, e.g. '64 GiB' (NOTE [host memory]).")
+    host: HostOverrides | None = Field(None, description="The host's CPU optimizer step "
+                                       "(NOTE [cpu step model]).")
 
 
 @lru_cache(maxsize=1)
@@ -322,4 +399,40 @@ def apply_overrides(gpu: GPU, o: GPUOverrides) -> GPU:
         g = replace(g, mem_bw_bytes_per_s=o.mem_bw_bytes_per_s)
     if o.peak_flops_scale is not None:
         g = replace(g, peak_flops={k: v * o.peak_flops_scale for k, v in g.peak_flops.items()})
+    if o.host is not None:
+        g = replace(g, host=_host_overridden(g, o.host))
     return g
+
+
+_ROOFLINE = ("cpu_threads", "cpu_memory_bw_bytes_per_s", "cpu_step_thread_ns_per_element",
+             "cpu_step_thread_ns_per_element_16")
+_POINT = ("cpu_step_ns_per_element", "cpu_step_ns_per_element_16")
+
+
+def _host_overridden(gpu: GPU, o: HostOverrides) -> Host:
+    """NOTE [cpu step model]: the preset's host with ``o``'s fields. Where ``o`` gives the
+    step's per-element times, they are a calibration (on its ``cpu_threads``) and are taken
+    as they are; where it changes only the threads or the bandwidth, the preset's step is
+    scaled by the roofline, which needs the preset's whole model."""
+    given = o.model_dump(exclude_none=True)
+    host = replace(gpu.host, **given)
+    if not any(k in given for k in _ROOFLINE) or any(k in given for k in _POINT):
+        return host
+    old = gpu.host
+    if not cpu_step_modelled(old) or not (old.cpu_step_ns_per_element
+                                          and old.cpu_step_ns_per_element_16):
+        missing = [f"host.{k}" for k in _ROOFLINE + _POINT if not getattr(old, k)]
+        raise ConfigError(f"gpu {gpu.name}: its host's CPU step has no threads-and-bandwidth "
+                          f"model to vary (missing {', '.join(missing)}; `vdnnsim calibrate "
+                          f"--cpu-step` on a host measures them, and gives them all)")
+    scaled = {}
+    for point, thread, kind in (("cpu_step_ns_per_element", "cpu_step_thread_ns_per_element",
+                                 "fp32"),
+                                ("cpu_step_ns_per_element_16",
+                                 "cpu_step_thread_ns_per_element_16", "16")):
+        then = cpu_step_roofline_ns(old.cpu_threads, old.cpu_memory_bw_bytes_per_s,
+                                    getattr(old, thread), CPU_STEP_BYTES[kind])
+        now = cpu_step_roofline_ns(host.cpu_threads, host.cpu_memory_bw_bytes_per_s,
+                                   getattr(host, thread), CPU_STEP_BYTES[kind])
+        scaled[point] = getattr(old, point) * now / then
+    return replace(host, **scaled)

@@ -172,3 +172,63 @@ def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
                         "threads": torch.get_num_threads()})
             del params, optims
     return out
+
+
+# NOTE [cpu step model]: the sweep's grid: small tensors many times for the fixed cost, and
+# for the slope large ones whose working set (the parameters, gradients and moments a step
+# streams, 3.8 GB fp32 at each size) is many times any host's last-level cache, as a
+# model's step over all its tensors is. (Session 32's first sweep stepped two tensors of
+# 16M elements, 0.9 GB, again and again: on a host with a 300 MiB cache its slope came out
+# 22% under the 64M tensor's, traces/cpu_step/h100_s32/first_sweep.)
+CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))
+BANDWIDTH_ELEMENTS = 1 << 26  # two fp32 tensors of 256 MiB: past any host's last cache
+
+
+def time_memory_bandwidth(elements: int = BANDWIDTH_ELEMENTS, reps: int = 5) -> float:
+    """NOTE [cpu step model]: the host memory's bandwidth on torch's current threads, in
+    bytes per second: an in-place streaming add (``a += b``: two reads and a write of an
+    fp32 element, all to lines it reads, as the optimizer's in-place step), the median of
+    ``reps`` after one."""
+    a = torch.ones(elements)
+    b = torch.ones(elements)
+    times = []
+    for r in range(reps + 1):
+        t0 = time.perf_counter_ns()
+        a.add_(b)
+        if r:
+            times.append(time.perf_counter_ns() - t0)
+    return 12 * elements * 1e9 / statistics.median(times)
+
+
+def sweep_threads(counts: Iterable[int] | None = None) -> list[int]:
+    """The thread counts a sweep runs: powers of two up to torch's default, and it."""
+    top = torch.get_num_threads()
+    if counts is None:
+        counts = [1 << k for k in range(top.bit_length()) if 1 << k < top] + [top]
+    return sorted({int(c) for c in counts})
+
+
+def calibrate_cpu_step(optimizer: str = "adamw", threads: Iterable[int] | None = None,
+                       progress=None) -> dict[str, Any]:
+    """``vdnnsim calibrate --cpu-step`` (NOTE [cpu step model]): on each thread count, the
+    memory's bandwidth and the CPU optimizer's step (``time_cpu_steps`` over
+    ``CPU_SWEEP_SIZES``, fp32 and bf16). Raw records; ``vdnnsim.cpustep.fit`` fits them."""
+    import os
+    import platform
+    default = torch.get_num_threads()
+    counts = sweep_threads(threads)
+    records, bandwidth = [], []
+    try:
+        for n in counts:
+            torch.set_num_threads(n)
+            bandwidth.append({"threads": n, "bytes_per_s": time_memory_bandwidth()})
+            if progress:
+                progress(f"{n} threads: memory {bandwidth[-1]['bytes_per_s'] / 1e9:.1f} GB/s")
+            records += time_cpu_steps(optimizer, ("fp32", "bf16"), CPU_SWEEP_SIZES, reps=3)
+    finally:
+        torch.set_num_threads(default)
+    return {"kind": "cpu_step", "optimizer": optimizer, "default_threads": default,
+            "host": {"cpus": os.cpu_count(), "machine": platform.machine(),
+                     "processor": platform.processor()},
+            "software": {"torch": torch.__version__},
+            "bandwidth": bandwidth, "records": records}

@@ -1,0 +1,77 @@
+"""Issue 31, session 32: the optimizer on the CPU, measured on the lent H100 machine, against
+vdnnsim's prediction from the host's sweep alone (NOTE [cpu step model]). Written before
+the second call's runs (the ``-t8`` ones: torch on 8 of the host's 16 threads) were made.
+
+    .venv/bin/python experiments/cpu_step/check.py [DATA]     (DATA: traces/cpu_step/h100_s32)
+
+The host fields come from DATA/cpu_sweep.json (``vdnnsim calibrate --cpu-step``) through
+vdnnsim.cpustep.fit, ``cpu_step_copy_share`` from DATA/contention*.json (the median
+process's slowdown, as calibration_fits fits the H200's), nothing from the runs. A run on
+fewer threads is predicted by the roofline's what-if: ``cpu_threads`` and the bandwidth the
+sweep measured on that many threads. Traces: the meta device and the op model on the h100
+preset (NOTE [op spec rule]), made here (5 s each). Prints one row per run of
+DATA/runs.jsonl: measured (median of 3 fresh processes, band) against predicted."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from vdnnsim.api import run_trace
+from vdnnsim.cpustep import fit
+from vdnnsim.hardware import apply_overrides, gpu_preset, parse_overrides
+from vdnnsim.trace import load_trace
+
+GiB = 2**30
+MODELS = {"1b": ["hf:llama-1b", "-b", "2", "--seq-len", "2048"],
+          "3b": ["hf:llama-3b", "-b", "1", "--seq-len", "1024"]}
+THREADS = {"t8": 8}
+
+
+def main() -> None:
+    data = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/cpu_step/h100_s32")
+    sweep = json.loads((data / "cpu_sweep.json").read_text())
+    fields, _ = fit(sweep)
+    bw = {b["threads"]: b["bytes_per_s"] for b in sweep["bandwidth"]}
+    cont = sorted(data.glob("contention*.json"))
+    if cont:
+        ratios = [json.loads(c.read_text())["ratio"] for c in cont]
+        fields["cpu_step_copy_share"] = round(statistics.median(ratios) - 1, 3)
+    print("host:", fields)
+    traces = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for m, args in MODELS.items():
+            out = f"{tmp}/{m}.json"
+            subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", *args,
+                            "--gpu", "h100", "--dtype", "autocast-bf16", "--optimizer",
+                            "adamw", "-o", out], check=True, capture_output=True)
+            traces[m] = load_trace(out)
+    print(f"{'run':<16}{'measured ms':>12}{'band':>18}{'predicted':>11}{'error':>8}"
+          f"{'alloc GiB':>11}{'predicted':>10}{'host GiB':>9}{'predicted':>10}")
+    for line in (data / "runs.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        name = r["name"]
+        model, _, rest = name.partition("-")
+        gpu = gpu_preset("h100", {"host": fields})  # the host as its sweep calibrates it
+        for tag, n in THREADS.items():
+            if name.endswith(tag):  # the what-if over it: n threads, the sweep's bandwidth
+                gpu = apply_overrides(gpu, parse_overrides(
+                    {"host": {"cpu_threads": n, "cpu_memory_bw_bytes_per_s": bw[n]}}))
+        offload = "offload" in rest
+        p = run_trace(traces[model], gpu, "eager", {}, None, record=False,
+                      optimizer_offload=offload)
+        ms, lo, hi = r["iteration_ms"], *r["iteration_ms_band"]
+        pm = p.iteration_time_ns / 1e6
+        print(f"{name:<16}{ms:>12.1f}{f'{lo:.1f}-{hi:.1f}':>18}{pm:>11.1f}"
+              f"{100 * (pm - ms) / ms:>+7.1f}%{r['peak_allocated_bytes'] / GiB:>11.2f}"
+              f"{p.peak_memory_bytes / GiB:>10.2f}"
+              f"{(r.get('optimizer_pinned_bytes') or 0) / GiB + (r.get('optimizer_state_bytes') or 0) / GiB:>9.2f}"
+              f"{(p.optimizer_host_bytes or 0) / GiB:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,10 @@ repository's ``traces/`` (each data set's README.md says how it was made):
 - ``cpu_step``: its ``cpu_step_*`` (NOTE [optimizer offload]), from
   traces/h200_offload/cpu_steps.json, and ``cpu_step_copy_share`` (NOTE [copy
   contention]) from traces/h200_offload/session24/call2/contention*.json (numpy only).
+- ``cpu_sweep``: the h100 preset's CPU step and its roofline (NOTE [cpu step model]), from
+  traces/cpu_step/h100_s32/cpu_sweep.json (``vdnnsim calibrate --cpu-step`` on the lent
+  H100 machine's host), and its ``cpu_step_copy_share`` from contention*.json there
+  (numpy only).
 - ``published``: the K40's and Titan X's scales (NOTE [published costs],
   vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
   Needs torch and torchvision (the networks are probed on the meta device); about a
@@ -23,7 +27,7 @@ vdnnsim/data/calibration/h200_fp32.json). The fits of the h200 preset print valu
 vdnnsim/data/gpus.yaml, which is edited by hand; ``--check`` compares them with the
 shipped preset (exit 1 on a difference). ``published --write`` writes published.json.
 
-    python -m vdnnsim.calibration_fits host|segments|kernels|cpu_step|published [--traces DIR]
+    python -m vdnnsim.calibration_fits host|segments|kernels|cpu_step|cpu_sweep|published [--traces DIR]
         [--check] [--write]
 
 ``traces/`` is the source checkout's, beside the package (an installed wheel has none:
@@ -374,10 +378,31 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
             "cpu_step_copy_share": round(share, 3)}, lines
 
 
+def cpu_sweep(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
+    """The h100 preset's CPU step (NOTE [cpu step model]): ``vdnnsim calibrate --cpu-step``'s
+    sweep on the lent H100 machine's host, traces/cpu_step/h100_s32/cpu_sweep.json, fitted
+    by vdnnsim.cpustep.fit (numpy only)."""
+    import numpy as np
+
+    from .cpustep import fit, format_fit
+    data = _folder(traces, "cpu_step") / "h100_s32"
+    fields, rows = fit(_read_json(data / "cpu_sweep.json"))
+    lines = format_fit(fields, rows).split("\n")[:len(rows) + 2]
+    # NOTE [copy contention]: as cpu_step's share, from the same experiment on this host
+    cont = sorted(data.glob("contention*.json"))
+    if not cont:
+        raise VdnnError(f"{data}: no contention*.json records")
+    ratios = sorted(_read_json(c)["ratio"] for c in cont)
+    fields["cpu_step_copy_share"] = round(float(np.median(ratios)) - 1, 3)
+    lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
+                 + " ".join(f"{r:.3f}" for r in ratios))
+    return fields, lines
+
+
 # -- what the package ships ------------------------------------------------------------------
 
 FITS = {"host": host_costs, "segments": segment_costs, "kernels": kernel_counts,
-        "published": published, "cpu_step": cpu_step}
+        "published": published, "cpu_step": cpu_step, "cpu_sweep": cpu_sweep}
 
 
 def shipped(what: str) -> dict[str, Any]:
@@ -387,9 +412,11 @@ def shipped(what: str) -> dict[str, Any]:
     from dataclasses import asdict
 
     from .hardware import gpu_preset
-    host = asdict(gpu_preset("h200").host)
+    host = asdict(gpu_preset("h100" if what == "cpu_sweep" else "h200").host)
     keys = {"host": ("layer_", "view_", "step_", "runtime_"), "segments": ("segment_",),
-            "kernels": ("launch_queue", "layer_kernels_"), "cpu_step": ("cpu_step_",)}[what]
+            "kernels": ("launch_queue", "layer_kernels_"),
+            "cpu_step": ("cpu_step_ns", "cpu_step_copy_share"),
+            "cpu_sweep": ("cpu_step_", "cpu_threads", "cpu_memory_bw")}[what]
     return {k: v for k, v in host.items() if k.startswith(keys)
             and (what != "host" or not k.startswith("layer_kernels_"))}
 

@@ -104,10 +104,10 @@ class Host:
 # ``host: {cpu_threads: ..., cpu_memory_bw_bytes_per_s: ...}``): the measured time times
 # the roofline's there over the roofline's at the measured point, so the calibrated host
 # keeps its own number exactly. Held against the sweep's other thread counts (each with its
-# measured bandwidth) on the lent H100's host: within -21% to +12% (docs/beyond-vdnn.md,
-# "The CPU step's threads and bandwidth"), mostly short: the step scales less than
-# linearly in threads where the roofline says arithmetic. A what-if is that good, no
-# better; a host's own sweep is the calibration.
+# measured bandwidth) on the lent H100 machine's host: -10% to +39% (the one-thread 16-bit
+# step the worst; docs/beyond-vdnn.md, "The CPU step's threads and bandwidth"), and in
+# place, the optimizer on the CPU on 8 of its 16 threads, predicted blind: -3.9% and -5.2%.
+# A what-if is that good, no better; a host's own sweep is its calibration.
 CPU_STEP_BYTES = {"fp32": 28, "16": 14}
 
 

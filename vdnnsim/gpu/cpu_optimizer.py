@@ -184,11 +184,12 @@ CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))
 BANDWIDTH_ELEMENTS = 1 << 26  # two fp32 tensors of 256 MiB: past any host's last cache
 
 
-def time_memory_bandwidth(elements: int = BANDWIDTH_ELEMENTS, reps: int = 5) -> float:
+def time_memory_bandwidth(elements: int | None = None, reps: int = 5) -> float:
     """NOTE [cpu step model]: the host memory's bandwidth on torch's current threads, in
     bytes per second: an in-place streaming add (``a += b``: two reads and a write of an
     fp32 element, all to lines it reads, as the optimizer's in-place step), the median of
     ``reps`` after one."""
+    elements = elements or BANDWIDTH_ELEMENTS
     a = torch.ones(elements)
     b = torch.ones(elements)
     times = []

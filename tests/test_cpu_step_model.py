@@ -1,0 +1,192 @@
+"""NOTE [cpu step model]: the CPU optimizer step's threads-and-bandwidth model, its fit
+from a host's sweep (``vdnnsim calibrate --cpu-step``), and the gpu override that varies
+it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from vdnnsim import calibration_fits as cf
+from vdnnsim.api import run_trace
+from vdnnsim.cpustep import fit, format_fit, what_if_error
+from vdnnsim.errors import ConfigError
+from vdnnsim.hardware import CPU_STEP_BYTES, cpu_step_roofline_ns, gpu_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_roofline_is_the_longer_of_arithmetic_and_bytes():
+    # 1.6 ns of arithmetic on 16 threads is 0.1 ns; 28 bytes at 100 GB/s are 0.28 ns
+    assert cpu_step_roofline_ns(16, 100e9, 1.6, 28) == pytest.approx(0.28)
+    # on 2 threads the arithmetic (0.8 ns) is the longer
+    assert cpu_step_roofline_ns(2, 100e9, 1.6, 28) == pytest.approx(0.8)
+    assert CPU_STEP_BYTES == {"fp32": 28, "16": 14}
+
+
+def test_a_what_if_scales_the_measured_step_by_the_roofline():
+    """On the h100 preset (16 threads, 120.8 GB/s, memory-bound there): twice the bandwidth
+    halves the fp32 step while the bytes still bound it; 4 threads make it the longer of
+    the two terms there over the anchor's."""
+    h = gpu_preset("h100").host
+    fast = gpu_preset("h100", {"host": {"cpu_memory_bw_bytes_per_s": 2 * h.cpu_memory_bw_bytes_per_s}})
+    assert fast.host.cpu_step_ns_per_element == pytest.approx(h.cpu_step_ns_per_element / 2)
+    assert fast.host.cpu_step_ns_per_element_16 < h.cpu_step_ns_per_element_16
+    four = gpu_preset("h100", {"host": {"cpu_threads": 4}}).host
+    anchor = cpu_step_roofline_ns(16, h.cpu_memory_bw_bytes_per_s,
+                                  h.cpu_step_thread_ns_per_element, 28)
+    there = h.cpu_step_thread_ns_per_element / 4  # arithmetic-bound on 4 threads
+    assert there > 28e9 / h.cpu_memory_bw_bytes_per_s
+    assert four.cpu_step_ns_per_element == pytest.approx(h.cpu_step_ns_per_element * there / anchor)
+    assert four.cpu_threads == 4 and four.cpu_step_ns == h.cpu_step_ns
+    # nothing changed: the calibrated host's own number
+    same = gpu_preset("h100", {"host": {"cpu_threads": 16}}).host
+    assert same.cpu_step_ns_per_element == pytest.approx(h.cpu_step_ns_per_element)
+
+
+def test_a_calibration_is_taken_as_it_is():
+    """Per-element times given with the threads are a host's own sweep: not scaled."""
+    host = gpu_preset("h200", {"host": {"cpu_threads": 8, "cpu_memory_bw_bytes_per_s": 5e10,
+                                        "cpu_step_ns": 1000, "cpu_step_ns_per_element": 0.5,
+                                        "cpu_step_ns_per_element_16": 0.4,
+                                        "cpu_step_thread_ns_per_element": 2.0,
+                                        "cpu_step_thread_ns_per_element_16": 1.5}}).host
+    assert (host.cpu_step_ns_per_element, host.cpu_step_ns_per_element_16) == (0.5, 0.4)
+    assert host.cpu_threads == 8 and host.cpu_step_ns == 1000
+
+
+def test_a_host_without_the_model_refuses_a_what_if():
+    with pytest.raises(ConfigError, match="no threads-and-bandwidth model.*calibrate --cpu-step"):
+        gpu_preset("h200", {"host": {"cpu_threads": 8}})
+    with pytest.raises(ConfigError, match="host"):
+        gpu_preset("h100", {"host": {"cpu_threads": 0}})
+    with pytest.raises(ConfigError, match="host"):
+        gpu_preset("h100", {"host": {"cpu_speed": 2}})
+
+
+def test_the_engine_charges_the_scaled_step():
+    """tests/test_optimizer_offload.py's two layers (each step 3 ms, the host waiting for
+    each), on a host whose step is memory-bound: half its bandwidth doubles each CPU step,
+    so the iteration is 2 x 3 ms longer and its memory the same."""
+    from vdnnsim.hardware import apply_overrides, parse_overrides
+
+    from .test_optimizer_offload import CPU, MS, two_layers
+    host = replace(CPU.host, cpu_threads=16, cpu_memory_bw_bytes_per_s=50e9,
+                   cpu_step_thread_ns_per_element=1.0, cpu_step_thread_ns_per_element_16=1.0,
+                   cpu_step_ns_per_element_16=CPU.host.cpu_step_ns_per_element)
+    gpu = replace(CPU, host=host)
+    assert cpu_step_roofline_ns(16, 50e9, 1.0, 28) > 1.0 / 16  # memory-bound
+    half = apply_overrides(gpu, parse_overrides({"host": {"cpu_memory_bw_bytes_per_s": 25e9}}))
+    base = run_trace(two_layers(), gpu, "eager", optimizer_offload=True)
+    slow = run_trace(two_layers(), half, "eager", optimizer_offload=True)
+    assert slow.iteration_time_ns - base.iteration_time_ns == 2 * 3 * MS
+    assert slow.peak_memory_bytes == base.peak_memory_bytes
+
+
+def _sweep(thread_ns: float, thread_ns_16: float, bw: dict[int, float], fixed: float,
+           top: int = 8) -> dict:
+    """A sweep made from a known roofline (each thread count's bandwidth)."""
+    recs = []
+    for n, b in bw.items():
+        for dt, tns, nbytes in (("fp32", thread_ns, 28), ("bf16", thread_ns_16, 14)):
+            per = cpu_step_roofline_ns(n, b, tns, nbytes)
+            for numel, count in ((4096, 64), (16_777_216, 8), (67_108_864, 2)):
+                recs.append({"dtype": dt, "numel": numel, "tensors": count, "threads": n,
+                             "ns": count * (fixed + numel * per)})
+    return {"default_threads": top, "records": recs,
+            "bandwidth": [{"threads": n, "bytes_per_s": b} for n, b in bw.items()]}
+
+
+def test_the_fit_recovers_a_known_host_and_its_check_can_fail():
+    bw = {1: 20e9, 2: 38e9, 4: 70e9, 8: 100e9}
+    fields, rows = fit(_sweep(1.5, 1.2, bw, 50_000))
+    assert fields == {"cpu_threads": 8, "cpu_memory_bw_bytes_per_s": 100e9,
+                      "cpu_step_ns": 50_000, "cpu_step_ns_per_element": 0.28,
+                      "cpu_step_thread_ns_per_element": 1.5,
+                      "cpu_step_ns_per_element_16": 0.15,
+                      "cpu_step_thread_ns_per_element_16": 1.2}
+    lo, hi = what_if_error(rows)
+    assert abs(lo) < 1e-3 and abs(hi) < 1e-3  # the roofline made the data: exact
+    assert [r["threads"] for r in rows if r["anchor"]] == [8, 8]
+    # a host whose 4-thread step is 30% slower than its roofline: the check shows it there
+    data = _sweep(1.5, 1.2, bw, 50_000)
+    for r in data["records"]:
+        if r["threads"] == 4 and r["dtype"] == "fp32":
+            r["ns"] = r["tensors"] * 50_000 + (r["ns"] - r["tensors"] * 50_000) * 1.3
+    _, rows = fit(data)
+    bad = {(r["dtype"], r["threads"]): r["error"] for r in rows}
+    assert bad[("fp32", 4)] == pytest.approx(1 / 1.3 - 1, abs=1e-3)
+    assert abs(bad[("fp32", 2)]) < 1e-3
+    assert "gpu:\n  host:" in format_fit(*fit(data))
+
+
+@pytest.mark.parametrize("broken, match", [
+    ({}, "not a cpu step sweep"),
+    ({"default_threads": 16}, "no fp32 records on 16 threads"),
+    ({"drop": 1}, "no fp32 records on 1 threads"),
+])
+def test_a_broken_sweep_is_one_error(broken, match):
+    data = _sweep(1.5, 1.2, {1: 20e9, 8: 100e9}, 50_000)
+    if broken == {}:
+        data = {"records": []}
+    elif "drop" in broken:
+        data["records"] = [r for r in data["records"] if r["threads"] != 1]
+    else:
+        data.update(broken)
+    with pytest.raises(ConfigError, match=match):
+        fit(data)
+
+
+def test_the_h100_preset_is_its_committed_sweep():
+    fitted, lines = cf.cpu_sweep()
+    assert cf.differences("cpu_sweep", fitted) == []
+    assert fitted["cpu_threads"] == 16 and fitted["cpu_step_copy_share"] == 0.068
+    assert any("(measured: the anchor)" in line for line in lines)
+
+
+def test_calibrate_cpu_step_runs_on_a_cpu(tmp_path, monkeypatch):
+    """The command end to end on small tensors: records on each thread count, the fit in
+    the file, the overrides printed; they load as a gpu override."""
+    pytest.importorskip("torch")
+    from vdnnsim import cli
+    from vdnnsim.gpu import cpu_optimizer as co
+    monkeypatch.setattr(co, "CPU_SWEEP_SIZES", ((1024, 4), (65_536, 2), (262_144, 1)))
+    monkeypatch.setattr(co, "BANDWIDTH_ELEMENTS", 1 << 20)
+    import torch
+    top = torch.get_num_threads()
+    threads = ",".join(str(n) for n in sorted({1, top}))
+    out = tmp_path / "cpu.json"
+    assert cli.main(["calibrate", "--cpu-step", "--threads", threads, "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {r["threads"] for r in data["records"]} == {1, top}
+    assert data["fit"]["cpu_threads"] == top and len(data["check"]) == 2 * len({1, top})
+    g = gpu_preset("h200", {"host": data["fit"]})
+    assert g.host.cpu_step_ns_per_element == data["fit"]["cpu_step_ns_per_element"]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--threads", "2,4"], "must include 1"),
+    (["--threads", "1,x"], "comma-separated"),
+    (["--threads", "0,1"], "from 1 to 4096"),
+    (["--ops"], "does not go with --ops"),
+])
+def test_calibrate_cpu_step_refuses_in_one_line(tmp_path, args, match):
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step", *args,
+                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and match in r.stderr, r.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_threads_without_cpu_step_is_refused(tmp_path):
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--threads", "1",
+                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--threads goes with --cpu-step" in r.stderr, r.stderr

@@ -125,6 +125,63 @@ def test_the_runtime_updates_as_one_cpu_adamw_does():
     assert off.pinned_bytes == 2 * 4 * params and off.state_bytes() == 2 * 4 * params
 
 
+@pytest.mark.parametrize("pinning", ["caching", "registered"])
+def test_the_runtime_updates_alike_whatever_its_pinning(pinning):
+    """NOTE [optimizer pinning]: the copies in one registered buffer (on a CPU, pageable)
+    update as fused CPU AdamW does, each at a 64-byte boundary of the buffer."""
+    torch = pytest.importorskip("torch")
+    import copy
+
+    from vdnnsim.engine.pinned import registered_bytes
+    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
+
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(7, 13), torch.nn.ReLU(), torch.nn.Linear(13, 3))
+    b = copy.deepcopy(a)
+    plain = torch.optim.AdamW(a.parameters(), lr=1e-3, fused=True)
+    off = CPUOffloadOptimizer(b.parameters(), "adamw", pinning)
+    x = torch.randn(5, 7)
+    for _ in range(3):
+        for model, opt in ((a, plain), (b, off)):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    sizes = [p.numel() * 4 for p in b.parameters()]  # 364, 52, 156, 12 bytes
+    if pinning == "registered":
+        assert off.pinned_bytes == 2 * sum(registered_bytes(n) for n in sizes) == 2 * 64 * 11
+        ptrs = sorted(h.data_ptr() for h in off.host.values())
+        assert all((q - p) % 64 == 0 for p, q in zip(ptrs, ptrs[1:]))
+    else:
+        assert off.pinned_bytes == 2 * sum(sizes)  # a CPU device: no pinned allocator
+    off.close()
+
+
+def test_the_engine_counts_the_registered_copies_exactly():
+    """NOTE [optimizer pinning]: two layers of 1 MiB + 4 bytes of fp32 weights: the pinned
+    pool takes 2 MiB a copy, the registered buffer the bytes at a 64-byte boundary; a host
+    between the two holds the one and not the other."""
+    t = with_optimizer(chain_trace(
+        [{"id": "c1", "size": U, "fwd": MS, "bwd": MS, "weight": U + 4},
+         {"id": "c2", "size": U, "fwd": MS, "bwd": MS, "weight": U + 4}],
+        framework="pytorch"), "adam")
+    cached = run_trace(t, CPU, "eager", optimizer_offload=True)
+    reg = run_trace(t, CPU, "eager", optimizer_offload=True, optimizer_pinning="registered")
+    assert cached.pinned_host_bytes == 2 * 2 * (2 * U)
+    assert reg.pinned_host_bytes == 2 * 2 * (U + 64)
+    moments = 2 * 2 * (U + 4)
+    assert reg.optimizer_host_bytes == reg.pinned_host_bytes + moments
+    assert reg.iteration_time_ns == cached.iteration_time_ns
+    between = replace(CPU, host_memory_bytes=reg.optimizer_host_bytes + U)
+    assert run_trace(t, between, "eager", optimizer_offload=True,
+                     optimizer_pinning="registered").fits
+    assert not run_trace(t, between, "eager", optimizer_offload=True).fits
+    with pytest.raises(ConfigError, match="goes with optimizer_offload"):
+        run_trace(t, CPU, "eager", optimizer_pinning="registered")
+    with pytest.raises(ConfigError, match="one of caching, registered"):
+        run_trace(t, CPU, "eager", optimizer_offload=True, optimizer_pinning="pinned")
+
+
 def test_cpu_steps_microbenchmark_records_each_size():
     pytest.importorskip("torch")
     from vdnnsim.gpu.cpu_optimizer import time_cpu_steps

@@ -15,6 +15,7 @@ from .engine.allocator import aligned
 from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
 from .engine.compile import optimizer_host_bytes, optimizer_pinned_bytes
+from .engine.pinned import PINNINGS
 from .engine.optimizer_step import cpu_step_per_element
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
@@ -165,7 +166,8 @@ def simulate(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int |
 
 def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any] | None = None,
               memory_bytes: int | None = None, *, record: bool = True,
-              allocator: Any = None, optimizer_offload: bool = False) -> RunResult:
+              allocator: Any = None, optimizer_offload: bool = False,
+              optimizer_pinning: str = "caching") -> RunResult:
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
     tensor lifetimes (the summary and the memory curve stay): what sweeps need.
     ``allocator``: the caching allocator's settings, a mapping such as
@@ -196,7 +198,10 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     with paused_gc(), planning_under(settings):  # NOTE [paused gc], [planning allocator]
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if optimizer_offload:
-            plan = offload_optimizer(plan, trace, gpu)
+            plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)
+        elif optimizer_pinning != "caching":
+            raise ConfigError("optimizer_pinning goes with optimizer_offload (NOTE "
+                              "[optimizer pinning])")
         if plan.planned_allocator is not None and plan.planned_allocator != settings.conf():
             plan = replace(plan, notes=plan.notes + (  # NOTE [planned allocator]
                 f"the plan was made under the allocator settings "
@@ -247,7 +252,7 @@ def cap_edge(result: RunResult, trace: Trace, settings: "AllocatorSettings") -> 
         "both ways (the caching allocator's fragmentation at the cap; NOTE [cap edge])",))
 
 
-def offload_optimizer(plan: Any, trace: Trace, gpu: GPU) -> Any:
+def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching") -> Any:
     """NOTE [optimizer offload]: ``plan`` with the optimizer on the CPU (replayed anew: a
     policy's profiling pass had it on the GPU), saying so where the preset's host has no
     calibration of the CPU step, whose time is then left out."""
@@ -259,7 +264,10 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU) -> Any:
         notes += (f"optimizer offload: {gpu.name}'s host has no calibration of the CPU "
                   "optimizer step (host.cpu_step_*): its time is left out, the step time is "
                   "too short",)
-    return replace(plan, optimizer_offload=True, profiled=None, notes=notes)
+    if pinning not in PINNINGS:
+        raise ConfigError(f"optimizer_pinning {pinning!r}: one of {', '.join(PINNINGS)}")
+    return replace(plan, optimizer_offload=True, optimizer_pinning=pinning, profiled=None,
+                   notes=notes)
 
 
 # NOTE [host speed]
@@ -339,8 +347,10 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
         # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
         pinned_host_bytes=pinned_host_bytes(sim) + (
-            optimizer_pinned_bytes(trace) if plan.optimizer_offload else 0),
-        optimizer_host_bytes=optimizer_host_bytes(trace) if plan.optimizer_offload else 0,
+            optimizer_pinned_bytes(trace, plan.optimizer_pinning)
+            if plan.optimizer_offload else 0),
+        optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
+                              if plan.optimizer_offload else 0),
         param_fetched_bytes=sim.param_fetched_bytes,  # NOTE [parameter offload]
         host_issue_time_ns=sim.host_issue_ns)  # NOTE [host issue]
 
@@ -393,5 +403,6 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                                   else None)
     with in_file(source, "policy_options"):
         return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
-                          allocator=settings, optimizer_offload=cfg.optimizer_offload)
+                          allocator=settings, optimizer_offload=cfg.optimizer_offload,
+                          optimizer_pinning=cfg.optimizer_pinning)
                 for p in cfg.policy_list]

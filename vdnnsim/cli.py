@@ -670,6 +670,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     given = parse_pairs(args.allocator)  # NOTE [measured allocator settings]
     if args.warmup_processes is not None and not args.repeat:
         raise ConfigError("--warmup-processes goes with --repeat N")
+    if args.optimizer_pinning != "caching" and not args.optimizer_offload and not args.plan:
+        raise ConfigError("--optimizer-pinning goes with --optimizer-offload (or a plan "
+                          "that offloads the optimizer)")
     _writable(args.memory_history)
     kwargs = _model_kwargs(args.model_arg)
     plan = None
@@ -725,7 +728,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
                           args.iters, args.dtype, plan, args.optimizer, args.seq_len,
                           args.input, kwargs, history, conf,
                           step_probe=not args.no_step_probe,
-                          optimizer_offload=args.optimizer_offload)
+                          optimizer_offload=args.optimizer_offload,
+                          optimizer_pinning=args.optimizer_pinning)
         except ValueError as exc:  # a plan the model cannot run
             raise ConfigError(f"{args.plan or args.model}: {exc}") from None
     if args.json:
@@ -1101,6 +1105,11 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--optimizer-offload", action="store_true",
                     help="the optimizer's state and step on the CPU, each gradient copied "
                     "there as the backward pass makes it (NOTE [optimizer offload])")
+    ms.add_argument("--optimizer-pinning", choices=["caching", "registered"],
+                    default="caching", help="with the optimizer on the CPU: its host copies "
+                    "from PyTorch's pinned allocator (each rounded up to a power of two; "
+                    "default) or one buffer registered with cudaHostRegister (NOTE "
+                    "[optimizer pinning])")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=cmd_measure)
 

@@ -74,6 +74,10 @@ class RunConfig(BaseModel):
                                     "the CPU, each weight gradient copied there as the "
                                     "backward pass makes it (NOTE [optimizer offload]); "
                                     "PyTorch traces only.")
+    optimizer_pinning: Literal["caching", "registered"] = Field(
+        "caching", description="Where the offloaded optimizer's host copies live: PyTorch's "
+        "pinned allocator (each a power of two) or one registered buffer (NOTE [optimizer "
+        "pinning]); with optimizer_offload.")
 
     @model_validator(mode="after")
     def _one_policy_key(self) -> "RunConfig":

@@ -7,13 +7,15 @@
 # microbenchmark as traces/h200_offload/cpu_steps.json ran it, on torch's default threads),
 # contention (experiments/h200_offload/cpu_contention.py in three fresh processes, NOTE
 # [copy contention]), warmup (a discarded process), or a run NAME below (vdnnsim measure --repeat 3, record in OUT/runs.jsonl).
-# No step starts after DEADLINE; OUT is packed into OUT/out.tgz after each step.
+# No step starts after DEADLINE, a run still going at END is stopped; OUT is packed into
+# OUT/out.tgz after each step.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 OUT=${1:?usage: loan.sh OUT STEP...}
 shift
-DEADLINE=${DEADLINE:-$(( $(date +%s) + 560 ))}
+DEADLINE=${DEADLINE:-$(( $(date +%s) + 560 ))}  # no step starts after it
+END=${END:-$(( DEADLINE + 30 ))}  # and a run still going then is stopped
 WORK=$OUT/work
 mkdir -p "$WORK"
 if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
@@ -24,11 +26,17 @@ fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 L1="--model hf:llama-1b -b 2 --seq-len 2048 --dtype autocast-bf16 --optimizer adamw"
 L3="--model hf:llama-3b -b 1 --seq-len 1024 --dtype autocast-bf16 --optimizer adamw"
+L7="--model hf:llama-7b -b 1 --seq-len 2048 --dtype autocast-bf16 --optimizer adamw"
 R3="--repeat 3 --warmup-processes 0"
 declare -A RUN=(
   [1b-offload]="$L1 --optimizer-offload $R3"
   [1b-plain]="$L1 $R3"
   [3b-offload]="$L3 --optimizer-offload $R3"
+  # the notebook's 7B (make_7b.py printed the predictions before this ran), the host's
+  # copies registered in one buffer (NOTE [optimizer pinning]): one process each, the step
+  # named again for each fresh process (the records aggregated afterwards)
+  [7b-offload]="$L7 --optimizer-offload --optimizer-pinning registered"
+  [7b-plan-22g]="$L7 --plan $ROOT/traces/cpu_step/h100_s32/plan-7b-22g-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
   [1b-offload-t8]="$L1 --optimizer-offload $R3"
   [3b-offload-t8]="$L3 --optimizer-offload $R3"
 )
@@ -54,7 +62,8 @@ json.dump({'software': {'torch': torch.__version__}, 'records': time_cpu_steps('
     *)
       # shellcheck disable=SC2086
       (if [ -n "${THREADS[$step]:-}" ]; then export OMP_NUM_THREADS=${THREADS[$step]}; fi
-       python3 -m vdnnsim measure ${RUN[$step]} --json > "$WORK/r.json" 2> "$WORK/r.err")
+       left=$(( END - $(date +%s) ))  # a run is stopped at END, what it wrote kept
+       timeout "$(( left > 1 ? left : 1 ))" python3 -m vdnnsim measure ${RUN[$step]} --json > "$WORK/r.json" 2> "$WORK/r.err")
       rc=$?
       python3 - "$WORK/r.json" "$WORK/r.err" "$step" "$rc" >> "$WORK/runs.jsonl" <<'PY'
 import json, sys

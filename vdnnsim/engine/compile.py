@@ -10,7 +10,7 @@ from ..trace.model import Trace
 from . import autotune
 from .autotune import autotuned
 from .params import ParamSchedule, param_schedule
-from .pinned import pinned_block
+from .pinned import pinned_block, registered_bytes
 from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
 
 if TYPE_CHECKING:
@@ -92,18 +92,22 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
 MOMENTS = {"adam": 2, "adamw": 2}
 
 
-def optimizer_pinned_bytes(trace: Trace) -> int:
+def optimizer_pinned_bytes(trace: Trace, pinning: str = "caching") -> int:
     """NOTE [optimizer offload]: the pinned copies of an offloaded optimizer's parameters
-    and gradients, each a block of the pinned pool (NOTE [pinned pool]: a power of two);
-    one per layer's parameters (an op-level trace's layer holds one parameter tensor)."""
-    return sum(2 * pinned_block(w) for w in parameter_chunks(trace))
+    and gradients, each a block of the pinned pool (NOTE [pinned pool]: a power of two), or
+    with ``pinning`` 'registered' each its bytes at a 64-byte boundary of one buffer (NOTE
+    [optimizer pinning]); one per layer's parameters (an op-level trace's layer holds one
+    parameter tensor)."""
+    size = registered_bytes if pinning == "registered" else pinned_block
+    return sum(2 * size(w) for w in parameter_chunks(trace))
 
 
-def optimizer_host_bytes(trace: Trace) -> int:
+def optimizer_host_bytes(trace: Trace, pinning: str = "caching") -> int:
     """NOTE [optimizer offload]: what the host holds for an offloaded optimizer: the pinned
     copies, and the optimizer's state (Adam's two moments per parameter, in its dtype,
     pageable)."""
-    return optimizer_pinned_bytes(trace) + MOMENTS.get(trace.optimizer, 0) * trace.weight_bytes
+    return (optimizer_pinned_bytes(trace, pinning)
+            + MOMENTS.get(trace.optimizer, 0) * trace.weight_bytes)
 
 
 def optimizer_state(trace: Trace) -> tuple[int, ...]:

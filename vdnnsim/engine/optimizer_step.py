@@ -135,7 +135,8 @@ class OptimizerStep:
         each layer's copy, steps its parameters on the CPU and copies them back on the side
         stream; then the compute stream waits for the side stream (the next forward pass
         reads the updated weights)."""
-        need, cap = optimizer_host_bytes(self.trace), self._host_cap
+        need = optimizer_host_bytes(self.trace, self.plan.optimizer_pinning)
+        cap = self._host_cap
         if cap is not None and self.peak_host_bytes + need > cap and self.pool.oom is None:
             # NOTE [host memory]: the host cannot hold the optimizer beside the offloads
             free = max(0, cap - self.peak_host_bytes)

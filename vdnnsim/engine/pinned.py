@@ -22,6 +22,17 @@ memory]): there the pinned peak is the host copies' peak, ``peak_host_bytes``.
 from __future__ import annotations
 
 
+# NOTE [optimizer pinning] (vdnnsim/gpu/cpu_optimizer.py): the optimizer's host copies
+# page-locked in one registered buffer instead, each at this boundary
+PINNINGS = ("caching", "registered")
+REGISTERED_ALIGN = 64
+
+
+def registered_bytes(nbytes: int) -> int:
+    """NOTE [optimizer pinning]: one tensor's share of the registered buffer."""
+    return -(-nbytes // REGISTERED_ALIGN) * REGISTERED_ALIGN
+
+
 def pinned_block(size: int) -> int:
     """The block a pinned request of ``size`` bytes takes: the next power of two."""
     return 1 << (size - 1).bit_length() if size > 0 else 0

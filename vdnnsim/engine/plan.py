@@ -168,6 +168,9 @@ class Plan:
     # NOTE [optimizer offload]: the optimizer's state and step on the CPU, each weight
     # gradient copied there after the backward pass that makes it
     optimizer_offload: bool = False
+    # NOTE [optimizer pinning]: its host copies from the pinned pool (blocks of a power of
+    # two) or one registered buffer
+    optimizer_pinning: str = "caching"
     # NOTE [parameter offload]: groups of layers whose weights live on the host between
     # the passes that read them (the optimizer on the CPU holds their master copies)
     params: tuple[ParamGroup, ...] = ()

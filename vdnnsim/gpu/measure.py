@@ -71,7 +71,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             model_kwargs: dict[str, Any] | None = None,
             history: Callable[[dict[str, Any]], None] | None = None,
             allocator_conf: dict[str, Any] | None = None,
-            step_probe: bool = True, optimizer_offload: bool = False) -> dict[str, Any]:
+            step_probe: bool = True, optimizer_offload: bool = False,
+            optimizer_pinning: str = "caching") -> dict[str, Any]:
     """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
@@ -79,7 +80,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
-    there as they are made (NOTE [optimizer offload]))."""
+    there as they are made (NOTE [optimizer offload]); ``optimizer_pinning``: where its
+    host copies live, NOTE [optimizer pinning])."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
@@ -100,6 +102,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
                               "optimizer": optimizer,
                               "optimizer_offload": optimizer_offload,
+                              "optimizer_pinning": optimizer_pinning,
                               "allocator_conf": dict(allocator_conf or {}),
                               "gpu": torch.cuda.get_device_name(dev), **software()}
     if plan is not None:
@@ -141,7 +144,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                              runner=None if blocks else runtime, context=ctx)
         if optimizer_offload:  # NOTE [optimizer offload]
             offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
-                                                             optimizer)
+                                                             optimizer, optimizer_pinning)
         if blocks and plan.param_blocks:  # NOTE [parameter offload]: after the optimizer,
             params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
             gc.collect()  # come first; the GPU's copies given back, as never made

@@ -85,6 +85,8 @@ def child_argv(args: Any, cap_bytes: int | None, history: str | None = None) -> 
         argv += ["--no-step-probe"]
     if getattr(args, "optimizer_offload", False):
         argv += ["--optimizer-offload"]
+    if getattr(args, "optimizer_pinning", "caching") != "caching":
+        argv += ["--optimizer-pinning", args.optimizer_pinning]
     return argv + ["--json"]
 
 

@@ -37,6 +37,8 @@ declare -A RUN=(
   # named again for each fresh process (the records aggregated afterwards)
   [7b-offload]="$L7 --optimizer-offload --optimizer-pinning registered"
   [7b-plan-22g]="$L7 --plan $ROOT/traces/cpu_step/h100_s32/plan-7b-22g-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
+  # after it ran out of memory: the plan for the budget the planner's caution keeps
+  [7b-margin]="$L7 --plan $ROOT/traces/cpu_step/h100_s32/plan-7b-margin-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
   [1b-offload-t8]="$L1 --optimizer-offload $R3"
   [3b-offload-t8]="$L3 --optimizer-offload $R3"
 )

@@ -118,7 +118,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         # and its tensor for the probes after the timed steps, made before the model: it
         # shares the first small-pool segment, which every model's small tensors need anyway
         probe = StepProbe(dev) if step_probe else None
-        if memory_cap_bytes:
+        # NOTE [cap after setup]: with parameters on the host the cap starts once the
+        # host's blocks have left the GPU (the model is built whole on the GPU)
+        late_cap = isinstance(plan, BlockPlanFile) and bool(plan.param_blocks)
+        if memory_cap_bytes and not late_cap:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
         with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
             work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
@@ -149,6 +152,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
             gc.collect()  # come first; the GPU's copies given back, as never made
             torch.cuda.empty_cache()
+            if memory_cap_bytes:  # NOTE [cap after setup]
+                torch.cuda.set_per_process_memory_fraction(
+                    min(1.0, memory_cap_bytes / total), dev)
+                record["memory_cap_after_setup"] = True
 
         def run_step() -> None:
             step()

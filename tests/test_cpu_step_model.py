@@ -63,10 +63,27 @@ def test_a_calibration_is_taken_as_it_is():
 def test_a_host_without_the_model_refuses_a_what_if():
     with pytest.raises(ConfigError, match="no threads-and-bandwidth model.*calibrate --cpu-step"):
         gpu_preset("h200", {"host": {"cpu_threads": 8}})
-    with pytest.raises(ConfigError, match="host"):
+    with pytest.raises(ConfigError, match="host.cpu_threads.*greater than or equal to 1"):
         gpu_preset("h100", {"host": {"cpu_threads": 0}})
-    with pytest.raises(ConfigError, match="host"):
+    with pytest.raises(ConfigError, match="host.cpu_speed.*unknown key"):
         gpu_preset("h100", {"host": {"cpu_speed": 2}})
+
+
+def test_half_a_calibration_is_refused():
+    """One precision's step given with new threads would keep the other's measured on the
+    old ones: neither a calibration nor a what-if."""
+    with pytest.raises(ConfigError, match="host.cpu_step_ns_per_element alone"):
+        gpu_preset("h100", {"host": {"cpu_threads": 8, "cpu_step_ns_per_element": 0.3}})
+    with pytest.raises(ConfigError, match="host.cpu_step_ns_per_element_16 alone"):
+        gpu_preset("h100", {"host": {"cpu_step_ns_per_element_16": 0.3}})
+
+
+def test_the_fixed_cost_and_the_copy_share_are_replaced_as_given():
+    h = gpu_preset("h100").host
+    g = gpu_preset("h100", {"host": {"cpu_step_ns": 1, "cpu_step_copy_share": 0.5}}).host
+    assert (g.cpu_step_ns, g.cpu_step_copy_share) == (1, 0.5)
+    assert g.cpu_step_ns_per_element == h.cpu_step_ns_per_element
+    assert gpu_preset("h200", {"host": {"cpu_step_ns": 7}}).host.cpu_step_ns == 7
 
 
 def test_the_engine_charges_the_scaled_step():
@@ -182,6 +199,17 @@ def test_calibrate_cpu_step_refuses_in_one_line(tmp_path, args, match):
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and match in r.stderr, r.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_the_default_threads_are_required_before_the_sweep(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.get_num_threads() == 1:
+        pytest.skip("torch runs one thread here: --threads 1 is the default")
+    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step",
+                        "--threads", "1", "-o", str(tmp_path / "c.json")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "must include torch's default" in r.stderr, r.stderr
+    assert "threads: memory" not in r.stderr  # refused before any of the sweep ran
 
 
 def test_threads_without_cpu_step_is_refused(tmp_path):

@@ -150,8 +150,10 @@ def test_the_runtime_updates_alike_whatever_its_pinning(pinning):
     sizes = [p.numel() * 4 for p in b.parameters()]  # 364, 52, 156, 12 bytes
     if pinning == "registered":
         assert off.pinned_bytes == 2 * sum(registered_bytes(n) for n in sizes) == 2 * 64 * 11
-        ptrs = sorted(h.data_ptr() for h in off.host.values())
-        assert all((q - p) % 64 == 0 for p, q in zip(ptrs, ptrs[1:]))
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * 4)
+                       for h in off.host.values() for t in (h, h.grad))
+        assert len(spans) == 8 and all(a % 64 == spans[0][0] % 64 for a, _ in spans)
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))  # apart
     else:
         assert off.pinned_bytes == 2 * sum(sizes)  # a CPU device: no pinned allocator
     off.close()
@@ -236,6 +238,40 @@ def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
     from vdnnsim.planner import block_plan_to_dict
     assert plan_from_data(block_plan_to_dict(t, cal, budget, on_cpu)).optimizer_offload
     assert not plan_from_data(block_plan_to_dict(t, cal, budget, on_gpu)).optimizer_offload
+
+
+def test_the_block_planner_plans_with_the_registered_copies():
+    """NOTE [optimizer pinning]: GPT-2's optimizer on the CPU takes 1.85 GiB of host memory
+    registered and 2.47 GiB from the pinned pool: a host between the two holds it only
+    registered; the plan file says so, and a plan without the optimizer on the CPU cannot
+    say it."""
+    from pathlib import Path
+
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.engine.compile import optimizer_host_bytes
+    from vdnnsim.planfile import plan_from_data
+    from vdnnsim.planner import block_plan_to_dict
+    from vdnnsim.policies.blocks import plan_blocks
+    from vdnnsim.trace import load_trace
+
+    root = Path(__file__).resolve().parents[1]
+    t = with_optimizer(load_trace(root / "traces" / "h200_hf" / "profiled" /
+                                  "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"), "adamw")
+    reg, cached = optimizer_host_bytes(t, "registered"), optimizer_host_bytes(t)
+    assert reg < cached
+    h200 = resolve_gpu("h200")
+    host = replace(h200, host_memory_bytes=(reg + cached) // 2)
+    budget = 12 * 2**30  # with the optimizer on the CPU (11.74 GiB) no block need move
+    assert not plan_blocks(t, host, budget, True).fits  # the pinned pool's copies: too many
+    p = plan_blocks(t, host, budget, True, None, "registered")
+    assert p.fits and p.optimizer_pinning == "registered"
+    d = block_plan_to_dict(t, host, budget, p)
+    assert d["optimizer_pinning"] == "registered"
+    assert plan_from_data(d).optimizer_pinning == "registered"
+    on_gpu = block_plan_to_dict(t, host, budget, plan_blocks(t, host, budget, False))
+    assert "optimizer_pinning" not in on_gpu
+    with pytest.raises(ConfigError, match="optimizer_pinning needs optimizer_offload"):
+        plan_from_data({**on_gpu, "optimizer_pinning": "registered"})
 
 
 def test_the_cpu_step_fit_recovers_a_known_host(tmp_path):

@@ -199,9 +199,11 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)
-        elif optimizer_pinning != "caching":
-            raise ConfigError("optimizer_pinning goes with optimizer_offload (NOTE "
-                              "[optimizer pinning])")
+        elif optimizer_pinning != "caching":  # a plan file's optimizer on the CPU
+            if not plan.optimizer_offload or optimizer_pinning not in PINNINGS:
+                raise ConfigError(f"optimizer_pinning {optimizer_pinning!r} goes with "
+                                  "optimizer_offload (NOTE [optimizer pinning])")
+            plan = replace(plan, optimizer_pinning=optimizer_pinning)
         if plan.planned_allocator is not None and plan.planned_allocator != settings.conf():
             plan = replace(plan, notes=plan.notes + (  # NOTE [planned allocator]
                 f"the plan was made under the allocator settings "

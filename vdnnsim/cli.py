@@ -141,7 +141,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     offload = args.optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
     if args.method == "blocks" or args.method == "auto" and len(block_regions(trace)) > 2:
         return _plan_blocks(args, trace, gpu, budget,
-                            {"auto": None, "on": True, "off": False}[offload], settings)
+                            {"auto": None, "on": True, "off": False}[offload], settings,
+                            cfg.optimizer_pinning)
+    if cfg.optimizer_pinning != "caching":  # NOTE [optimizer pinning]
+        raise ConfigError(f"{args.config}: optimizer_pinning: {cfg.optimizer_pinning} is "
+                          "planned by the block planner only (--method blocks, a model with "
+                          "blocks); the layer planners count the pinned allocator's copies")
     on_cpu = offload == "on"  # NOTE [optimizer offload]: auto keeps it on the GPU here
     if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
         raise ConfigError(f"{args.config}: network: {cfg.network} is a memory-only trace "
@@ -218,7 +223,8 @@ def _plan_head(trace: Any, gpu: Any, budget: int, settings: Any) -> str:
 
 
 def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
-                 optimizer_offload: bool | None, settings: Any) -> int:
+                 optimizer_offload: bool | None, settings: Any,
+                 pinning: str = "caching") -> int:
     """NOTE [block plan]: a transformer's plan, the fewest offloaded blocks that fit;
     ``optimizer_offload`` as plan_blocks takes it (NOTE [optimizer offload]);
     ``settings``: the caching allocator's (NOTE [planned allocator])."""
@@ -227,7 +233,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     from .planner import block_plan_to_dict, plan_blocks
     from .report.table import UNTIMED_NOTE, format_slowdown
 
-    plan = plan_blocks(trace, gpu, budget, optimizer_offload, settings)
+    plan = plan_blocks(trace, gpu, budget, optimizer_offload, settings, pinning)
     head = _plan_head(trace, gpu, budget, settings)
     if plan.optimizer_offload:
         head += ", optimizer on the CPU"
@@ -255,7 +261,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
         print(f"{head}: no plan found that fits, even with every block offloaded")
         from .engine.compile import optimizer_host_bytes
         from .policies.blocks import weighs_cpu_optimizer
-        need, host = optimizer_host_bytes(trace), gpu.host_memory_bytes
+        need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
         if (optimizer_offload is not False and weighs_cpu_optimizer(trace, gpu)
                 and host is not None and need > host):
             # NOTE [host memory]: why the optimizer on the CPU did not help
@@ -824,11 +830,12 @@ def _calibrate_cpu_step(args: argparse.Namespace) -> int:
         if 1 not in threads:
             raise ConfigError("--threads must include 1 (the one-thread step is the fit's "
                               "arithmetic)")
+    import torch
+    if threads is not None and torch.get_num_threads() not in threads:
+        raise ConfigError(f"--threads must include torch's default, "
+                          f"{torch.get_num_threads()} (the runtime's)")
     data = calibrate_cpu_step("adamw", threads,
                               progress=lambda m: print(m, file=sys.stderr, flush=True))
-    if data["default_threads"] not in {r["threads"] for r in data["records"]}:
-        raise ConfigError(f"--threads must include torch's default, "
-                          f"{data['default_threads']} (the runtime's)")
     fields, rows = fit(data)
     data.update(fit=fields, check=rows)
     write_text_atomic(args.output, json.dumps(data, indent=1))

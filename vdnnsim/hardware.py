@@ -106,8 +106,14 @@ class Host:
 # keeps its own number exactly. Held against the sweep's other thread counts (each with its
 # measured bandwidth) on the lent H100 machine's host: -10% to +39% (the one-thread 16-bit
 # step the worst; docs/beyond-vdnn.md, "The CPU step's threads and bandwidth"), and in
-# place, the optimizer on the CPU on 8 of its 16 threads, predicted blind: -3.9% and -5.2%.
-# A what-if is that good, no better; a host's own sweep is its calibration.
+# place, the optimizer on the CPU on 8 of its 16 threads, predicted blind: -3.9% (inside
+# the processes' band) and -5.2% (2.6% under its band's low end). A what-if is that good,
+# no better; a host's own sweep is its calibration. What it leaves alone: the fixed cost
+# per tensor and the copies' share are not scaled; a what-if of the threads alone keeps the
+# bandwidth (give the bandwidth those threads reach with them); and the one-thread step is
+# the arithmetic term only where one thread is not already held back by the memory (the
+# H100 host's fp32 one-thread step, 1.43 ns, is about its one-thread bandwidth's 28 bytes:
+# there the term is an upper bound, and a what-if of more bandwidth is pessimistic).
 CPU_STEP_BYTES = {"fp32": 28, "16": 14}
 
 
@@ -416,15 +422,21 @@ def _host_overridden(gpu: GPU, o: HostOverrides) -> Host:
     scaled by the roofline, which needs the preset's whole model."""
     given = o.model_dump(exclude_none=True)
     host = replace(gpu.host, **given)
-    if not any(k in given for k in _ROOFLINE) or any(k in given for k in _POINT):
+    points = [k for k in _POINT if k in given]
+    if len(points) == 1:
+        raise ConfigError(f"gpu {gpu.name}: host.{points[0]} alone: a calibration gives "
+                          f"both {' and '.join(_POINT)} (measured on its cpu_threads), a "
+                          f"what-if of threads or bandwidth neither")
+    if points or not any(k in given for k in _ROOFLINE):
         return host
     old = gpu.host
     if not cpu_step_modelled(old) or not (old.cpu_step_ns_per_element
                                           and old.cpu_step_ns_per_element_16):
         missing = [f"host.{k}" for k in _ROOFLINE + _POINT if not getattr(old, k)]
-        raise ConfigError(f"gpu {gpu.name}: its host's CPU step has no threads-and-bandwidth "
-                          f"model to vary (missing {', '.join(missing)}; `vdnnsim calibrate "
-                          f"--cpu-step` on a host measures them, and gives them all)")
+        raise ConfigError(f"gpu {gpu.name}: the preset's measured CPU step has no "
+                          f"threads-and-bandwidth model to scale (the preset lacks "
+                          f"{', '.join(missing)}); give a whole calibration instead, as "
+                          f"`vdnnsim calibrate --cpu-step` prints it")
     scaled = {}
     for point, thread, kind in (("cpu_step_ns_per_element", "cpu_step_thread_ns_per_element",
                                  "fp32"),

@@ -188,6 +188,9 @@ class BlockPlanFile(_Strict):
     param_blocks: Count = Field(0, description="Blocks whose parameters live on the host, "
                                 "from the first on, fetched for each pass (NOTE [parameter "
                                 "offload]); needs optimizer_offload.")
+    optimizer_pinning: Literal["caching", "registered"] = Field(
+        "caching", description="Where the optimizer on the CPU keeps its host copies (NOTE "
+        "[optimizer pinning]); registered needs optimizer_offload.")
     allocator: PlanAllocator | None = Field(
         None, description="The caching allocator's settings it was planned under (NOTE "
         "[planned allocator]); left out: PyTorch's defaults.")
@@ -199,6 +202,8 @@ class BlockPlanFile(_Strict):
         if self.param_blocks and not self.optimizer_offload:
             raise ValueError("param_blocks needs optimizer_offload: true (the optimizer on "
                              "the CPU holds the parameters' master copies)")
+        if self.optimizer_pinning != "caching" and not self.optimizer_offload:
+            raise ValueError("optimizer_pinning needs optimizer_offload: true")
         for key in ("blocks", "recompute_blocks", "param_blocks"):
             if getattr(self, key) > self.total_blocks:
                 raise ValueError(f"{key} {getattr(self, key)} is more than the "
@@ -240,6 +245,8 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
         del data["optimizer_offload"]
     if data.get("param_blocks") == 0:  # NOTE [parameter offload]: likewise
         del data["param_blocks"]
+    if data.get("optimizer_pinning") == "caching":  # NOTE [optimizer pinning]: likewise
+        del data["optimizer_pinning"]
     if not (data.get("allocator") or {}).get("expandable_segments"):  # NOTE [planned
         data.pop("allocator", None)  # allocator]: the defaults go unsaid, as before
     return yaml.safe_dump(data, sort_keys=False)

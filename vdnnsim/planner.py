@@ -413,6 +413,9 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan,
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
             # NOTE [parameter offload]: said where some are on the host
             **({"param_blocks": plan.params} if plan.params else {}),
+            # NOTE [optimizer pinning]: said where the copies are registered
+            **({"optimizer_pinning": plan.optimizer_pinning}
+               if plan.optimizer_pinning != "caching" else {}),
             **planned_allocator(allocator),
             "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
                           # only traces]: no time where the trace has none

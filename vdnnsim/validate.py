@@ -333,7 +333,9 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
         row["host_scaled"] = k or float("nan")
         r = run_trace(run, rg, policy, {}, m.get("memory_cap_bytes"),
                       allocator=_simulated_settings(m.get("allocator_conf")),
-                      optimizer_offload=offload)
+                      optimizer_offload=offload,  # NOTE [optimizer pinning], as it ran
+                      optimizer_pinning=m.get("optimizer_pinning") or "caching"
+                      if offload else "caching")
         if offload:
             row["policy"] = f"{m['policy']}+optimizer on CPU"
         row.update(predicted_fits=r.fits, fit_right=r.fits == bool(m["fits"]))

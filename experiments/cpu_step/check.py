@@ -56,6 +56,8 @@ def main() -> None:
         r = json.loads(line)
         name = r["name"]
         model, _, rest = name.partition("-")
+        if model not in MODELS:  # the 7B's runs: check_7b.py
+            continue
         gpu = gpu_preset("h100", {"host": fields})  # the host as its sweep calibrates it
         for tag, n in THREADS.items():
             if name.endswith(tag):  # the what-if over it: n threads, the sweep's bandwidth

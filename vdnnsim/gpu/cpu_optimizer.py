@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from typing import Any, Iterable
 
 import torch
@@ -61,6 +62,14 @@ def _cpu_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimiz
 # run config's ``optimizer_pinning`` and ``vdnnsim measure --optimizer-pinning`` choose.
 
 
+def _unregister(buf: torch.Tensor, device: torch.device) -> None:
+    """NOTE [optimizer pinning]: unlock the registered buffer once no copy uses it."""
+    torch.cuda.synchronize(device)
+    err = torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
+    if int(err) != 0:
+        raise RuntimeError(f"cudaHostUnregister failed ({err})")
+
+
 class CPUOffloadOptimizer:
     """NOTE [optimizer offload]: ``optimizer`` over ``params``, its state and its step on
     the CPU; the gradients leave the GPU as they are made. On a CPU device the copies are
@@ -87,19 +96,25 @@ class CPUOffloadOptimizer:
         self.resident: set[torch.Tensor] = set(self.params)
         stats = getattr(torch.cuda, "host_memory_stats", None) if self.cuda else None
         before = stats().get("allocated_bytes.current", 0) if stats else 0
+        self._unregister = None
         if pinning == "registered":  # NOTE [optimizer pinning]
             copies = self._registered_copies()
-        for p in self.params:
-            if pinning == "registered":
-                h, h.grad = copies[p]
-            else:
-                h = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=self.cuda)
-                h.grad = torch.empty(p.shape, dtype=p.dtype, device="cpu",
-                                     pin_memory=self.cuda)
-            h.copy_(p.detach())
-            self.host[p] = h
-            self.optims[p] = _cpu_optimizer(optimizer, [h])
-            self.hooks.append(p.register_post_accumulate_grad_hook(self._gradient_ready))
+        try:
+            for p in self.params:
+                if pinning == "registered":
+                    h, h.grad = copies[p]
+                else:
+                    h = torch.empty(p.shape, dtype=p.dtype, device="cpu",
+                                    pin_memory=self.cuda)
+                    h.grad = torch.empty(p.shape, dtype=p.dtype, device="cpu",
+                                         pin_memory=self.cuda)
+                h.copy_(p.detach())
+                self.host[p] = h
+                self.optims[p] = _cpu_optimizer(optimizer, [h])
+                self.hooks.append(p.register_post_accumulate_grad_hook(self._gradient_ready))
+        except BaseException:
+            self.close()  # the hooks made so far, and the buffer's lock
+            raise
         if pinning == "registered":
             self.pinned_bytes = self._registered.numel()
         else:  # what the pinned allocator gave (each block a power of two), where it says so
@@ -117,6 +132,8 @@ class CPUOffloadOptimizer:
             err = torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), buf.numel(), 0)
             if int(err) != 0:
                 raise RuntimeError(f"cudaHostRegister of {buf.numel()} bytes failed ({err})")
+            # unlocked before its memory is freed, whether or not close() is called
+            self._unregister = weakref.finalize(self, _unregister, buf, self.params[0].device)
         self._registered = buf
         out, at = {}, 0
         for p, size in zip(self.params, sizes):
@@ -135,9 +152,8 @@ class CPUOffloadOptimizer:
         for h in self.hooks:
             h.remove()
         self.hooks.clear()
-        if self._registered is not None and self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaHostUnregister(self._registered.data_ptr())
+        if self._unregister is not None:
+            self._unregister()  # once: a finalizer runs at most once
         self._registered = None
 
     def _gradient_ready(self, p: torch.nn.Parameter) -> None:

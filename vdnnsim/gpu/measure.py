@@ -90,6 +90,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         plan = plan_from_data(plan)
     if plan is not None and plan.optimizer_offload:
         optimizer_offload = True  # NOTE [optimizer offload]: the plan runs it on the CPU
+    if getattr(plan, "optimizer_pinning", "caching") != "caching":
+        optimizer_pinning = plan.optimizer_pinning  # NOTE [optimizer pinning]: as planned
+    if optimizer_pinning != "caching" and not optimizer_offload:
+        raise ValueError("optimizer pinning goes with the optimizer on the CPU (--optimizer-"
+                         "offload, or a plan that puts it there)")
     if optimizer_offload and dtype == "autocast-fp16":
         raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
                          "or autocast-bf16")
@@ -118,8 +123,12 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         # and its tensor for the probes after the timed steps, made before the model: it
         # shares the first small-pool segment, which every model's small tensors need anyway
         probe = StepProbe(dev) if step_probe else None
-        # NOTE [cap after setup]: with parameters on the host the cap starts once the
-        # host's blocks have left the GPU (the model is built whole on the GPU)
+        # NOTE [cap after setup]: with parameters on the host (a block plan's
+        # param_blocks) the cap starts once those blocks have left the GPU. The model is
+        # built whole on the GPU, and a 7B's fp32 weights alone (25 GiB) exceed a 24 GB
+        # card's cap before any block leaves: a real card of that size needs a runtime that
+        # builds the model off the GPU, which this one is not. What the cap then bounds is
+        # the training step, which is what the engine predicts; the record says so.
         late_cap = isinstance(plan, BlockPlanFile) and bool(plan.param_blocks)
         if memory_cap_bytes and not late_cap:
             torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
@@ -205,6 +214,10 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         host_stats = getattr(torch.cuda, "host_memory_stats", None)
         if host_stats is not None:
             record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
+        if offloaded is not None and offloaded.pinning == "registered":
+            # NOTE [optimizer pinning]: page-locked outside the pinned allocator
+            record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
+                                           + offloaded.pinned_bytes)
         if offloaded is not None:  # NOTE [optimizer offload]: what the host holds for it
             record.update(optimizer_pinned_bytes=offloaded.pinned_bytes,
                           optimizer_state_bytes=offloaded.state_bytes())

@@ -246,6 +246,7 @@ class BlockPlan:
     tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
     optimizer_offload: bool = False  # NOTE [optimizer offload]: the optimizer on the CPU
     params: int = 0  # NOTE [parameter offload]: blocks whose parameters are on the host
+    optimizer_pinning: str = "caching"  # NOTE [optimizer pinning]: where its copies live
     # (parameter blocks, "offload" or "recompute", count, fits, peak, ns) of each replay
     # with parameters on the host
     tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
@@ -258,7 +259,8 @@ def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
 
 
 def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
-                optimizer_offload: bool | None = False, allocator: Any = None) -> BlockPlan:
+                optimizer_offload: bool | None = False, allocator: Any = None,
+                pinning: str = "caching") -> BlockPlan:
     """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
     [block recompute]) if that is faster. ``optimizer_offload``: with the optimizer on
@@ -268,14 +270,16 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
     unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too
     (NOTE [parameter offload]). ``allocator``: the caching allocator's settings every
-    count is replayed under (NOTE [planned allocator]; None: PyTorch's defaults)."""
+    count is replayed under (NOTE [planned allocator]; None: PyTorch's defaults).
+    ``pinning``: where the optimizer on the CPU keeps its copies (NOTE [optimizer
+    pinning]), which sets the host memory it needs."""
     if optimizer_offload is None:
         if not weighs_cpu_optimizer(trace, gpu):
             return plan_blocks(trace, gpu, budget, False, allocator)
         on_gpu = plan_blocks(trace, gpu, budget, False, allocator)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against
             return on_gpu
-        on_cpu = plan_blocks(trace, gpu, budget, True, allocator)
+        on_cpu = plan_blocks(trace, gpu, budget, True, allocator, pinning)
         if on_gpu.fits != on_cpu.fits:
             return on_gpu if on_gpu.fits else on_cpu
         return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
@@ -289,12 +293,14 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         raise ConfigError(f"budget: {exc}") from None
     plans = {"blocks": block_plan, "recompute": block_recompute_plan}
     offload = bool(optimizer_offload)
+    kept = pinning if offload else "caching"  # NOTE [optimizer pinning]
     allocator = allocator_settings(allocator)
 
     def replayed(option: str, k: int, params: int = 0) -> tuple[bool, int, int]:
         plan = plans[option](trace, k)
         if offload:
-            plan = replace(plan, optimizer_offload=True, params=param_groups(trace, params))
+            plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
+                           params=param_groups(trace, params))
         with paused_gc():  # NOTE [paused gc], as run_trace's replay
             sim = replay(trace, gpu, plan, budget, record_ops=False, allocator=allocator)
         r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
@@ -308,13 +314,14 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
             tried.append((k, *r))
             if r[0]:
                 return BlockPlan(k, total, True, r[1], r[2], tried,
-                                 optimizer_offload=offload), tried, r
+                                 optimizer_offload=offload, optimizer_pinning=kept), tried, r
         return None, tried, r
 
     can_wrap = trace.timed and bool(block_segments(trace, total))  # NOTE [block recompute]
     best, tried, r = fewest("blocks")
     if best is None:
-        best = BlockPlan(total, total, False, r[1], r[2], tried, optimizer_offload=offload)
+        best = BlockPlan(total, total, False, r[1], r[2], tried, optimizer_offload=offload,
+                         optimizer_pinning=kept)
     if trace.timed:
         rec, rtried = None, []
         if can_wrap:
@@ -323,7 +330,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         if rec is not None and (not best.fits or rec.iteration_time_ns < best.iteration_time_ns):
             best = BlockPlan(0, total, True, rec.peak_memory_bytes, rec.iteration_time_ns,
                              tried, recompute=rec.blocks, tried_recompute=rtried,
-                             optimizer_offload=offload)
+                             optimizer_offload=offload, optimizer_pinning=kept)
     moves = best.blocks or best.recompute  # what parameters on the host might spare
     if offload and (not best.fits or (trace.timed and moves)) and param_groups(trace, total):
         best = _with_params(best, total, replayed, can_wrap, trace.timed)
@@ -363,7 +370,8 @@ def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,
             hi_off = off[0]
             found.append(BlockPlan(off[0], total, True, off[1][1], off[1][2],
                                    best.tried, tried_recompute=best.tried_recompute,
-                                   optimizer_offload=True, params=params, tried_params=log))
+                                   optimizer_offload=True, params=params, tried_params=log,
+                                   optimizer_pinning=best.optimizer_pinning))
         if can_wrap:
             rec = first_fit("recompute", params, hi_rec)
             if rec is not None:
@@ -371,7 +379,8 @@ def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,
                 found.append(BlockPlan(0, total, True, rec[1][1], rec[1][2], best.tried,
                                        recompute=rec[0], tried_recompute=best.tried_recompute,
                                        optimizer_offload=True, params=params,
-                                       tried_params=log))
+                                       tried_params=log,
+                                       optimizer_pinning=best.optimizer_pinning))
         for cand in found:
             if not best.fits or (timed and cand.iteration_time_ns < best.iteration_time_ns):
                 best = cand

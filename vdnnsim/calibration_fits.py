@@ -365,11 +365,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     # NOTE [copy contention]: the runtime's step with the parameters copied back after each
     # tensor against without, per fresh process (session24/call2/contention*.json); the share
     # is the median process's slowdown (every step but the first runs beside a copy)
-    cont = sorted(_folder(traces, "h200_offload").glob("session24/call2/contention*.json"))
-    if not cont:
-        raise VdnnError("traces/h200_offload/session24/call2: no contention*.json records")
-    ratios = sorted(ns["copy"] / ns["nocopy"] for ns in (_read_json(c)["ns"] for c in cont))
-    share = float(np.median(ratios)) - 1
+    share, ratios = copy_share(_folder(traces, "h200_offload") / "session24" / "call2")
     lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
                  + " ".join(f"{r:.3f}" for r in ratios) + f"; median - 1 = {share:.4f}")
     return {"cpu_step_ns": round(float(coef[0])),
@@ -378,22 +374,30 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
             "cpu_step_copy_share": round(share, 3)}, lines
 
 
+def copy_share(folder: Path) -> tuple[float, list[float]]:
+    """NOTE [copy contention]: the share, from experiments/h200_offload/cpu_contention.py's
+    records in ``folder`` (contention*.json, one a fresh process): the median process's
+    step with the copies back over without, less 1; and each process's ratio."""
+    import numpy as np
+
+    cont = sorted(folder.glob("contention*.json"))
+    if not cont:
+        raise VdnnError(f"{folder}: no contention*.json records")
+    ratios = sorted(ns["copy"] / ns["nocopy"] for ns in (_read_json(c)["ns"] for c in cont))
+    return float(np.median(ratios)) - 1, ratios
+
+
 def cpu_sweep(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     """The h100 preset's CPU step (NOTE [cpu step model]): ``vdnnsim calibrate --cpu-step``'s
     sweep on the lent H100 machine's host, traces/cpu_step/h100_s32/cpu_sweep.json, fitted
     by vdnnsim.cpustep.fit (numpy only)."""
-    import numpy as np
-
     from .cpustep import fit, format_fit
     data = _folder(traces, "cpu_step") / "h100_s32"
     fields, rows = fit(_read_json(data / "cpu_sweep.json"))
     lines = format_fit(fields, rows).split("\n")[:len(rows) + 2]
     # NOTE [copy contention]: as cpu_step's share, from the same experiment on this host
-    cont = sorted(data.glob("contention*.json"))
-    if not cont:
-        raise VdnnError(f"{data}: no contention*.json records")
-    ratios = sorted(_read_json(c)["ratio"] for c in cont)
-    fields["cpu_step_copy_share"] = round(float(np.median(ratios)) - 1, 3)
+    share, ratios = copy_share(data)
+    fields["cpu_step_copy_share"] = round(share, 3)
     lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
                  + " ".join(f"{r:.3f}" for r in ratios))
     return fields, lines

@@ -15,13 +15,13 @@ DATA/runs.jsonl: measured (median of 3 fresh processes, band) against predicted.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from vdnnsim.api import run_trace
+from vdnnsim.calibration_fits import copy_share
 from vdnnsim.cpustep import fit
 from vdnnsim.hardware import apply_overrides, gpu_preset, parse_overrides
 from vdnnsim.trace import load_trace
@@ -37,10 +37,8 @@ def main() -> None:
     sweep = json.loads((data / "cpu_sweep.json").read_text())
     fields, _ = fit(sweep)
     bw = {b["threads"]: b["bytes_per_s"] for b in sweep["bandwidth"]}
-    cont = sorted(data.glob("contention*.json"))
-    if cont:
-        ratios = [json.loads(c.read_text())["ratio"] for c in cont]
-        fields["cpu_step_copy_share"] = round(statistics.median(ratios) - 1, 3)
+    if any(data.glob("contention*.json")):
+        fields["cpu_step_copy_share"] = round(copy_share(data)[0], 3)
     print("host:", fields)
     traces = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -56,6 +56,7 @@ def fit(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                           "needs records, bandwidth and default_threads") from None
     lines = per_thread_count(records)
     bw = {int(b["threads"]): float(b["bytes_per_s"]) for b in bandwidth}
+    _physical(lines, bw)
     for need in ((dt, t) for dt in _DTYPES for t in (1, top)):
         if need not in lines:
             raise ConfigError(f"cpu step sweep: no {need[0]} records on {need[1]} threads")
@@ -85,6 +86,23 @@ def fit(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                      "fixed_ns": round(fixed),
                      "bandwidth_gb_s": round(bw[n] / 1e9, 1) if n in bw else None})
     return fields, rows
+
+
+def _physical(lines: dict[tuple[str, int], tuple[float, float]],
+              bw: dict[int, float]) -> None:
+    """A sweep timed on a busy host can give a step that does not grow with the tensor
+    (a slope of zero or less; the CI run of session 32's submission, two threads under a
+    parallel test run, fitted -7.6 ns per bf16 element) or no bandwidth: such a fit is
+    refused, not written."""
+    for (dt, n), (_, slope) in sorted(lines.items()):
+        if not slope > 0:
+            raise ConfigError(f"cpu step sweep: the {dt} step on {n} threads does not grow "
+                              f"with the tensor ({slope:.4g} ns per element): the host was "
+                              f"busy while it was timed; run it again on an idle host")
+    for n, b in sorted(bw.items()):
+        if not b > 0:
+            raise ConfigError(f"cpu step sweep: no memory bandwidth measured on {n} threads "
+                              f"({b:.4g} bytes/s)")
 
 
 def what_if_error(rows: list[dict[str, Any]]) -> tuple[float, float]:

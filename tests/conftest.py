@@ -81,3 +81,23 @@ def experiment(relpath: str) -> Any:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def block_step_grads(work: Any, rt: Any) -> tuple[dict, dict]:
+    """One training step's gradients on a CUDA GPU (no optimizer step) with the block
+    runtime ``rt`` (or none), and its stats; the runtime removed after it."""
+    import torch
+    from vdnnsim.gpu.workload import training_step
+
+    step = training_step(work, 8, "cuda", "fp32", "sgd")
+    step.optimizer.zero_grad(set_to_none=True)
+    step.backward(step.forward())
+    if rt is not None:
+        rt.end_iteration()
+    torch.cuda.synchronize()
+    out = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()
+           if p.grad is not None}
+    stats = dict(rt.stats) if rt is not None else {}
+    if rt is not None:
+        rt.remove()
+    return out, stats

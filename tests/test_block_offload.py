@@ -19,7 +19,7 @@ from vdnnsim.planner import BLOCK_FORMAT, plan_blocks
 from vdnnsim.policies.blocks import block_regions
 from vdnnsim.trace import load_trace
 
-from .conftest import HAS_HF
+from .conftest import HAS_HF, block_step_grads
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILED = ROOT / "traces" / "h200_hf" / "profiled"
@@ -154,7 +154,7 @@ def test_blocks_by_path_of_a_factory_cnn_give_identical_gradients():
     from vdnnsim.api import resolve_gpu
     from vdnnsim.gpu.aten_probe import memory_trace
     from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.workload import build_workload
     from vdnnsim.planner import block_paths
     from vdnnsim.trace import trace_from_dict
 
@@ -169,19 +169,8 @@ def test_blocks_by_path_of_a_factory_cnn_give_identical_gradients():
         torch.manual_seed(0)
         with torch.device("cuda"):
             work = build_workload("timm:create_model", None, "image:3,64,64", kw)
-        rt = BlockOffload(work.model, offload, paths) if offload else None
-        step = training_step(work, 8, "cuda", "fp32", "sgd")
-        step.optimizer.zero_grad(set_to_none=True)
-        step.backward(step.forward())
-        if rt is not None:
-            rt.end_iteration()
-        torch.cuda.synchronize()
-        out = {n: p.grad.detach().clone() for n, p in work.model.named_parameters()
-               if p.grad is not None}
-        stats = dict(rt.stats) if rt is not None else {}
-        if rt is not None:
-            rt.remove()
-        return out, stats
+        return block_step_grads(work, BlockOffload(work.model, offload, paths)
+                                if offload else None)
 
     base, _ = grads(0)
     off, stats = grads(len(paths) // 2)
@@ -221,8 +210,8 @@ def test_checkpointed_blocks_lower_the_peak_and_their_segments_are_their_own_ops
     eager = run_trace(resnet_trace, gpu, "eager", record=False)
     rec = run_trace(resnet_trace, gpu, "vdnn_blocks", {"recompute": 6}, record=False)
     assert rec.peak_memory_bytes < eager.peak_memory_bytes and rec.offloaded_bytes == 0
-    with pytest.raises(ConfigError, match="recompute takes neither"):
-        run_trace(resnet_trace, gpu, "vdnn_blocks", {"recompute": 2, "blocks": 1})
+    with pytest.raises(ConfigError, match="recompute does not go with budget"):
+        run_trace(resnet_trace, gpu, "vdnn_blocks", {"recompute": 2, "budget": 10**9})
 
 
 def test_the_block_plan_checkpoints_where_that_is_faster():

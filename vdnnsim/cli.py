@@ -238,7 +238,8 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     if plan.optimizer_offload:
         head += ", optimizer on the CPU"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
-    n = len(plan.tried) + len(plan.tried_recompute) + len(plan.tried_params)
+    n = (len(plan.tried) + len(plan.tried_recompute) + len(plan.tried_params)
+         + len(plan.tried_mixed))
     print(f"{head}: {n} simulations, {plan.total} blocks")
     for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):
         for k, fits, peak, ns in tried:
@@ -257,6 +258,16 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
             f"fits with {k} block(s) {DONE.get(how, how)}, peak {peak / GiB:.2f} GiB"
             + (f", {ns / 1e6:.1f} ms" if timed else "") if k >= 0 else
             f"out of memory with every block {DONE.get(how, how)}"))
+    # NOTE [block mix]: per count of offloaded blocks, the fastest count checkpointed after
+    # them that fits (the other pairs tried left out)
+    mixes: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for p, o, r, fits, peak, ns in plan.tried_mixed:
+        if fits and ((p, o) not in mixes or ns < mixes[p, o][2]):
+            mixes[p, o] = (r, peak, ns)
+    for (p, o), (r, peak, ns) in sorted(mixes.items()):
+        print(f"  {o:3d} block(s) offloaded, then {r} checkpointed"
+              + (f" ({p} blocks' parameters on the host)" if p else "")
+              + f": fits, peak {peak / GiB:.2f} GiB, {ns / 1e6:.1f} ms")
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         from .engine.compile import optimizer_host_bytes
@@ -276,7 +287,9 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     if timed:
         ratio = (plan.iteration_time_ns / base.iteration_time_ns if base.iteration_time_ns
                  else float("nan"))
-        what = (f"checkpoint the first {plan.recompute}" if plan.recompute
+        what = (f"offload the first {plan.blocks} and checkpoint the {plan.recompute} "
+                f"after them" if plan.recompute and plan.blocks  # NOTE [block mix]
+                else f"checkpoint the first {plan.recompute}" if plan.recompute
                 else f"offload the first {plan.blocks}")  # NOTE [block recompute]
         if plan.params:  # NOTE [parameter offload]
             what += f" and keep the parameters of the first {plan.params} on the host,"

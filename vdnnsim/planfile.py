@@ -8,8 +8,9 @@ There are two kinds, told apart by ``format`` (NOTE [file kinds]):
   [batch split]) and the checkpointed segments, by layer id; ``layer_names`` says whether
   the ids are an fx graph's or an op-by-op trace's ATen ops (NOTE [plan layer names]).
 - ``vdnnsim-block-plan``, a block plan (NOTE [block plan]): how many blocks, from the
-  first, are offloaded, or which are checkpointed (NOTE [block recompute]), and the blocks
-  by module path (NOTE [blocks]).
+  first, are offloaded, which are checkpointed (NOTE [block recompute]; after the
+  offloaded ones where both are, NOTE [block mix]), and the blocks by module path (NOTE
+  [blocks]).
 Each kind is one pydantic model below, the only parser of the file: ``read_plan_file`` is
 what every reader calls, ``write_plan_file`` what ``vdnnsim plan`` writes with (through the
 same model, so that what it writes is what the readers take). The models check what the
@@ -175,11 +176,12 @@ class BlockPlanFile(_Strict):
                             "[optimizer state]).")
     blocks: Count = Field(description="Blocks offloaded, from the first on.")
     total_blocks: Count = Field(description="Blocks the model has.")
-    recompute_blocks: Count = Field(0, description="Blocks checkpointed instead, from the "
-                                    "first on (NOTE [block recompute]).")
+    recompute_blocks: Count = Field(0, description="Blocks checkpointed, from the first "
+                                    "after the offloaded ones on (NOTE [block recompute], "
+                                    "NOTE [block mix]).")
     recompute_paths: list[Name] = Field(
         default_factory=list, description="The checkpointed blocks' module paths (those "
-        "of the first recompute_blocks that the runtime can wrap).")
+        "of the recompute_blocks that the runtime can wrap).")
     block_paths: list[Name] | None = Field(
         None, description="Every block's module path, in order (NOTE [blocks]); null: the "
         "items of the model's largest ModuleList (a plan of an older probe's trace).")
@@ -208,6 +210,17 @@ class BlockPlanFile(_Strict):
             if getattr(self, key) > self.total_blocks:
                 raise ValueError(f"{key} {getattr(self, key)} is more than the "
                                  f"{self.total_blocks} blocks of total_blocks")
+        if self.blocks + self.recompute_blocks > self.total_blocks:
+            raise ValueError(f"blocks {self.blocks} offloaded and recompute_blocks "
+                             f"{self.recompute_blocks} after them are more than the "
+                             f"{self.total_blocks} blocks of total_blocks")
+        if self.block_paths is not None:
+            offloaded = set(self.block_paths[:self.blocks])
+            both = [p for p in self.recompute_paths if p in offloaded]
+            if both:
+                raise ValueError(f"recompute_paths names {both[0]}, one of the {self.blocks} "
+                                 f"offloaded blocks: a block is offloaded or checkpointed, "
+                                 f"not both (NOTE [block mix])")
         if self.block_paths is not None and len(self.block_paths) != self.total_blocks:
             raise ValueError(f"block_paths names {len(self.block_paths)} blocks, not the "
                              f"{self.total_blocks} of total_blocks")

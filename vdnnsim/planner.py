@@ -387,9 +387,10 @@ def block_paths(trace: Trace) -> list[str] | None:
     return paths if paths and all(isinstance(p, str) for p in paths) else None
 
 
-def recompute_paths(trace: Trace, recompute: int) -> list[str]:
-    """NOTE [block recompute]: the blocks a plan checkpoints, by path."""
-    return list(block_segments(trace, recompute)) if recompute else []
+def recompute_paths(trace: Trace, recompute: int, start: int = 0) -> list[str]:
+    """NOTE [block recompute]: the blocks a plan checkpoints, by path (after the first
+    ``start``, the offloaded ones: NOTE [block mix])."""
+    return list(block_segments(trace, recompute, start)) if recompute else []
 
 
 def planned_allocator(allocator: Any) -> dict[str, Any]:
@@ -406,7 +407,7 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
             "recompute_blocks": plan.recompute,  # NOTE [block recompute]
-            "recompute_paths": recompute_paths(trace, plan.recompute),
+            "recompute_paths": recompute_paths(trace, plan.recompute, plan.blocks),
             # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
             "block_paths": block_paths(trace),
             # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)

@@ -51,7 +51,8 @@ def main() -> None:
         base = name.split(" ")[0]
         if base in PLANS:
             plan = read_plan_file(data / PLANS[base])
-            opts = {"params": plan.param_blocks, "recompute": plan.recompute_blocks}
+            opts = {"params": plan.param_blocks, "blocks": plan.blocks,  # NOTE [block mix]
+                    "recompute": plan.recompute_blocks}
             p = run_trace(t, g, "vdnn_blocks", opts, 22 * GiB, record=False,
                           optimizer_offload=True, allocator=EXPANDABLE,
                           optimizer_pinning="registered")

@@ -47,8 +47,8 @@ p = plan_blocks(t, g, cap, None, EXPANDABLE)
 write_plan_file(PLAN, block_plan_to_dict(t, g, cap, p, EXPANDABLE))
 print(f"{PLAN}: optimizer on the CPU {p.optimizer_offload}, parameters of {p.params} blocks "
       f"on the host, {p.recompute} checkpointed, {p.blocks} offloaded")
-opts = {"params": p.params, "recompute": p.recompute} if p.recompute else \
-    {"params": p.params, "blocks": p.blocks}
+opts = {"params": p.params, "blocks": p.blocks,  # both: NOTE [block mix]
+        "recompute": p.recompute}
 for pinning in ("caching", "registered"):
     show(f"7b-plan-22g (under 22 GiB, expandable), {pinning}", run_trace(
         t, g, "vdnn_blocks", opts, cap, record=False, optimizer_offload=p.optimizer_offload,
@@ -67,8 +67,8 @@ write_plan_file(MARGIN, block_plan_to_dict(t, g, budget, q, EXPANDABLE))
 print(f"{MARGIN} (planned for {budget / GiB:.2f} GiB): optimizer on the CPU "
       f"{q.optimizer_offload}, parameters of {q.params} blocks on the host, {q.recompute} "
       f"checkpointed, {q.blocks} offloaded")
-opts = {"params": q.params, "recompute": q.recompute} if q.recompute else \
-    {"params": q.params, "blocks": q.blocks}
+opts = {"params": q.params, "blocks": q.blocks,  # both: NOTE [block mix]
+        "recompute": q.recompute}
 show("7b-margin (under the 22 GiB cap, expandable), registered", run_trace(
     t, g, "vdnn_blocks", opts, cap, record=False, optimizer_offload=q.optimizer_offload,
     allocator=EXPANDABLE, optimizer_pinning="registered"))

@@ -178,8 +178,8 @@ def check_repeated(folder: Path) -> dict[str, list[float]]:
         conf_s = "expandable_segments:True" if m["alloc"] == "expandable" else ""
         prof = traces_of(m["name"])[0]
         plan = read_plan_file(folder / m["plan"])
-        opts = ({"recompute": plan.recompute_blocks} if plan.recompute_blocks
-                else {"blocks": plan.blocks})
+        opts = {"blocks": plan.blocks,  # both: NOTE [block mix]
+                "recompute": plan.recompute_blocks}
         r = run_trace(prof, gpu, "vdnn_blocks", opts, None, record=False,
                       allocator=settings(conf_s))
         t, mt, (lo, hi) = r.iteration_time_ns / 1e6, m["iteration_ms"], m["iteration_ms_band"]

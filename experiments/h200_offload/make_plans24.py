@@ -17,8 +17,8 @@ write_plan_file("traces/h200_offload/session24/plan-3b-22g.yaml",
                 block_plan_to_dict(t3, g, cap, p))
 print(f"planned: parameters of {p.params} blocks on the host, {p.recompute} checkpointed, "
       f"{p.blocks} offloaded")
-opts = {"params": p.params, "recompute": p.recompute} if p.recompute else \
-    {"params": p.params, "blocks": p.blocks}
+opts = {"params": p.params, "blocks": p.blocks,  # both: NOTE [block mix]
+        "recompute": p.recompute}
 for name, budget in (("under 22 GiB", cap), ("no cap", None)):
     r = run_trace(t3, g, "vdnn_blocks", opts, budget, record=False, optimizer_offload=True)
     print(f"{name}: fits {r.fits}, allocated {r.peak_memory_bytes / GiB:.2f} GiB, reserved "

@@ -19,8 +19,8 @@ write_plan_file("traces/h200_offload/session25/plan-3b-22g-expandable.yaml",
                 block_plan_to_dict(t3, g, cap, p, EXPANDABLE))
 print(f"planned under expandable segments: parameters of {p.params} blocks on the host, "
       f"{p.recompute} checkpointed, {p.blocks} offloaded")
-opts = {"params": p.params, "recompute": p.recompute} if p.recompute else \
-    {"params": p.params, "blocks": p.blocks}
+opts = {"params": p.params, "blocks": p.blocks,  # both: NOTE [block mix]
+        "recompute": p.recompute}
 for alloc in (EXPANDABLE, None):
     for name, budget in (("under 22 GiB", cap), ("no cap", None)):
         r = run_trace(t3, g, "vdnn_blocks", opts, budget, record=False, optimizer_offload=True,

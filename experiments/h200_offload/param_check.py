@@ -45,8 +45,8 @@ def check(d: Path) -> pd.DataFrame:
                "measured_fits": m["fits"]}
         plan = m.get("plan")
         if plan is not None:
-            opts = ({"recompute": plan["recompute_blocks"]} if plan["recompute_blocks"]
-                    else {"blocks": plan["blocks"]})
+            opts = {"blocks": plan["blocks"],  # both: NOTE [block mix]
+                    "recompute": plan["recompute_blocks"]}
             if plan.get("param_blocks"):
                 opts["params"] = plan["param_blocks"]
             r = run_trace(trace, gpu, "vdnn_blocks", opts, cap, record=False,

@@ -21,8 +21,9 @@ gradients, caught by the bit-identity test). The copies move the bytes exactly,
 so gradients are bit-identical to a step without offload wherever the kernels themselves
 are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
 them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
-plan]), or the blocks named by ``recompute`` (paths) checkpointed instead (NOTE [block
-recompute]). Not done: offloading the regions outside the blocks, offloading a chosen set.
+plan]), and the blocks named by ``recompute`` (paths) checkpointed (NOTE [block
+recompute]; after the offloaded ones where a plan does both, NOTE [block mix]). Not done:
+offloading the regions outside the blocks, offloading a chosen set.
 """
 
 from __future__ import annotations
@@ -81,9 +82,18 @@ class BlockOffload:
                              "layers) to offload")
         if not 0 <= offload <= len(self.blocks):
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
-        if recompute and offload:
-            raise ValueError(f"recompute {len(recompute)} blocks and offload {offload}: one "
-                             "or the other")
+        # NOTE [block mix]: the offloaded blocks and the checkpointed ones are apart (an
+        # offloaded block's hooks would pack what its checkpoint runs again)
+        offloaded = {id(b) for b in self.blocks[:offload]}
+        for p in recompute:
+            try:
+                m = model.get_submodule(p)
+            except AttributeError:
+                continue  # said below, with every path
+            inside = any(m is x for b in self.blocks[:offload] for x in b.modules())
+            if inside or any(id(x) in offloaded for x in m.modules()):
+                raise ValueError(f"the plan checkpoints {p}, which is in one of the "
+                                 f"{offload} offloaded blocks: one or the other")
         self.offload = offload
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         # streams only where something moves: a plan that only recomputes runs on a CPU
@@ -114,12 +124,18 @@ class BlockOffload:
         # tensor packed with it, and its memory (host and GPU copies) goes with it
         self.entries: list[weakref.WeakValueDictionary] = [
             weakref.WeakValueDictionary() for _ in self.blocks]
-        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "late_fetches": 0}
+        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "late_fetches": 0,
+                      "kept_bytes": 0}
         self._ctx: Any = None
         self._hooked: dict[int, Any] = {}
         self.handles = []
+        # NOTE [block mix]: the checkpointed blocks after the offloaded ones, whose inputs
+        # their checkpoints keep on the GPU
+        wrapped = {id(b) for b, _ in self._wrapped}
+        self._keeps = {k for k, b in enumerate(self.blocks) if k >= offload and id(b) in wrapped}
         for k, b in enumerate(self.blocks):
-            self.handles.append(b.register_forward_pre_hook(lambda m, a, k=k: self._enter(k)))
+            self.handles.append(b.register_forward_pre_hook(
+                lambda m, a, kw, k=k: self._enter(k, a, kw), with_kwargs=True))
             self.handles.append(b.register_forward_hook(
                 lambda m, a, out, k=k: self._exit(k, out)))
 
@@ -134,7 +150,9 @@ class BlockOffload:
         return cls(model, plan.blocks, plan.block_paths, plan.recompute_paths)
 
     # -- forward ----------------------------------------------------------------------------
-    def _enter(self, k: int) -> None:
+    def _enter(self, k: int, args: tuple = (), kwargs: dict | None = None) -> None:
+        if k in self._keeps and self.offload and torch.is_grad_enabled():
+            self._keep(args, kwargs or {})
         if k < self.offload and torch.is_grad_enabled():
             self._ctx = torch.autograd.graph.saved_tensors_hooks(
                 lambda t, k=k: self._pack(k, t), self._unpack)
@@ -176,6 +194,26 @@ class BlockOffload:
             self.stats["offloaded_bytes"] += storage.nbytes()
         return (entry, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()),
                 t.device)
+
+    def _keep(self, args: tuple, kwargs: dict) -> None:
+        """NOTE [block mix]: a checkpointed block's inputs stay on the GPU (its checkpoint
+        keeps them), so an offloaded block's copy of one is never fetched back: its entry
+        takes the live storage as its GPU copy, ready now (the engine's plan offloads no
+        input of a checkpoint; the copy out, issued when the offloaded block saved it, is
+        the one thing the engine does not see)."""
+        for t in [*args, *kwargs.values()]:
+            if not isinstance(t, torch.Tensor) or not t.is_cuda:
+                continue
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            for entries in self.entries[:self.offload]:
+                entry = entries.get(key)
+                if entry is None or entry.storage() is not storage or entry.gpu is not None:
+                    continue
+                entry.gpu = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+                entry.ready = torch.cuda.Event()
+                entry.ready.record()
+                self.stats["kept_bytes"] += entry.nbytes
 
     # -- backward ---------------------------------------------------------------------------
     def _fetch_one(self, entry: _Entry) -> None:

@@ -25,15 +25,27 @@ The other way to free a block's memory: run it under torch.utils.checkpoint (non
 so that its forward pass keeps only its inputs, and run it again when the backward pass
 reaches it. Option ``recompute``: the first that many blocks, checkpointed (the engine's
 NOTE [recompute] over each block's own ops: not the ops after it in its region, which run
-in the parent's code), nothing offloaded. The block runtime wraps those modules' forward
-(vdnnsim/gpu/block_offload.py); a block plan carries ``recompute_blocks``. ``vdnnsim plan``
-(NOTE [block plan]) tries both, offloading and checkpointing the first k blocks, and keeps
-the faster that fits (on a memory-only trace, offloading, whose cost needs no times).
+in the parent's code), nothing offloaded (with ``blocks`` too: NOTE [block mix]). The
+block runtime wraps those modules' forward (vdnnsim/gpu/block_offload.py); a block plan
+carries ``recompute_blocks``. ``vdnnsim plan`` (NOTE [block plan]) tries both, offloading
+and checkpointing the first k blocks, then their mixes, and keeps the fastest that fits
+(on a memory-only trace, offloading, whose cost needs no times).
 A block that writes its input in place is never checkpointed (``block_segments``: the plan
 file lists the blocks it checkpoints, ``recompute_paths``, and the runtime wraps just those).
 Gradients are the plain step's (tests/test_block_offload.py, on a CPU); a batch norm's
 running statistics are updated once more by the recompute, as torch.utils.checkpoint does.
-Not measured on the H200 yet (session 11 ran out of device time).
+Measured in planned runs: the 3.4B Llama shape on the H200 (session 25) and the 7B on an
+H100 (session 32), both with parameters on the host (NOTE [parameter offload]).
+
+NOTE [block mix]
+Both at once: the first ``blocks`` blocks offloaded and the ``recompute`` blocks after them
+checkpointed (options ``blocks`` and ``recompute`` together; ``block_mixed_plan``). The
+earliest blocks are the ones offloaded because their copies have the rest of the forward
+pass to drain and their prefetches the backward of every block above to hide in; the
+checkpointed blocks' cost, their forward run again, is the same wherever they are. Nothing
+a checkpoint drops or keeps as its input is offloaded (``with_segments``' rule: the
+checkpoint holds its input anyway). The planner (NOTE [block plan]) tries the mixes where
+a mix can be faster than both pure plans.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from ..engine import replay
 from ..engine.caching import allocator_settings
 from ..engine.optimizer_step import cpu_step_calibrated
 from ..engine.params import ParamGroup
+from ..engine.sim import checkpoint_buffers
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..trace.model import Trace
@@ -123,8 +136,10 @@ def param_groups(trace: Trace, params: int) -> tuple[ParamGroup, ...]:
     return tuple(groups)
 
 
-def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
-    """NOTE [block recompute]: of the first ``recompute`` blocks, those that can be
+def block_segments(trace: Trace, recompute: int,
+                   start: int = 0) -> dict[str, tuple[int, int]]:
+    """NOTE [block recompute]: of the ``recompute`` blocks after the first ``start`` (NOTE
+    [block mix]; 0: from the first block on), those that can be
     checkpointed, by path: their own ops, (first, last) layer index each (a block's region
     without what runs after the block before the next one, a residual add of the parent's,
     which torch.utils.checkpoint on the module does not run again). A block whose input is
@@ -135,7 +150,7 @@ def block_segments(trace: Trace, recompute: int) -> dict[str, tuple[int, int]]:
     regions = block_regions(trace)
     lv = liveness(trace)
     segs: dict[str, tuple[int, int]] = {}
-    for r in range(1, min(recompute, len(regions) - 2) + 1):
+    for r in range(start + 1, min(start + recompute, len(regions) - 2) + 1):
         idx = regions[r]
         if not idx:
             continue
@@ -170,6 +185,29 @@ def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks"
     return with_segments(trace, segs, "none", algo_choice(trace, "p"), sync=False, name=name)
 
 
+def block_mixed_plan(trace: Trace, blocks: int, recompute: int,
+                     name: str = "vdnn_blocks") -> Plan:
+    """NOTE [block mix]: the first ``blocks`` blocks offloaded, the ``recompute`` after them
+    checkpointed; either count 0 is the pure plan of the other."""
+    if not recompute:
+        return block_plan(trace, blocks, name)
+    if not blocks:
+        return block_recompute_plan(trace, recompute, name)
+    plan = block_plan(trace, blocks, name)
+    segs = tuple(block_segments(trace, recompute, blocks).values())
+    if not segs:
+        return plan
+    lv = liveness(trace)
+    held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
+    skip: set[str] = set()
+    for first, last in segs:  # never offload what a checkpoint drops or keeps
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        skip |= dropped | inputs
+    offload = tuple(tuple(b for b in o if b not in skip) for o in plan.offload)
+    prefetch = tuple(p if p < 0 or offload[p] else -1 for p in plan.prefetch)
+    return replace(plan, offload=offload, prefetch=prefetch, recompute=segs)
+
+
 def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
     opts = dict(options)
     params = opts.pop("params", 0)
@@ -190,13 +228,17 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
     if blocks is not None and budget is not None:
         raise ConfigError("policy vdnn_blocks: give blocks or budget, not both")
     if recompute is not None:
-        if blocks is not None or budget is not None:
-            raise ConfigError("policy vdnn_blocks: recompute takes neither blocks nor budget")
+        if budget is not None:
+            raise ConfigError("policy vdnn_blocks: recompute does not go with budget (the "
+                              "budget's plan chooses both counts)")
         if isinstance(recompute, bool) or not isinstance(recompute, int) or \
                 not 0 <= recompute <= 10**6:
             raise ConfigError(f"policy vdnn_blocks: option recompute must be a count of "
                               f"blocks from 0, got {recompute!r}")
-        return block_recompute_plan(trace, recompute)
+        if blocks is None:
+            return block_recompute_plan(trace, recompute)
+        _count("blocks", blocks)
+        return block_mixed_plan(trace, blocks, recompute)  # NOTE [block mix]
     regions = block_regions(trace)
     total = max(0, len(regions) - 2)
     if budget is not None:
@@ -206,14 +248,17 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
             raise ConfigError(f"policy vdnn_blocks: option budget: {exc}") from None
         p = plan_blocks(trace, gpu, budget,  # NOTE [planning allocator]
                         allocator=planning_allocator())
-        return block_recompute_plan(trace, p.recompute) if p.recompute else \
-            block_plan(trace, p.blocks)
+        return block_mixed_plan(trace, p.blocks, p.recompute)
     if blocks is None:
         blocks = total
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= 10**6:
-        raise ConfigError(f"policy vdnn_blocks: option blocks must be a count of blocks from "
-                          f"0, got {blocks!r}")
+    _count("blocks", blocks)
     return block_plan(trace, blocks)
+
+
+def _count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
+        raise ConfigError(f"policy vdnn_blocks: option {name} must be a count of blocks "
+                          f"from 0, got {value!r}")
 
 
 # NOTE [block plan]
@@ -231,7 +276,10 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
 # as monotone in either count, as above); the fastest pair that fits wins. The scan stops
 # at the first parameter count that fits with no activations moved (more parameters on
 # the host then only add copies). A memory-only trace takes the fewest parameter blocks,
-# then the fewest offloaded blocks, that fit (no time to weigh).
+# then the fewest offloaded blocks, that fit (no time to weigh). On a timed trace whose
+# blocks can be checkpointed, the mixes at the chosen parameter count last (NOTE [block
+# mix], ``_with_mix``): the first o blocks offloaded and r checkpointed after
+# them, every pair up to the counts that fit alone; the fastest that fits wins.
 
 
 @dataclass
@@ -242,11 +290,15 @@ class BlockPlan:
     peak_memory_bytes: int
     iteration_time_ns: int
     tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
-    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed instead (then blocks 0)
+    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed, after the offloaded
+    # ones where both counts are set (NOTE [block mix])
     tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
     optimizer_offload: bool = False  # NOTE [optimizer offload]: the optimizer on the CPU
     params: int = 0  # NOTE [parameter offload]: blocks whose parameters are on the host
     optimizer_pinning: str = "caching"  # NOTE [optimizer pinning]: where its copies live
+    # NOTE [block mix]: (parameter blocks, offloaded, checkpointed after them, fits, peak,
+    # ns) of each replay of a mix
+    tried_mixed: list[tuple[int, int, int, bool, int, int]] = field(default_factory=list)
     # (parameter blocks, "offload" or "recompute", count, fits, peak, ns) of each replay
     # with parameters on the host
     tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
@@ -263,7 +315,8 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
                 pinning: str = "caching") -> BlockPlan:
     """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
-    [block recompute]) if that is faster. ``optimizer_offload``: with the optimizer on
+    [block recompute]) if that is faster, or a mix of the first blocks offloaded and some
+    after them checkpointed (NOTE [block mix]) if that is the fastest. ``optimizer_offload``: with the optimizer on
     the CPU (NOTE [optimizer offload]), or not; None: both ways, and the plan that fits
     wins, the faster where both do (a memory-only trace keeps the optimizer on the GPU
     where that fits: it has no time to weigh the CPU's step against), where the preset's
@@ -296,8 +349,9 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     kept = pinning if offload else "caching"  # NOTE [optimizer pinning]
     allocator = allocator_settings(allocator)
 
-    def replayed(option: str, k: int, params: int = 0) -> tuple[bool, int, int]:
-        plan = plans[option](trace, k)
+    def replayed(option: str, k: int, params: int = 0, mixed: int = 0) -> tuple[bool, int, int]:
+        # mixed: NOTE [block mix], k offloaded blocks and the ``mixed`` after them checkpointed
+        plan = block_mixed_plan(trace, k, mixed) if mixed else plans[option](trace, k)
         if offload:
             plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
                            params=param_groups(trace, params))
@@ -334,6 +388,42 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     moves = best.blocks or best.recompute  # what parameters on the host might spare
     if offload and (not best.fits or (trace.timed and moves)) and param_groups(trace, total):
         best = _with_params(best, total, replayed, can_wrap, trace.timed)
+    if trace.timed and can_wrap and best.fits and (best.blocks or best.recompute):
+        best = _with_mix(best, total, replayed)
+    return best
+
+
+def _fewest(best: BlockPlan, how: str) -> int | None:
+    """The fewest ``how`` ('offload' or 'recompute') blocks that fit at ``best``'s count of
+    parameter blocks, among the replays the plan made; None if none fit there."""
+    if best.params:
+        fit = [k for p, h, k, ok, _, _ in best.tried_params if p == best.params and h == how
+               and ok]
+    else:
+        fit = [k for k, ok, _, _ in (best.tried if how == "offload" else best.tried_recompute)
+               if ok]
+    return min(fit) if fit else None
+
+
+def _with_mix(best: BlockPlan, total: int, replayed: Any) -> BlockPlan:
+    """NOTE [block mix]: at ``best``'s count of parameter blocks, every pair of o offloaded
+    blocks (1 up to the fewest that fit offloaded alone) and r checkpointed after them (1 up
+    to the fewest that fit checkpointed alone, or every block after them where that never
+    fits); the fastest pair that fits wins over ``best``. Every pair, not the fewest r for
+    each o: fitting is not monotone in r (a checkpointed block runs its forward again in
+    the backward pass, and that can make a new peak: VGG-16 (32) at 80% of its peak fits
+    with 3 offloaded and 7 checkpointed, not with 8 to 13, and again with 14), nor is the
+    step's time."""
+    params, log = best.params, best.tried_mixed
+    o_hi = _fewest(best, "offload")
+    r_hi = _fewest(best, "recompute")
+    for o in range(1, total if o_hi is None else o_hi):
+        for r in range(1, min(total - o, total if r_hi is None else r_hi) + 1):
+            ok, peak, ns = replayed("mix", o, params, r)
+            log.append((params, o, r, ok, peak, ns))
+            if ok and ns < best.iteration_time_ns:
+                best = replace(best, blocks=o, recompute=r, peak_memory_bytes=peak,
+                               iteration_time_ns=ns)
     return best
 
 

@@ -28,7 +28,9 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
     its batch splits, NOTE [batch split]); algorithms and buffers that the trace has."""
     data = read_plan_file(path)
     if isinstance(data, BlockPlanFile):
-        opts = (f"recompute: {data.recompute_blocks}" if data.recompute_blocks
+        opts = (f"blocks: {data.blocks}, recompute: {data.recompute_blocks}"
+                if data.recompute_blocks and data.blocks  # NOTE [block mix]
+                else f"recompute: {data.recompute_blocks}" if data.recompute_blocks
                 else f"blocks: {data.blocks}") + (
             f", params: {data.param_blocks} (and the optimizer offloaded)"
             if data.param_blocks else "")

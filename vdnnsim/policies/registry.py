@@ -44,7 +44,8 @@ POLICIES: dict[str, tuple[PolicyFn, dict[str, Any], str]] = {
                  "paper's vDNN_dyn)"),
     "vdnn_blocks": (vdnn_blocks, {}, "offload whole blocks of any model (NOTE [block "
                     "offload]): the first `blocks` of them, or the fewest that fit `budget`; "
-                    "or checkpoint the first `recompute` (NOTE [block recompute]); with the "
+                    "or checkpoint the first `recompute` (NOTE [block recompute]), after "
+                    "the first `blocks` where both are given (NOTE [block mix]); with the "
                     "optimizer on the CPU, the first `params` blocks' parameters on the host "
                     "(NOTE [parameter offload])"),
     "checkpoint": (checkpoint, {}, "activation checkpointing as checkpoint_sequential does "

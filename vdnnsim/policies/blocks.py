@@ -278,8 +278,9 @@ def _count(name: str, value: Any) -> None:
 # the host then only add copies). A memory-only trace takes the fewest parameter blocks,
 # then the fewest offloaded blocks, that fit (no time to weigh). On a timed trace whose
 # blocks can be checkpointed, the mixes at the chosen parameter count last (NOTE [block
-# mix], ``_with_mix``): the first o blocks offloaded and r checkpointed after
-# them, every pair up to the counts that fit alone; the fastest that fits wins.
+# mix], ``_with_mix``): the first o blocks offloaded and the fewest checkpointed
+# after them that fit, counted up for each o while offloading o alone is faster than the
+# plan so far; the fastest that fits wins.
 
 
 @dataclass
@@ -349,14 +350,18 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     kept = pinning if offload else "caching"  # NOTE [optimizer pinning]
     allocator = allocator_settings(allocator)
 
-    def replayed(option: str, k: int, params: int = 0, mixed: int = 0) -> tuple[bool, int, int]:
-        # mixed: NOTE [block mix], k offloaded blocks and the ``mixed`` after them checkpointed
+    def replayed(option: str, k: int, params: int = 0, mixed: int = 0, *, capped: bool = True,
+                 stop: bool = False) -> tuple[bool, int, int]:
+        # mixed: NOTE [block mix], k offloaded blocks and the ``mixed`` after them
+        # checkpointed; capped=False: on the whole card; stop: no time wanted if it does
+        # not fit (the replay stops at its out-of-memory)
         plan = block_mixed_plan(trace, k, mixed) if mixed else plans[option](trace, k)
         if offload:
             plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
                            params=param_groups(trace, params))
         with paused_gc():  # NOTE [paused gc], as run_trace's replay
-            sim = replay(trace, gpu, plan, budget, record_ops=False, allocator=allocator)
+            sim = replay(trace, gpu, plan, budget if capped else None, record_ops=False,
+                         allocator=allocator, stop_at_oom=stop)
         r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
         del sim
         return r
@@ -406,24 +411,34 @@ def _fewest(best: BlockPlan, how: str) -> int | None:
 
 
 def _with_mix(best: BlockPlan, total: int, replayed: Any) -> BlockPlan:
-    """NOTE [block mix]: at ``best``'s count of parameter blocks, every pair of o offloaded
-    blocks (1 up to the fewest that fit offloaded alone) and r checkpointed after them (1 up
-    to the fewest that fit checkpointed alone, or every block after them where that never
-    fits); the fastest pair that fits wins over ``best``. Every pair, not the fewest r for
-    each o: fitting is not monotone in r (a checkpointed block runs its forward again in
-    the backward pass, and that can make a new peak: VGG-16 (32) at 80% of its peak fits
-    with 3 offloaded and 7 checkpointed, not with 8 to 13, and again with 14), nor is the
-    step's time."""
+    """NOTE [block mix]: at ``best``'s count of parameter blocks, for each count o of
+    offloaded blocks (from 1, below the fewest that fit offloaded alone), the fewest r
+    checkpointed after them that then fit, found by counting up (up to the fewest that
+    fit checkpointed alone, or every block after them where that never fits); the fastest
+    pair wins over ``best``. Counting up, not bisecting, as fitting is not monotone in r: a
+    checkpointed block runs its forward again in the backward pass, which can make a new
+    peak (VGG-16 (32) at 80% of its peak fits with 3 offloaded and 7 checkpointed, not
+    with 8 to 13, and again with 14). The fewest r is taken as the fastest for its o (each
+    block more runs again); near the cap the allocator can make a larger r faster, which
+    this does not look for. The counts of o stop where offloading o blocks alone, on the
+    whole card, is no faster than ``best``: a mix of them runs at least that (its
+    checkpointed blocks only add work, its cap only allocator retries), and each block
+    more offloaded only adds copies."""
     params, log = best.params, best.tried_mixed
     o_hi = _fewest(best, "offload")
     r_hi = _fewest(best, "recompute")
     for o in range(1, total if o_hi is None else o_hi):
+        ok, _, floor = replayed("blocks", o, params, capped=False)
+        if ok and floor >= best.iteration_time_ns:
+            break
         for r in range(1, min(total - o, total if r_hi is None else r_hi) + 1):
-            ok, peak, ns = replayed("mix", o, params, r)
-            log.append((params, o, r, ok, peak, ns))
-            if ok and ns < best.iteration_time_ns:
-                best = replace(best, blocks=o, recompute=r, peak_memory_bytes=peak,
-                               iteration_time_ns=ns)
+            ok, peak, ns = replayed("mix", o, params, r, stop=True)
+            log.append((params, o, r, ok, peak, ns if ok else 0))
+            if ok:
+                if ns < best.iteration_time_ns:
+                    best = replace(best, blocks=o, recompute=r, peak_memory_bytes=peak,
+                                   iteration_time_ns=ns)
+                break
     return best
 
 

@@ -239,7 +239,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
         head += ", optimizer on the CPU"
     timed = trace.timed  # NOTE [memory-only traces]: a count that fits by memory alone
     n = (len(plan.tried) + len(plan.tried_recompute) + len(plan.tried_params)
-         + len(plan.tried_mixed))
+         + len(plan.tried_mixed) + plan.mix_floors)
     print(f"{head}: {n} simulations, {plan.total} blocks")
     for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):
         for k, fits, peak, ns in tried:
@@ -258,8 +258,8 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
             f"fits with {k} block(s) {DONE.get(how, how)}, peak {peak / GiB:.2f} GiB"
             + (f", {ns / 1e6:.1f} ms" if timed else "") if k >= 0 else
             f"out of memory with every block {DONE.get(how, how)}"))
-    # NOTE [block mix]: per count of offloaded blocks, the fastest count checkpointed after
-    # them that fits (the other pairs tried left out)
+    # NOTE [block mix]: per count of offloaded blocks, the count checkpointed after them
+    # that fits (the fewest; the counts tried below it left out)
     mixes: dict[tuple[int, int], tuple[int, int, int]] = {}
     for p, o, r, fits, peak, ns in plan.tried_mixed:
         if fits and ((p, o) not in mixes or ns < mixes[p, o][2]):

@@ -298,8 +298,10 @@ class BlockPlan:
     params: int = 0  # NOTE [parameter offload]: blocks whose parameters are on the host
     optimizer_pinning: str = "caching"  # NOTE [optimizer pinning]: where its copies live
     # NOTE [block mix]: (parameter blocks, offloaded, checkpointed after them, fits, peak,
-    # ns) of each replay of a mix
+    # ns) of each replay of a mix (one that does not fit stopped there: its peak is where it
+    # stopped, its ns 0), and the uncapped replays that bounded the search
     tried_mixed: list[tuple[int, int, int, bool, int, int]] = field(default_factory=list)
+    mix_floors: int = 0
     # (parameter blocks, "offload" or "recompute", count, fits, peak, ns) of each replay
     # with parameters on the host
     tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
@@ -355,7 +357,11 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         # mixed: NOTE [block mix], k offloaded blocks and the ``mixed`` after them
         # checkpointed; capped=False: on the whole card; stop: no time wanted if it does
         # not fit (the replay stops at its out-of-memory)
-        plan = block_mixed_plan(trace, k, mixed) if mixed else plans[option](trace, k)
+        if option == "floor":  # the copies of k offloaded with every block after them
+            # checkpointed (the fewest any mix of k makes), and nothing run again
+            plan = replace(block_mixed_plan(trace, k, total - k), recompute=())
+        else:
+            plan = block_mixed_plan(trace, k, mixed) if mixed else plans[option](trace, k)
         if offload:
             plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
                            params=param_groups(trace, params))
@@ -420,15 +426,18 @@ def _with_mix(best: BlockPlan, total: int, replayed: Any) -> BlockPlan:
     peak (VGG-16 (32) at 80% of its peak fits with 3 offloaded and 7 checkpointed, not
     with 8 to 13, and again with 14). The fewest r is taken as the fastest for its o (each
     block more runs again); near the cap the allocator can make a larger r faster, which
-    this does not look for. The counts of o stop where offloading o blocks alone, on the
-    whole card, is no faster than ``best``: a mix of them runs at least that (its
-    checkpointed blocks only add work, its cap only allocator retries), and each block
-    more offloaded only adds copies."""
+    this does not look for. The counts of o stop where o blocks offloaded on the whole
+    card, with the copies of the mix of o that copies least (every block after them
+    checkpointed: no checkpoint's input is copied) and nothing run again, are no faster
+    than ``best``: a heuristic floor (a mix of them makes those copies or more, and runs
+    blocks again), and each block more offloaded adds copies."""
     params, log = best.params, best.tried_mixed
     o_hi = _fewest(best, "offload")
     r_hi = _fewest(best, "recompute")
+    floors = 0
     for o in range(1, total if o_hi is None else o_hi):
-        ok, _, floor = replayed("blocks", o, params, capped=False)
+        ok, _, floor = replayed("floor", o, params, capped=False)
+        floors += 1
         if ok and floor >= best.iteration_time_ns:
             break
         for r in range(1, min(total - o, total if r_hi is None else r_hi) + 1):
@@ -439,7 +448,7 @@ def _with_mix(best: BlockPlan, total: int, replayed: Any) -> BlockPlan:
                     best = replace(best, blocks=o, recompute=r, peak_memory_bytes=peak,
                                    iteration_time_ns=ns)
                 break
-    return best
+    return replace(best, mix_floors=floors)
 
 
 def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,

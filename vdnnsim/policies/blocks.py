@@ -57,14 +57,13 @@ from ..engine import replay
 from ..engine.caching import allocator_settings
 from ..engine.optimizer_step import cpu_step_calibrated
 from ..engine.params import ParamGroup
-from ..engine.sim import checkpoint_buffers
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..trace.model import Trace
 from ..yamlio import paused_gc
 from .builtin import algo_choice, check_options
 from .plan import Plan, liveness, planning_allocator
-from .recompute import with_segments
+from .recompute import with_segments, without_checkpointed
 
 
 def block_regions(trace: Trace) -> list[list[int]]:
@@ -197,13 +196,7 @@ def block_mixed_plan(trace: Trace, blocks: int, recompute: int,
     segs = tuple(block_segments(trace, recompute, blocks).values())
     if not segs:
         return plan
-    lv = liveness(trace)
-    held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
-    skip: set[str] = set()
-    for first, last in segs:  # never offload what a checkpoint drops or keeps
-        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
-        skip |= dropped | inputs
-    offload = tuple(tuple(b for b in o if b not in skip) for o in plan.offload)
+    offload = without_checkpointed(trace, segs, plan.offload)
     prefetch = tuple(p if p < 0 or offload[p] else -1 for p in plan.prefetch)
     return replace(plan, offload=offload, prefetch=prefetch, recompute=segs)
 

@@ -56,6 +56,19 @@ def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, 
                                 f"layers, offload {which}",))
 
 
+def without_checkpointed(trace: Trace, segs: tuple[tuple[int, int], ...],
+                          offload: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """``offload`` (per layer, the buffers it offloads) less what the checkpointed ``segs``
+    drop or keep as their inputs: an offload of those frees nothing (NOTE [recompute])."""
+    lv = liveness(trace)
+    held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
+    skip: set[str] = set()
+    for first, last in segs:
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        skip |= dropped | inputs
+    return tuple(tuple(b for b in o if b not in skip) for o in offload)
+
+
 def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
                   algos: tuple[int, ...], sync: bool = True, name: str = "checkpoint",
                   prefetch: bool = True, reading: str = "measured", distance: int = 0,
@@ -65,13 +78,7 @@ def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
     n = len(trace.layers)
     plan = vdnn_plan(trace, which, algos, sync, name, prefetch, reading, distance, placement)
     if which != "none" and segs:  # never offload what the checkpointing drops or rereads
-        lv = liveness(trace)
-        held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
-        skip: set[str] = set()
-        for first, last in segs:
-            dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
-            skip |= dropped | inputs
-        offload = tuple(tuple(b for b in o if b not in skip) for o in plan.offload)
+        offload = without_checkpointed(trace, segs, plan.offload)
         if not prefetch:
             schedule = (-1,) * n
         elif distance:

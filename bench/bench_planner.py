@@ -22,7 +22,7 @@ from pathlib import Path
 
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine import replay
-from vdnnsim.planner import plan_blocks, search_plan
+from vdnnsim.planners.greedy import plan_blocks, search_plan
 from vdnnsim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench_engine import median_ms  # this folder is on sys.path when run as a script
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.validate import POLICY_MAP, load_traces, validate
+from vdnnsim.measured.validate import POLICY_MAP, load_traces, validate
 
 ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
 

@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's vdnnsim
 
 from vdnnsim.api import resolve_gpu  # noqa: E402
-from vdnnsim.gpu.profile import synthesize_model  # noqa: E402
+from vdnnsim.gpu.profile.layers import synthesize_model  # noqa: E402
 from vdnnsim.trace import save_trace, trace_from_dict  # noqa: E402
-from vdnnsim.validate import format_validation, summarize, validate  # noqa: E402
+from vdnnsim.measured.validate import format_validation, summarize, validate  # noqa: E402
 
 
 def main(argv=None) -> int:

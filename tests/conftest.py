@@ -87,7 +87,7 @@ def block_step_grads(work: Any, rt: Any) -> tuple[dict, dict]:
     """One training step's gradients on a CUDA GPU (no optimizer step) with the block
     runtime ``rt`` (or none), and its stats; the runtime removed after it."""
     import torch
-    from vdnnsim.gpu.workload import training_step
+    from vdnnsim.gpu.model.workload import training_step
 
     step = training_step(work, 8, "cuda", "fp32", "sgd")
     step.optimizer.zero_grad(set_to_none=True)

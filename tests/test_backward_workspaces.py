@@ -52,7 +52,7 @@ def test_the_profilers_backward_calls_are_the_convolutions_own():
     alone (on CUDA); here, on the CPU, that those calls are the backward's: the input's
     gradient, then the weight's, as autograd computes them."""
     torch = pytest.importorskip("torch")
-    from vdnnsim.gpu.profile import conv_backward_calls
+    from vdnnsim.gpu.profile.layers import conv_backward_calls
     conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1, groups=1)
     x = torch.randn(2, 3, 9, 9, requires_grad=True)
     out = conv(x)

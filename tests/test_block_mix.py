@@ -14,7 +14,7 @@ import yaml
 
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.errors import ConfigError
-from vdnnsim.planner import block_plan_to_dict, block_paths, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict, block_paths, plan_blocks
 from vdnnsim.policies.blocks import (block_mixed_plan, block_plan, block_recompute_plan,
                                      block_segments)
 
@@ -109,7 +109,7 @@ def test_the_planner_mixes_where_that_is_faster_than_either_alone(vgg, tmp_path)
     assert (d["blocks"], d["recompute_blocks"]) == (p.blocks, p.recompute)
     assert d["recompute_paths"] == list(block_segments(vgg, p.recompute, p.blocks))
     assert not set(d["recompute_paths"]) & set(d["block_paths"][:p.blocks])
-    from vdnnsim.planfile import BlockPlanFile
+    from vdnnsim.planners.planfile import BlockPlanFile
     BlockPlanFile.model_validate(d)  # the runtime's reading of it
 
 
@@ -141,7 +141,7 @@ def test_vdnnsim_plan_says_the_mix(vgg, tmp_path):
 def test_a_plan_file_that_offloads_and_checkpoints_one_block_is_refused(change, match):
     from pydantic import ValidationError
 
-    from vdnnsim.planfile import BlockPlanFile
+    from vdnnsim.planners.planfile import BlockPlanFile
     d = {"format": "vdnnsim-block-plan", "network": "vgg16", "batch_size": 32,
          "gpu": "h200", "budget_bytes": GiB, "blocks": 0, "total_blocks": 40,
          "block_paths": [f"features.{i}" for i in range(31)] + ["avgpool"]
@@ -156,8 +156,8 @@ class _NoStream:
 
 
 def _resnet_grads(offload: int, recompute: list[str], monkeypatch, events=None):
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     monkeypatch.setattr(torch.cuda, "Stream", _NoStream)
     paths = ["conv1", "bn1", "relu", "maxpool", "layer1.0", "layer1.1", "layer2.0"]
@@ -204,8 +204,8 @@ def test_the_runtime_offloads_and_checkpoints_apart_with_the_plain_gradients(mon
 @pytest.mark.parametrize("recompute", [["bn1"], ["layer1.0.conv1"], ["layer1"]])
 def test_the_runtime_refuses_a_block_both_offloaded_and_checkpointed(recompute,
                                                                      monkeypatch):
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload
 
     monkeypatch.setattr(torch.cuda, "Stream", _NoStream)
     work = build_workload("torchvision.models:resnet18", None, "image:3,32,32", {})
@@ -218,8 +218,8 @@ def test_the_runtime_refuses_a_block_both_offloaded_and_checkpointed(recompute,
 def test_a_mixed_plan_gives_bit_identical_gradients_on_the_gpu():
     """The copies too: the first blocks offloaded to pinned host memory and prefetched,
     the ones after them checkpointed, the gradients the plain step's to the bit."""
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload
 
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     paths = ["conv1", "bn1", "relu", "maxpool", "layer1.0", "layer1.1", "layer2.0"]
@@ -246,7 +246,7 @@ def test_a_checkpoints_input_saved_by_an_offloaded_block_is_not_fetched_back():
     second copy, as the engine's plan never offloads it."""
     from torch import nn
 
-    from vdnnsim.gpu.block_offload import BlockOffload
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
 
     def grads(mix: bool):
         torch.manual_seed(0)

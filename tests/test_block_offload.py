@@ -15,7 +15,7 @@ import yaml
 
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.errors import ConfigError
-from vdnnsim.planner import BLOCK_FORMAT, plan_blocks
+from vdnnsim.planners.greedy import BLOCK_FORMAT, plan_blocks
 from vdnnsim.policies.blocks import block_regions
 from vdnnsim.trace import load_trace
 
@@ -91,8 +91,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 def _grads(offload: int | None, precision: str = "fp32"):
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     torch.manual_seed(0)
     kw = {"n_layer": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
@@ -152,10 +152,10 @@ def test_blocks_by_path_of_a_factory_cnn_give_identical_gradients():
     trace names, and its gradients are the plain step's to the bit."""
     pytest.importorskip("timm")
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload
-    from vdnnsim.planner import block_paths
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload
+    from vdnnsim.planners.greedy import block_paths
     from vdnnsim.trace import trace_from_dict
 
     kw = {"model_name": "cspresnet50"}
@@ -186,7 +186,7 @@ RESNET = ("torchvision.models:resnet18", "image:3,32,32")
 @pytest.fixture(scope="module")
 def resnet_trace():
     """A factory CNN's meta-device trace: its blocks by call (NOTE [blocks])."""
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.trace import trace_from_dict
     d = memory_trace(RESNET[0], 8, resolve_gpu("h200"), "fp32", None, {}, RESNET[1])
     return trace_from_dict(d, "resnet18")
@@ -194,7 +194,7 @@ def resnet_trace():
 
 def test_checkpointed_blocks_lower_the_peak_and_their_segments_are_their_own_ops(
         resnet_trace):
-    from vdnnsim.planner import block_paths
+    from vdnnsim.planners.greedy import block_paths
     from vdnnsim.policies.blocks import block_segments
     paths = block_paths(resnet_trace)
     # the root's calls in order: the root's ReLU and pooling are called once, so blocks
@@ -224,7 +224,7 @@ def test_the_block_plan_checkpoints_where_that_is_faster():
     off = next(x for x in p.tried if x[1])
     assert p.fits and p.recompute > 0 and p.blocks == 0
     assert p.iteration_time_ns < off[3] / 2
-    from vdnnsim.planner import block_plan_to_dict
+    from vdnnsim.planners.greedy import block_plan_to_dict
     d = block_plan_to_dict(t, gpu, 12 * GiB, p)
     assert d["recompute_blocks"] == p.recompute and d["blocks"] == 0
     assert 0 < len(d["recompute_paths"]) <= p.recompute
@@ -234,8 +234,8 @@ def test_the_block_plan_checkpoints_where_that_is_faster():
 def test_checkpointed_blocks_give_identical_gradients_on_a_cpu():
     """The runtime's checkpointing of the first blocks (by path), gradients to the bit,
     and the model's own forward back after remove()."""
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     paths = ["conv1", "bn1", "relu", "maxpool", "layer1.0", "layer1.1", "layer2.0"]
 
@@ -271,8 +271,8 @@ def test_checkpointed_transformer_blocks_run_without_a_kv_cache():
     BLOOM's recomputed attention saw twice the keys (the H200's planned run of issue 28's
     bloom-560m failed so). The runtime turns the cache off as transformers' own gradient
     checkpointing does, gradients stay those of the plain step, and remove() restores it."""
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     spec = f"hf:{ROOT / 'tests/hf/bloom-tiny.yaml'}"
 

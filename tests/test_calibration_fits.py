@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim import calibration_fits as cf
+from vdnnsim.costs import fits as cf
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_module_imports_without_torch():
-    code = ("import sys; import vdnnsim.calibration_fits as m; "
+    code = ("import sys; import vdnnsim.costs.fits as m; "
             "m.segment_costs(); m.kernel_counts(); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -83,7 +83,7 @@ def test_the_published_scales_are_published_json():
 
 
 def test_the_command_checks_and_refuses_in_one_line(tmp_path):
-    run = [sys.executable, "-m", "vdnnsim.calibration_fits"]
+    run = [sys.executable, "-m", "vdnnsim.costs.fits"]
     r = subprocess.run([*run, "segments", "--check"], cwd=tmp_path, capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "as the package ships it", r.stderr

@@ -588,12 +588,12 @@ def test_a_file_of_another_kind_is_named(tmp_path: Path, args: list[str],
 
 def test_the_file_kinds_are_the_writers_formats() -> None:
     """NOTE [file kinds] recognises files by the format names their writers put in."""
-    from vdnnsim.planfile import BLOCK_FORMAT
-    from vdnnsim.planfile import FORMAT as PLAN_FORMAT
+    from vdnnsim.planners.planfile import BLOCK_FORMAT
+    from vdnnsim.planners.planfile import FORMAT as PLAN_FORMAT
     from vdnnsim.trace.schema import FORMAT as TRACE_FORMAT
     from vdnnsim.yamlio import FORMATS, file_kind
 
-    source = (Path(__file__).parents[1] / "vdnnsim" / "gpu" / "calibrate.py").read_text()
+    source = (Path(__file__).parents[1] / "vdnnsim" / "gpu" / "calibrate" / "kernels.py").read_text()
     calibration = re.search(r'^FORMAT = "([^"]+)"', source, re.M).group(1)
     assert FORMATS == {TRACE_FORMAT: "trace", PLAN_FORMAT: "plan", BLOCK_FORMAT: "plan",
                        calibration: "calibration"}
@@ -661,7 +661,7 @@ def test_an_unwritable_folder_is_named(tmp_path: Path, monkeypatch: pytest.Monke
                                           ("4096", 4096)])
 def test_memory_cap_takes_a_byte_size(size: str, nbytes: int, capsys) -> None:
     """--memory-cap SIZE is the byte-size parser's (GB is 10^9 bytes, GiB 2^30)."""
-    from vdnnsim.cli import _memory_cap, build_parser
+    from vdnnsim.cli.app import _memory_cap, build_parser
 
     args = build_parser().parse_args(["measure", "--model", "zoo:alexnet", "-b", "2",
                                       "--memory-cap", size])
@@ -671,7 +671,7 @@ def test_memory_cap_takes_a_byte_size(size: str, nbytes: int, capsys) -> None:
 
 def test_the_deprecated_memory_cap_gb_still_means_gib(capsys) -> None:
     """Committed scripts say --memory-cap-gb 12: still 12 GiB, with one line saying so."""
-    from vdnnsim.cli import _memory_cap, build_parser
+    from vdnnsim.cli.app import _memory_cap, build_parser
 
     p = build_parser()
     args = p.parse_args(["measure", "--model", "zoo:alexnet", "-b", "2", "--memory-cap-gb",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim import calibration_fits as cf
+from vdnnsim.costs import fits as cf
 from vdnnsim.api import run_trace
-from vdnnsim.cpustep import fit, format_fit, what_if_error
+from vdnnsim.costs.cpustep import fit, format_fit, what_if_error
 from vdnnsim.errors import ConfigError
 from vdnnsim.hardware import CPU_STEP_BYTES, cpu_step_roofline_ns, gpu_preset
 
@@ -179,7 +179,7 @@ def _fake_host(monkeypatch, busy: bool = False):
     whatever the machine running the tests is doing. ``busy``: the default threads' bf16
     step falls with the tensor's size, as a loaded host timed it."""
     pytest.importorskip("torch")
-    from vdnnsim.gpu import cpu_optimizer as co
+    from vdnnsim.gpu.runtime import cpu_optimizer as co
     bw = {1: 20e9, 2: 38e9, 4: 70e9, 8: 100e9}
     known = _sweep(1.5, 1.2, bw, 50_000, top=8)
     torch = co.torch
@@ -208,7 +208,7 @@ def _fake_host(monkeypatch, busy: bool = False):
 def test_calibrate_cpu_step_writes_the_fit_of_its_sweep(tmp_path, monkeypatch, capsys):
     """The command from the sweep to the file: on a known host, the fit in the file and the
     overrides printed are that host's, and they load as a gpu override."""
-    from vdnnsim import cli
+    from vdnnsim.cli import app as cli
     _fake_host(monkeypatch)
     out = tmp_path / "cpu.json"
     assert cli.main(["calibrate", "--cpu-step", "--threads", "1,2,4,8", "-o", str(out)]) == 0
@@ -230,7 +230,7 @@ def test_a_sweep_timed_on_a_busy_host_is_refused_and_not_written(tmp_path, monke
                                                                  capsys):
     """Session 32's CI run: two threads under a parallel test run fitted a bf16 step of
     -7.6 ns per element and wrote it as the host's calibration. Now: exit 2, one line, no file."""
-    from vdnnsim import cli
+    from vdnnsim.cli import app as cli
     _fake_host(monkeypatch, busy=True)
     out = tmp_path / "cpu.json"
     assert cli.main(["calibrate", "--cpu-step", "--threads", "1,8", "-o", str(out)]) == 2
@@ -251,9 +251,9 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
     threads = ",".join(str(n) for n in sorted({1, top}))
     out = tmp_path / "cpu.json"
     r = subprocess.run([sys.executable, "-c",
-                        "import sys; from vdnnsim.gpu import cpu_optimizer as co; "
+                        "import sys; from vdnnsim.gpu.runtime import cpu_optimizer as co; "
                         "co.CPU_SWEEP_SIZES = ((1024, 8), (65_536, 4), (1 << 22, 1)); "
-                        "co.BANDWIDTH_ELEMENTS = 1 << 22; from vdnnsim import cli; "
+                        "co.BANDWIDTH_ELEMENTS = 1 << 22; from vdnnsim.cli import app as cli; "
                         "sys.exit(cli.main(sys.argv[1:]))",
                         "calibrate", "--cpu-step", "--threads", threads, "-o", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

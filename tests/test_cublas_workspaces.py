@@ -9,7 +9,7 @@ from unittest import mock
 from vdnnsim import run_trace
 from vdnnsim.engine.caching import CachingPool
 from vdnnsim.engine.compile import LT_WORKSPACE, cublas_workspaces
-from vdnnsim.optimizer import with_optimizer
+from vdnnsim.trace.optimizer import with_optimizer
 
 from .conftest import chain_trace, hand_gpu
 

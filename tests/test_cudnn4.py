@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from vdnnsim import build_trace, gpu_preset
-from vdnnsim.costmodel import EFF
+from vdnnsim.costs.analytic import EFF
 from vdnnsim.hardware import ALGO_CLASSES, _GPUSpec
 from vdnnsim.paper import cudnn4
 

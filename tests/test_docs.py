@@ -254,7 +254,7 @@ def test_error_messages_quoted_in_prose_are_shown_by_a_transcript():
 
 
 def test_hf_models_named_exist():
-    from vdnnsim.gpu.hf import shipped
+    from vdnnsim.gpu.model.hf import shipped
     known = set(shipped())
     problems = [f"{doc}: `{name}` is not a shipped hf model ({', '.join(sorted(known))})"
                 for doc, text in DOCS.items()

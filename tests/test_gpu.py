@@ -12,8 +12,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 import torch.nn.functional as F  # noqa: E402
 
-from vdnnsim.gpu.models import build_model  # noqa: E402
-from vdnnsim.gpu.runtime import VDNN  # noqa: E402
+from vdnnsim.gpu.model.build import build_model  # noqa: E402
+from vdnnsim.gpu.runtime.vdnn import VDNN  # noqa: E402
 
 
 def _grads(model, shape, policy, x, y):
@@ -46,7 +46,7 @@ def test_gradients_are_bit_identical(spec, policy):
 
 
 def test_offload_lowers_peak_memory():
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
     base = measure("zoo:vgg16", 32, "baseline", warmup=1, iters=2)
     conv = measure("zoo:vgg16", 32, "vdnn_conv", warmup=1, iters=2)
     every = measure("zoo:vgg16", 32, "vdnn_all", warmup=1, iters=2)
@@ -60,8 +60,8 @@ def test_offload_lowers_peak_memory():
 def test_the_profiler_counts_each_layers_commands_and_the_queue_blocks():
     """NOTE [kernel counts] on the GPU: every convolution launches at least one kernel
     each way; a view none forward; a busy stream's launch queue fills and blocks."""
-    from vdnnsim.gpu.kernels import launch_queue_depth
-    from vdnnsim.gpu.profile import profile_model
+    from vdnnsim.gpu.profile.kernels import launch_queue_depth
+    from vdnnsim.gpu.profile.layers import profile_model
     d = profile_model("torchvision:resnet18", 4, trials=1)
     by = {layer["id"]: layer for layer in d["layers"]}
     convs = [x for x in d["layers"] if x["kind"] == "conv"]
@@ -76,7 +76,7 @@ def test_the_profiler_counts_each_layers_commands_and_the_queue_blocks():
 def test_measure_probes_the_host_after_each_timed_step_and_keeps_the_cache():
     """NOTE [host probe]: one probe per timed step, their median, each step's host time;
     the probe's tensor is made after the warm-up, so no cache is emptied between steps."""
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
     r = measure("torchvision:resnet18", 8, iters=3, warmup=2)
     assert len(r["host_probe_steps_ns"]) == 3 and len(r["host_issue_ms_all"]) == 3
     assert r["host_probe_between_ns"] == sorted(r["host_probe_steps_ns"])[1] > 0
@@ -84,7 +84,7 @@ def test_measure_probes_the_host_after_each_timed_step_and_keeps_the_cache():
 
 
 def test_measure_without_the_step_probe_says_so():
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
     r = measure("torchvision:resnet18", 8, iters=2, warmup=1, step_probe=False)
     assert r["step_probe"] is False and "host_probe_steps_ns" not in r
 
@@ -93,7 +93,7 @@ def test_measure_out_of_memory_hands_over_the_segments_there():
     """A run out of memory under its cap, with a history asked for: the snapshot taken
     where it ran out (its segments, none over the cap), and the error's whole first line
     (what was reserved but not allocated is at its end)."""
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
     got = []
     cap = 256 << 20
     r = measure("torchvision:resnet50", 64, iters=2, warmup=1, memory_cap_bytes=cap,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim import importers
+from vdnnsim.measured import importers
 from vdnnsim.cli import main
 
 H200_TRACE = Path(__file__).parent / "data" / "kineto_h200_2steps.json.gz"  # how: its .py
@@ -76,7 +76,7 @@ def test_h200_trace_json_record(capsys, tmp_path):
 def test_trace_record_joins_measurements(tmp_path):
     """docs/gpu.md, "Importing": with what the trace cannot name added, the record is a
     measurement record that vdnnsim validate reads."""
-    from vdnnsim.validate import load_measurements
+    from vdnnsim.measured.validate import load_measurements
     rec = importers.import_file(H200_TRACE)
     rec.update(model="zoo:tiny", batch_size=2, policy="baseline", fits=True)
     f = tmp_path / "m.json"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim import cli
+from vdnnsim.cli import app as cli
 from vdnnsim.yamlio import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]

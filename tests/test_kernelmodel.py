@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vdnnsim.api import resolve_gpu
-from vdnnsim.kernelmodel import fit, for_gpu, load_fitted, predict_for
+from vdnnsim.costs.kernel import fit, for_gpu, load_fitted, predict_for
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = "calibration/h200_fp32.json"
@@ -98,7 +98,7 @@ def test_a_gpu_without_calibration_has_no_kernel_model_but_can_borrow_efficienci
 def test_a_meta_device_trace_is_timed_by_the_kernel_model_and_its_memory_closes():
     torch = pytest.importorskip("torch")  # noqa: F841
     from vdnnsim.api import run_trace
-    from vdnnsim.gpu.profile import synthesize_model
+    from vdnnsim.gpu.profile.layers import synthesize_model
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")
@@ -133,7 +133,7 @@ def test_calibrate_without_a_gpu_is_a_one_line_error(tmp_path):
 
 def test_the_calibration_grid_is_seeded_and_covers_the_op_classes():
     pytest.importorskip("torch")
-    from vdnnsim.gpu.calibrate import cases
+    from vdnnsim.gpu.calibrate.kernels import cases
     a, b = cases(0), cases(0)
     assert a == b and cases(1) != a
     convs = [c for c in a if c["op"] == "conv"]
@@ -148,8 +148,8 @@ def test_a_tensor_read_by_k_layers_costs_k_minus_1_gradient_adds():
     """NOTE [gradient sums]: autograd adds the gradients of a tensor several layers read."""
     torch = pytest.importorskip("torch")
     from torch import nn
-    from vdnnsim.gpu.graph import probe
-    from vdnnsim.gpu.profile import _flat, _gradient_sums
+    from vdnnsim.gpu.probe.fx import probe
+    from vdnnsim.gpu.profile.layers import _flat, _gradient_sums
 
     class Fan(nn.Module):
         def __init__(self):
@@ -173,8 +173,8 @@ def test_views_cost_nothing_and_layer_norm_has_its_own_class():
     nn.LayerNorm are timed by the layer_norm class, with the copy of a permuted input."""
     pytest.importorskip("torch")
     from torch import nn
-    from vdnnsim.gpu.graph import probe
-    from vdnnsim.gpu.profile import _calibrated, _flat
+    from vdnnsim.gpu.probe.fx import probe
+    from vdnnsim.gpu.profile.layers import _calibrated, _flat
 
     class Block(nn.Module):
         def __init__(self):
@@ -204,7 +204,7 @@ def test_views_cost_nothing_and_layer_norm_has_its_own_class():
 def test_sum_scale_makes_each_class_total_its_calibration_total():
     """NOTE [sum scale]: fitted on the calibration file, checked on it."""
     import json as _json
-    from vdnnsim.kernelmodel import _predict_class, class_of
+    from vdnnsim.costs.kernel import _predict_class, class_of
     gpu = resolve_gpu("h200")
     km = for_gpu(gpu)
     raw = _json.loads((ROOT / "vdnnsim/data/calibration/h200_fp32.json").read_text())
@@ -224,7 +224,7 @@ def test_meta_traces_carry_the_hosts_optimizer_step_and_gradient_sum_launches():
     """NOTE [host costs]: zero_grad and the step per parameter tensor; each gradient add
     one launch for the host."""
     pytest.importorskip("torch")
-    from vdnnsim.gpu.profile import synthesize_model
+    from vdnnsim.gpu.profile.layers import synthesize_model
     gpu = resolve_gpu("h200")
     data = synthesize_model("torchvision:resnet18", 16, gpu)
     h = gpu.host
@@ -246,7 +246,7 @@ def test_the_fit_command_rejects_bad_input_in_one_line(tmp_path):
     for args, frag in (([str(tmp_path / "none.json"), "h200"], "cannot read"),
                        ([str(bad), "h200"], "not a file of vdnnsim calibrate"),
                        ([str(bad).replace("bad", "none"), "h200"], "cannot read")):
-        r = subprocess.run([sys.executable, "-m", "vdnnsim.kernelmodel", *args, str(out)],
+        r = subprocess.run([sys.executable, "-m", "vdnnsim.costs.kernel", *args, str(out)],
                            capture_output=True, text=True)
         assert r.returncode == 2 and frag in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
@@ -255,7 +255,7 @@ def test_the_fit_command_rejects_bad_input_in_one_line(tmp_path):
 def test_dense_convs_are_timed_by_their_kinds_fit_where_it_has_enough_cases():
     """NOTE [conv kinds]: a 1x1 conv by the 1x1 fit; a kind with too few calibration cases
     (strided k x k on the H200's file) by the pooled class."""
-    from vdnnsim.kernelmodel import SUBCLASS_MIN, _predict_class
+    from vdnnsim.costs.kernel import SUBCLASS_MIN, _predict_class
     km = for_gpu(resolve_gpu("h200"))
     classes = km.fitted["classes"]
     one = dict(batch=64, c=256, h=28, w=28, k_out=64, kh=1, kw=1, sh=1, sw=1, ph=0, pw=0)
@@ -319,7 +319,7 @@ def test_the_spec_rules_committed_errors_are_what_the_rules_give():
 def test_per_byte_scaling_scales_bytes_and_keeps_the_rest():
     """NOTE [op spec rule]: per-byte costs times r, rates over r, the rest as it was; the
     CNN rule takes it only when asked (``scale_bandwidth``)."""
-    from vdnnsim.kernelmodel import per_byte_scaled
+    from vdnnsim.costs.kernel import per_byte_scaled
     fitted = {"classes": {
         "a": {"kind": "affine", "a": 5.0, "s": 2.0},
         "r": {"kind": "rows", "a": 1.0, "s": 2.0, "u": 3.0},

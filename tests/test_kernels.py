@@ -29,7 +29,7 @@ def _events(items):
 
 
 def test_commands_belong_to_the_marker_before_them_on_their_thread():
-    from vdnnsim.gpu.kernels import split_commands
+    from vdnnsim.gpu.profile.kernels import split_commands
     ev = _events([
         ("m", 0, 1, "f:-1"), ("c", 1, 1), ("c", 2, 1),  # layer a: 2
         ("m", 3, 1, "f:0"), ("m", 4, 1, "f:1"),  # layer b: none (a view)
@@ -50,7 +50,7 @@ def test_only_the_compute_streams_commands_count():
     ConvNeXt-T depthwise backward's 1,060 kernels at batch 128 on the H200) fills their
     queues, not the compute stream's: a command counts only when its GPU activity ran on
     the stream of the step's first activity."""
-    from vdnnsim.gpu.kernels import split_commands
+    from vdnnsim.gpu.profile.kernels import split_commands
 
     def launch(ts, tid, corr):
         return {"ph": "X", "ts": ts, "pid": 1, "tid": tid, "cat": "cuda_runtime",
@@ -84,10 +84,10 @@ def test_only_the_compute_streams_commands_count():
 
 
 def test_the_counter_marks_every_layer_of_a_real_model():
-    from vdnnsim.gpu import kernels
-    from vdnnsim.gpu.graph import probe
-    from vdnnsim.gpu.models import build_model
-    from vdnnsim.gpu.profile import DTYPES
+    from vdnnsim.gpu.profile import kernels
+    from vdnnsim.gpu.probe.fx import probe
+    from vdnnsim.gpu.model.build import build_model
+    from vdnnsim.gpu.profile.layers import DTYPES
 
     model, shape, name = build_model("zoo:alexnet")
     p = probe(model, shape, 2, "cpu", DTYPES["fp32"], name)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from vdnnsim.errors import ConfigError
-from vdnnsim.gpu import kineto
-from vdnnsim.gpu.kineto import MODULE_PREFIX, attribute, load_trace
+from vdnnsim.measured import kineto
+from vdnnsim.measured.kineto import MODULE_PREFIX, attribute, load_trace
 
 
 # ---------------------------------------------------------------- real traces (CPU)
@@ -202,7 +202,7 @@ def test_module_ranges_close_on_raise_and_unhook(tmp_path):
 
 
 def test_import_needs_no_torch():
-    code = ("import sys; sys.modules['torch'] = None; from vdnnsim.gpu import kineto; "
+    code = ("import sys; sys.modules['torch'] = None; from vdnnsim.measured import kineto; "
             "kineto.attribute({'traceEvents': [{'ph': 'X', 'cat': 'cpu_op', 'name': 'a', "
             "'pid': 1, 'tid': 1, 'ts': 1.0, 'dur': 2.5}]}); print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -18,7 +18,7 @@ import yaml
 from vdnnsim.api import build_trace, run_trace
 from vdnnsim.cli import main
 from vdnnsim.hardware import gpu_preset
-from vdnnsim.planner import plan_blocks
+from vdnnsim.planners.greedy import plan_blocks
 from vdnnsim.report.table import UNTIMED_NOTE, format_rows, format_table
 from vdnnsim.trace import load_trace, save_trace
 
@@ -148,7 +148,7 @@ def test_study_rows_results_and_sweep_plot(files, capsys, tmp_path):
     assert UNTIMED_NOTE in format_rows(df)  # results read back keep the mark
     code, _, err = _cli(capsys, "plot", "sweep", csv, "-o", tmp_path / "s.png")
     assert code == 0, err
-    from vdnnsim.cli import _results_table
+    from vdnnsim.cli.app import _results_table
     from vdnnsim.report.plots import plt, sweep_curves
     fig = sweep_curves(_results_table(df, csv))
     texts = {ax.get_title(): [t.get_text() for t in ax.texts] for ax in fig.axes}
@@ -189,7 +189,7 @@ def test_gpt2_memory_trace_plans_without_a_traceback(tmp_path, capsys):
     all the same.)"""
     import dataclasses
 
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.trace import save_trace, trace_from_dict
     trace = tmp_path / "g.yaml"
     unknown = dataclasses.replace(gpu_preset("k40"), sm_count=0)

@@ -15,8 +15,8 @@ from vdnnsim.engine.plan import Plan, liveness
 from vdnnsim.engine import replay
 from vdnnsim.engine.sim import checkpoint_buffers
 from vdnnsim.errors import ConfigError
-from vdnnsim.milp import build, chunk_grid, milp_plan, solve_structure
-from vdnnsim.planner import search_plan
+from vdnnsim.planners.milp import build, chunk_grid, milp_plan, solve_structure
+from vdnnsim.planners.greedy import search_plan
 from vdnnsim.policies.builtin import algo_choice
 from vdnnsim.trace.io import load_trace
 

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from vdnnsim.gpu.aten_probe import probe_ops  # noqa: E402
-from vdnnsim.gpu.profile import assemble  # noqa: E402
+from vdnnsim.gpu.probe.aten import probe_ops  # noqa: E402
+from vdnnsim.gpu.profile.layers import assemble  # noqa: E402
 from vdnnsim.trace import trace_from_dict  # noqa: E402
 
 from .conftest import HAS_HF  # noqa: E402
@@ -315,7 +315,7 @@ def dead_head(**_):
 
 def test_memory_trace_holds_unread_weights_as_resident_bytes():
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     gpu = resolve_gpu("h200")
     d = memory_trace("tests.test_op_probe:dead_head", 3, gpu, input_spec="image:1,1,12:7")
     trace = trace_from_dict(d, "t")
@@ -410,7 +410,7 @@ def test_autocast_cross_entropy_keeps_a_16_bit_log_softmax():
     """NOTE [op probe]: under CUDA's autocast a bf16 logits tensor's cross-entropy saves a
     bf16 log_softmax and nll_loss an fp32 copy of it (as the H200 ran BERT's masked-LM
     loss); an fp32 input takes the plain path."""
-    from vdnnsim.gpu.aten_probe import _Autocast
+    from vdnnsim.gpu.probe.aten import _Autocast
 
     lin = nn.Linear(16, 100).to("meta")
     y = torch.zeros(8, dtype=torch.long, device="meta")
@@ -547,7 +547,7 @@ def value_net():
 
 def test_a_value_dependent_factory_model_is_one_line_naming_the_op():
     from vdnnsim.errors import ConfigError
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.hardware import gpu_preset
     with pytest.raises(ConfigError) as e:
         memory_trace("tests.test_op_probe:value_net", 2, gpu_preset("h200"),
@@ -567,7 +567,7 @@ def test_a_factory_that_reads_tensor_values_while_built_is_built_on_the_cpu():
     """NOTE [workloads]: on the meta device its construction cannot read a value ("Cannot
     copy out of meta tensor"); it is built on the CPU and moved to the meta device, and
     traces as any other model."""
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.hardware import gpu_preset
     d = memory_trace("tests.test_op_probe:widths_net", 2, gpu_preset("h200"),
                      input_spec="image:1,1,8:8")
@@ -624,7 +624,7 @@ def test_a_model_that_refuses_its_input_is_one_line(how, why):
 def test_a_failure_in_vdnnsims_own_emulation_keeps_its_traceback(monkeypatch):
     """NOTE [op values]: what raises in vdnnsim's stand-ins for CUDA is vdnnsim's bug, not
     the user's input: no one-line error hides it."""
-    from vdnnsim.gpu import aten_probe
+    from vdnnsim.gpu.probe import aten as aten_probe
 
     def broken(self, a, dtype):
         raise KeyError("a bug of vdnnsim's")
@@ -636,7 +636,7 @@ def test_a_failure_in_vdnnsims_own_emulation_keeps_its_traceback(monkeypatch):
 
 def test_a_model_with_two_outputs_is_one_line_naming_what_it_returned():
     from vdnnsim.errors import ConfigError
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.hardware import gpu_preset
     with pytest.raises(ConfigError) as e:
         memory_trace("tests.test_op_probe:two_heads", 2, gpu_preset("h200"),
@@ -675,7 +675,7 @@ def test_an_hf_cnn_without_an_sdpa_path_is_built_eager_and_traced(tmp_path, caps
     models] builds such a class with its eager path unless the config names one (asking
     for SDPA by name still fails in one line)."""
     from vdnnsim.cli import main
-    from vdnnsim.gpu.hf import build
+    from vdnnsim.gpu.model.hf import build
     from vdnnsim.trace import load_trace
     path = ROOT / "tests" / "hf" / "mobilenet-tiny.yaml"
     model, _ = build(str(path))
@@ -720,7 +720,7 @@ class _Reused(nn.Module):
 def test_every_op_carries_the_path_of_the_module_it_ran_in():
     """NOTE [module paths]: the innermost module, both calls of a reused one, the model's
     own forward as "", the loss outside it; the paths reach the trace's layer attrs."""
-    from vdnnsim.gpu.aten_probe import OUTSIDE
+    from vdnnsim.gpu.probe.aten import OUTSIDE
     with torch.device("meta"):
         model = _Reused()
     x = torch.randn(4, 8, device="meta", requires_grad=False)
@@ -733,7 +733,7 @@ def test_every_op_carries_the_path_of_the_module_it_ran_in():
 
 
 def test_a_forward_that_raises_leaves_no_module_path_behind():
-    from vdnnsim.gpu.aten_probe import OUTSIDE, module_paths
+    from vdnnsim.gpu.probe.aten import OUTSIDE, module_paths
     seen = []
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(3, 3))
     handles = module_paths(model, seen.append)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim import opmodel
+from vdnnsim.costs import ops as opmodel
 from vdnnsim.hardware import gpu_preset
 
 from .conftest import HAS_HF
@@ -21,7 +21,7 @@ def _raws():
 
 
 def test_shipped_model_is_the_fit_of_the_shipped_calibration():
-    """The model file is what `python -m vdnnsim.opmodel` makes of the raw files: nothing
+    """The model file is what `python -m vdnnsim.costs.ops` makes of the raw files: nothing
     edited by hand, nothing fitted elsewhere."""
     gpu = gpu_preset("h200")
     raws = _raws()
@@ -206,8 +206,8 @@ def test_spec_rule_error_is_what_the_h100_comparison_gives():
 def test_h100_comparison_row_is_todays_rule():
     """One row of the committed comparison, predicted again by today's code."""
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import trace_from_dict
     row = next(r for r in json.loads(H100_CHECK.read_text()) if r["run"] == "distilbert-fp32")
     gpu = resolve_gpu("h100")
@@ -231,7 +231,7 @@ torch = pytest.importorskip("torch")
 
 def test_transformer_meta_trace_is_timed_on_h200():
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")
@@ -264,7 +264,7 @@ def test_calibrated_optimizer_steps_survive_io_and_are_taken():
     (GPU and host) instead of SGD's scaled by bytes; one without scales as before."""
     from dataclasses import replace
 
-    from vdnnsim.optimizer import ADAM_BYTES, SGD_BYTES, with_optimizer
+    from vdnnsim.trace.optimizer import ADAM_BYTES, SGD_BYTES, with_optimizer
     from vdnnsim.trace import trace_from_dict, trace_to_dict
 
     d = {"format": "vdnnsim-trace", "version": 1, "name": "t", "batch_size": 1,

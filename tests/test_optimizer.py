@@ -14,7 +14,7 @@ import pytest
 from vdnnsim import run_trace
 from vdnnsim.config import config_from_dict
 from vdnnsim.errors import ConfigError
-from vdnnsim.optimizer import with_optimizer
+from vdnnsim.trace.optimizer import with_optimizer
 
 from .conftest import MB, chain_trace, hand_gpu
 

@@ -11,7 +11,7 @@ import pytest
 
 from vdnnsim import run_trace
 from vdnnsim.errors import ConfigError, VdnnError
-from vdnnsim.optimizer import with_optimizer
+from vdnnsim.trace.optimizer import with_optimizer
 
 from .conftest import chain_trace, hand_gpu
 
@@ -101,7 +101,7 @@ def test_the_runtime_updates_as_one_cpu_adamw_does():
     torch = pytest.importorskip("torch")
     import copy
 
-    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
+    from vdnnsim.gpu.runtime.cpu_optimizer import CPUOffloadOptimizer
 
     torch.manual_seed(0)
     a = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -133,7 +133,7 @@ def test_the_runtime_updates_alike_whatever_its_pinning(pinning):
     import copy
 
     from vdnnsim.engine.pinned import registered_bytes
-    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
+    from vdnnsim.gpu.runtime.cpu_optimizer import CPUOffloadOptimizer
 
     torch.manual_seed(0)
     a = torch.nn.Sequential(torch.nn.Linear(7, 13), torch.nn.ReLU(), torch.nn.Linear(13, 3))
@@ -186,7 +186,7 @@ def test_the_engine_counts_the_registered_copies_exactly():
 
 def test_cpu_steps_microbenchmark_records_each_size():
     pytest.importorskip("torch")
-    from vdnnsim.gpu.cpu_optimizer import time_cpu_steps
+    from vdnnsim.gpu.runtime.cpu_optimizer import time_cpu_steps
 
     recs = time_cpu_steps("adamw", ("fp32", "bf16"), sizes=((1024, 3), (4096, 1)), reps=2)
     assert [(r["dtype"], r["numel"], r["tensors"]) for r in recs] == [
@@ -234,8 +234,8 @@ def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
         faster.optimizer_offload, faster.iteration_time_ns)
     assert not plan_blocks(t, replace(h200, host=replace(h200.host, cpu_step_ns_per_element=0)),
                            budget, None).optimizer_offload
-    from vdnnsim.planfile import plan_from_data
-    from vdnnsim.planner import block_plan_to_dict
+    from vdnnsim.planners.planfile import plan_from_data
+    from vdnnsim.planners.greedy import block_plan_to_dict
     assert plan_from_data(block_plan_to_dict(t, cal, budget, on_cpu)).optimizer_offload
     assert not plan_from_data(block_plan_to_dict(t, cal, budget, on_gpu)).optimizer_offload
 
@@ -249,8 +249,8 @@ def test_the_block_planner_plans_with_the_registered_copies():
 
     from vdnnsim.api import resolve_gpu
     from vdnnsim.engine.compile import optimizer_host_bytes
-    from vdnnsim.planfile import plan_from_data
-    from vdnnsim.planner import block_plan_to_dict
+    from vdnnsim.planners.planfile import plan_from_data
+    from vdnnsim.planners.greedy import block_plan_to_dict
     from vdnnsim.policies.blocks import plan_blocks
     from vdnnsim.trace import load_trace
 
@@ -279,7 +279,7 @@ def test_the_cpu_step_fit_recovers_a_known_host(tmp_path):
     element and 0.4 a 16-bit one (each record is count x (fixed + numel x slope))."""
     import json
 
-    from vdnnsim import calibration_fits as cf
+    from vdnnsim.costs import fits as cf
 
     recs = [{"dtype": dt, "numel": n, "tensors": k, "ns": k * (30_000 + n * slope)}
             for dt, slope in (("fp32", 0.25), ("bf16", 0.4))
@@ -311,7 +311,7 @@ def test_the_h200_measurements_replay_as_documented():
     import json
     from pathlib import Path
 
-    from vdnnsim.validate import validate
+    from vdnnsim.measured.validate import validate
 
     d = Path(__file__).resolve().parents[1] / "traces" / "h200_offload"
     recs = [json.loads(x) for x in (d / "runs.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ import pytest
 from vdnnsim import run_trace
 from vdnnsim.engine.compile import PlanError
 from vdnnsim.errors import ConfigError
-from vdnnsim.planfile import plan_from_data
+from vdnnsim.planners.planfile import plan_from_data
 
 from .conftest import HAS_HF, chain_trace, hand_gpu
 
@@ -92,7 +92,7 @@ def test_the_planner_keeps_parameters_on_the_host_where_activations_alone_do_not
     gradients and what the head holds), and still with two blocks' parameters on the
     host (both in the backward pass at once); with all three's, 54U live and 56U
     reserved, nothing else moved. The plan file says so."""
-    from vdnnsim.planner import block_plan_to_dict, plan_blocks
+    from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
 
     t = blocks(3, 16 * U)
     budget = 60 * U
@@ -117,7 +117,7 @@ def test_the_planner_keeps_parameters_on_the_host_where_activations_alone_do_not
 
 
 def test_a_plan_that_fits_without_moving_anything_keeps_the_parameters():
-    from vdnnsim.planner import plan_blocks
+    from vdnnsim.planners.greedy import plan_blocks
 
     t = blocks(3, 4 * U)
     p = plan_blocks(t, CPU, 10**12, True)
@@ -137,11 +137,11 @@ def _train(params: int, recompute: tuple[str, ...] = (), steps: int = 3,
     them, the model's GPU-side parameter count after each step and the runtime's counts."""
     import torch
 
-    from vdnnsim.gpu.aten_probe import find_blocks
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
-    from vdnnsim.gpu.param_offload import ParamOffload
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.probe.aten import find_blocks
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.runtime.cpu_optimizer import CPUOffloadOptimizer
+    from vdnnsim.gpu.runtime.params import ParamOffload
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     torch.manual_seed(0)
     with torch.device(device):
@@ -194,8 +194,8 @@ def test_the_runtime_updates_as_the_cpu_optimizer_alone_does():
 
 def test_the_runtime_refuses_what_it_cannot_move():
     torch = pytest.importorskip("torch")
-    from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer
-    from vdnnsim.gpu.param_offload import ParamOffload
+    from vdnnsim.gpu.runtime.cpu_optimizer import CPUOffloadOptimizer
+    from vdnnsim.gpu.runtime.params import ParamOffload
 
     shared = torch.nn.Linear(4, 4)
     model = torch.nn.Sequential(torch.nn.Sequential(shared), torch.nn.Sequential(shared))
@@ -273,7 +273,7 @@ def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budg
     peaks within 1% of the median of three fresh processes, the host's bytes exact."""
     from pathlib import Path
 
-    from vdnnsim.planfile import read_plan_file
+    from vdnnsim.planners.planfile import read_plan_file
 
     from .conftest import experiment
     root = Path(__file__).resolve().parents[1]

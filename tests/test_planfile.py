@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from vdnnsim.errors import ConfigError
-from vdnnsim.planfile import (BLOCK_FORMAT, FORMAT, BlockPlanFile, LayerPlanFile, LayerRow,
+from vdnnsim.planners.planfile import (BLOCK_FORMAT, FORMAT, BlockPlanFile, LayerPlanFile, LayerRow,
                               Predicted, dumps_plan, plan_from_data, read_plan_file,
                               write_plan_file)
 
@@ -75,7 +75,7 @@ def _old_plan_from_file(data: dict, trace, gpu):
     """planner.plan_from_file's reading of a plan before the model (its checks left out):
     the reference for 'identical meaning'."""
     from vdnnsim.engine.plan import Plan
-    from vdnnsim.split import split_trace
+    from vdnnsim.planners.split import split_trace
 
     splits = data.get("split") or []
     for first, last, parts in splits:
@@ -99,7 +99,7 @@ LAYER_PLANS = [p for p in PLAN_FILES if p.parent.name == "h200_plans"]
 @pytest.mark.parametrize("path", LAYER_PLANS, ids=[p.name for p in LAYER_PLANS])
 def test_the_committed_layer_plans_replay_as_before(path: Path):
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.planner import plan_from_file
+    from vdnnsim.planners.greedy import plan_from_file
     from vdnnsim.trace import load_trace
 
     model = path.name.split("_")[0]
@@ -118,7 +118,7 @@ def test_vdnnsim_plan_writes_what_it_wrote_before(tmp_path):
     """The writer goes through the model and writes the same bytes as the plain dump of
     the planner's dict did (rows without empty offloads or prefetches of none)."""
     from vdnnsim.api import build_trace, resolve_gpu
-    from vdnnsim.planner import plan_to_dict, search_plan
+    from vdnnsim.planners.greedy import plan_to_dict, search_plan
     from vdnnsim.policies import get_policy
 
     gpu = resolve_gpu("k40")
@@ -210,8 +210,8 @@ def test_vdnnsim_measure_refuses_a_bad_plan_in_one_line(tmp_path):
 
 def test_the_runtimes_take_only_their_own_kind_of_plan():
     torch = pytest.importorskip("torch")
-    from vdnnsim.gpu.block_offload import BlockOffload
-    from vdnnsim.gpu.runtime import VDNN
+    from vdnnsim.gpu.runtime.blocks import BlockOffload
+    from vdnnsim.gpu.runtime.vdnn import VDNN
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     block = plan_from_data({**BLOCK, "blocks": 1, "total_blocks": 2, "block_paths": ["0", "1"]})
@@ -229,8 +229,8 @@ def test_the_runtimes_take_only_their_own_kind_of_plan():
 
 
 def test_the_plan_file_module_needs_neither_torch_nor_the_engine():
-    code = ("import sys, vdnnsim.planfile; "
-            "assert not {'torch', 'vdnnsim.engine', 'vdnnsim.planner'} & set(sys.modules)")
+    code = ("import sys, vdnnsim.planners.planfile; "
+            "assert not {'torch', 'vdnnsim.engine', 'vdnnsim.planners.greedy'} & set(sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -278,7 +278,7 @@ def test_vdnnsim_plan_plans_under_the_allocator_given_and_says_so(tmp_path):
 def test_a_measurement_of_a_plan_runs_under_the_plan_s_allocator(capsys):
     """NOTE [planned allocator]: ``vdnnsim measure --plan`` takes the plan's settings
     where --allocator gives none, and says so on stderr where --allocator differs."""
-    from vdnnsim.cli import _plan_allocator
+    from vdnnsim.cli.app import _plan_allocator
 
     exp = plan_from_data({**BLOCK, "allocator": {"expandable_segments": True}})
     plain = plan_from_data(BLOCK)

@@ -16,10 +16,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
-from vdnnsim.gpu.graph import probe  # noqa: E402
-from vdnnsim.gpu.profile import assemble  # noqa: E402
-from vdnnsim.gpu.runtime import VDNN  # noqa: E402
-from vdnnsim.planner import plan_to_dict, search_plan  # noqa: E402
+from vdnnsim.gpu.probe.fx import probe  # noqa: E402
+from vdnnsim.gpu.profile.layers import assemble  # noqa: E402
+from vdnnsim.gpu.runtime.vdnn import VDNN  # noqa: E402
+from vdnnsim.planners.greedy import plan_to_dict, search_plan  # noqa: E402
 from vdnnsim.trace import trace_from_dict  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -13,7 +13,7 @@ from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine.plan import liveness
 from vdnnsim.engine import replay
 from vdnnsim.errors import ConfigError
-from vdnnsim.planner import plan_to_dict, search_plan
+from vdnnsim.planners.greedy import plan_to_dict, search_plan
 
 GiB = 2**30
 
@@ -170,7 +170,7 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
     import yaml
 
     from vdnnsim.engine import replay
-    from vdnnsim.planner import plan_from_file, scale_workspaces
+    from vdnnsim.planners.greedy import plan_from_file, scale_workspaces
     from vdnnsim.trace import load_trace
     root = Path(__file__).resolve().parent.parent / "traces"
     gpu = resolve_gpu("h200")
@@ -201,7 +201,7 @@ def test_a_layer_plan_of_an_op_by_op_trace_is_marked_and_refused_by_measure(tmp_
 
     from vdnnsim.cli import main
     from vdnnsim.engine.plan import Plan
-    from vdnnsim.planner import OP_LAYERS, layer_names, plan_to_dict
+    from vdnnsim.planners.greedy import OP_LAYERS, layer_names, plan_to_dict
 
     from .conftest import chain_trace, hand_gpu
     fx = chain_trace([{"id": "c1", "fwd": 10, "bwd": 20}, {"id": "c2", "fwd": 10, "bwd": 20}],
@@ -230,7 +230,7 @@ def test_a_plan_near_its_budget_is_cautioned():
     """NOTE [fragmentation caution]: a PyTorch trace's plan that leaves less than 6.1% of
     its budget unallocated gets the line (plans the replay fitted have run out of memory
     with up to that left on the H200); with more left, or a Torch7 trace, none."""
-    from vdnnsim.planner import CAUTION_SHARE, fragmentation_caution
+    from vdnnsim.planners.greedy import CAUTION_SHARE, fragmentation_caution
 
     from .conftest import chain_trace
     torch_trace = chain_trace([{"id": "c1", "size": 1 << 20}], framework="pytorch")
@@ -263,11 +263,12 @@ def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monke
     a reader takes them back, and the defaults go unsaid; the caution of NOTE
     [fragmentation caution] is the default allocator's."""
     from vdnnsim.engine import caching
-    from vdnnsim.planfile import plan_from_data
-    from vdnnsim.planner import (block_plan_to_dict, fragmentation_caution, plan_blocks,
+    from vdnnsim.planners.planfile import plan_from_data
+    from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution, plan_blocks,
                                  plan_to_dict, search_plan)
     from vdnnsim.policies import blocks as blocks_mod
-    from vdnnsim import planner as planner_mod, milp as milp_mod
+    from vdnnsim.planners import greedy as planner_mod
+    from vdnnsim.planners import milp as milp_mod
 
     from .test_param_offload import CPU, U, blocks
 
@@ -330,8 +331,8 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
 def test_a_layer_plan_replayed_under_other_allocator_settings_says_so(tmp_path):
     """NOTE [planned allocator]: policy ``planned`` replays a plan file under the run's
     settings; where the plan was made under others, the result's notes say so."""
-    from vdnnsim.planner import plan_to_dict, search_plan
-    from vdnnsim.planfile import write_plan_file
+    from vdnnsim.planners.greedy import plan_to_dict, search_plan
+    from vdnnsim.planners.planfile import write_plan_file
 
     from .test_param_offload import CPU, U, blocks
     t = blocks(3, 16 * U)
@@ -354,9 +355,9 @@ def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
     import subprocess
     import sys
 
-    from vdnnsim.optimizer import with_optimizer
-    from vdnnsim.planfile import read_plan_file, write_plan_file
-    from vdnnsim.planner import plan_to_dict, search_plan
+    from vdnnsim.trace.optimizer import with_optimizer
+    from vdnnsim.planners.planfile import read_plan_file, write_plan_file
+    from vdnnsim.planners.greedy import plan_to_dict, search_plan
     from vdnnsim.trace import save_trace
 
     from .conftest import chain_trace
@@ -370,7 +371,7 @@ def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
         assert search_plan(t, CPU, budget, method=method)[0] is None
         plan, _ = search_plan(t, CPU, budget, method=method, optimizer_offload=True)
         assert plan is not None and plan.optimizer_offload
-    from vdnnsim.milp import Account
+    from vdnnsim.planners.milp import Account
     on, off = Account(t, optimizer_offload=True), Account(t)
     assert sum(b for b, _, _ in off.const) - sum(b for b, _, _ in on.const) == 96 * U
     d = plan_to_dict(t, CPU, budget, plan, {})
@@ -398,7 +399,7 @@ def test_a_layer_plan_with_the_optimizer_on_the_cpu_is_measured_so():
     optimizer_offload runs the optimizer on the CPU, as for a block plan (here told by the
     refusal of fp16 autocast, which it checks before it touches the GPU)."""
     pytest.importorskip("torch")
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
 
     plan = {"format": "vdnnsim-plan", "network": "resnet18", "batch_size": 2, "gpu": "h200",
             "budget_bytes": 1 << 30, "optimizer_offload": True,

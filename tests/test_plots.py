@@ -188,7 +188,7 @@ def test_memory_legend_marks_runs_that_do_not_fit():
 def test_validation_scatter_marks_predicted_misfits():
     import matplotlib.pyplot as plt
     from vdnnsim.report import plots
-    from vdnnsim.validate import validate
+    from vdnnsim.measured.validate import validate
     df = validate(ROOT / "traces" / "h200", ROOT / "traces" / "h200" / "measurements.json")
     fig = plots.validation_scatter(df)
     for ax in fig.axes:

@@ -15,11 +15,11 @@ from torch import nn  # noqa: E402
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.cli import main  # noqa: E402
-from vdnnsim.gpu import aten_probe  # noqa: E402
-from vdnnsim.gpu.aten_probe import choose_blocks, find_blocks, module_paths, probe_ops  # noqa: E402,E501
-from vdnnsim.gpu.profile import assemble  # noqa: E402
-from vdnnsim.gpu.profile_ops import check_profile, module_regions, split_times  # noqa: E402
-from vdnnsim.optimizer import with_optimizer  # noqa: E402
+from vdnnsim.gpu.probe import aten as aten_probe  # noqa: E402
+from vdnnsim.gpu.probe.aten import choose_blocks, find_blocks, module_paths, probe_ops  # noqa: E402,E501
+from vdnnsim.gpu.profile.layers import assemble  # noqa: E402
+from vdnnsim.gpu.profile.ops import check_profile, module_regions, split_times  # noqa: E402
+from vdnnsim.trace.optimizer import with_optimizer  # noqa: E402
 from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
 
 from .conftest import HAS_HF  # noqa: E402
@@ -155,8 +155,8 @@ def test_profile_cli_bad_input(tmp_path, capsys):
 def test_profiled_gpt2_predicts_its_measurement(precision):
     """On the GPU: a profiled GPT-2 (4 layers) replayed against vdnnsim measure's own run
     of the same step, in another order (the profile first)."""
-    from vdnnsim.gpu.measure import measure
-    from vdnnsim.gpu.profile_ops import profile_workload
+    from vdnnsim.gpu.measure.harness import measure
+    from vdnnsim.gpu.profile.ops import profile_workload
 
     kw = {"n_layer": 4}
     d = profile_workload("hf:gpt2", 8, precision, 256, model_kwargs=kw)
@@ -325,8 +325,8 @@ def test_the_memory_step_reads_the_allocator_between_backward_and_the_optimizer(
     statistics stood in for: what is allocated before the optimizer is read once the
     gradients are there and before AdamW has made its state (NOTE [training step]'s
     "backward" mark), the peak after its step; the gradients are freed at the end."""
-    from vdnnsim.gpu.profile_ops import step_memory
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.profile.ops import step_memory
+    from vdnnsim.gpu.model.workload import build_workload, training_step
     w = build_workload("torch.nn:Linear", input_spec="image:1,1,12:7",
                        model_kwargs={"in_features": 12, "out_features": 7})
     step = training_step(w, 3, "cpu", "fp32", "adamw")

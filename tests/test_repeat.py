@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim.allocconf import ENV, effective, env_string, is_default, parse_pairs
+from vdnnsim.engine.allocconf import ENV, effective, env_string, is_default, parse_pairs
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.cli import main
 from vdnnsim.errors import ConfigError
 from vdnnsim.trace import load_trace
-from vdnnsim.gpu.repeat import aggregate, child_argv, run_child
-from vdnnsim.validate import (allocator_supported, format_validation, load_measurements,
+from vdnnsim.measured.repeat import aggregate, child_argv, run_child
+from vdnnsim.measured.validate import (allocator_supported, format_validation, load_measurements,
                               summarize, validate)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_the_host_probe_is_kept_per_process_and_as_a_median_with_its_band():
 
 def test_the_host_probe_times_launches_on_the_cpu():
     pytest.importorskip("torch")
-    from vdnnsim.gpu.measure import host_probe_ns
+    from vdnnsim.gpu.measure.harness import host_probe_ns
     ns = host_probe_ns("cpu", ops=200, trials=3)
     assert 10 < ns < 1e6  # a dispatch takes microseconds, not nothing and not a millisecond
 
@@ -106,7 +106,7 @@ def test_the_probe_between_steps_is_kept_per_process_with_its_steps():
 
 def test_the_step_probe_times_launches_after_each_call_on_the_cpu():
     pytest.importorskip("torch")
-    from vdnnsim.gpu.hostprobe import StepProbe
+    from vdnnsim.gpu.measure.hostprobe import StepProbe
     probe = StepProbe("cpu", ops=100)
     first = probe()
     probe()
@@ -171,7 +171,7 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
     reserved memory 2.0% median, 13.9% max, and step time 1.4% / 7.0% (the README's
     table, made before the engine's fix of twice-retired blocks, session 23, gave 1.8% /
     11.4%)."""
-    from vdnnsim.validate import summarize, validate
+    from vdnnsim.measured.validate import summarize, validate
     data = ROOT / "traces" / "h200_bwdws"
     reps = load_measurements(data / "repeat" / "repeat.jsonl")
     assert len(reps) == 12 and all(r["iteration_ms_band"] for r in reps)
@@ -199,7 +199,7 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
     reserved one (3% / 10%): the baselines' reserved peaks are within 3.1%, the vDNN runs'
     off by up to 13.7% either way (docs/validation.md). middle/superseded.jsonl: the
     ShuffleNetV2 run the runtime measured before it moved every buffer of its plan."""
-    from vdnnsim.validate import summarize, validate
+    from vdnnsim.measured.validate import summarize, validate
     data = ROOT / "traces" / "h200_bwdws"
     src = data / "middle" / "repeat.jsonl"
     reps = load_measurements(src)
@@ -500,7 +500,7 @@ def test_validate_splits_traces_from_measurement_files(tmp_path):
     """The trailing arguments that hold records are the measurement files; a trace written
     as JSON (one object) before them stays a trace; the last argument is the measurements
     whatever its name, as before."""
-    from vdnnsim.cli import split_measurements
+    from vdnnsim.cli.app import split_measurements
     from vdnnsim.trace import load_trace
     from vdnnsim.trace.io import trace_to_dict
     trace = tmp_path / "vgg16_b64.json"
@@ -524,7 +524,7 @@ def test_which_records_measure_the_same_run(tmp_path, capsys):
     """NOTE [measurement sets]: a record at another precision, optimizer or allocator
     setting is another run; settings at their defaults and a model's source prefix do not
     make one; the same file twice is one line of error."""
-    from vdnnsim.validate import run_key
+    from vdnnsim.measured.validate import run_key
     a = {"model": "torchvision:vgg16", "batch_size": 64, "policy": "baseline"}
     assert run_key(a) == run_key({**a, "model": "vgg16", "dtype": "fp32", "optimizer": "sgd",
                                   "allocator_conf": {"expandable_segments": False}})
@@ -546,7 +546,7 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
     profile's count of stage 1's depthwise backward passes held the 1,056 kernels cuDNN
     ran on its own streams (NOTE [kernel counts]); counted on the compute stream, its
     baseline and vdnn_conv no longer warn, and vdnn_all's host is faster than measured."""
-    from vdnnsim.validate import HOST_ISSUE_FACTOR
+    from vdnnsim.measured.validate import HOST_ISSUE_FACTOR
     plain = validate(H200, H200 / "measurements.json")  # records without host times
     r0 = plain.iloc[0]  # vgg16 64 baseline: the replayed host issues the step in ~4 ms
     assert 2 < r0.predicted_host_ms < 10 and plain.measured_host_ms.isna().all()
@@ -759,7 +759,7 @@ def test_validate_says_where_the_measuring_host_was_not_the_profiling_one(tmp_pa
     import yaml
     from vdnnsim.trace import load_trace
     from vdnnsim.trace.io import trace_to_dict
-    from vdnnsim.validate import format_validation, validate
+    from vdnnsim.measured.validate import format_validation, validate
     t = load_trace(H200 / "vgg16_b64.yaml")
     d = trace_to_dict(t)
     d["source"]["host_probe_ns"] = 6000.0
@@ -799,7 +799,7 @@ def test_validate_replays_expandable_segments_where_they_were_measured(tmp_path)
     settings]): its reserved prediction is the expandable pool's, not the default's (its
     allocated bytes may differ a little: a block's unsplit tail counts as allocated, NOTE
     [caching allocator], and where blocks fall differs)."""
-    from vdnnsim.validate import validate
+    from vdnnsim.measured.validate import validate
 
     def edit(recs):
         recs[0]["allocator_conf"] = {"expandable_segments": True}

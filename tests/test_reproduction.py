@@ -132,7 +132,7 @@ def test_reproduce_output_makes_its_folder(tmp_path):
 
 def test_published_costs_scale_only_the_paper_gpus_and_keep_their_names():
     """NOTE [published costs]: the K40 and Titan X under the scales fitted to published
-    cuDNN timings (vdnnsim.calibration_fits.published); judged by the same claims, not fitted to them."""
+    cuDNN timings (vdnnsim.costs.fits.published); judged by the same claims, not fitted to them."""
     from vdnnsim.hardware import gpu_preset
     from vdnnsim.paper.reproduce import published_scales, run_paper_studies
 

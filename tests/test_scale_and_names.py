@@ -36,7 +36,7 @@ def test_tensor_and_layer_names_never_collide_with_the_engines(framework, policy
     opts = {}
     if policy == "planned":  # it replays a plan file: the planner's for this trace
         import yaml
-        from vdnnsim.planner import plan_to_dict, search_plan
+        from vdnnsim.planners.greedy import plan_to_dict, search_plan
         plan, _ = search_plan(t, GPU, GPU.memory_bytes)
         path = tmp_path / "plan.yaml"
         path.write_text(yaml.safe_dump(plan_to_dict(t, GPU, GPU.memory_bytes, plan, {})))

@@ -20,10 +20,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
-from vdnnsim.gpu.graph import probe  # noqa: E402
-from vdnnsim.gpu.models import build_model  # noqa: E402
-from vdnnsim.gpu.profile import profile_model, synthesize_model  # noqa: E402
-from vdnnsim.gpu.runtime import VDNN  # noqa: E402
+from vdnnsim.gpu.probe.fx import probe  # noqa: E402
+from vdnnsim.gpu.model.build import build_model  # noqa: E402
+from vdnnsim.gpu.profile.layers import profile_model, synthesize_model  # noqa: E402
+from vdnnsim.gpu.runtime.vdnn import VDNN  # noqa: E402
 from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
 
 

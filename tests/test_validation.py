@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim.validate import summarize, validate
+from vdnnsim.measured.validate import summarize, validate
 
 ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
 GOLDEN = Path(__file__).parent / "golden" / "validation.json"
@@ -164,7 +164,7 @@ def test_a_fit_at_the_edge_of_its_cap_says_so():
 
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.trace import load_trace
-    from vdnnsim.validate import validate
+    from vdnnsim.measured.validate import validate
 
     root = Path(__file__).resolve().parents[1]
     df = pd.concat([validate([root / d], root / d / "measurements.json")

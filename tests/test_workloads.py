@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vdnnsim.errors import ConfigError  # noqa: E402
-from vdnnsim.gpu.workload import build_workload, parse_input, training_step  # noqa: E402
+from vdnnsim.gpu.model.workload import build_workload, parse_input, training_step  # noqa: E402
 
 from .conftest import HAS_HF  # noqa: E402
 
@@ -201,7 +201,7 @@ def test_adamw_state_is_two_fp32_moments_per_parameter_on_the_h200(name):
 def test_trace_takes_the_workload_flags_of_profile_and_measure(tmp_path, capsys):
     """Issue 26, CLI parity: a factory model is traced from the command line with the
     same --model-arg/--input/--optimizer as profile and measure take."""
-    from vdnnsim import cli
+    from vdnnsim.cli import app as cli
     from vdnnsim.trace import load_trace
     out = tmp_path / "lin.yaml"
     assert cli.main(["trace", "--model", "torch.nn:Linear", "--model-arg", "in_features=12",
@@ -283,7 +283,7 @@ def test_the_one_step_is_a_hand_written_step(spec, precision, optimizer):
 
     torch.manual_seed(1)  # dropout's masks: the same in both steps
     step(at)
-    from vdnnsim.gpu.workload import POINTS
+    from vdnnsim.gpu.model.workload import POINTS
     assert seen == [(p, p == "forward") for p in POINTS]
     torch.manual_seed(1)
     want = _by_hand(ref, step.batch, hf, precision, optimizer)
@@ -316,9 +316,9 @@ def test_the_layer_profilers_step_takes_the_logits_as_they_are(dtype):
 
     from torch.nn import functional as F
 
-    from vdnnsim.gpu.graph import trace_module
-    from vdnnsim.gpu.models import build_model
-    from vdnnsim.gpu.workload import probe_step
+    from vdnnsim.gpu.probe.fx import trace_module
+    from vdnnsim.gpu.model.build import build_model
+    from vdnnsim.gpu.model.workload import probe_step
     torch.manual_seed(0)
     model, shape, _ = build_model("zoo:alexnet")
     gm = trace_module(model.to(dtype).train())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import limits
-from .costmodel import synthesize
+from .costs.analytic import synthesize
 from .engine.allocator import aligned
 from .engine.caching import AllocatorSettings, allocator_settings
 from .engine import replay
@@ -21,7 +21,7 @@ from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
-from .optimizer import with_optimizer
+from .trace.optimizer import with_optimizer
 from .policies import get_policy, liveness
 from .policies.builtin import COMMON_OPTIONS
 from .policies.plan import planning_under

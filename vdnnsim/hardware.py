@@ -42,7 +42,7 @@ class Host:
     trace carries its own (NOTE [host timing]). ``step_ns + step_tensor_ns x tensors``:
     zero_grad and the optimizer step, for the same traces. ``view_*``: a layer that
     launches no kernel (a view: permute, transpose, flatten), for the same traces. ``runtime_*``: what vdnnsim's vDNN runtime
-    (vdnnsim/gpu/runtime.py) adds: per layer in each pass (the node-by-node interpreter,
+    (vdnnsim/gpu/runtime/vdnn.py) adds: per layer in each pass (the node-by-node interpreter,
     saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
     events, the copy's launch, record_stream) and per fetched buffer. Presets without a
     calibration have zeros: the host then never sets the pace. The h200 preset's numbers

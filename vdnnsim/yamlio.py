@@ -405,7 +405,7 @@ def validation_message(source: str, exc: ValidationError, data: Any = _NO_DATA) 
 # missing'). Where it is cheap to tell, by the keys at the top, the message says what the
 # file is, what was expected, and where that kind of file goes. The format names are
 # those the writers put in (trace/schema.py FORMAT, planfile.py FORMAT and BLOCK_FORMAT,
-# gpu/calibrate.py; tests/test_cli_errors.py checks they agree).
+# gpu/calibrate/kernels.py; tests/test_cli_errors.py checks they agree).
 FORMATS = {"vdnnsim-trace": "trace", "vdnnsim-plan": "plan", "vdnnsim-block-plan": "plan",
            "vdnnsim-calibration": "calibration"}
 _KINDS = {"trace": "a vdnnsim trace", "plan": "a vdnnsim plan file",

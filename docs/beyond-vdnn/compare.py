@@ -11,7 +11,7 @@ from pathlib import Path
 from vdnnsim.api import build_trace, resolve_gpu, run_trace
 from vdnnsim.engine.plan import liveness
 from vdnnsim.engine import replay
-from vdnnsim.planner import search_plan
+from vdnnsim.planners.greedy import search_plan
 from vdnnsim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from vdnnsim.api import resolve_gpu  # noqa: E402
-from vdnnsim.gpu.profile import synthesize_model  # noqa: E402
+from vdnnsim.gpu.profile.layers import synthesize_model  # noqa: E402
 from vdnnsim.trace import load_trace, save_trace, trace_from_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """How well a GPU with no calibration of its own is predicted from its specs (issue 29;
-NOTE [spec rule] in vdnnsim/kernelmodel.py): the two rules vdnnsim has, held against data kept
+NOTE [spec rule] in vdnnsim/costs/kernel.py): the two rules vdnnsim has, held against data kept
 apart from both.
 
 - 'analytic': the roofline cost model with the preset's peaks (docs/cost-model.md, what
@@ -35,12 +35,12 @@ from pathlib import Path
 import torch
 
 from vdnnsim.api import resolve_gpu
-from vdnnsim.gpu.graph import probe
-from vdnnsim.gpu.models import build_model
-from vdnnsim.calibration_fits import _totals
-from vdnnsim.gpu.profile import _calibrated, _gradient_sums
-from vdnnsim.kernelmodel import for_gpu
-from vdnnsim.kernelmodel import predict_for as _predict_for
+from vdnnsim.gpu.probe.fx import probe
+from vdnnsim.gpu.model.build import build_model
+from vdnnsim.costs.fits import _totals
+from vdnnsim.gpu.profile.layers import _calibrated, _gradient_sums
+from vdnnsim.costs.kernel import for_gpu
+from vdnnsim.costs.kernel import predict_for as _predict_for
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).with_name("spec_rule.json")
@@ -89,7 +89,7 @@ def published_rows() -> list[dict]:
 
 def _probe_zoo(spec, batch: int):
     """A zoo-convention network (vdnnsim.network.spec.NetworkSpec) probed on the meta device."""
-    from vdnnsim.gpu.models import ZooModule
+    from vdnnsim.gpu.model.build import ZooModule
     with torch.device("meta"):
         model = ZooModule(spec)
     return probe(copy.deepcopy(model), tuple(spec.input), batch, "meta", name=spec.name)

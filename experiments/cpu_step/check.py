@@ -5,7 +5,7 @@ the second call's runs (the ``-t8`` ones: torch on 8 of the host's 16 threads) w
     .venv/bin/python experiments/cpu_step/check.py [DATA]     (DATA: traces/cpu_step/h100_s32)
 
 The host fields come from DATA/cpu_sweep.json (``vdnnsim calibrate --cpu-step``) through
-vdnnsim.cpustep.fit, ``cpu_step_copy_share`` from DATA/contention*.json (the median
+vdnnsim.costs.cpustep.fit, ``cpu_step_copy_share`` from DATA/contention*.json (the median
 process's slowdown, as calibration_fits fits the H200's), nothing from the runs. A run on
 fewer threads is predicted by the roofline's what-if: ``cpu_threads`` and the bandwidth the
 sweep measured on that many threads. Traces: the meta device and the op model on the h100
@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from vdnnsim.api import run_trace
-from vdnnsim.calibration_fits import copy_share
-from vdnnsim.cpustep import fit
+from vdnnsim.costs.fits import copy_share
+from vdnnsim.costs.cpustep import fit
 from vdnnsim.hardware import apply_overrides, gpu_preset, parse_overrides
 from vdnnsim.trace import load_trace
 

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.gpu.repeat import aggregate
-from vdnnsim.planfile import read_plan_file
+from vdnnsim.measured.repeat import aggregate
+from vdnnsim.planners.planfile import read_plan_file
 from vdnnsim.trace import load_trace
 
 GiB = 2**30

@@ -56,7 +56,7 @@ for step in "$@"; do
     sweep) python3 -m vdnnsim calibrate --cpu-step -o "$WORK/cpu_sweep.json" > "$WORK/sweep.txt" 2>&1; rc=$? ;;
     h200proto) python3 -c "
 import json, sys, torch
-from vdnnsim.gpu.cpu_optimizer import time_cpu_steps
+from vdnnsim.gpu.runtime.cpu_optimizer import time_cpu_steps
 json.dump({'software': {'torch': torch.__version__}, 'records': time_cpu_steps('adamw', ('fp32', 'bf16'))}, open(sys.argv[1], 'w'))
 " "$WORK/cpu_steps.json" 2> "$WORK/h200proto.err"; rc=$? ;;
     contention) rc=0; for i in 1 2 3; do python3 "$ROOT/experiments/h200_offload/cpu_contention.py" "$WORK/contention$i.json" 6 >> "$WORK/contention.txt" 2>&1 || rc=$?; done ;;

@@ -14,8 +14,8 @@ import sys
 import tempfile
 
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planner import block_plan_to_dict, plan_blocks
-from vdnnsim.planfile import write_plan_file
+from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+from vdnnsim.planners.planfile import write_plan_file
 from vdnnsim.trace import load_trace
 
 GiB = 2**30
@@ -58,7 +58,7 @@ for pinning in ("caching", "registered"):
 # when a 172 MiB parameter fetch came, against a predicted peak of 21.64): the plan for the
 # budget the planner's caution keeps (NOTE [fragmentation caution]: CAUTION_SHARE of the
 # budget unallocated), run under the same 22 GiB cap.
-from vdnnsim.planner import CAUTION_SHARE  # noqa: E402
+from vdnnsim.planners.greedy import CAUTION_SHARE  # noqa: E402
 
 MARGIN = "traces/cpu_step/h100_s32/plan-7b-margin-expandable.yaml"
 budget = int(cap * (1 - CAUTION_SHARE))

@@ -151,7 +151,7 @@ def do_profile(out: Path, sets: dict, trials: int = 5) -> None:
 
 def do_measure(out: Path, sets: dict, caps: dict, iters: int = 5, extra: list | None = None,
                policies: list | None = None) -> None:
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
     out.mkdir(parents=True, exist_ok=True)
     path = out / "measurements.json"
     records = json.loads(path.read_text()) if path.exists() else []
@@ -249,10 +249,10 @@ def do_kernels(out: Path) -> None:
     or time, are what is read)."""
     import torch
 
-    from vdnnsim.gpu.graph import probe
-    from vdnnsim.gpu.kernels import count_kernels, launch_queue_depth
-    from vdnnsim.gpu.models import build_model
-    from vdnnsim.gpu.profile import DTYPES, _rename
+    from vdnnsim.gpu.probe.fx import probe
+    from vdnnsim.gpu.profile.kernels import count_kernels, launch_queue_depth
+    from vdnnsim.gpu.model.build import build_model
+    from vdnnsim.gpu.profile.layers import DTYPES, _rename
     out.mkdir(parents=True, exist_ok=True)
     path = out / "kernels.json"
     q = launch_queue_depth()
@@ -310,8 +310,8 @@ def _hostcal_one(spec: str, batch: int, policy: str, steps: int) -> dict:
 
     import torch
 
-    from vdnnsim.gpu.runtime import VDNN
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.vdnn import VDNN
+    from vdnnsim.gpu.model.workload import build_workload, training_step
     work = build_workload(spec)
     model = work.model.cuda().train()
     vd = VDNN(model, work.shape, policy)
@@ -360,7 +360,7 @@ def do_cublas(out: Path) -> None:
     import torch
     from torch import nn
 
-    from vdnnsim.gpu.workload import Workload, training_step
+    from vdnnsim.gpu.model.workload import Workload, training_step
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True

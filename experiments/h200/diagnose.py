@@ -13,7 +13,7 @@ steps one step is recorded:
   the ordinal of its allocation among the step's events;
 - ``events``: every allocator event of the step (action, size, frame).
 
-The step is NOTE [training step]'s (vdnnsim/gpu/workload.py: SGD, cross-entropy of the
+The step is NOTE [training step]'s (vdnnsim/gpu/model/workload.py: SGD, cross-entropy of the
 logits), with the marks after the loss and after the backward pass read at its marks.
 """
 
@@ -47,8 +47,8 @@ def main() -> int:
     args = p.parse_args()
     import torch
 
-    from vdnnsim.gpu.runtime import VDNN
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.vdnn import VDNN
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     spec, batch, policy, out = args.model, args.batch, args.policy, args.out
     torch.backends.cudnn.benchmark = True

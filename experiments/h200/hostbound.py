@@ -7,7 +7,7 @@ set the pace. CPU time close to the issuing time means the host was busy, not bl
 
     python3 experiments/h200/hostbound.py MODEL BATCH OUT.json [POLICY ...]
 
-The step is NOTE [training step]'s (vdnnsim/gpu/workload.py: SGD, cross-entropy of the
+The step is NOTE [training step]'s (vdnnsim/gpu/model/workload.py: SGD, cross-entropy of the
 logits).
 """
 
@@ -34,8 +34,8 @@ def main() -> int:
     args = p.parse_args()
     import torch
 
-    from vdnnsim.gpu.runtime import VDNN
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.vdnn import VDNN
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     spec, batch, out, policies = args.model, args.batch, args.out, args.policies
     torch.backends.cudnn.benchmark = True

@@ -6,7 +6,7 @@ experiments/h200/collect.py kernels OUT` on the H200) gives the simulator.
                                                                 # traces' per-layer counts
 
 - The h200 preset's ``launch_queue`` and ``layer_kernels_fwd``/``_bwd``: fitted by
-  ``kernel_counts`` in vdnnsim/calibration_fits.py (``python -m vdnnsim.calibration_fits
+  ``kernel_counts`` in vdnnsim/costs/fits.py (``python -m vdnnsim.costs.fits
   kernels --check`` compares them with the preset): the median depth of the launch queue
   over the probe's trials, and the mean commands per layer and pass over the calibration
   models only (the `calibration` group: traces/h200_calib/README.md), never over a
@@ -31,7 +31,7 @@ FOLDERS = {"validation": TRACES / "h200", "heldout": TRACES / "h200_heldout"}
 
 
 def main(argv: list[str]) -> int:
-    from vdnnsim.calibration_fits import kernel_counts
+    from vdnnsim.costs.fits import kernel_counts
 
     _, lines = kernel_counts(TRACES)
     print("\n".join(lines))

@@ -72,7 +72,7 @@ def main() -> int:
     import torch
     import transformers
 
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
 
     for name, spec, batch, seq, precision in runs(args.which):
         if args.only and spec != args.only:

@@ -27,8 +27,8 @@ def rows(which: str = "all"):
     from contextlib import redirect_stderr
 
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")

@@ -47,10 +47,10 @@ def main() -> int:
     import torch
     import transformers
 
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.gpu.measure.harness import measure
 
     from collect import runs
-    from vdnnsim.gpu.profile_ops import profile_workload
+    from vdnnsim.gpu.profile.ops import profile_workload
     from vdnnsim.trace import save_trace, trace_from_dict
 
     out = base / "profiled"

@@ -33,7 +33,7 @@ def rows(which: str = "all", folder: str | None = None):
     from profile_all import key
 
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import load_trace
 
     gpu = resolve_gpu("h200")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.engine import autotune  # noqa: E402
-from vdnnsim.validate import POLICY_MAP, load_traces  # noqa: E402
+from vdnnsim.measured.validate import POLICY_MAP, load_traces  # noqa: E402
 
 SNAP = ROOT / "traces/h200_issue28/session13/snap"
 MiB, GiB = 2**20, 2**30

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
 DATA = ROOT / "traces" / "h200_issue28"
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
-from vdnnsim.planfile import read_plan_file  # noqa: E402
+from vdnnsim.planners.planfile import read_plan_file  # noqa: E402
 from vdnnsim.trace import load_trace  # noqa: E402
 
 

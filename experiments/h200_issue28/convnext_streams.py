@@ -15,10 +15,10 @@ from collections import Counter
 
 import torch
 
-from vdnnsim.gpu import kernels
-from vdnnsim.gpu.graph import probe
-from vdnnsim.gpu.models import build_model
-from vdnnsim.gpu.profile import DTYPES
+from vdnnsim.gpu.profile import kernels
+from vdnnsim.gpu.probe.fx import probe
+from vdnnsim.gpu.model.build import build_model
+from vdnnsim.gpu.profile.layers import DTYPES
 
 
 def main() -> int:

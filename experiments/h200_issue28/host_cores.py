@@ -27,7 +27,7 @@ import sys
 import time
 from statistics import correlation, mean, median, pstdev
 
-from vdnnsim.gpu.repeat import HOST_BOUND  # no torch: the parent needs none
+from vdnnsim.measured.repeat import HOST_BOUND  # no torch: the parent needs none
 
 PROBE, WARMUP, STEPS = 300, 3, 8
 
@@ -35,8 +35,8 @@ PROBE, WARMUP, STEPS = 300, 3, 8
 def child(model: str, batch: int) -> dict:
     import torch
 
-    from vdnnsim.gpu.hostprobe import StepProbe
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.measure.hostprobe import StepProbe
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     dev = torch.device("cuda")
     probe = StepProbe(dev, ops=PROBE)  # its tensor made before the model

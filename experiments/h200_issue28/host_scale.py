@@ -22,7 +22,7 @@ import yaml
 
 from vdnnsim.api import HOST_COSTS, resolve_gpu, run_trace  # (HOST_COSTS: NOTE [host speed])
 from vdnnsim.trace.io import trace_from_dict
-from vdnnsim.validate import POLICY_MAP
+from vdnnsim.measured.validate import POLICY_MAP
 
 ROOT = Path(__file__).resolve().parents[2]
 

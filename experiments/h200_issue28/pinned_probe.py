@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 def main(argv: list[str]) -> int:
     import torch
 
-    from vdnnsim.gpu.runtime import VDNN
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.vdnn import VDNN
+    from vdnnsim.gpu.model.workload import build_workload, training_step
 
     sync = "--sync" in argv
     torch.backends.cudnn.benchmark = True  # as measure runs

@@ -3,7 +3,7 @@ the launch queue (NOTE [launch queue]).
 
 The preset's ``launch_queue`` (1021) counts kernels on one busy stream (NOTE [kernel
 counts]). The vDNN runtime also puts event records and event waits on the compute stream
-(vdnnsim/gpu/runtime.py: an event before each offload, a wait for the copies with sync,
+(vdnnsim/gpu/runtime/vdnn.py: an event before each offload, a wait for the copies with sync,
 ``wait_stream`` before each prefetch, a wait for each prefetch). Whether they take room in
 the queue decides how far the host runs ahead of a copy-bound GPU, which moves the
 reserved peak of vDNN runs (session 17: DenseNet-121 (64) vdnn_all's replayed peak goes
@@ -98,8 +98,8 @@ def part_a(trials: int = 3) -> dict:
 def part_b(model: str, batch: int, policy: str) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    from vdnnsim.gpu.runtime import VDNN
-    from vdnnsim.gpu.workload import build_workload, training_step
+    from vdnnsim.gpu.runtime.vdnn import VDNN
+    from vdnnsim.gpu.model.workload import build_workload, training_step
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
     with dev:

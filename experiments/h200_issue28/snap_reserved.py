@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.engine import autotune  # noqa: E402
 from vdnnsim.engine.autotune import autotuned  # noqa: E402
-from vdnnsim.validate import POLICY_MAP, load_traces  # noqa: E402
+from vdnnsim.measured.validate import POLICY_MAP, load_traces  # noqa: E402
 
 SNAP = ROOT / "traces/h200_issue28/session13/snap"
 GiB = 2**30

@@ -34,14 +34,14 @@ def main(argv: list[str]) -> int:
     from vdnnsim.cli import build_parser
 
     args = build_parser().parse_args(["measure", *argv[2:]])
-    from vdnnsim.cli import _memory_cap, _model_kwargs
-    from vdnnsim.gpu.measure import measure
+    from vdnnsim.cli.app import _memory_cap, _model_kwargs
+    from vdnnsim.gpu.measure.harness import measure
 
     torch.cuda.memory._record_memory_history(enabled="all", context=None,
                                               max_entries=4_000_000)
     plan = None
     if args.plan:  # a plan file (its optimizer offload and parameters come with it)
-        from vdnnsim.planfile import read_plan_file
+        from vdnnsim.planners.planfile import read_plan_file
         plan, args.policy = read_plan_file(args.plan), "planned"
     rec = measure(args.model, args.batch_size, args.policy, _memory_cap(args), args.warmup,
                   args.iters, args.dtype, plan, args.optimizer, args.seq_len, args.input,

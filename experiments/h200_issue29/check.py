@@ -46,8 +46,8 @@ def runs() -> list[tuple[str, str, int, int | None, str, str]]:
 
 def predict(model: str, batch: int, seq: int | None, dtype: str, opt: str) -> dict:
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")

@@ -61,7 +61,7 @@ def fit_own(nomix: bool = False) -> None:
     """The H100's own op model from its calibrations (written once, beside them);
     ``nomix``: without the host-only file's mixed chains (NOTE [host mixes])."""
     from vdnnsim.hardware import gpu_preset
-    from vdnnsim.opmodel import fit
+    from vdnnsim.costs.ops import fit
     from vdnnsim.yamlio import write_text_atomic
     raws = [json.loads((DATA / "cal" / f).read_text())
             for f in ("h100_ops_bf16.json", "h100_ops_fp32.json", "host_1.json")]
@@ -75,12 +75,12 @@ def fit_own(nomix: bool = False) -> None:
 def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, str, float]:
     name, which, model, batch, seq, dtype, opt = job
     from vdnnsim.api import resolve_gpu, run_trace
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200" if which == "h200" else "h100")
-    import vdnnsim.opmodel as om
+    import vdnnsim.costs.ops as om
     global _SCALED
     _SCALED = _SCALED or om.per_byte_scaled  # a worker runs jobs of every kind: each sets
     om.per_byte_scaled = (lambda fitted, r: fitted) if which == "unscaled" else _SCALED  # its own

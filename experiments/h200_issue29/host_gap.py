@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from vdnnsim.gpu.hostprobe import host_probe_ns  # noqa: E402
-from vdnnsim.gpu.workload import build_workload, training_step  # noqa: E402
+from vdnnsim.gpu.measure.hostprobe import host_probe_ns  # noqa: E402
+from vdnnsim.gpu.model.workload import build_workload, training_step  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ GPU_FILES = ("bf16", "fp32", "cnn_bf16", "cnn_fp32")  # the shipped GPU classes
 def models(host_files: list[dict]):
     """The op model with the study's host files, without and with the mixes' factor (one
     fit: the factor is the fitted host's ``mix`` entry)."""
-    from vdnnsim import opmodel
+    from vdnnsim.costs import ops as opmodel
     from vdnnsim.hardware import gpu_preset
     gpu = gpu_preset("h200")
     d = resources.files("vdnnsim").joinpath("data", "calibration")
@@ -42,7 +42,7 @@ def models(host_files: list[dict]):
 
 def predict(om, spec: str, batch: int, dtype: str, seq: int | None, opt: str) -> dict:
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.gpu import aten_probe
+    from vdnnsim.gpu.probe import aten as aten_probe
     real = aten_probe.op_model_for
     aten_probe.op_model_for = lambda gpu: om
     try:

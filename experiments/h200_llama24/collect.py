@@ -39,9 +39,9 @@ def main() -> int:
     import yaml
 
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.gpu.measure import measure
-    from vdnnsim.gpu.profile_ops import profile_workload
-    from vdnnsim.planner import block_plan_to_dict, plan_blocks
+    from vdnnsim.gpu.measure.harness import measure
+    from vdnnsim.gpu.profile.ops import profile_workload
+    from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
     from vdnnsim.trace import save_trace, trace_from_dict
 
     out = Path(sys.argv[1])

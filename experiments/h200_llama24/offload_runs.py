@@ -22,8 +22,8 @@ if len(sys.argv) > 2:  # a few of them: k:cap_gib|none,...
 
 
 def main() -> int:
-    from vdnnsim.gpu.measure import measure
-    from vdnnsim.planner import BLOCK_FORMAT
+    from vdnnsim.gpu.measure.harness import measure
+    from vdnnsim.planners.greedy import BLOCK_FORMAT
 
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@
 DIR: offload_loan.sh's OUT folder (``*.yaml`` profiles, ``runs.jsonl``). Every record that
 ran (plain, or with ``optimizer_offload``, capped or not) is replayed by ``vdnnsim
 validate``'s code with the h200 preset (whose ``host.cpu_step_*`` ``python -m
-vdnnsim.calibration_fits cpu_step`` fits to ``cpu_steps.json``, a microbenchmark kept apart
+vdnnsim.costs.fits cpu_step`` fits to ``cpu_steps.json``, a microbenchmark kept apart
 from these models); printed: peak allocated, step time against the median and band of the
 fresh processes, the host's bytes for the optimizer, and whether each run fits."""
 
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vdnnsim.validate import validate
+from vdnnsim.measured.validate import validate
 
 
 def main(argv: list[str]) -> int:

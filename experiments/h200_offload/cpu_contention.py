@@ -3,7 +3,7 @@ slower while the updated parameters are copied back to the GPU?
 
     python3 experiments/h200_offload/cpu_contention.py OUT.json [BLOCKS]
 
-Measured in place, the step of CPUOffloadOptimizer (vdnnsim/gpu/cpu_optimizer.py) with the
+Measured in place, the step of CPUOffloadOptimizer (vdnnsim/gpu/runtime/cpu_optimizer.py) with the
 parameters copied back after each tensor's CPU step (the optimizer alone on the CPU) ran
 9-14% slower than its microbenchmark (``time_cpu_steps``, no copies), while the run that
 keeps every block's parameters on the host (no copy back) matched it
@@ -30,7 +30,7 @@ import time
 import torch
 
 sys.path.insert(0, ".")
-from vdnnsim.gpu.cpu_optimizer import CPUOffloadOptimizer  # noqa: E402
+from vdnnsim.gpu.runtime.cpu_optimizer import CPUOffloadOptimizer  # noqa: E402
 
 SHAPES = [(3200, 3200)] * 4 + [(8640, 3200)] * 3
 

@@ -25,9 +25,9 @@ CELL_TRACE = """from pathlib import Path
 import pandas as pd
 import matplotlib.pyplot as plt
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.gpu.aten_probe import memory_trace
-from vdnnsim.optimizer import with_optimizer
-from vdnnsim.planner import plan_blocks
+from vdnnsim.gpu.probe.aten import memory_trace
+from vdnnsim.trace.optimizer import with_optimizer
+from vdnnsim.planners.greedy import plan_blocks
 from vdnnsim.trace import trace_from_dict
 
 gpu, GiB = resolve_gpu("h200"), 2**30
@@ -100,8 +100,8 @@ budget the planner's caution keeps (20.66 GiB; the plan for exactly 22 GiB was n
 that cap)."""
 
 CELL_RUN = """import json
-from vdnnsim.gpu.repeat import aggregate
-from vdnnsim.planfile import read_plan_file
+from vdnnsim.measured.repeat import aggregate
+from vdnnsim.planners.planfile import read_plan_file
 
 data = Path("../traces/cpu_step/h100_s32")
 h100 = resolve_gpu("h100")

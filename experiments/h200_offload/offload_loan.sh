@@ -23,8 +23,8 @@ mkdir -p "$OUT"
 { lscpu; free -g; nproc; } > "$OUT/host.txt" 2>&1
 python3 - "$OUT/cpu_steps.json" <<'PY'
 import json, sys
-from vdnnsim.gpu.cpu_optimizer import time_cpu_steps
-from vdnnsim.gpu.profile import software
+from vdnnsim.gpu.runtime.cpu_optimizer import time_cpu_steps
+from vdnnsim.gpu.profile.layers import software
 recs = time_cpu_steps("adamw", ("fp32", "bf16"))
 json.dump({"software": software(), "records": recs}, open(sys.argv[1], "w"), indent=1)
 PY

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
 TRACES = ROOT / "traces"
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
-from vdnnsim.optimizer import with_optimizer  # noqa: E402
+from vdnnsim.trace.optimizer import with_optimizer  # noqa: E402
 from vdnnsim.trace import load_trace  # noqa: E402
 
 CASES = [("resnet50", 128), ("vgg16", 64), ("mobilenet_v2", 128), ("densenet121", 64)]

@@ -22,7 +22,7 @@ GIB = 2**30
 def main() -> int:
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.trace.io import load_trace
-    from vdnnsim.validate import POLICY_MAP
+    from vdnnsim.measured.validate import POLICY_MAP
 
     gpu = resolve_gpu("h200")
     first = {}

@@ -88,7 +88,7 @@ MODELS = ("dla34", "cspresnet50", "res2net50_26w_4s", "rexnet_100", "hrnet_w18_s
 
 def meta(gpu) -> None:
     """Today's probe on the meta device against the measured peaks (memory only)."""
-    from vdnnsim.gpu.aten_probe import memory_trace
+    from vdnnsim.gpu.probe.aten import memory_trace
     from vdnnsim.trace import trace_from_dict
     meas: dict[str, list[dict]] = {}
     for line in (DATA / "session10" / "measure4.jsonl").read_text().splitlines():

@@ -72,7 +72,7 @@ def preload() -> None:
     import vdnnsim.report.plots  # noqa: F401
     import vdnnsim.report.table  # noqa: F401
     import vdnnsim.study.maxbatch  # noqa: F401
-    import vdnnsim.validate  # noqa: F401
+    import vdnnsim.measured.validate  # noqa: F401
     from vdnnsim.hardware import gpu_preset
     from vdnnsim.policies.registry import policy_names
     gpu_preset("k40")

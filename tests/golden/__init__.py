@@ -41,7 +41,7 @@ def figure_cell_records(cells) -> dict:
 
 
 def validation_summary() -> dict:
-    from vdnnsim.validate import summarize, validate
+    from vdnnsim.measured.validate import summarize, validate
 
     h200 = ROOT / "traces" / "h200"
     held = ROOT / "traces" / "h200_heldout"

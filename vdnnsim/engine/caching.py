@@ -35,7 +35,7 @@ NOTE [stream pools]
 PyTorch's allocator keeps each segment for the stream it was made on: a block freed to a
 segment of the copy stream is reused only by the copy stream's next allocation (blocks
 know their stream; the free lists are per pool and stream). The block runtime allocates its
-prefetched copies on its copy stream (vdnnsim/gpu/block_offload.py), so its plans
+prefetched copies on its copy stream (vdnnsim/gpu/runtime/blocks.py), so its plans
 (``Plan.prefetch_stream``) put them there; every other allocation is the compute
 stream's (the fx runtime allocates its prefetches before it enters its side stream). A
 release of the cache frees the fully free segments of every stream.
@@ -68,7 +68,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from ..allocconf import split_pairs
+from .allocconf import split_pairs
 from ..errors import ConfigError
 from ..limits import short_repr
 from .allocator import Accounting, Key, key_name, oom_record

@@ -87,7 +87,7 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
     return chunks * sets + ((rest,) if rest else ())
 
 
-# NOTE [optimizer state]: Adam's and AdamW's two moments per parameter (vdnnsim/optimizer.py
+# NOTE [optimizer state]: Adam's and AdamW's two moments per parameter (vdnnsim/trace/optimizer.py
 # counts them into a trace's resident_bytes from this table, ADAM_STATE)
 MOMENTS = {"adam": 2, "adamw": 2}
 

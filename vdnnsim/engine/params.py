@@ -17,7 +17,7 @@ after it for these parameters (``param_upload`` is only for the groups kept on t
 What the GPU saves: the group's weights (their bytes at the trace's precision; under
 autocast the fp32 master weights, while autocast's bf16 casts stay what the ops save,
 NOTE [block offload]); what it costs: the weights copied in twice a step, where the plain
-CPU step copies them in once. The runtime: vdnnsim/gpu/param_offload.py. Nothing here is
+CPU step copies them in once. The runtime: vdnnsim/gpu/runtime/params.py. Nothing here is
 fitted: the copies are timed by the link as every other copy.
 """
 

@@ -22,7 +22,7 @@ memory]): there the pinned peak is the host copies' peak, ``peak_host_bytes``.
 from __future__ import annotations
 
 
-# NOTE [optimizer pinning] (vdnnsim/gpu/cpu_optimizer.py): the optimizer's host copies
+# NOTE [optimizer pinning] (vdnnsim/gpu/runtime/cpu_optimizer.py): the optimizer's host copies
 # page-locked in one registered buffer instead, each at this boundary
 PINNINGS = ("caching", "registered")
 REGISTERED_ALIGN = 64

@@ -160,7 +160,7 @@ class Plan:
     # NOTE [recompute]: (first, last) layer index of each checkpointed segment
     recompute: tuple[tuple[int, int], ...] = ()
     # NOTE [batch split]: a plan that runs some layers in slices of the batch carries the
-    # trace it runs (vdnnsim/split.py); its algos, offloads and segments index that trace
+    # trace it runs (vdnnsim/planners/split.py); its algos, offloads and segments index that trace
     trace: Any = field(default=None, compare=False, repr=False)
     split: tuple[tuple[str, str, int], ...] = ()  # (first, last, parts) of the original
     # NOTE [stream pools]: the stream whose pool the prefetched copies are allocated from

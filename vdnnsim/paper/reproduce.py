@@ -26,7 +26,7 @@ COSTS = ("preset", "published")
 
 def published_scales() -> dict[str, dict[str, float]]:
     """NOTE [published costs]: the K40's and Titan X's compute and DRAM rates fitted to
-    published cuDNN timings of networks the paper does not judge (vdnnsim/calibration_fits.py
+    published cuDNN timings of networks the paper does not judge (vdnnsim/costs/fits.py
     on traces/published/, vdnnsim/data/calibration/published.json)."""
     from importlib import resources
     text = resources.files("vdnnsim").joinpath("data/calibration/published.json").read_text()

@@ -4,7 +4,7 @@ NOTE [block offload]
 A transformer's trace from the op probe (NOTE [op probe], NOTE [blocks]) has
 thousands of op layers, each tagged with its region (``attrs['block']``: 0 before the first
 block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block, as
-in the runtime (vdnnsim/gpu/block_offload.py): an offloaded block sends everything its
+in the runtime (vdnnsim/gpu/runtime/blocks.py): an offloaded block sends everything its
 ops save for the backward pass (its input and its intermediates, the tensors autograd
 keeps; never the weights or the batch, nor what every block reads, like a rotary table:
 only tensors made in the block or last read by it, and not autocast's casts of the
@@ -26,7 +26,7 @@ so that its forward pass keeps only its inputs, and run it again when the backwa
 reaches it. Option ``recompute``: the first that many blocks, checkpointed (the engine's
 NOTE [recompute] over each block's own ops: not the ops after it in its region, which run
 in the parent's code), nothing offloaded (with ``blocks`` too: NOTE [block mix]). The
-block runtime wraps those modules' forward (vdnnsim/gpu/block_offload.py); a block plan
+block runtime wraps those modules' forward (vdnnsim/gpu/runtime/blocks.py); a block plan
 carries ``recompute_blocks``. ``vdnnsim plan`` (NOTE [block plan]) tries both, offloading
 and checkpointing the first k blocks, then their mixes, and keeps the fastest that fits
 (on a memory-only trace, offloading, whose cost needs no times).
@@ -259,7 +259,7 @@ def _count(name: str, value: Any) -> None:
 # offloaded from the first on, whose engine replay fits the budget (the engine judges; a
 # block more never costs memory, so the first count that fits is the one), written as a
 # ``vdnnsim-block-plan`` file (planner.py's ``block_plan_to_dict``) that `vdnnsim measure
-# --plan` runs with the block runtime (vdnnsim/gpu/block_offload.py). No algorithms to
+# --plan` runs with the block runtime (vdnnsim/gpu/runtime/blocks.py). No algorithms to
 # choose (one per op, as profiled), no batch split yet; checkpointing the first k blocks
 # instead is NOTE [block recompute]. Each count is replayed as the policy ``vdnn_blocks``
 # with that option would be (``run_trace`` of it gives the same memory and time).

@@ -188,9 +188,9 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 # runtime (Torch7 traces) vDNN_conv offloads every buffer a CONV layer reads, copied by its
 # last reader as the paper's reference counts say, even where that is a pool; such a layer
 # carries the offloaded mark ('measured'). Networks that do not fork are unchanged.
-# PyTorch traces keep the last-reader rule: vdnnsim's runtime (gpu/runtime.py) offloads
+# PyTorch traces keep the last-reader rule: vdnnsim's runtime (gpu/runtime/vdnn.py) offloads
 # from the conv modules' hooks.
-# PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime.py), which marks the
+# PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime/vdnn.py), which marks the
 # layers that copy: its measured reading is the text's.
 READINGS = ("measured", "text")
 PLACEMENTS = ("best", "first")  # NOTE [placement]

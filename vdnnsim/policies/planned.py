@@ -15,9 +15,9 @@ from ..engine.caching import allocator_settings
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
-from ..split import split_trace
+from ..planners.split import split_trace
 from ..trace.model import Trace
-from ..planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
+from ..planners.planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
 from .builtin import check_options, common_options
 from .plan import Plan, liveness
 

@@ -140,7 +140,7 @@ class SourceSpec(_Strict):
         None, gt=0, allow_inf_nan=False,
         description="How fast the profiling machine's host was: its median time per tiny "
         "kernel launch, ns, before the model was built (NOTE [host probe] in "
-        "vdnnsim/gpu/hostprobe.py).")
+        "vdnnsim/gpu/measure/hostprobe.py).")
     host_probe_between_ns: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="The same probe after each timed step, the median: what follows the "

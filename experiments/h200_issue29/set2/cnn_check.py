@@ -25,8 +25,8 @@ SETS = ["traces/h200/measurements.json", "traces/h200_meta_heldout4/measurements
 def main(argv: list[str]) -> int:
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.errors import VdnnError
-    from vdnnsim.gpu.aten_probe import memory_trace
-    from vdnnsim.optimizer import with_optimizer
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")

@@ -1,0 +1,94 @@
+"""The op probe's layers timed by the op-level kernel model (NOTE [op model]): what turns a
+meta-device memory trace of any model into a timed one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...costs.ops import GEMMS, OpModel
+from .fx import Probe
+
+
+@dataclass
+class OpTimes:
+    """Per layer (GPU fwd, GPU bwd, 0, 0), host (fwd, bwd) and kernel counts; the step's
+    SGD times (NOTE [optimizer state]) and what the trace's note says of the model."""
+
+    times: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    hosts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    kernels: dict[str, tuple[int, int]] = field(default_factory=dict)
+    step_ns: int = 0
+    host_step_ns: int = 0
+    steps: dict[str, list[int]] = field(default_factory=dict)  # optimizer -> [GPU, host ns]
+    pooled: Counter = field(default_factory=Counter)  # op -> layers timed by the pooled fit
+
+
+def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
+               variant: str = "fp32") -> OpTimes:
+    """NOTE [op model] over every layer of the probe ``p``; ``param_bytes`` and
+    ``param_tensors``: the trainable parameters the optimizer steps over; ``variant``: the
+    host's costs of fp32, bf16 or autocast."""
+    out = OpTimes()
+    mod_fwd = om.module_ns[0]
+    family = "cnn" if any((n.attrs.get("_f") or {}).get("op") == "convolution"
+                          for n in p.nodes) else "transformer"  # NOTE [host mixes]
+    readers: Counter = Counter()
+    for n in p.nodes:
+        for t in dict.fromkeys(n.inputs):
+            readers[t] += 1
+    last_module = None
+    last_seq = 0
+    for n in p.nodes:
+        seq = n.attrs.get("_seq", last_seq + 1)
+        unseen = max(0, seq - last_seq - 1)  # ops dispatched since the last layer: views of
+        last_seq = seq                       # weights, ops the loss does not need, ...
+        host_unseen = unseen * om.host_ns(None, variant, family)[0]
+        f = n.attrs.get("_f")
+        view = n.alias_of is not None and n.kind == "flatten"
+        module = n.attrs.get("module")
+        mod_f = mod_fwd if module != last_module else 0.0
+        last_module = module
+        if view or f is None:
+            out.times[n.name] = (0, 0, 0, 0)
+            hf, hb = om.host_ns(None, variant, family)
+            out.hosts[n.name] = (round(hf + mod_f + host_unseen),
+                                 round(hb) if n.requires_grad else 0)
+            out.kernels[n.name] = (0, 0)
+            continue
+        fwd, own = om.time_ns(f, "fwd")
+        if not own:
+            out.pooled[f["op"]] += 1
+        bwd, kb = 0.0, 0
+        if n.requires_grad:
+            bwd, _ = om.time_ns(f, "bwd")
+            kb = (2 + (f["op"] in ("addmm", "baddbmm"))) if f["op"] in GEMMS else \
+                2 if f["op"] == "convolution" else 1  # a conv: its data and weight gradients
+            extra = readers.get(n.name, 0) - 1  # NOTE [gradient sums]
+            if extra > 0:
+                add = {"op": "add", "dt": f["dt"], "bytes": 3 * n.out_nbytes}
+                bwd += extra * om.time_ns(add, "fwd")[0]
+                kb += extra
+        out.times[n.name] = (round(fwd), round(bwd), 0, 0)
+        hf, hb = om.host_ns(f["op"], variant, family)
+        out.hosts[n.name] = (round(hf + mod_f + host_unseen),
+                             round(hb) if n.requires_grad else 0)
+        out.kernels[n.name] = (1, kb)
+    for opt in ("sgd", "adam", "adamw"):  # NOTE [optimizer state]: calibrated, each
+        g, hs = om.step_ns(opt, param_bytes, param_tensors)
+        out.steps[opt] = [round(g), round(hs)]
+    out.step_ns, out.host_step_ns = out.steps["sgd"]
+    return out
+
+
+def pooled_note(pooled: Counter) -> str:
+    """What the trace's note says of ops the calibration has no case of."""
+    if not pooled:
+        return ""
+    top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
+    return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
+            f"of their own, timed by a stand-in (a convolution by its other memory format's class "
+            f"or, without one, as an implicit GEMM; any other by the median streaming class; "
+            f"NOTE [op model]): {top}")
+

@@ -1,0 +1,102 @@
+"""What the op-level kernel model (NOTE [op model], vdnnsim/costs/ops.py) reads of one ATen
+op as it runs: the same function describes an op of a model on the meta device (the op
+probe, NOTE [op probe]) and an op of ``vdnnsim calibrate --ops``'s microbenchmarks, so
+the features a fit saw are the features a prediction gets.
+
+NOTE [op features]
+Per op: ``op`` (the ATen name without overload), ``dt`` (the output's dtype: fp32, bf16,
+fp16, or what else), ``bytes`` (every tensor argument's and output's storage bytes, as the
+op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
+``b, m, n, k`` (batch, rows, columns, reduction); scaled-dot-product attention its
+``B, H, S, L, D`` (batch, query heads, query and key length, head size), ``causal`` and
+``mask`` (an additive bias given); a binary op's ``form`` where it is not elementwise
+between equal shapes (``bcast``: an operand broadcast, ``scalar``: a one-element operand);
+an embedding its table's bytes (``w``) and its output's
+(``o``); a convolution its implicit GEMM's ``b, m, n, k`` (groups; output pixels; output
+channels and input channels times kernel taps per group), its input channels ``c``, kernel
+``kh, kw``, ``stride``, and ``cl`` where its input is
+channels-last (NHWC in memory, not also NCHW-contiguous); a batch norm of a 4-D input its
+``N, C, H, W``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+SDPA = {"_scaled_dot_product_flash_attention": "flash",
+        "_scaled_dot_product_efficient_attention": "efficient",
+        "_scaled_dot_product_cudnn_attention": "cudnn"}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[str, Any]:
+    """NOTE [op features] of one dispatched ATen op."""
+    kwargs = kwargs or {}
+    op = func.__name__.split(".")[0]
+    ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
+    main = outs[0] if outs else (ins[0] if ins else None)
+    dt = DTYPE_NAMES.get(main.dtype, str(main.dtype).replace("torch.", "")) \
+        if main is not None else "fp32"
+    f: dict[str, Any] = {"op": op, "dt": dt,
+                         "bytes": sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)}
+    if main is not None and len(ins) > 1:  # a binary op's form: its backward differs
+        n = main.numel()
+        if any(1 < a.numel() < n for a in ins):
+            f["form"] = "bcast"  # a row or a column broadcast: its gradient is a reduction
+        elif any(a.numel() == 1 for a in ins):
+            f["form"] = "scalar"
+    try:
+        if op in ("mm", "bmm"):
+            a, b = args[0], args[1]
+            f.update(_gemm(a.shape, b.shape))
+        elif op in ("addmm", "baddbmm"):
+            a, b = args[1], args[2]
+            f.update(_gemm(a.shape, b.shape))
+        elif op in SDPA:
+            q, k = args[0], args[1]
+            causal = kwargs.get("is_causal")
+            if causal is None:  # flash: (q, k, v, dropout_p, is_causal, ...); the others:
+                # (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, ...)
+                pos = 4 if op == "_scaled_dot_product_flash_attention" else 6
+                causal = bool(args[pos]) if len(args) > pos else False
+            mask = op != "_scaled_dot_product_flash_attention" and len(args) > 3 \
+                and isinstance(args[3], torch.Tensor)
+            f.update(B=int(q.shape[0]), H=int(q.shape[1]), S=int(q.shape[2]),
+                     L=int(k.shape[2]), D=int(q.shape[3]), causal=bool(causal),
+                     mask=bool(mask), kernel=SDPA[op])
+        elif op == "convolution" and outs:  # as an implicit GEMM (NOTE [op model])
+            x, w, y = args[0], args[1], outs[0]
+            groups = int(args[8]) if len(args) > 8 else 1
+            f.update(b=groups, m=int(y.shape[0]) * int(y[0, 0].numel()),
+                     n=int(w.shape[0]) // groups, k=int(w[0].numel()), c=int(x.shape[1]),
+                     kh=int(w.shape[2]) if w.dim() > 2 else 1,
+                     kw=int(w.shape[3]) if w.dim() > 3 else 1,
+                     stride=int(args[3][0]) if len(args) > 3 and len(args[3]) else 1)
+            if x.dim() == 4 and not x.is_contiguous() \
+                    and x.is_contiguous(memory_format=torch.channels_last):
+                f["cl"] = True
+        elif op.endswith("batch_norm") or op.startswith("_batch_norm"):  # its feature map
+            x = args[0]
+            if x.dim() == 4:
+                f.update(N=int(x.shape[0]), C=int(x.shape[1]), H=int(x.shape[2]),
+                         W=int(x.shape[3]))
+        elif op == "embedding":
+            f.update(w=_nbytes(args[0]), o=_nbytes(outs[0]))
+    except (IndexError, AttributeError, TypeError):  # an overload of another signature
+        pass
+    return f
+
+
+def _gemm(a: torch.Size, b: torch.Size) -> dict[str, int]:
+    if len(a) == 3:
+        return {"b": int(a[0]), "m": int(a[1]), "k": int(a[2]), "n": int(b[2])}
+    return {"b": 1, "m": int(a[0]), "k": int(a[1]), "n": int(b[1])}

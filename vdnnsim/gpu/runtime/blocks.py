@@ -1,0 +1,288 @@
+"""vDNN for any block-structured model on the GPU: whole blocks offloaded.
+
+NOTE [block runtime]
+The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
+(NOTE [op probe]). This one needs only the model's blocks (NOTE [blocks], by the module
+paths the plan names; ``find_blocks`` for a plan without them) and autograd's
+saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
+it (a parameter, autocast's cast of one or a CPU tensor excepted; the batch is read before
+the first block, so no block saves it) is copied whole, its storage
+once however many views of it are saved, to pinned host memory on a side stream that
+first waits for the compute stream; the GPU tensor is marked as used by that stream
+(``record_stream``), so the caching allocator reuses its memory only once the copy is done,
+and once nothing else holds it. In the backward pass, when the backward of block k begins
+(a pre-hook on the autograd node of block k's output), the storages of block k - 1 are
+prefetched on a second side stream (vDNN's prefetch, one block ahead) and block k's own
+if they are not back yet; unpacking a saved tensor makes the compute stream wait for its
+copy and rebuilds the view on the prefetched storage. A storage is known by its address
+and, since a freed address is soon reused within a block, by a weak reference to it (the
+first version keyed by address alone and gave a new tensor an old tensor's copy: wrong
+gradients, caught by the bit-identity test). The copies move the bytes exactly,
+so gradients are bit-identical to a step without offload wherever the kernels themselves
+are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
+them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
+plan]), and the blocks named by ``recompute`` (paths) checkpointed (NOTE [block
+recompute]; after the offloaded ones where a plan does both, NOTE [block mix]). Not done:
+offloading the regions outside the blocks, offloading a chosen set.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...planners.planfile import BlockPlanFile
+from ..probe.aten import block_output, find_blocks
+
+
+def _weight_cast(t: torch.Tensor) -> bool:
+    """A cast of a parameter (autocast's): its cache holds it to the end of the forward
+    pass, so offloading it would free nothing (NOTE [block offload] skips it too)."""
+    fn = t.grad_fn
+    if fn is None or fn.name() != "ToCopyBackward0":
+        return False
+    nxt = fn.next_functions
+    return bool(nxt) and nxt[0][0] is not None and nxt[0][0].name() == \
+        "torch::autograd::AccumulateGrad"
+
+
+class _Entry:
+    """One offloaded storage: its host copy and, once prefetched, its GPU copy."""
+
+    __slots__ = ("host", "nbytes", "done", "gpu", "ready", "storage", "__weakref__")
+
+    def __init__(self, host: torch.Tensor, nbytes: int, done: torch.cuda.Event,
+                 storage: torch.UntypedStorage):
+        self.host, self.nbytes, self.done = host, nbytes, done
+        self.storage = weakref.ref(storage)  # which storage: an address is reused
+        self.gpu: torch.Tensor | None = None
+        self.ready: torch.cuda.Event | None = None
+
+
+class BlockOffload:
+    """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
+
+    def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None,
+                 recompute: list[str] = ()):
+        if paths is None:  # a plan of an older probe: the largest ModuleList's items
+            self.blocks = find_blocks(model)
+        else:  # NOTE [blocks]: by the paths the plan's trace chose
+            self.blocks = []
+            for p in paths:
+                try:
+                    self.blocks.append(model.get_submodule(p))
+                except AttributeError:
+                    raise ValueError(f"the plan's block {p} is not a module of "
+                                     f"{type(model).__name__}") from None
+        if not self.blocks:
+            raise ValueError(f"{type(model).__name__} has no blocks (no nn.ModuleList of "
+                             "layers) to offload")
+        if not 0 <= offload <= len(self.blocks):
+            raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
+        # NOTE [block mix]: the offloaded blocks and the checkpointed ones are apart (an
+        # offloaded block's hooks would pack what its checkpoint runs again)
+        offloaded = {id(b) for b in self.blocks[:offload]}
+        for p in recompute:
+            try:
+                m = model.get_submodule(p)
+            except AttributeError:
+                continue  # said below, with every path
+            inside = any(m is x for b in self.blocks[:offload] for x in b.modules())
+            if inside or any(id(x) in offloaded for x in m.modules()):
+                raise ValueError(f"the plan checkpoints {p}, which is in one of the "
+                                 f"{offload} offloaded blocks: one or the other")
+        self.offload = offload
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        # streams only where something moves: a plan that only recomputes runs on a CPU
+        self.d2h = torch.cuda.Stream() if offload else None
+        self.h2d = torch.cuda.Stream() if offload else None
+        # NOTE [block recompute]: the ``recompute`` blocks' (paths) forward under
+        # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
+        self._wrapped: list[tuple[nn.Module, Any]] = []
+        wrap = []
+        for p in dict.fromkeys(recompute):  # every path checked before any is wrapped
+            try:
+                wrap.append(model.get_submodule(p))
+            except AttributeError:
+                raise ValueError(f"the plan's block {p} is not a module of "
+                                 f"{type(model).__name__}") from None
+        for b in dict.fromkeys(wrap):
+            self._wrapped.append((b, b.__dict__.get("forward")))
+            b.forward = _checkpointed(b.forward)
+        # a recomputed block must not extend a KV cache its forward filled (BLOOM's
+        # recomputed attention saw twice the keys): the cache off while blocks are
+        # checkpointed, as transformers' own gradient_checkpointing_enable does
+        config = getattr(model, "config", None)
+        self._use_cache = getattr(config, "use_cache", None) if wrap else None
+        if self._use_cache:
+            config.use_cache = False
+        self._model = model
+        # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
+        # tensor packed with it, and its memory (host and GPU copies) goes with it
+        self.entries: list[weakref.WeakValueDictionary] = [
+            weakref.WeakValueDictionary() for _ in self.blocks]
+        self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "late_fetches": 0,
+                      "kept_bytes": 0}
+        self._ctx: Any = None
+        self._hooked: dict[int, Any] = {}
+        self.handles = []
+        # NOTE [block mix]: the checkpointed blocks after the offloaded ones, whose inputs
+        # their checkpoints keep on the GPU
+        wrapped = {id(b) for b, _ in self._wrapped}
+        self._keeps = {k for k, b in enumerate(self.blocks) if k >= offload and id(b) in wrapped}
+        for k, b in enumerate(self.blocks):
+            self.handles.append(b.register_forward_pre_hook(
+                lambda m, a, kw, k=k: self._enter(k, a, kw), with_kwargs=True))
+            self.handles.append(b.register_forward_hook(
+                lambda m, a, out, k=k: self._exit(k, out)))
+
+    @classmethod
+    def from_plan(cls, model: nn.Module, plan: BlockPlanFile) -> "BlockOffload":
+        """NOTE [block runtime] for a block plan file (NOTE [plan files]): its offloaded
+        count, its blocks by path (the largest ModuleList's where it names none) and its
+        checkpointed blocks."""
+        if not isinstance(plan, BlockPlanFile):
+            raise ValueError(f"the block runtime runs a block plan, not a "
+                             f"{type(plan).__name__}")
+        return cls(model, plan.blocks, plan.block_paths, plan.recompute_paths)
+
+    # -- forward ----------------------------------------------------------------------------
+    def _enter(self, k: int, args: tuple = (), kwargs: dict | None = None) -> None:
+        if k in self._keeps and self.offload and torch.is_grad_enabled():
+            self._keep(args, kwargs or {})
+        if k < self.offload and torch.is_grad_enabled():
+            self._ctx = torch.autograd.graph.saved_tensors_hooks(
+                lambda t, k=k: self._pack(k, t), self._unpack)
+            self._ctx.__enter__()
+
+    def _exit(self, k: int, out: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        fn = getattr(block_output(out), "grad_fn", None)
+        if fn is not None and k <= self.offload and id(fn) not in self._hooked:
+            self._hooked[id(fn)] = fn  # held until the step ends: ids stay unique
+            fn.register_prehook(lambda g, k=k: self._backward_starts(k))
+
+    def _pack(self, k: int, t: torch.Tensor) -> Any:
+        if not t.is_cuda:
+            return t
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        # a parameter (by its storage, or as a leaf that needs a gradient: NOTE [parameter
+        # offload] gives it a new storage at each fetch) stays
+        if key in self.params or (t.is_leaf and t.requires_grad) or storage.nbytes() == 0 \
+                or _weight_cast(t):
+            return t
+        entry = self.entries[k].get(key)
+        if entry is not None and entry.storage() is not storage:
+            entry = None  # a storage that died, its address given to this one
+        if entry is None:
+            host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=True)
+            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            self.d2h.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.d2h):
+                host.copy_(raw, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record()
+            raw.record_stream(self.d2h)  # its memory is reused only after the copy
+            entry = _Entry(host, storage.nbytes(), done, storage)
+            self.entries[k][key] = entry
+            self.stats["offloaded_bytes"] += storage.nbytes()
+        return (entry, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+                t.device)
+
+    def _keep(self, args: tuple, kwargs: dict) -> None:
+        """NOTE [block mix]: a checkpointed block's inputs stay on the GPU (its checkpoint
+        keeps them), so an offloaded block's copy of one is never fetched back: its entry
+        takes the live storage as its GPU copy, ready now (the engine's plan offloads no
+        input of a checkpoint; the copy out, issued when the offloaded block saved it, is
+        the one thing the engine does not see)."""
+        for t in [*args, *kwargs.values()]:
+            if not isinstance(t, torch.Tensor) or not t.is_cuda:
+                continue
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            for entries in self.entries[:self.offload]:
+                entry = entries.get(key)
+                if entry is None or entry.storage() is not storage or entry.gpu is not None:
+                    continue
+                entry.gpu = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+                entry.ready = torch.cuda.Event()
+                entry.ready.record()
+                self.stats["kept_bytes"] += entry.nbytes
+
+    # -- backward ---------------------------------------------------------------------------
+    def _fetch_one(self, entry: _Entry) -> None:
+        # allocated on the copy stream, which waits only for the entry's offload: the
+        # prefetch overlaps the compute it was issued behind. (Allocating for the compute
+        # stream instead, the copy waiting for all work queued before it, was tried on the
+        # H200: reserved 25.5 against 27.2 GiB at Llama-1B batch 2 with 8 blocks offloaded,
+        # but 253 against 208 ms, and 32.6 GiB allocated with 12 blocks: not kept.)
+        self.h2d.wait_event(entry.done)
+        with torch.cuda.stream(self.h2d):
+            gpu = torch.empty(entry.nbytes, dtype=torch.uint8, device="cuda")
+            gpu.copy_(entry.host, non_blocking=True)
+            entry.ready = torch.cuda.Event()
+            entry.ready.record()
+        gpu.record_stream(torch.cuda.current_stream())  # the compute stream reads it
+        entry.gpu = gpu
+        self.stats["prefetched_bytes"] += entry.nbytes
+
+    def _fetch(self, k: int) -> None:
+        for entry in list(self.entries[k].values()):
+            if entry.gpu is None:
+                self._fetch_one(entry)
+
+    def _backward_starts(self, k: int) -> None:
+        if k < self.offload:
+            self._fetch(k)  # should be back already, but for the topmost
+        if 0 < k <= self.offload:
+            self._fetch(k - 1)
+
+    def _unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        entry, dtype, offset, shape, stride, device = packed
+        if entry.gpu is None:  # not prefetched: fetch now (the compute stream waits)
+            self.stats["late_fetches"] += 1
+            self._fetch_one(entry)
+        torch.cuda.current_stream().wait_event(entry.ready)
+        return torch.empty(0, dtype=dtype, device=device).set_(
+            entry.gpu.untyped_storage(), offset, shape, stride)
+
+    def end_iteration(self) -> None:
+        """After a step: every copy done, the step's bookkeeping dropped."""
+        if self.d2h is not None:
+            torch.cuda.current_stream().wait_stream(self.d2h)
+            torch.cuda.current_stream().wait_stream(self.h2d)
+        self._hooked.clear()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        for b, own in reversed(self._wrapped):  # the module's own forward back
+            if own is None:
+                del b.forward
+            else:
+                b.forward = own
+        self._wrapped = []
+        if self._use_cache:
+            self._model.config.use_cache = self._use_cache
+            self._use_cache = None
+
+
+def _checkpointed(forward: Any) -> Any:
+    """NOTE [block recompute]: ``forward`` run under torch.utils.checkpoint when autograd
+    records (in no_grad it runs as it is)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run

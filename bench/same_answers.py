@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import re
 import shlex
@@ -92,10 +91,11 @@ def _fuzz_one(index: int, seed: int, root: str) -> str:
     return json.dumps(rec, sort_keys=True)
 
 
-def _fuzz_worker(args: tuple[int, int, int, int, str]) -> list[str]:
-    start, stop, step, seed, root = args
-    sys.path.insert(0, str(ROOT))
-    return [_fuzz_one(i, seed, root) for i in range(start, stop, step)]
+def _fuzz_part(start: int, stop: int, step: int, seed: int, root: str, out: str) -> None:
+    """One worker's share of the cases, in a process of its own (not a pool's daemon,
+    which could not start the local processes a study case asks for)."""
+    Path(out).write_text("".join(_fuzz_one(i, seed, root) + "\n"
+                                 for i in range(start, stop, step)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,11 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     if "fuzz" not in skip and args.fuzz_cases:
         from tests.test_fuzz import SEED
         root = f"/tmp/same_answers_fuzz_{os.getpid()}"
-        jobs = [(w, args.fuzz_cases, args.workers, SEED, f"{root}/w{w}")
-                for w in range(args.workers)]
-        with mp.get_context("spawn").Pool(args.workers) as pool:
-            parts = pool.map(_fuzz_worker, jobs)
-        lines = sorted((ln for part in parts for ln in part),
+        procs = [subprocess.Popen([sys.executable, __file__, "--fuzz-part",
+                                   f"{w},{args.fuzz_cases},{args.workers},{SEED}",
+                                   f"{root}/w{w}", f"{root}.part{w}"], cwd=ROOT)
+                 for w in range(args.workers)]
+        if any(p.wait() for p in procs):
+            raise SystemExit("a fuzz worker failed")
+        lines = sorted((ln for w in range(args.workers)
+                        for ln in Path(f"{root}.part{w}").read_text().splitlines()),
                        key=lambda s: json.loads(s)["case"])
         (out / "fuzz.jsonl").write_text("\n".join(lines) + "\n")
     return 0
@@ -148,4 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    if sys.argv[1:2] == ["--fuzz-part"]:
+        a, b, c, d = (int(x) for x in sys.argv[2].split(","))
+        _fuzz_part(a, b, c, d, sys.argv[3], sys.argv[4])
+        sys.exit(0)
     sys.exit(main())

@@ -101,7 +101,7 @@ def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
               reference: str = "baseline_p") -> float:
     """Percent cut of peak ('peak') or time-weighted average ('avg') managed memory (the
     weights and their gradients left out) against ``reference``: 'baseline_p', or 'class'
-    for the baseline of the policy's own algorithm class (NOTE [reproduction metrics])."""
+    for the baseline of the policy's own algorithm class."""
     if reference == "class":
         base_policy = "baseline_m" if policy.endswith("_m") else "baseline_p"
     else:

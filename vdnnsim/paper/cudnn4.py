@@ -50,7 +50,7 @@ def vgg_a() -> NetworkSpec:
 def phase_ms(network: str, batch: int, choice: str, gpu=None) -> dict[str, float]:
     """Forward, backward-data and backward-filter ms of ``network`` at ``batch`` on the
     paper's Titan X preset (or ``gpu``), each layer under its ``choice`` ('fastest' or
-    'leanest') algorithm, the way the benchmark times them (NOTE [cudnn4 check])."""
+    'leanest') algorithm, the way the benchmark times them."""
     from ..api import build_trace, resolve_gpu
 
     gpu = resolve_gpu(GPU) if gpu is None else gpu

@@ -108,10 +108,10 @@ def reproduce(studies_dir: str | os.PathLike | None = None,
               reference: str = "baseline_p", costs: str = "preset", average: str = "time"
               ) -> tuple[pd.DataFrame, Frames]:
     """One row per claim: paper value, vdnnsim's, difference, tolerance, met. ``reading``
-    and ``reference`` (NOTE [reproduction metrics]) choose the
-    readings of the paper; the defaults are the ones its measurements support. ``costs``:
-    the presets' analytic costs, or the paper GPUs' published calibration. ``average``:
-    how the paper's averages are read (``with_average``); the frames returned are so read."""
+    and ``reference`` choose the readings of the paper; the defaults are the ones its
+    measurements support. ``costs``: the presets' analytic costs, or the paper GPUs'
+    published calibration. ``average``: how the paper's averages are read
+    (``with_average``); the frames returned are so read."""
     frames = frames if frames is not None else run_paper_studies(studies_dir, reading, costs)
     frames = with_average(frames, average)
     claims = CLAIMS if reference == "baseline_p" else build_claims(reference)

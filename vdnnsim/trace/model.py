@@ -138,12 +138,12 @@ class Trace:
     resident_bytes: int = 0  # held by the framework all run long (BLAS workspaces, buffers)
     host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
     step_workspace_bytes: int = 0  # held while the step runs
-    optimizer: str = "sgd"  # whose step the step fields are (NOTE [optimizer state])
+    optimizer: str = "sgd"  # whose step the step fields are (trace/optimizer.py)
     optimizer_steps: tuple[tuple[str, int, int], ...] = ()  # calibrated (name, GPU, host ns)
 
     @property
     def timed(self) -> bool:
-        """False where the layers' times are not modelled (NOTE [memory-only traces])."""
+        """False where the layers' times are not modelled (a memory-only trace)."""
         return self.source.cost_model != "none"
 
     @property

@@ -393,3 +393,56 @@ def test_session_numbers_fail() -> None:
            "# the sessions of a server, s3 of a vector, s16le, fp32s, 'dims'\n")
     found = check_sessions([scan_python(src, "k.py")])
     assert [p.split(":")[1] for p in found] == ["1", "2", "3"]
+
+
+# --- mending split markers (for the tree's owners: python tests/test_notes.py FILE...) ---
+
+def mend_splits(text: str, path: str = "<doc>") -> str:
+    """``text`` with each marker that a line break splits moved whole onto the next line of
+    the same comment block, docstring or markdown paragraph (after its indentation and
+    ``#``); where the two lines are not of one block, or the next starts a list item, the
+    split is left for a person."""
+    python = path.endswith(".py")
+    scan = scan_python(text, path) if python else scan_text(text, path)
+    prose = {ln.lineno: ln for ln in scan.lines if ln.alone}
+    lines = text.split("\n")
+    for i in range(len(lines) - 1):
+        here, there = prose.get(i + 1), prose.get(i + 2)
+        if here is None or there is None or here.block != there.block:
+            continue
+        line, nxt = lines[i], lines[i + 1]
+        m = OPEN_END.search(line)
+        if m is None:
+            m = next((x for x in (WORD_END.search(line), LIST_END.search(line))
+                      if x and there.text.startswith("[")), None)
+        lead = re.match(r"\s*(?:#\s*)?", nxt).group(0)
+        if m is None or not nxt.strip() or re.match(r"[-*] |\d+\. ", nxt[len(lead):]):
+            continue
+        start = m.start() - 1 if line[:m.start()].endswith("(") else m.start()
+        if not line[:start].strip().strip("#").strip("\"'").strip():
+            continue
+        lines[i] = line[:start].rstrip()
+        lines[i + 1] = lead + line[start:].strip() + " " + nxt[len(lead):]
+    return "\n".join(lines)
+
+
+def test_mend_splits() -> None:
+    md = "a rule (NOTE [block\n  timing]) here, and NOTE\n[alpha] too\n- NOTE [a\n- b]\n"
+    assert mend_splits(md) == ("a rule\n  (NOTE [block timing]) here, and\nNOTE [alpha] too\n"
+                               "- NOTE [a\n- b]\n")
+    py = "    # the rule (NOTE [block\n    # timing]) here\nx = 1  # NOTE [a\n# b]\n"
+    assert mend_splits(py, "m.py") == ("    # the rule\n    # (NOTE [block timing]) here\n"
+                                       "x = 1  # NOTE [a\n# b]\n")
+    doc = '"""Text, NOTE [block\ntiming] applies."""\n'
+    assert mend_splits(doc, "d.py") == '"""Text,\nNOTE [block timing] applies."""\n'
+
+
+if __name__ == "__main__":
+    import sys
+    for name in sys.argv[1:]:
+        path = Path(name)
+        old = path.read_text()
+        new = mend_splits(old, name)
+        if new != old:
+            path.write_text(new)
+            print(f"mended {name}")

@@ -1,5 +1,6 @@
 """Chrome trace JSON (the Trace Event Format that Perfetto and chrome://tracing open).
 
+NOTE [chrome trace]
 One process per run; threads: the host (what it spent issuing each layer, where it
 waited), the compute stream, the D2H and the H2D copy engine, and a track of
 tensor lifetimes (async slices, one per allocation). It reads RunResult's public face only

@@ -259,7 +259,8 @@ def _package_python() -> tuple[Scan, ...]:
 
 @cache
 def _test_python() -> tuple[Scan, ...]:
-    return tuple(scan_python(p.read_text(), _rel(p)) for p in sorted((ROOT / "tests").rglob("*.py")))
+    return tuple(scan_python(p.read_text(), _rel(p))
+                 for p in sorted((ROOT / "tests").rglob("*.py")))
 
 
 @cache

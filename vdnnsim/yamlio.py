@@ -125,11 +125,12 @@ def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
 
 # NOTE [yaml construction]
 # PyYAML builds Python objects from the parsed nodes one recursive call per node, a third
-# of the time of loading a large spec. _load_yaml builds plain documents (maps, lists and the safe loader's str, int, float,
-# bool and null scalars) in one loop over the same nodes, with the same values, the same
-# sharing of anchored nodes and the last of duplicate keys; anything else (merge keys,
-# timestamps, sets, binary, complex keys, nesting deeper than 200) goes to PyYAML's own
-# constructor, so its values and its errors stay PyYAML's.
+# of the time of loading a large spec. _load_yaml builds plain documents (maps, lists and
+# the safe loader's str, int, float, bool and null scalars) in one loop over the same
+# nodes, with the same values, the same sharing of anchored nodes and the last of
+# duplicate keys; anything else (merge keys, timestamps, sets, binary, complex keys,
+# nesting deeper than 200) goes to PyYAML's own constructor, so its values and its errors
+# stay PyYAML's.
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ = (
     _TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq"))
@@ -300,8 +301,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 # NOTE [large files]
 # PyYAML's constructors and representers run in Python, about 3 microseconds a node even
 # with libyaml (a 100,000-layer trace: over half a minute each way). Past LARGE_NODES
-# values, files are written as JSON, which is a YAML document too (any YAML tool reads it), one top-level list item a
-# line, and read_yaml loads a file that starts with '{' with the json module first.
+# values, files are written as JSON, which is a YAML document too (any YAML tool reads
+# it), one top-level list item a line, and read_yaml loads a file that starts with '{'
+# with the json module first.
 LARGE_NODES = 200_000
 
 

@@ -70,12 +70,25 @@ class Scan:
     raw: str = ""
 
 
-def _docstring_nodes(tree: ast.AST) -> list[ast.Constant]:
-    """Every string that is a statement of its own: module, class and function docstrings
-    and the attribute docstrings after an assignment (none reaches the program's output)."""
-    return [node.value for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)]
+def _string_nodes(tree: ast.AST) -> tuple[list[ast.Constant], list[ast.expr]]:
+    """(docstrings, other string literals): a docstring is every string that is a statement
+    of its own (module, class and function docstrings and the attribute docstrings after
+    an assignment: none reaches the program's output); an f-string is one literal."""
+    docs: list[ast.Constant] = []
+    other: list[ast.expr] = []
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            docs.append(node.value)
+            inside.add(id(node.value))
+        elif isinstance(node, ast.JoinedStr):
+            other.append(node)
+            inside.update(id(v) for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in inside:
+            other.append(node)
+    return docs, other
 
 
 def _char_col(line: str, byte_col: int) -> int:
@@ -85,9 +98,10 @@ def _char_col(line: str, byte_col: int) -> int:
 def scan_python(text: str, path: str = "<src>") -> Scan:
     """The comments and docstrings of Python source ``text`` as lines of prose."""
     scan = Scan(path, True, raw=text)
+    if "NOTE" not in text:  # nothing to find; the session check reads ``raw``
+        return scan
     src = text.splitlines()
-    tree = ast.parse(text)
-    docs = _docstring_nodes(tree)
+    docs, strings = _string_nodes(ast.parse(text))
     block = 0
     for node in docs:
         block += 1
@@ -101,16 +115,12 @@ def scan_python(text: str, path: str = "<src>") -> Scan:
                 line = line[_char_col(line, node.col_offset):]
                 line = re.sub(r"^[rRuU]?(\"\"\"|'''|\"|')", "", line)
             scan.lines.append(Line(path, lineno, line.strip(), block))
-    doc_ids = {id(n) for n in docs}
-    seen_fstrings: set[int] = set()
-    for node in ast.walk(tree):
+    for node in strings:
         if isinstance(node, ast.JoinedStr):
-            parts = [v.value for v in node.values
-                     if isinstance(v, ast.Constant) and isinstance(v.value, str)]
-            seen_fstrings.update(id(v) for v in node.values)
-            scan.strings.append((node.lineno, "".join(parts)))
-        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
-              and id(node) not in doc_ids and id(node) not in seen_fstrings):
+            scan.strings.append((node.lineno, "".join(
+                v.value for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str))))
+        else:
             scan.strings.append((node.lineno, node.value))
     previous = -2
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):

@@ -3,7 +3,7 @@ offload and prefetch policies.
 
 The public names below are imported on first use (PEP 562), so that `vdnnsim` on the
 command line starts without importing the engine, pandas and the policies: its Ctrl-C
-handler is in place within milliseconds of the start (NOTE [interrupt]), and a command
+handler is in place within milliseconds of the start, and a command
 that needs none of them starts faster.
 """
 

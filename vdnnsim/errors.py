@@ -27,7 +27,7 @@ class TraceError(VdnnError):
 
 class ScaleError(ConfigError):
     """A synthesized network beyond what the simulator models: over 1 PiB in all, or a
-    layer slower than the 10**18 ns a trace holds (NOTE [simulated scale])."""
+    layer slower than the 10**18 ns a trace holds."""
 
 
 class UnknownNameError(ConfigError):
@@ -48,7 +48,7 @@ def shown(path: str | os.PathLike) -> str:
 
 def one_line(text: str) -> str:
     """Control characters (a newline in a file or layer name) escaped: a message stays on
-    one line (NOTE [user errors])."""
+    one line."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -35,27 +35,20 @@ class Link:
 
 @dataclass(frozen=True)
 class Host:
-    """NOTE [host costs]
-    What the host (the CPU that runs the framework) spends, where a trace does not say.
-    ``layer_fwd_ns``/``layer_bwd_ns``: issuing one layer's forward/backward in eager PyTorch
-    (Python, dispatch, launches), for traces synthesized on the meta device; a profiled
-    trace carries its own (NOTE [host timing]). ``step_ns + step_tensor_ns x tensors``:
-    zero_grad and the optimizer step, for the same traces. ``view_*``: a layer that
-    launches no kernel (a view: permute, transpose, flatten), for the same traces. ``runtime_*``: what vdnnsim's vDNN runtime
-    (vdnnsim/gpu/runtime/vdnn.py) adds: per layer in each pass (the node-by-node interpreter,
-    saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
-    events, the copy's launch, record_stream) and per fetched buffer. Presets without a
-    calibration have zeros: the host then never sets the pace. The h200 preset's numbers
-    are fitted on models kept apart from every validation set (traces/h200_calib/).
-    ``launch_queue``: how many commands (kernels, memsets, copies) a stream's launch queue
-    holds before the next launch blocks the host (NOTE [launch queue]), measured on the
-    GPU; 0: no limit. ``segment_malloc_ns``/``segment_free_ns`` (plus ``*_per_gib`` for each
-    GiB of the segment): the driver's cudaMalloc of a segment and cudaFree of one, which the caching allocator pays when it releases its cache
-    under a cap (NOTE [allocator costs]; bench/alloc_costs.py). ``layer_kernels_fwd``/``_bwd``: the commands a layer issues per pass
-    where a trace does not say (NOTE [kernel counts]), the mean over calibration models. ``cpu_step_*``: the CPU optimizer's step under
-    optimizer offload (NOTE [optimizer offload]), fitted to ``time_cpu_steps`` records of
-    the host; zeros: not calibrated (a run that offloads the optimizer says its CPU step is
-    left out)."""
+    """What the host (the CPU that runs the framework) spends, where a trace does not say.
+
+    NOTE [host costs]
+    A preset's host costs stand in for what a trace does not record: issuing a layer in
+    eager PyTorch (``layer_*``, ``view_*`` for a layer that launches no kernel), zero_grad
+    and the optimizer step (``step_ns + step_tensor_ns x tensors``), what vdnnsim's vDNN
+    runtime adds per layer, offloaded and fetched buffer (``runtime_*``), how many commands
+    a stream queues before a launch blocks (``launch_queue``, 0: no limit), the commands a
+    layer issues per pass (``layer_kernels_*``), the driver's cudaMalloc and cudaFree of a
+    caching-allocator segment (``segment_*``) and the CPU optimizer's step (``cpu_step_*``).
+    A profiled trace's own host times win. Zeros mean not calibrated: the host then never
+    sets the pace (a run that offloads the optimizer says its CPU step is left out).
+    Where each preset's numbers come from: docs/hardware.md, "Host costs".
+    """
 
     layer_fwd_ns: int = 0
     layer_bwd_ns: int = 0
@@ -68,21 +61,21 @@ class Host:
     runtime_offload_ns: int = 0
     runtime_fetch_ns: int = 0
     launch_queue: int = 0
-    segment_malloc_ns: int = 0  # NOTE [allocator costs]: a cudaMalloc of a segment
+    segment_malloc_ns: int = 0  # a cudaMalloc of a segment
     segment_malloc_ns_per_gib: int = 0  # plus this per GiB of it
     segment_free_ns: int = 0  # and a cudaFree
     segment_free_ns_per_gib: int = 0
     layer_kernels_fwd: float = 1.0
     layer_kernels_bwd: float = 1.0
-    # NOTE [optimizer offload]: the CPU optimizer's step (fused AdamW, the host's threads)
-    # over one tensor of n elements: cpu_step_ns + n x per element (fp32; _16: 16-bit)
+    # the CPU optimizer's step (fused AdamW, the host's threads) over one tensor of n
+    # elements: cpu_step_ns + n x per element (fp32; _16: 16-bit)
     cpu_step_ns: int = 0
     cpu_step_ns_per_element: float = 0.0
     cpu_step_ns_per_element_16: float = 0.0
-    # NOTE [copy contention]: a CPU step's per-element time grows by this share for each
+    # a CPU step's per-element time grows by this share for each
     # element of the parameters copied back (to the GPU) while it runs; 0: not calibrated
     cpu_step_copy_share: float = 0.0
-    # NOTE [cpu step model]: the threads the step above was measured on, the memory
+    # the threads the step above was measured on, the memory
     # bandwidth they reach, and one thread's step: what a change of threads or bandwidth
     # scales it by (a what-if); zeros: the step cannot be varied
     cpu_threads: int = 0
@@ -92,58 +85,42 @@ class Host:
 
 
 # NOTE [cpu step model]
-# The CPU optimizer's step (fused AdamW, one multi-threaded kernel per tensor: NOTE
-# [optimizer offload]) streams each element's parameter, gradient and two moments through
-# the host's memory: 4 reads and 3 writes of the parameter's dtype, 28 bytes an fp32
-# element, 14 a 16-bit one (its state is kept in the parameter's dtype). Its time per
-# element is the longer of its arithmetic spread over the threads (one thread's step /
-# threads) and its bytes at the bandwidth those threads reach: a roofline. A host's
-# ``cpu_step_ns_per_element*`` are measured where it runs, on ``cpu_threads`` threads
-# (``vdnnsim calibrate --cpu-step``), and the engine uses them as they are; the roofline
-# only scales them to a host that differs in threads or bandwidth (the gpu override
-# ``host: {cpu_threads: ..., cpu_memory_bw_bytes_per_s: ...}``): the measured time times
-# the roofline's there over the roofline's at the measured point, so the calibrated host
-# keeps its own number exactly. Held against the sweep's other thread counts (each with its
-# measured bandwidth) on the lent H100 machine's host: -10% to +39% (the one-thread 16-bit
-# step the worst; docs/beyond-vdnn.md, "The CPU step's threads and bandwidth"), and in
-# place, the optimizer on the CPU on 8 of its 16 threads, predicted blind: -3.9% (inside
-# the processes' band) and -5.2% (2.6% under its band's low end). A what-if is that good,
-# no better; a host's own sweep is its calibration. What it leaves alone: the fixed cost
-# per tensor and the copies' share are not scaled; a what-if of the threads alone keeps the
-# bandwidth (give the bandwidth those threads reach with them); and the one-thread step is
-# the arithmetic term only where one thread is not already held back by the memory (the
-# H100 host's fp32 one-thread step, 1.43 ns, is about its one-thread bandwidth's 28 bytes:
-# there the term is an upper bound, and a what-if of more bandwidth is pessimistic).
+# The CPU optimizer's step (fused AdamW, one multi-threaded kernel per tensor) streams each
+# element's parameter, gradient and two moments through host memory: 28 bytes an fp32
+# element, 14 a 16-bit one. Its time per element is the longer of one thread's arithmetic
+# over the threads and its bytes at the bandwidth those threads reach: a roofline. A host's
+# measured ``cpu_step_ns_per_element*`` (``vdnnsim calibrate --cpu-step``, on
+# ``cpu_threads``) are used as they are; the roofline only scales them to a host that
+# differs in threads or bandwidth (measured time x roofline there / roofline here), so the
+# calibrated host keeps its own number. The fixed cost per tensor and the copies' share are
+# not scaled. How far a what-if lands from measurements: docs/beyond-vdnn.md, "The CPU
+# step's threads and bandwidth".
 CPU_STEP_BYTES = {"fp32": 28, "16": 14}
 
 
 def cpu_step_roofline_ns(threads: int, bw_bytes_per_s: float, thread_ns: float,
                          bytes_per_element: int) -> float:
-    """NOTE [cpu step model]: the roofline's ns per element: the step's arithmetic over
+    """The roofline's ns per element: the step's arithmetic over
     ``threads`` or its bytes at the memory's bandwidth, whichever is longer."""
     return max(thread_ns / threads, bytes_per_element * 1e9 / bw_bytes_per_s)
 
 
 def cpu_step_modelled(host: Host) -> bool:
-    """Whether ``host`` has the threads-and-bandwidth model (NOTE [cpu step model])."""
+    """Whether ``host`` has the threads-and-bandwidth model."""
     return bool(host.cpu_threads and host.cpu_memory_bw_bytes_per_s
                 and host.cpu_step_thread_ns_per_element
                 and host.cpu_step_thread_ns_per_element_16)
 
 
 # NOTE [host memory]
-# What offloaded buffers land in: the host's memory, pinned (cudaMallocHost, as vDNN and
+# Offloaded buffers land in pinned host memory (cudaMallocHost, as vDNN and
 # save_on_cpu(pin_memory=True) take it). A run whose pinned host bytes at some moment
-# exceed ``host_memory_bytes`` does not fit, as one that runs out of GPU memory: the engine
-# records the first offload that overflows the host as the run's out-of-memory (kind
-# 'host', reason 'host memory', NOTE [out of memory]), so ``fits`` is false, the table's
-# "out of memory at" column names that offload, and vdnn_dyn and the planners, which ask
-# the same question of their passes, look for a plan that fits both. Each preset gives
-# its typical host's memory, per GPU where a host serves several (gpus.yaml says where
-# each comes from); the gpu override ``host_memory_bytes`` (``--host-memory`` for
-# maxbatch) sets another. All of it counts as pinnable, an upper bound: an OS and a
-# framework keep some. The unified-memory policies (NOTE [uvm]) migrate pages into
-# pageable memory, which the OS can swap; their host bytes are not checked.
+# exceed ``host_memory_bytes`` does not fit: the first offload that overflows the host is
+# the run's out-of-memory (kind 'host', reason 'host memory'), and vdnn_dyn and the
+# planners look for a plan that fits both memories. A preset gives its typical host's
+# memory, per GPU where a host serves several; all of it counts as pinnable (an upper
+# bound). The unified-memory policies migrate pages into pageable memory, which the OS can
+# swap: their host bytes are not checked.
 
 
 # the analytic cost model's algorithm classes (costmodel.EFF's keys), which a preset's
@@ -164,13 +141,13 @@ class GPU:
     link: Link
     source: str = ""
     host: Host = Host()
-    sm_count: int = 0  # streaming multiprocessors (NOTE [kernel model]); 0: unknown
-    calibration: str = ""  # fitted kernel model, relative to vdnnsim/data (NOTE [kernel model])
-    cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold (NOTE [resident memory])
-    host_memory_bytes: int | None = None  # NOTE [host memory]; None: no limit
-    op_calibration: str = ""  # fitted op-level model, relative to vdnnsim/data (NOTE [op model])
+    sm_count: int = 0  # streaming multiprocessors; 0: unknown
+    calibration: str = ""  # fitted kernel model, relative to vdnnsim/data
+    cublas_workspace_bytes: int = 0  # what PyTorch's cuBLAS handles hold
+    host_memory_bytes: int | None = None  # pinnable host memory; None: no limit
+    op_calibration: str = ""  # fitted op-level model, relative to vdnnsim/data
     # the analytic cost model's efficiency of an algorithm class on this card, where it has
-    # been calibrated (NOTE [cost model]); the classes not named keep costmodel.EFF's
+    # been calibrated; the classes not named keep costs.analytic's EFF
     algo_efficiency: dict[str, float] = field(default_factory=dict)
 
 
@@ -210,7 +187,7 @@ class _HostSpec(BaseModel):
     launch_queue: int = Field(0, ge=0, le=10**9, description="Commands a stream's launch "
                               "queue holds before a launch blocks the host; 0: no limit.")
     segment_malloc_ns: int = Field(0, ge=0, le=10**12, description="The driver's cudaMalloc "
-                                   "of one caching-allocator segment (NOTE [allocator costs]).")
+                                   "of one caching-allocator segment.")
     segment_malloc_ns_per_gib: int = Field(0, ge=0, le=10**12, description="Plus this per "
                                            "GiB of the segment.")
     segment_free_ns: int = Field(0, ge=0, le=10**12, description="And its cudaFree.")
@@ -220,17 +197,15 @@ class _HostSpec(BaseModel):
                                      "forward pass issues, where a trace does not say.")
     layer_kernels_bwd: float = Field(1.0, ge=0, le=10**6, description="And its backward.")
     cpu_step_ns: int = Field(0, ge=0, le=10**12, description="The CPU optimizer's step "
-                             "(NOTE [optimizer offload]) over one tensor, fixed part.")
+                             "(optimizer offload) over one tensor, fixed part.")
     cpu_step_ns_per_element: float = Field(0.0, ge=0, le=10**6, description="And per "
                                            "element of an fp32 tensor.")
     cpu_step_ns_per_element_16: float = Field(0.0, ge=0, le=10**6, description="And per "
                                               "element of a 16-bit tensor.")
     cpu_step_copy_share: float = Field(0.0, ge=0, le=10, description="The step's per-element "
                                        "time grows by this share for each element copied "
-                                       "back to the GPU while it runs (NOTE [copy "
-                                       "contention]).")
-    cpu_threads: int = Field(0, ge=0, le=4096, description="Threads the CPU step runs on "
-                             "(NOTE [cpu step model]).")
+                                       "back to the GPU while it runs.")
+    cpu_threads: int = Field(0, ge=0, le=4096, description="Threads the CPU step runs on.")
     cpu_memory_bw_bytes_per_s: float = Field(0.0, ge=0, le=1e15, description="The host "
                                              "memory's bandwidth those threads reach.")
     cpu_step_thread_ns_per_element: float = Field(0.0, ge=0, le=10**6, description="The CPU "
@@ -250,21 +225,20 @@ class _GPUSpec(BaseModel):
     launch_overhead_ns: int = Field(ge=0, description="Fixed cost per layer call.")
     winograd: bool = Field(description="cuDNN of the era offers Winograd.")
     link: _LinkSpec = Field(description="Host link.")
-    host: _HostSpec = Field(default_factory=_HostSpec, description="Host costs (NOTE "
-                            "[host costs]); zeros where not calibrated.")
+    host: _HostSpec = Field(default_factory=_HostSpec, description="Host costs; zeros "
+                            "where not calibrated.")
     sm_count: int = Field(0, ge=0, description="Streaming multiprocessors.")
-    calibration: str = Field("", description="Fitted kernel-time model (NOTE [kernel model]).")
+    calibration: str = Field("", description="Fitted kernel-time model.")
     cublas_workspace_bytes: int = Field(0, ge=0, description="cuBLAS workspaces PyTorch "
                                         "holds once a model has run a matmul.")
     host_memory_bytes: Bytes = Field(gt=0, description="The typical host's memory (per GPU "
-                                     "where it serves several) that offloads may pin (NOTE "
-                                     "[host memory]).")
+                                     "where it serves several) that offloads may pin.")
     source: str = Field(description="Where the numbers come from.")
-    op_calibration: str = Field("", description="Fitted op-level kernel model (NOTE [op "
-                                "model]): any model's meta-device trace is timed by it.")
+    op_calibration: str = Field("", description="Fitted op-level kernel model: any "
+                                "model's meta-device trace is timed by it.")
     algo_efficiency: dict[str, float] = Field(
         default_factory=dict, description="The analytic cost model's share of peak FLOP/s "
-        "for an algorithm class on this card, where calibrated (NOTE [cost model]).")
+        "for an algorithm class on this card, where calibrated.")
 
     @field_validator("algo_efficiency")
     @classmethod
@@ -292,8 +266,8 @@ Capacity = Annotated[int, BeforeValidator(_capacity)]
 
 
 class HostOverrides(BaseModel):
-    """What a run config may change of a preset's host: its CPU optimizer step (NOTE [cpu
-    step model]), as ``vdnnsim calibrate --cpu-step`` measures it, or a what-if of it."""
+    """What a run config may change of a preset's host: its CPU optimizer step, as
+    ``vdnnsim calibrate --cpu-step`` measures it, or a what-if of it."""
 
     model_config = ConfigDict(extra="forbid")
     cpu_threads: int | None = Field(None, ge=1, le=4096, description="Threads of the CPU "
@@ -312,12 +286,13 @@ class HostOverrides(BaseModel):
         "threads.")
     cpu_step_ns_per_element_16: float | None = Field(
         None, gt=0, le=10**6, description="And per 16-bit element.")
-    cpu_step_copy_share: float | None = Field(None, ge=0, le=10, description="NOTE [copy "
-                                              "contention].")
+    cpu_step_copy_share: float | None = Field(None, ge=0, le=10, description="The step's "
+                                              "per-element time grows by this share for "
+                                              "each element copied back while it runs.")
 
 
 class GPUOverrides(BaseModel):
-    """What a run config may change on a preset (bounds: NOTE [bounds])."""
+    """What a run config may change on a preset (bounds: vdnnsim/limits.py)."""
 
     model_config = ConfigDict(extra="forbid")
     memory_bytes: Capacity | None = Field(None, description="Capacity, e.g. '12 GiB'.")
@@ -332,9 +307,8 @@ class GPUOverrides(BaseModel):
         None, description="Scale compute peak.")
     mem_bw_bytes_per_s: Bandwidth | None = Field(None, description="DRAM bandwidth.")
     host_memory_bytes: Capacity | None = Field(
-        None, description="Host memory offloads may pin, e.g. '64 GiB' (NOTE [host memory]).")
-    host: HostOverrides | None = Field(None, description="The host's CPU optimizer step "
-                                       "(NOTE [cpu step model]).")
+        None, description="Host memory offloads may pin, e.g. '64 GiB'.")
+    host: HostOverrides | None = Field(None, description="The host's CPU optimizer step.")
 
 
 @lru_cache(maxsize=1)
@@ -416,7 +390,7 @@ _POINT = ("cpu_step_ns_per_element", "cpu_step_ns_per_element_16")
 
 
 def _host_overridden(gpu: GPU, o: HostOverrides) -> Host:
-    """NOTE [cpu step model]: the preset's host with ``o``'s fields. Where ``o`` gives the
+    """The preset's host with ``o``'s fields (NOTE [cpu step model]). Where ``o`` gives the
     step's per-element times, they are a calibration (on its ``cpu_threads``) and are taken
     as they are; where it changes only the threads or the bandwidth, the preset's step is
     scaled by the roofline, which needs the preset's whole model."""

@@ -28,7 +28,7 @@ def short_repr(value: Any) -> str:
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
 
-MAX_BYTES = 2**50  # 1 PiB: a thousand times the largest GPU memory; NOTE [simulated scale]
+MAX_BYTES = 2**50  # 1 PiB: a thousand times the largest GPU memory (NOTE [simulated scale])
 MIN_BW_BYTES_PER_S = 1e6  # 1 MB/s: slower than a page-faulting link (80 MB/s, vDNN paper)
 MAX_BW_BYTES_PER_S = 1e15  # 1 PB/s: two hundred times an H200's HBM
 MAX_LATENCY_NS = 10**9  # 1 s per copy: a million times PCIe's
@@ -74,15 +74,15 @@ def bandwidth(value: Any) -> float:
 # or a number that is exactly one, written as a float (1.0e+12) or as a string YAML 1.1
 # leaves unparsed (1e12, 12.8e9: no dot or no sign in the exponent); not a boolean, not a
 # fraction (2.5), not infinity. The value is then checked against its own bounds, which
-# name the cause (a batch of 1e12 images is past NOTE [simulated scale], not malformed).
+# name the cause (a batch of 1e12 images is past the simulated scale, not malformed).
 # The rule is for numbers written in files; a Python caller passes Python ints
 # (``api_batch_size``): a string or a float batch size given to ``vdnnsim.simulate`` is a
-# caller's mistake, as it was before the rule.
+# caller's mistake.
 MAX_WHOLE_DIGITS = 4000  # an exponent past this is no count; int() of it would take long
 
 
 def whole_number(value: Any, what: str = "") -> int:
-    """NOTE [whole numbers]: ``value`` as an int, or a ValueError naming ``what`` (the
+    """``value`` as an int, or a ValueError naming ``what`` (the
     field's key path names it where ``what`` is empty)."""
     if type(value) is int:  # the common case, first
         return value
@@ -118,7 +118,7 @@ def whole_number(value: Any, what: str = "") -> int:
 
 
 def whole(value: Any) -> int:
-    """NOTE [whole numbers] as a pydantic before-validator: the key path names the field."""
+    """``whole_number`` as a pydantic before-validator: the key path names the field."""
     return whole_number(value)
 
 
@@ -135,10 +135,10 @@ def flops_scale(value: Any) -> float:
 
 
 def batch_size(value: Any) -> int:
-    """A whole, positive batch size (NOTE [whole numbers]: 1e3 and 128.0 are whole; not a
+    """A whole, positive batch size (1e3 and 128.0 are whole; not a
     bool, not a float such as 1e-320). No upper bound here: the network's bytes are
     checked against MAX_BYTES, which names the cause."""
-    value = whole_number(value, "batch size")  # NOTE [whole numbers]
+    value = whole_number(value, "batch size")
     if value < 1:
         raise ValueError(f"batch size must be at least 1, got "
                          f"{value if value > -10**30 else 'a large negative number'}")
@@ -153,5 +153,5 @@ def api_batch_size(value: Any) -> int:
     return batch_size(value)
 
 
-# A policy option's value: options are switches and names (NOTE [bounds]).
+# A policy option's value: options are switches and names.
 OptionValue = bool | int | float | str | None

@@ -30,18 +30,13 @@ _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 # NOTE [paused gc]
-# Loading a large trace or network builds millions of small, acyclic containers, and every
-# few thousand of them CPython's cyclic collector walks all that survive: the cost grows
-# with the square of the file (a 20,000-layer trace: 21 s to load with the collector on,
-# 7 s with it off). Work that only builds acyclic data runs with the collector paused;
-# reference counting still frees everything, and the collector resumes afterwards.
-#
-# Resuming is not free either: everything built meanwhile is young, so the collector's next
-# passes would walk all of it (about 1 s for a 100,000-layer trace). Where a paused stretch
-# built over a million tracked objects, they are moved to the permanent generation
-# (gc.freeze) instead: reference counting still frees them; only a cycle among them, or one
-# already garbage at that moment, would stay until gc.unfreeze(), and traces, networks and
-# plans are acyclic.
+# Work that only builds acyclic data (loading or writing a trace, a network, a plan) runs
+# with CPython's cyclic collector paused: its passes over millions of young containers
+# cost time growing with the square of the file, and reference counting frees acyclic
+# data anyway. On resuming, where the paused stretch built over _FREEZE_AT tracked
+# objects, they are moved to the permanent generation (gc.freeze) so that the next passes
+# do not walk them; only a cycle among them would then stay until gc.unfreeze(), and
+# traces, networks and plans are acyclic. Timings: docs/trace-format.md, "Large files".
 _FREEZE_AT = 1_000_000
 
 
@@ -76,7 +71,7 @@ def read_yaml(path: str | os.PathLike, error: type[VdnnError] = ConfigError) -> 
         raise error(f"{shown(p)}: is a directory, not a YAML file")
     if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
         raise error(f"{shown(p)}: not a regular file")
-    try:  # NOTE [gzip]: a name ending in .gz is read through gzip
+    try:  # a name ending in .gz is read through gzip
         text = _gunzip(p) if p.suffix == ".gz" else p.read_text()
     except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:
         raise error(f"{shown(p)}: cannot read: {_reason(exc)}") from None
@@ -108,7 +103,7 @@ def _all_text(data: Any) -> bool:
 
 
 def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
-    if text.lstrip().startswith("{"):  # NOTE [large files]: JSON is YAML, and 30x faster
+    if text.lstrip().startswith("{"):  # JSON is YAML, and 30x faster to read
         try:
             with paused_gc():
                 return json.loads(text)
@@ -130,12 +125,12 @@ def _parse(text: str, p: Path, error: type[VdnnError]) -> Any:
 
 # NOTE [yaml construction]
 # PyYAML builds Python objects from the parsed nodes one recursive call per node, a third
-# of the time of loading a large spec (a 100,000-layer chain: 3.1 s, 2.1 s without it).
-# _load_yaml builds plain documents (maps, lists and the safe loader's str, int, float,
-# bool and null scalars) in one loop over the same nodes, with the same values, the same
-# sharing of anchored nodes and the last of duplicate keys; anything else (merge keys,
-# timestamps, sets, binary, complex keys, nesting deeper than 200) goes to PyYAML's own
-# constructor, so its values and its errors stay PyYAML's.
+# of the time of loading a large spec. _load_yaml builds plain documents (maps, lists and
+# the safe loader's str, int, float, bool and null scalars) in one loop over the same
+# nodes, with the same values, the same sharing of anchored nodes and the last of
+# duplicate keys; anything else (merge keys, timestamps, sets, binary, complex keys,
+# nesting deeper than 200) goes to PyYAML's own constructor, so its values and its errors
+# stay PyYAML's.
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ = (
     _TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq"))
@@ -273,12 +268,16 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[Any]], None],
         raise
 
 
-GUNZIP_BYTES = GiB  # NOTE [gzip]: a trace of millions of layers, far past any real one
+# NOTE [gzip]
+# A file whose name ends in .gz is read and written through gzip (profiled transformer
+# traces are megabytes of YAML, a tenth of that gzipped), written with mtime 0 so that the
+# same trace gives the same bytes. Reading stops past GUNZIP_BYTES of text: a small file
+# can expand to any size, and a trace of millions of layers is far past any real one.
+GUNZIP_BYTES = GiB
 
 
 def _gunzip(p: Path) -> str:
-    """NOTE [gzip]: a compressed file's text, at most GUNZIP_BYTES of it (a small file can
-    expand to any size)."""
+    """A compressed file's text, at most GUNZIP_BYTES of it."""
     with gzip.open(p, "rb") as f:
         raw = f.read(GUNZIP_BYTES + 1)
     if len(raw) > GUNZIP_BYTES:
@@ -287,8 +286,7 @@ def _gunzip(p: Path) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` whole or not at all; NOTE [gzip]: compressed where the name ends in
-    .gz (profiled transformer traces are megabytes of YAML, a tenth of that gzipped)."""
+    """Write ``text`` whole or not at all; compressed where the name ends in .gz."""
     try:  # before any file exists: a name with a lone surrogate (from JSON) is not UTF-8
         data = text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -301,11 +299,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 # NOTE [large files]
-# YAML is read and written by PyYAML, whose constructors and representers run in Python:
-# about 3 microseconds a node even with libyaml, so a 100,000-layer trace (several million
-# nodes) takes over half a minute each way. Past LARGE_NODES values, files are written as
-# JSON, which is a YAML document too (any YAML tool reads it), one top-level list item a
-# line, and read_yaml loads a file that starts with '{' with the json module first.
+# PyYAML's constructors and representers run in Python, about 3 microseconds a node even
+# with libyaml (a 100,000-layer trace: over half a minute each way). Past LARGE_NODES
+# values, files are written as JSON, which is a YAML document too (any YAML tool reads
+# it), one top-level list item a line, and read_yaml loads a file that starts with '{'
+# with the json module first.
 LARGE_NODES = 200_000
 
 
@@ -438,7 +436,7 @@ def file_kind(data: Any) -> str | None:
 
 def misplaced(data: Any, source: str | os.PathLike, expected: str,
               accepted: tuple[str, ...]) -> str | None:
-    """NOTE [file kinds]: the message for a document of another known kind than the
+    """The message for a document of another known kind than the
     ``accepted`` ones where ``expected`` (words: 'a run config') is wanted; else None."""
     kind = file_kind(data)
     if kind is None or kind in accepted:
@@ -477,7 +475,7 @@ _TOO_BIG = "more than the 1 PiB (2**50 bytes) the simulator models"
 
 def parse_bytes(value: Any) -> int:
     """An integer byte count, or a string such as '12 GiB' or '1.5e9', from 0 to
-    MAX_BYTES (NOTE [bounds]). Raises ValueError."""
+    MAX_BYTES. Raises ValueError."""
     if type(value) is int and 0 <= value <= MAX_BYTES:  # the common case, first
         return value
     if isinstance(value, bool):

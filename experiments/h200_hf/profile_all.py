@@ -1,5 +1,5 @@
 """Profile every transformer run of this folder's sets with ``vdnnsim profile``'s code
-(NOTE [block timing]): one trace per run, the run's model, batch, sequence length and
+(the block profiler then, since replaced by NOTE [module timing]): one trace per run, the run's model, batch, sequence length and
 precision, with AdamW as the runs were measured, written to OUT/profiled/<set>-<model>-b<batch>-s<seq>-<precision>.yaml.gz.
 The sets' first measurements (collect.py, session 8) were made in other processes on
 another day; ``--measure`` measures each run again right after its profile, in the same

@@ -1,4 +1,5 @@
-"""Profiled traces (NOTE [block timing]; profile_all.py, with AdamW) against the H200
+"""Profiled traces (the block profiler then, since replaced by NOTE [module timing];
+profile_all.py, with AdamW) against the H200
 transformer runs: each trace replayed eager on the h200 preset; predicted peak allocated
 memory and step time beside two measurements of each run: the one made in the same
 process right after the profile (session9/*.jsonl; extra.jsonl, whose runs have no other),

@@ -6,7 +6,7 @@ autocast, and what does offloading activations cost?
 For each batch (1, 2, 4), in one process on the device machine (simpy/pydantic importable;
 OUT relative to the working directory):
 
-1. profile the step (``vdnnsim profile``'s code, NOTE [block timing]) into
+1. profile the step (``vdnnsim profile``'s code, NOTE [module timing]) into
    OUT/llama-1b-b{B}-s2048-bf16.yaml.gz;
 2. plan it for 22 GiB (NOTE [block plan]: the fewest offloaded blocks that fit), written to
    OUT/plan-b{B}.yaml when one fits;

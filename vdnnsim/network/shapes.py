@@ -67,7 +67,7 @@ def infer(spec: NetworkSpec) -> NetworkInfo:
     grad: dict[str, bool] = {"data": False}
     infos: list[LayerInfo] = []
     prev = "data"
-    # the extra tensors the cost model adds (NOTE [zoo fidelity]): a dropout's mask, a batch
+    # the extra tensors the cost model adds: a dropout's mask, a batch
     # norm's statistics; a layer may not take one of their names
     extras = {f"{d.name}:{x}": d.name for d in spec.layers
               for x in {"dropout": ("mask",), "bn": ("stats",)}.get(d.type, ())}

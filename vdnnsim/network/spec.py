@@ -19,7 +19,7 @@ from ..yamlio import parse_model, read_yaml
 LayerType = Literal["conv", "fc", "relu", "threshold", "maxpool", "avgpool", "lrn",
                     "concat", "add", "bn", "dropout", "softmax", "flatten"]
 
-Whole = Annotated[int, BeforeValidator(limits.whole)]  # NOTE [whole numbers]
+Whole = Annotated[int, BeforeValidator(limits.whole)]  # whole numbers only
 Positive = Annotated[int, BeforeValidator(limits.whole), Field(ge=1)]
 
 _NEEDS_OUT = {"conv", "fc"}

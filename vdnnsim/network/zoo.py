@@ -8,8 +8,8 @@ post-2015-12-18 padding (stage 4 at 14x14), VGG-16 as model D of ``vgg_a.lua``. 
 classifier nonlinearity is ``nn.Threshold`` (not in place); feature ReLUs are in place;
 there is no dropout, softmax or loss layer. The first layer computes no input gradient.
 ``overfeat_accurate`` is the one builder from a paper rather than a benchmark file:
-OverFeat's accurate model, which the vDNN paper's figures show (NOTE [paper layers]), built
-with the same conventions.
+OverFeat's accurate model, which the vDNN paper's figures show, built with the same
+conventions.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def vgg_layers(groups: tuple[tuple[int, int], ...], extra: int = 0) -> list[Laye
 
 def vgg(depth: int = 16) -> NetworkSpec:
     """VGG-16 (model D), VGG-19 (model E: a fourth conv in groups 3 to 5; what the vDNN
-    paper's figures show as its "VGG-16", NOTE [paper layers]), or the paper's very deep
+    paper's figures show as its "VGG-16"), or the paper's very deep
     VGG-116/216/316/416: each 100 layers add twenty 3x3 convs of the group's width to each
     of the five groups of model D."""
     if depth != 19 and (depth < 16 or (depth - 16) % 100):

@@ -2,36 +2,15 @@
 "The paper's figures, cell by cell").
 
 NOTE [paper memory scope]
-What the paper's memory bars count, read from its own figures (values in
-vdnnsim/data/reference/vdnn_figures.csv):
-- Unit: the axes say MB and the values are MiB (2^20 bytes): Fig. 5's CONV_01 of VGG-16
-  (256) is 3282 = 147 + 3136, its input and output feature maps in MiB.
-- Weights are counted once, their gradients not: Fig. 4's "weights" are the parameter bytes
-  (AlexNet's 61.1 M parameters are 233 MiB, Fig. 4: 231; OverFeat's 145.9 M, 557 MiB:
-  559), and Fig. 4's total is weights + feature maps + gradient maps + workspace
-  (1118 = 231 + 366 + 193 + 328).
-- Fig. 11's baseline bars (base(m), base(p)) are that total: base(p) equals Fig. 4's total
-  for all six networks within the reading's precision (1128/1118, 4358/4395, 4513/4550,
-  8599/8617, 14475/14497, 27977/27991). Scope ``weights+managed``.
-- Fig. 11's vDNN bars (all, conv, dyn) hold the memory vDNN manages only, no weights:
-  AlexNet's vDNN_all(m) average is 117 MiB, below its 231 MiB of weights, and VGG-16's
-  vDNN_all(m) maximum grows linearly with the batch (2451, 4864, 9611 at 64, 128, 256)
-  from an intercept of about 40 MiB, not 559. Scope ``managed``.
-- Fig. 11's markers are 1 - a bar's average / base(p)'s average: the bars give every marker
-  back within 0.02 (``marker_check``).
-- Fig. 15's GPU-side bars include the weights: vDNN_dyn's grows by 409-450 MiB per 100
-  layers (2986, 3395, 3845, 4254), the weights each 100 layers add (419 MiB), while the
-  managed memory of the deepened networks does not grow with depth. Scope
-  ``weights+managed``; the baseline bars as Fig. 11's. CPU-side: the pinned host memory
-  (``peak_host_bytes``), scope ``host``.
-- Fig. 12: bytes offloaded per iteration under vDNN_all and vDNN_conv, run with the
-  memory-optimal algorithms (what is offloaded does not depend on the algorithm). Scope
-  ``offloaded``.
-- Fig. 14: oracle time / iteration time (the paper's oracular baseline: fastest algorithms,
-  no offload, enough memory). Scope ``time``.
-
-``paper_peak_bytes`` and ``paper_avg_bytes`` of a cell are vdnnsim's peak and time-weighted
-average GPU memory under the cell's scope; its value is the one of the two the cell names.
+The paper's memory bars are MiB (its axes say MB), and each figure counts its own scope:
+Fig. 4's totals, Fig. 11's baseline bars and Fig. 15's GPU-side bars count the weights once
+(not their gradients) with feature maps, gradient maps and workspace (``weights+managed``);
+Fig. 11's vDNN bars count only the memory vDNN manages, no weights (``managed``); Fig. 15's
+CPU side the pinned host memory (``host``); Fig. 12 the bytes offloaded per iteration under
+memory-optimal algorithms (``offloaded``); Fig. 14 oracle time / iteration time (``time``).
+A cell's ``paper_peak_bytes`` and ``paper_avg_bytes`` are vdnnsim's peak and time-weighted
+average GPU memory under its scope. The evidence, read from the figures themselves:
+docs/reproduction.md, "The paper's figures, cell by cell".
 
 NOTE [figure cells]
 A cell is one value of Figs. 11, 12, 14 or 15 (192). It holds when vdnnsim's value is
@@ -75,7 +54,7 @@ def figure_values() -> pd.DataFrame:
 
 
 def scope(figure: str, policy: str, quantity: str) -> str:
-    """The reading of one cell (NOTE [paper memory scope])."""
+    """The reading of one cell, under its figure's scope."""
     if figure == "Fig14":
         return "time"
     if figure == "Fig12":
@@ -125,7 +104,7 @@ def _value(f: Frames, cell: pd.Series) -> tuple[float, float, float, bool, str]:
 
 
 def tolerance(unit: str, paper: float) -> float:
-    """NOTE [figure cells]: the absolute tolerance of a cell of ``unit``."""
+    """The absolute tolerance of a cell of ``unit``."""
     if unit == "MB":
         return max(MEMORY_TOLERANCE_REL * abs(paper), MEMORY_TOLERANCE_MIB)
     return RATIO_TOLERANCE
@@ -133,7 +112,7 @@ def tolerance(unit: str, paper: float) -> float:
 
 def figure_cells(frames: Frames) -> pd.DataFrame:
     """One row per value of Figs. 11, 12, 14 and 15: the cell, the paper's value,
-    vdnnsim's, the tolerance and whether it holds (NOTE [figure cells])."""
+    vdnnsim's, the tolerance and whether it holds."""
     vals = figure_values()
     vals = vals[vals.figure.isin(FIGURES)]
     rows = []
@@ -157,7 +136,7 @@ def figure_cells(frames: Frames) -> pd.DataFrame:
 
 def marker_check() -> pd.DataFrame:
     """Fig. 11's savings markers against 1 - avg bar / base(p)'s avg bar, from the paper's
-    own values (NOTE [paper memory scope]): one row per marker, with the difference."""
+    own values (Fig. 11's markers are 1 - a bar's average / base(p)'s): one row per marker, with the difference."""
     v = figure_values()
     v = v[v.figure == "Fig11"]
     out = []

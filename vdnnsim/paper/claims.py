@@ -2,45 +2,16 @@
 study results measure it.
 
 NOTE [reproduction metrics]
-- The K40 studies are compared with the paper's first version (v1), the Titan X studies
-  with the published one (v3); a claim both versions make is compared on both GPUs.
-- Baseline memory is the network-wide baseline with the fastest algorithms, everything
-  included.
-- The text's GB are the figures' MB over 1000, and those MB are MiB (NOTE [paper memory
-  scope]): each size the text states is a bar of the figures so divided, 27989 -> "28 GB"
-  (Fig. 1, VGG-16 (256)'s baseline), 67116 -> "67.1 GB" (Fig. 15, VGG-416's), 4864 ->
-  "4.8 GB" (Fig. 11, VGG-16 (128) under vDNN_all(m)), 16117 -> "16 GB" (Fig. 12),
-  4254 -> "4.2 GB" (Fig. 15, the largest vDNN_dyn bar), 1119 -> "1.1 GB" (Fig. 1,
-  AlexNet). A GB of a claim is therefore 1000 MiB (``PAPER_GB``), not 10^9 bytes (27989
-  MiB are 29.3 x 10^9 bytes; 67116 are 70.4) nor a GiB (27.3). One text size fits either
-  reading loosely: VGG-16 (128)'s 14488 is "15 GB" (14.5 in this unit, 15.2 in 10^9
-  bytes), and under this unit that claim moves away from the paper (vdnnsim 15.21 ->
-  14.51 against 15, within its 10% either way).
-- Memory *reductions* are computed on the memory vDNN manages: everything but the weights
-  and their gradients. That is the only reading under which the paper's own numbers agree
-  with each other: AlexNet's weights and weight gradients alone are 0.47 GB of its 1.1 GB,
-  so an 89% cut in its average usage cannot include them.
-- Every policy's reduction is against "the baseline": Torch's network-wide allocation with
-  the fastest algorithms (baseline_p, what cudnn.benchmark runs and the paper's oracle).
-  The other reading, each policy against the baseline of its own algorithm class (m
-  with baseline_m), is ``reduction(..., reference="class")``; docs/reproduction.md shows
-  both. Under it the paper's numbers contradict themselves: vDNN_all(m) could then cut
-  VGG-16's maximum memory by at most 56% (its conv1_2 backward holds three feature maps
-  of the size of its input, against the baseline's eight), yet the paper's six-network
-  mean is 73%.
-- "Loses X%" is 1 - oracle time / iteration time (normalized performance 1 - X/100). Every
-  performance claim is read and shown as such a loss, never as a slowdown ratio: the
-  paper's "61% slower" (VGG-16 (128) under vDNN_all(m)) is compared as a 61% loss, as its
-  other performance numbers are losses. Each claim's row names its unit (``unit_label``):
-  GB, % loss, % cut (a memory reduction), % on host, count or yes/no, so that no column
-  mixes a percentage with a ratio or a size; a difference of percentages is in points.
-- "Share of allocations in host memory" is offloaded bytes / (offloaded bytes + peak GPU
-  memory).
-- The per-policy memory *usage* numbers (VGG-16 (128) under vDNN_all(m) "at most 4.8 GB",
-  the very deep VGGs' "at most 4.2 GB") are compared as managed memory too: VGG-416's
-  weights and weight gradients alone take 4.4 GB, so the 4.2 GB cannot include them.
-- A single network's "average memory usage reduced by X%" takes vDNN_all(m), the policy
-  that reduces most ("up to" in v3).
+The K40 studies are held against the paper's first version (v1), the Titan X studies
+against the published one (v3). Baseline memory is the network-wide baseline with the
+fastest algorithms, everything included. A GB of the text is 1000 MiB (``PAPER_GB``): the
+text's sizes are the figures' MiB bars over 1000. Memory usage and reductions of a policy
+count the memory vDNN manages (no weights, no weight gradients), each reduction against
+``baseline_p`` (``reference="class"``: against its own class's baseline). "Loses X%" is
+1 - oracle time / iteration time, never a slowdown ratio. The share in host memory is
+offloaded / (offloaded + peak GPU memory). Each row names its unit (``unit_label``), so no
+column mixes a percentage, a ratio and a size. Why each reading: docs/reproduction.md,
+"How each number is measured".
 """
 
 from __future__ import annotations
@@ -55,10 +26,10 @@ from ..units import MiB
 
 GPUS = {"k40": "v1 (K40)", "titanx_maxwell": "v3 (Titan X)"}
 # the network the paper's figures show as its "VGG-16": sixteen CONV layers, VGG's model E
-# (NOTE [paper layers] in vdnnsim/paper/layers.py); claims keep the paper's name
+# (vdnnsim/paper/layers.py); claims keep the paper's name
 VGG16 = "vgg19"
-# and as its "OverFeat": the accurate model, not convnet-benchmarks' fast one (NOTE [paper
-# layers]: Fig. 4's feature maps)
+# and as its "OverFeat": the accurate model, not convnet-benchmarks' fast one (Fig. 4's
+# feature maps, NOTE [paper layers])
 OVERFEAT = "overfeat_accurate"
 SIX = [("alexnet", 128), (OVERFEAT, 128), ("googlenet", 128), (VGG16, 64),
        (VGG16, 128), (VGG16, 256)]
@@ -92,8 +63,7 @@ class Claim:
 
     @property
     def unit_label(self) -> str:
-        """The unit of the claim's row (NOTE [reproduction metrics]): what a percentage is
-        of, and GB for sizes."""
+        """The unit of the claim's row: what a percentage is of, and GB for sizes."""
         if self.unit in ("GB", "at most GB"):
             return "GB"
         if self.unit == "%":
@@ -130,9 +100,8 @@ def row(f: Frames, study: str, net: str, batch: int, gpu: str, policy: str) -> p
 def reduction(f: Frames, net: str, batch: int, gpu: str, policy: str, what: str,
               reference: str = "baseline_p") -> float:
     """Percent cut of peak ('peak') or time-weighted average ('avg') managed memory (the
-    weights and their gradients left out: NOTE [reproduction metrics]) against
-    ``reference``: 'baseline_p', or 'class' for the baseline of the policy's own algorithm
-    class (NOTE [reproduction metrics])."""
+    weights and their gradients left out) against ``reference``: 'baseline_p', or 'class'
+    for the baseline of the policy's own algorithm class."""
     if reference == "class":
         base_policy = "baseline_m" if policy.endswith("_m") else "baseline_p"
     else:
@@ -147,8 +116,7 @@ def loss(r: pd.Series) -> float:
     return 100 * (1 - 1 / r.slowdown)
 
 
-# the unit of the text's sizes: 1000 of the figures' MB, which are MiB (NOTE [reproduction
-# metrics])
+# the unit of the text's sizes: 1000 of the figures' MB, which are MiB
 PAPER_GB = 1000 * MiB
 
 
@@ -157,8 +125,7 @@ def _gb(x: float) -> float:
 
 
 def build_claims(reference: str = "baseline_p") -> list[Claim]:
-    """Every claim; ``reference`` is the baseline reductions are taken against
-    (NOTE [reproduction metrics])."""
+    """Every claim; ``reference`` is the baseline reductions are taken against."""
     out: list[Claim] = []
     add = out.append
     bm = "baseline_memory"

@@ -5,29 +5,14 @@ preset's analytic costs (docs/reproduction.md, "The paper's card and library, ti
 others").
 
 NOTE [cudnn4 check]
-- Data: vdnnsim/data/reference/convnet_benchmarks_titanx.json, copied from the
-  repository's logs (commit and date in the file): forward, backward-data and
-  backward-filter ms per step, each phase summed over the whole network. Not measured
-  here, not used to fit anything: this module only sums the preset's layer times.
-- The networks are the zoo's builders of the same benchmark files (NOTE [zoo fidelity]);
-  VGG-A (model A: one conv in groups 1 and 2, two in groups 3 to 5) is built here with
-  the zoo's conventions, as the zoo has no use for it.
-- The benchmark's updateGradInput computes every conv's input gradient, the first's too,
-  where the zoo's first layer computes none: the first conv's backward-data is added here,
-  costed like its forward (as the cost model costs every backward-data pass).
-- A conv's or FC layer's backward in a trace is backward-data (when it has one) plus
-  backward-filter, each costed like the forward pass: the split here takes one forward
-  time as backward-filter and the rest as backward-data. Every other layer's backward is
-  backward-data.
-- cuDNN R4 with ``cudnn.benchmark = true`` ran each layer's fastest algorithm: held
-  against vdnnsim's performance-optimal choice (``fastest_algos``). cuDNN R2 had no FFT
-  and one algorithm per backward pass: held against the memory-optimal choice
-  (``leanest_algos``, implicit GEMM without workspace), as the nearest thing the model
-  has. R2's kernels are older than R4's implicit GEMM, so its times may bound the paper's
-  memory-optimal runs from above; the fit (NOTE [implicit GEMM on the Titan X]) still
-  sets the model equal to them on two networks, the slower and so conservative choice,
-  and AlexNet then comes out 13% faster than R2, which such a bound would not allow: one
-  efficiency for every problem size is the model's limit here, not the data's.
+The published phases (forward, backward-data, backward-filter ms per step, each summed over
+the network) are held against the preset's layer times; nothing is fitted to them. R4 ran
+with ``cudnn.benchmark``: held against the fastest algorithms. R2 had one zero-workspace
+algorithm per backward pass: held against the memory-optimal ones (``leanest_algos``). A
+conv's or FC layer's backward is split as one forward time of backward-filter and the rest
+backward-data (every other layer's is backward-data); the benchmark's first conv computes
+its input gradient, which the zoo's does not, so one forward time is added for it. The
+networks are the zoo's builders of the benchmark's files; VGG-A is built here.
 """
 
 from __future__ import annotations
@@ -44,7 +29,7 @@ from .cells import GPU
 
 PHASES = ("forward", "backward_data", "backward_filter")
 DATA = "data/reference/convnet_benchmarks_titanx.json"
-# the run each vdnnsim choice of algorithms is held against (NOTE [cudnn4 check])
+# the run each vdnnsim choice of algorithms is held against
 CHOICE = {"cudnn_r4": "fastest", "cudnn_r2": "leanest"}
 
 
@@ -54,8 +39,8 @@ def runs() -> dict:
 
 
 def vgg_a() -> NetworkSpec:
-    """VGG's model A as convnet-benchmarks' vgg_a.lua builds it, with the zoo's conventions
-    (NOTE [zoo fidelity]): 3x3 convs of 64, 128, 256 x 2, 512 x 2, 512 x 2, a 2x2 pool
+    """VGG's model A as convnet-benchmarks' vgg_a.lua builds it, with the zoo's conventions:
+    3x3 convs of 64, 128, 256 x 2, 512 x 2, 512 x 2, a 2x2 pool
     after each group, the classifier of 4096, 4096, 1000."""
     layers = zoo.vgg_layers(((64, 1), (128, 1), (256, 2), (512, 2), (512, 2)))
     return NetworkSpec(name="vgg_a", input=(3, 224, 224), batch_size=64, layers=layers,
@@ -65,7 +50,7 @@ def vgg_a() -> NetworkSpec:
 def phase_ms(network: str, batch: int, choice: str, gpu=None) -> dict[str, float]:
     """Forward, backward-data and backward-filter ms of ``network`` at ``batch`` on the
     paper's Titan X preset (or ``gpu``), each layer under its ``choice`` ('fastest' or
-    'leanest') algorithm, the way the benchmark times them (NOTE [cudnn4 check])."""
+    'leanest') algorithm, the way the benchmark times them."""
     from ..api import build_trace, resolve_gpu
 
     gpu = resolve_gpu(GPU) if gpu is None else gpu
@@ -86,26 +71,19 @@ def phase_ms(network: str, batch: int, choice: str, gpu=None) -> dict[str, float
 
 
 # NOTE [implicit GEMM on the Titan X]
-# The analytic model's architecture-wide efficiency of implicit GEMM (costmodel.EFF, 0.30)
-# makes the memory-optimal runs on the Titan X preset slower than cuDNN R2's backward
-# passes on that card (+17% OverFeat, +26% VGG-A), though R2's kernels are a year older than
-# the paper's cuDNN 4. R2 had one backward-data and one backward-filter algorithm, the
-# zero-workspace ones that cuDNN 3 and 4 kept as algorithm 0, the memory-optimal choice;
-# its forward was cuDNN's heuristic pick among the GEMM variants, so only the backward
-# passes say what implicit GEMM costs. ``fit_implicit_gemm`` finds the efficiency at which
-# the preset's memory-optimal backward passes of OverFeat (fast) and VGG-A sum to R2's, on
-# those two networks only: neither is a network the paper's figures show (they show
-# OverFeat's accurate model and VGG's model E). AlexNet, which the figures do show, is
-# held out: its R2 backward is the fit's check. The titanx_maxwell preset carries the
-# result as ``algo_efficiency: {implicit_gemm: ...}`` (vdnnsim/data/gpus.yaml); no other
-# card has such data, so the other presets keep EFF's 0.30.
+# The titanx_maxwell preset's implicit-GEMM efficiency (``algo_efficiency`` in gpus.yaml) is
+# the one at which its memory-optimal backward passes of OverFeat (fast) and VGG-A sum to
+# cuDNN R2's on that card: R2's one backward algorithm per pass is the zero-workspace one,
+# so only its backward passes say what implicit GEMM costs. Neither network is one the
+# paper's figures show, and AlexNet is held out as the fit's check. Other presets keep
+# costs.analytic's 0.30. Evidence: docs/reproduction.md, "The paper's card and library".
 FIT_NETWORKS = ("overfeat", "vgg_a")
 
 
 def fit_implicit_gemm(tolerance: float = 1e-4) -> float:
     """The implicit-GEMM efficiency at which the titanx_maxwell preset's memory-optimal
-    backward passes (data + filter) of FIT_NETWORKS sum to cuDNN R2's (NOTE [implicit GEMM
-    on the Titan X]); bisection, the preset's own value set aside."""
+    backward passes (data + filter) of FIT_NETWORKS sum to cuDNN R2's; bisection, the
+    preset's own value set aside."""
     from dataclasses import replace
 
     from ..api import build_trace, resolve_gpu
@@ -149,15 +127,12 @@ def checks() -> pd.DataFrame:
 
 
 # NOTE [GoogLeNet at R4's speed]
-# A diagnosis, not a model: which of GoogLeNet (128)'s Fig. 14 cells would hold if the
-# titanx_maxwell preset timed its convolutions as cuDNN R4 ran them on that card. Every
-# conv's algorithms (all of them alike: the data time only the fastest) are scaled, one
-# factor for forward and one for backward, so that the fastest choice's phases, with the
-# other layers as they are, sum to R4's published forward and backward (data + filter)
-# totals; then each policy runs as `vdnnsim reproduce` runs it. Nothing is shipped from it.
+# A diagnosis, not a model: GoogLeNet (128)'s Fig. 14 cells with every conv's algorithms
+# scaled alike, one factor forward and one backward, so that the fastest choice sums to
+# cuDNN R4's published totals; each policy then runs as `vdnnsim reproduce` runs it.
+# Nothing is shipped from it.
 def scaled_to_r4(network: str = "googlenet", batch: int = 128):
-    """(trace with its convs scaled to R4's phase totals, forward factor, backward factor)
-    (NOTE [GoogLeNet at R4's speed])."""
+    """(trace with its convs scaled to R4's phase totals, forward factor, backward factor)."""
     from dataclasses import replace
 
     from ..api import build_trace, resolve_gpu
@@ -182,7 +157,7 @@ def scaled_to_r4(network: str = "googlenet", batch: int = 128):
 
 def googlenet_what_if() -> pd.DataFrame:
     """GoogLeNet (128)'s Fig. 14 cells as the preset times it and with its convolutions at
-    R4's speed (NOTE [GoogLeNet at R4's speed])."""
+    R4's speed."""
     from ..api import build_trace, resolve_gpu
     from .cells import NETWORKS, POLICIES, RATIO_TOLERANCE, figure_values
 
@@ -242,9 +217,9 @@ def markdown(df: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--fit"]:
-        print(f"implicit_gemm: {fit_implicit_gemm():.3f}  (NOTE [implicit GEMM on the Titan X])")
+        print(f"implicit_gemm: {fit_implicit_gemm():.3f}")
         return 0
-    if argv == ["--googlenet-at-r4"]:  # NOTE [GoogLeNet at R4's speed]
+    if argv == ["--googlenet-at-r4"]:
         _, f, b = scaled_to_r4()
         print(f"GoogLeNet (128) convs scaled x{f:.3f} forward, x{b:.3f} backward to R4's totals")
         print(googlenet_what_if().to_string(index=False))

@@ -5,27 +5,13 @@ against the zoo's network on the titanx_maxwell preset under the network-wide ba
 with the fastest algorithms (docs/reproduction.md, "The per-layer figures").
 
 NOTE [paper layers]
-- The paper's "VGG-16" has sixteen CONV layers (Figs. 5 and 6: CONV_01 to CONV_16, groups
-  of 2, 2, 4, 4, 4: Fig. 5's feature maps give the group of each, e.g. CONV_05 to CONV_08
-  at 56x56): VGG's model E, the zoo's ``vgg19``; the zoo's ``vgg16`` is model D (groups of
-  2, 2, 3, 3, 3). The paper's totals are model E's to the MiB: Fig. 4's feature maps of
-  VGG-16 (256), 16155 MiB (model E: 16154; D: 14880). The paper studies run ``vgg19``
-  for the paper's VGG-16 (vdnnsim/paper/claims.py, ``VGG16``); ``python -m
-  vdnnsim.paper.layers vgg16`` compares model D, each paper layer with the zoo layer at
-  the same place in its group (the fourth conv of groups 3, 4 and 5 has none).
-- The paper's "OverFeat" is the accurate model of Sermanet et al. (2013, Table 3: six
-  convs, 7x7/2 then 7x7, pools 3/3, 2/2, 3/3, 221x221 input), the zoo's
-  ``overfeat_accurate``; the zoo's ``overfeat`` is convnet-benchmarks' fast model (the
-  benchmark file). Fig. 4's feature maps of OverFeat (128), 1176 MiB, are the accurate
-  model's (1178; fast: 557), Fig. 12's offloaded bytes agree (vDNN_all 1149 and vDNN_conv
-  383 MiB; accurate 1178 and 385, fast 557 and 241), and its weights are as Fig. 4's
-  either way (552 and 557 MiB against 559). The paper studies run ``overfeat_accurate``
-  (``OVERFEAT`` in vdnnsim/paper/claims.py).
-- A paper layer's time is its conv's plus the in-place ReLU that follows (Torch runs
-  ReLU as its own module; the figures show only CONV and FC layers). Both are given.
-- Reuse distance of X: from the end of the layer's forward pass to the start of its
-  backward pass, the time the input waits on the GPU (or in host memory) between its uses.
-- Memory in MiB (NOTE [paper memory scope]).
+The paper's "VGG-16" has sixteen CONV layers (groups of 2, 2, 4, 4, 4): VGG's model E, the
+zoo's ``vgg19`` (the zoo's ``vgg16`` is model D). Its "OverFeat" is the accurate model of
+Sermanet et al., the zoo's ``overfeat_accurate`` (the zoo's ``overfeat`` is
+convnet-benchmarks' fast one). The paper studies run those two (``VGG16`` and ``OVERFEAT``
+in claims.py). A paper layer's time is its conv's plus the in-place ReLU after it; the
+reuse distance of X runs from the end of its forward pass to the start of its backward
+pass. Memory in MiB. The figures' evidence: docs/reproduction.md, "The per-layer figures".
 """
 
 from __future__ import annotations
@@ -68,7 +54,7 @@ def _run(network: str, batch: int):
 
 
 def _per_layer(network: str, batch: int) -> pd.DataFrame:
-    """vdnnsim's per-layer numbers of ``network`` at ``batch`` (NOTE [paper layers])."""
+    """vdnnsim's per-layer numbers of ``network`` at ``batch``."""
     trace, r = _run(network, batch)
     tl = r.timeline
     comp = tl[tl.stream == "compute"]
@@ -164,7 +150,7 @@ def layer_checks_markdown(df: pd.DataFrame) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m vdnnsim.paper.layers [vgg19|vgg16]``: the table (NOTE [paper layers])."""
+    """``python -m vdnnsim.paper.layers [vgg19|vgg16]``: the table."""
     try:
         if len(argv) > 1:
             raise ConfigError("usage: python -m vdnnsim.paper.layers [vgg19|vgg16]")

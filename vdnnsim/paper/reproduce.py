@@ -25,9 +25,14 @@ COSTS = ("preset", "published")
 
 
 def published_scales() -> dict[str, dict[str, float]]:
-    """NOTE [published costs]: the K40's and Titan X's compute and DRAM rates fitted to
-    published cuDNN timings of networks the paper does not judge (vdnnsim/costs/fits.py
-    on traces/published/, vdnnsim/data/calibration/published.json)."""
+    """The K40's and Titan X's compute and DRAM scales fitted to published timings.
+
+    NOTE [published costs]
+    ``costs='published'`` times the paper's GPUs with compute and DRAM rates fitted to
+    published cuDNN timings of networks the paper does not judge (vdnnsim/costs/fits.py on
+    traces/published/, shipped as vdnnsim/data/calibration/published.json), so that no
+    number of the paper itself tunes the model that is judged against it.
+    """
     from importlib import resources
     text = resources.files("vdnnsim").joinpath("data/calibration/published.json").read_text()
     return json.loads(text)["gpus"]
@@ -60,8 +65,7 @@ def _with_costs(spec: Any, costs: str) -> Any:
 def run_paper_studies(studies_dir: str | os.PathLike | None = None,
                       reading: str = "measured", costs: str = "preset") -> Frames:
     """The paper studies; ``reading`` goes to every policy (NOTE [offload marks]);
-    ``costs='published'`` times the paper's GPUs with their published calibration (NOTE
-    [published costs])."""
+    ``costs='published'`` times the paper's GPUs with their published calibration."""
     if costs not in COSTS:
         raise ConfigError(f"costs must be one of {', '.join(COSTS)}, got {costs!r}")
     d = Path(studies_dir) if studies_dir else default_studies_dir()
@@ -89,7 +93,7 @@ AVERAGES = ("time", "layer")
 
 def with_average(frames: Frames, average: str = "time") -> Frames:
     """The frames with the paper's averages read ``average``: 'time' (the time-weighted
-    mean, the default) or 'layer' (the mean over the layer passes, NOTE [layer average]),
+    mean, the default) or 'layer' (the mean over the layer passes, ``layer_avg_managed_bytes``),
     which the claims and cells then read as ``avg_*``."""
     if average not in AVERAGES:
         raise ConfigError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
@@ -104,10 +108,10 @@ def reproduce(studies_dir: str | os.PathLike | None = None,
               reference: str = "baseline_p", costs: str = "preset", average: str = "time"
               ) -> tuple[pd.DataFrame, Frames]:
     """One row per claim: paper value, vdnnsim's, difference, tolerance, met. ``reading``
-    (NOTE [offload marks]) and ``reference`` (NOTE [reproduction metrics]) choose the
-    readings of the paper; the defaults are the ones its measurements support. ``costs``:
-    the presets' analytic costs, or the paper GPUs' published calibration. ``average``:
-    how the paper's averages are read (``with_average``); the frames returned are so read."""
+    and ``reference`` choose the readings of the paper; the defaults are the ones its
+    measurements support. ``costs``: the presets' analytic costs, or the paper GPUs'
+    published calibration. ``average``: how the paper's averages are read
+    (``with_average``); the frames returned are so read."""
     frames = frames if frames is not None else run_paper_studies(studies_dir, reading, costs)
     frames = with_average(frames, average)
     claims = CLAIMS if reference == "baseline_p" else build_claims(reference)
@@ -141,7 +145,7 @@ UNITS_LEGEND = ("Units: GB = 1000 MiB, the paper's (its text's GB are its figure
 
 def table_markdown(table: pd.DataFrame) -> str:
     """One table per paper version; each row carries its unit, so the paper, vdnnsim and
-    diff columns hold numbers of that one unit (NOTE [reproduction metrics])."""
+    diff columns hold numbers of that one unit."""
     head = "| claim | unit | paper | vdnnsim | diff | tolerance | met |"
     lines = []
     for version, part in table.groupby("version", sort=False):

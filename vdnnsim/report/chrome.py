@@ -2,7 +2,7 @@
 
 NOTE [chrome trace]
 One process per run; threads: the host (what it spent issuing each layer, where it
-waited: NOTE [host]), the compute stream, the D2H and the H2D copy engine, and a track of
+waited), the compute stream, the D2H and the H2D copy engine, and a track of
 tensor lifetimes (async slices, one per allocation). It reads RunResult's public face only
 (one run's events are ``run_events`` in results.py, beneath the report, so that
 ``RunResult.chrome_trace()`` imports nothing above it). Memory is a counter track.
@@ -20,7 +20,7 @@ from .table import need_times
 
 
 def chrome_trace(results) -> dict[str, Any]:
-    need_times(results, "timeline to write")  # NOTE [memory-only traces]
+    need_times(results, "timeline to write")
     events: list[dict[str, Any]] = []
     for pid, r in enumerate(results, start=1):
         events += run_events(r, pid)

@@ -22,7 +22,7 @@ POLICY_ORDER = ["baseline_m", "baseline_p", "vdnn_all_m", "vdnn_all_p", "vdnn_co
 # (figure, gpu, network, batch, policy, value in the figure's unit, the claim it states).
 # The per-bar values of the paper's Figs. 11, 12, 14 and 15 are held against vdnnsim cell
 # by cell in vdnnsim/paper/cells.py (`vdnnsim reproduce --cells`). The paper's "VGG-16" is
-# the zoo's vgg19 (NOTE [paper layers]).
+# the zoo's vgg19.
 PAPER_POINTS: list[tuple[str, str, str, int, str, float, str]] = [
     ("memory_peak", "titanx_maxwell", "vgg19", 128, "vdnn_all_m", 4.8,
      "memory.vgg16_128_all_m_peak (at most)"),
@@ -145,9 +145,9 @@ def deep_vgg_growth(df: pd.DataFrame, gpu: str) -> plt.Figure:
 # Every value of the paper's Figs. 11, 12, 14 and 15 beside vdnnsim's, in the paper's
 # layout (networks along the axis, its policies in its order within each): the paper's bar
 # is grey (cross-hatched where the paper marks the run failing), vdnnsim's follows it in its
-# policy's colour, hatched and faded where the run does not fit 12 GB; a red cross above a pair marks a cell outside its tolerance (NOTE
-# [figure cells]). Drawn from the figure-cells table, so it shows what `vdnnsim reproduce
-# --cells` judges and nothing else.
+# policy's colour, hatched and faded where the run does not fit 12 GB; a red cross above a
+# pair marks a cell outside its tolerance. Drawn from the figure-cells table, so it shows
+# what `vdnnsim reproduce --cells` judges and nothing else.
 PAPER_PANELS = {
     "Fig11": [("max GPU memory", "maximum MiB"), ("avg GPU memory", "average MiB")],
     "Fig12": [("offloaded to pinned host", "MiB offloaded per iteration")],
@@ -163,8 +163,8 @@ PAPER_TITLES = {
 
 
 def paper_beside(cells: pd.DataFrame, figure: str) -> plt.Figure:
-    """The paper's ``figure`` bar by bar, each of its bars with vdnnsim's beside it (NOTE
-    [paper beside]); ``cells`` is vdnnsim/paper/cells.figure_cells's table."""
+    """The paper's ``figure`` bar by bar, each of its bars with vdnnsim's beside it;
+    ``cells`` is vdnnsim/paper/cells.figure_cells's table."""
     panels = PAPER_PANELS[figure]
     d = cells[cells.figure == figure]
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)

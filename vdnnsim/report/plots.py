@@ -20,13 +20,14 @@ TIMELINE_LEGEND = (("host", "host issuing work"), ("wait", "host waiting for the
                    ("compute", "compute (kernels)"),
                    ("stall", "compute stalled on a copy"),
                    ("d2h", "D2H copy (offload)"), ("h2d", "H2D copy (prefetch)"))
-# NOTE [plot legibility]: series of a sweep often coincide (vdnn_dyn is vdnn_all_p wherever
-# step 2 picks it; the _m and _p policies have the same peak when no workspace matters). Each
-# policy gets its own marker and line style, earlier series are drawn wider and larger so that
-# a later one on top of them leaves them visible, and a series equal to an earlier one says so
-# in the legend. Whether a run fits is in every figure: hollow markers (sweep), "does not fit"
-# in the legend (memory) or the title (timeline); a run that does not fit is drawn as if the
-# card had the memory (NOTE [out of memory] in docs/policies.md: the pool keeps going).
+# NOTE [plot legibility]
+# Series of a sweep often coincide (vdnn_dyn is vdnn_all_p wherever step 2 picks it; the _m
+# and _p policies have the same peak when no workspace matters). Each policy gets its own
+# marker and line style, earlier series are drawn wider and larger so that a later one on
+# top of them leaves them visible, and a series equal to an earlier one says so in the
+# legend. Whether a run fits is in every figure: hollow markers (sweep), "does not fit" in
+# the legend (memory) or the title (timeline); a run that does not fit is drawn as if the
+# card had the memory (the pool keeps going past its capacity).
 MARKERS = "osD^vPX*<>"
 STYLES = ("-", "--", "-.", (0, (4, 1, 1, 1, 1, 1)))  # ":" is kept for runs that do not fit
 AS_IF = "drawn as if it had the memory"
@@ -60,7 +61,7 @@ def memory_over_time(results) -> plt.Figure:
 
 def stream_timeline(results) -> plt.Figure:
     """The host (issuing in colour, waiting in grey), compute, D2H, H2D and stalls per run,
-    as horizontal bars (NOTE [host])."""
+    as horizontal bars."""
     need_times(results, "timeline to draw")
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 1.3 * len(results) + 0.8),
                              sharex=True, squeeze=False)
@@ -92,10 +93,8 @@ def stream_timeline(results) -> plt.Figure:
 
 def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
     """Peak memory and slowdown against ``x`` per policy (one panel pair per network and
-    GPU). NOTE [plot legibility]: every policy its own marker and line style, a policy whose
-    curve is an earlier one's says so in the legend; runs that do not fit are hollow markers
-    and the dashed line is the pool's capacity, both in the legend. A memory-only trace's
-    runs (``timed`` false, NOTE [memory-only traces]) have no slowdown: their panel says so."""
+    GPU), NOTE [plot legibility]; the dashed line is the pool's capacity. A memory-only
+    trace's runs (``timed`` false) have no slowdown: their panel says so."""
     from .table import UNTIMED_NOTE, untimed
     df = df[df.get("error").isna()] if "error" in df else df
     if "timed" in df:
@@ -154,7 +153,7 @@ def sweep_curves(df: pd.DataFrame, x: str = "batch_size") -> plt.Figure:
 
 def validation_scatter(df: pd.DataFrame) -> plt.Figure:
     """Predicted against measured peak allocated memory and iteration time; a measured
-    time's band (NOTE [bands]: the fresh processes' medians, min to max) as an error bar."""
+    time's band (the fresh processes' medians, min to max) as an error bar."""
     d = df[df.measured_fits]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     left_out = len(df) - len(d)

@@ -9,7 +9,7 @@ from ..results import RunResult
 from ..units import GB
 
 
-# NOTE [memory-only traces]: under a table with a run whose times are not modelled
+# under a table with a run whose times are not modelled (NOTE [memory-only traces])
 UNTIMED_NOTE = "memory-only trace: times not modelled"
 
 
@@ -22,8 +22,8 @@ def _gb(n: float | None) -> str:
 
 
 def need_times(results, what: str) -> None:
-    """NOTE [memory-only traces]: a picture of time (a plot over time, a Chrome trace)
-    refuses runs without times, in one line."""
+    """A picture of time (a plot over time, a Chrome trace) refuses runs without times,
+    in one line."""
     from ..errors import ConfigError
     for r in results:
         if not r.timed:
@@ -33,8 +33,7 @@ def need_times(results, what: str) -> None:
 
 
 def format_seconds(s: float | None, digits: int = 3) -> str:
-    """A time cell: seconds, or '-' where not modelled (NaN, None: NOTE [memory-only
-    traces])."""
+    """A time cell: seconds, or '-' where not modelled (NaN, None)."""
     return "-" if _missing(s) else f"{s:.{digits}f}"
 
 
@@ -138,5 +137,5 @@ def format_rows(df, title: str | None = None) -> str:
 
 def format_slowdown(slowdown: float | None) -> str:
     """A slowdown as '1.17x'; '-' where it is undefined (NaN, None): the oracle time is 0,
-    or the trace is memory only (NOTE [memory-only traces])."""
+    or the trace is memory only."""
     return "-" if _missing(slowdown) else f"{slowdown:.2f}x"

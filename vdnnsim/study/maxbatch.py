@@ -6,7 +6,7 @@ so a network that fits up to B costs about 2 log2(B) simulations. It assumes tha
 that fits implies every smaller one fits, which holds for the memory of every policy up to
 the pool's fragmentation; ``fits`` at the answer and at the next size are both simulated,
 so the answer itself is always a true fit. A batch size whose network is beyond what the
-simulator models (over 1 PiB in all, NOTE [simulated scale]) counts as not fitting and
+simulator models (over 1 PiB in all, errors.ScaleError) counts as not fitting and
 the search goes on below it: the answer is then the largest batch size that fits among
 those it can model, and the record names the smallest size found beyond it
 (``beyond_scale_at``). Batch size 1 beyond it is an error.
@@ -14,9 +14,8 @@ those it can model, and the record names the smallest size found beyond it
 Every answer says what bounds it (``bound``), from the simulated run at the next size
 (at batch 1 where nothing fits):
 - ``capacity``: that run needs more GPU memory than the pool has;
-- ``fragmentation``: its live bytes would fit, but no free block is large enough (NOTE
-  [out of memory]); a larger batch may then fit again, which the search does not look for;
-- ``host memory``: its offloads pin more than the host's memory (NOTE [host memory]);
+- ``fragmentation``: its live bytes would fit, but no free block is large enough; a larger batch may then fit again, which the search does not look for;
+- ``host memory``: its offloads pin more than the host's memory;
 - ``scale``: the next size is beyond what the simulator models;
 - ``limit``: ``limit`` itself fits, and is the answer (``at_limit``); the search tries
   no larger size.
@@ -36,7 +35,7 @@ def max_batch(network: str, gpu: str = "k40", policy: str = "vdnn_dyn", *,
               memory_bytes: int | None = None, policy_options: dict[str, Any] | None = None,
               limit: int = 1 << 16, host_memory_bytes: int | str | None = None
               ) -> dict[str, Any]:
-    """``host_memory_bytes``: the host's memory (NOTE [host memory]), as the gpu override
+    """``host_memory_bytes``: the host's memory, as the gpu override
     of that name."""
     if host_memory_bytes is not None:
         gpu_overrides = {**(gpu_overrides or {}), "host_memory_bytes": host_memory_bytes}

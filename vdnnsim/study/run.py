@@ -82,7 +82,7 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
 
 
 def _ignore_sigint() -> None:
-    """A sweep worker's initializer: Ctrl-C is the parent's to handle (NOTE [interrupt])."""
+    """A sweep worker's initializer: Ctrl-C is the parent's to handle."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -115,7 +115,7 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
 
     ``workers``: that many local processes; ``scheduler``: a Dask distributed scheduler
     address (or a ``distributed.Client``). The same function runs each group of points
-    that share a trace whichever runs it, so the rows are identical (NOTE [study rows]).
+    that share a trace whichever runs it, so the rows are identical.
     """
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or not 1 <= workers <= 1024):
@@ -156,7 +156,7 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
             if client is not scheduler:
                 client.close()
     elif workers and workers > 1 and len(groups) > 1:
-        # NOTE [interrupt]: the workers ignore SIGINT and the parent ends them. A worker that
+        # the workers ignore SIGINT and the parent ends them (NOTE [interrupt]). A worker that
         # took Ctrl-C would treat it as its job's exception and take the next job, or die
         # holding its queue's lock, and the executor's exit would wait on it. A worker that
         # dies otherwise breaks the pool: BrokenProcessPool, not a wait for its lost job

@@ -1,4 +1,4 @@
-"""Trace <-> YAML, with the graph checks of NOTE [trace file]."""
+"""Trace <-> YAML, with the graph checks of trace/schema.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def trace_from_dict(data: Any, source: str = "<trace>") -> Trace:
         wrong = misplaced(data, source, "a trace", ("trace",))
         if wrong:
             raise TraceError(wrong)
-    with paused_gc():  # NOTE [paused gc]
+    with paused_gc():
         spec: TraceSpec = parse_model(TraceSpec, data, source, TraceError)
         return _build(spec, source)
 
@@ -28,7 +28,7 @@ def load_trace(path: str | os.PathLike) -> Trace:
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> None:
-    with paused_gc():  # NOTE [paused gc]
+    with paused_gc():
         text = dump_yaml(trace_to_dict(trace))
     write_text_atomic(Path(path), text)
 

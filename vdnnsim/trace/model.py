@@ -2,22 +2,18 @@
 
 NOTE [trace semantics]
 A trace is a list of layers in execution order over a set of tensors. Every tensor is
-written by exactly one layer (or is the network input) and a layer may only read tensors
-written before it, so the execution order is a topological order of the DAG.
-
-* A tensor with ``alias_of`` shares its buffer with another tensor (the output of an
-  in-place ReLU, a view). Buffers, not tensors, are what the allocator and the copy engines
-  move. The gradient of an alias is the gradient buffer of its root as well.
-* ``saved`` lists the tensors a layer keeps for its backward pass. This is the one fact that
-  decides how long a buffer lives in layer-wise memory management, so profiled traces carry
-  what autograd really saved and synthesized ones what cuDNN's backward calls read.
-* Every layer has at least one algorithm. For a conv layer these are cuDNN-like options
-  with their own times and workspaces; other layers have one, called ``default``.
-* ``requires_grad`` tensors get a gradient buffer of their own size during backward; the
-  network input does not.
+written by exactly one layer (or is the network input) and a layer reads only tensors
+written before it, so the order is a topological order of the DAG. A tensor with
+``alias_of`` shares its root's buffer (an in-place ReLU's output, a view), and so does its
+gradient: buffers, not tensors, are what the allocator and the copy engines move.
+``saved`` lists what a layer keeps for its backward pass, the one fact that decides how
+long a buffer lives under layer-wise memory management (profiled traces: what autograd
+saved; synthesized ones: what cuDNN's backward calls read). Every layer has at least one
+algorithm (``default`` where there is no choice). ``requires_grad`` tensors get a gradient
+buffer of their own size during backward; the network input does not.
 
 NOTE [memory-only traces]
-A trace whose ``source.cost_model`` is ``none`` (the op probe's, NOTE [op probe]) has every
+A trace whose ``source.cost_model`` is ``none`` (the op probe's) has every
 layer at 0 ns: its memory is modelled, its times are not. ``Trace.timed`` is false for it,
 and every result of it carries that (``RunResult.timed``): the run's peak memory and fits
 stand, while its times, slowdown and time-weighted average memory are NaN in Python and
@@ -56,15 +52,13 @@ class Algo:
     fwd_workspace_bytes: int = 0
     bwd_workspace_bytes: int = 0
     # NOTE [backward workspaces]
-    # The backward pass's workspaces one by one, in the order its calls allocate them
-    # (a conv's: ATen's cuDNN backward data, then backward filter, each with its own
-    # workspace freed before the next call), () where only their largest
-    # (bwd_workspace_bytes) is known. The caching allocator places each alone: from an
-    # emptied cache a segment cut to the first cannot hold a larger second, and both stay
-    # reserved (VGG-16 at 64 on the H200: 1568 and 1570 MiB for conv1_2, one step's
-    # reserved 9.15 GiB measured, 9.12 replayed with both, 8.16 with the larger alone;
-    # experiments/h200_issue28/autotune_check.py). The engine allocates them in turn; the
-    # profiler measures each of a Conv2d's backward calls alone (profile.py).
+    # The backward pass's workspaces one by one, in the order its calls allocate them (a
+    # conv's: ATen's cuDNN backward data, then backward filter, each freed before the
+    # next), () where only their largest (bwd_workspace_bytes) is known. The caching
+    # allocator places each alone (a segment cut to the first cannot hold a larger
+    # second, and both stay reserved), so the engine allocates them in turn and the
+    # profiler measures each of a Conv2d's backward calls alone. Measured:
+    # docs/trace-format.md, "Backward workspaces".
     bwd_workspaces: tuple[int, ...] = ()
 
     @property
@@ -86,9 +80,9 @@ class Layer:
     algos: tuple[Algo, ...]
     weight_bytes: int = 0
     attrs: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    host_fwd_ns: int = 0  # the host's time to issue the forward pass (NOTE [host timing])
+    host_fwd_ns: int = 0  # the host's time to issue the forward pass
     host_bwd_ns: int = 0  # and the backward pass
-    kernels_fwd: int | None = None  # commands the forward pass issues (NOTE [kernel counts])
+    kernels_fwd: int | None = None  # commands the forward pass issues
     kernels_bwd: int | None = None  # and the backward; None: not known
 
     @property
@@ -128,7 +122,7 @@ class Source:
     note: str | None = None
     # the profiling host's speed (NOTE [host probe]): where the trace was made, as software
     host_probe_ns: float | None = field(default=None, compare=False, hash=False)
-    # and right after its timed steps, the median (NOTE [host probe]: what follows a step)
+    # and right after its timed steps, the median: what follows a step
     host_probe_between_ns: float | None = field(default=None, compare=False, hash=False)
 
 
@@ -143,18 +137,18 @@ class Trace:
     step_ns: int = 0  # after the backward pass: the optimizer step
     resident_bytes: int = 0  # held by the framework all run long (BLAS workspaces, buffers)
     host_step_ns: int = 0  # the host's time for zero_grad and the optimizer step
-    step_workspace_bytes: int = 0  # held while the step runs (NOTE [optimizer state])
-    optimizer: str = "sgd"  # whose step the step fields are (NOTE [optimizer state])
+    step_workspace_bytes: int = 0  # held while the step runs
+    optimizer: str = "sgd"  # whose step the step fields are (trace/optimizer.py)
     optimizer_steps: tuple[tuple[str, int, int], ...] = ()  # calibrated (name, GPU, host ns)
 
     @property
     def timed(self) -> bool:
-        """NOTE [memory-only traces]: false where the layers' times are not modelled."""
+        """False where the layers' times are not modelled (a memory-only trace)."""
         return self.source.cost_model != "none"
 
     @property
     def pytorch(self) -> bool:
-        """PyTorch semantics (NOTE [pytorch semantics] in engine/sim.py), else Torch7's."""
+        """PyTorch semantics (engine/semantics.py), else Torch7's."""
         return self.source.framework == "pytorch"
 
     # -- derived views -------------------------------------------------------------------
@@ -196,9 +190,10 @@ class Trace:
     def weight_bytes(self) -> int:
         return sum(layer.weight_bytes for layer in self.layers)
 
-    # NOTE [trace analyses]: a trace is immutable, so what is derived from it alone is
-    # worked out once and kept on it: every policy of a run, every run of a sweep and
-    # every profiling pass of vdnn_dyn ask the same questions of one trace
+    # NOTE [trace analyses]
+    # A trace is immutable, so what is derived from it alone is worked out once and kept
+    # on it (a cached property, or ``memo`` by key): every policy of a run, every run of a
+    # sweep and every profiling pass of vdnn_dyn ask the same questions of one trace.
     @cached_property
     def fastest_algos(self) -> tuple[int, ...]:
         """Each layer's performance-optimal algorithm (its fastest_algo)."""
@@ -216,8 +211,8 @@ class Trace:
                                   for layer, a in zip(self.layers, self.fastest_algos))
 
     def memo(self, key: object, make):
-        """NOTE [trace analyses]: ``make()``, worked out once per trace and ``key`` (an
-        analysis of this trace alone, immutable as the trace is)."""
+        """``make()``, worked out once per trace and ``key`` (an analysis of this trace
+        alone, immutable as the trace is)."""
         memo = self.__dict__.setdefault("_memo", {})
         try:
             return memo[key]

@@ -22,7 +22,7 @@ Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 # Times turn into floats in the reports; 10**18 ns (31 years) is far past any real layer
 # and keeps them finite.
 # the bounds before the validator: pydantic then checks them in its core, not in Python;
-# the validator: NOTE [whole numbers]
+# the validator takes whole numbers only (NOTE [whole numbers])
 Nanos = Annotated[int, Field(ge=0, le=10**18), BeforeValidator(whole)]
 
 
@@ -66,7 +66,7 @@ class AlgoSpec(_Strict):
     bwd_workspaces: list[Bytes] | None = Field(None, description=(
         "The backward pass's workspaces one by one, in the order its calls allocate them "
         "(cuDNN's backward data, then backward filter), each freed before the next; their "
-        "largest is bwd_workspace_bytes (NOTE [backward workspaces])."))
+        "largest is bwd_workspace_bytes."))
 
     @model_validator(mode="after")
     def _largest_is_bwd(self) -> "AlgoSpec":
@@ -139,12 +139,11 @@ class SourceSpec(_Strict):
     host_probe_ns: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="How fast the profiling machine's host was: its median time per tiny "
-        "kernel launch, ns, before the model was built (NOTE [host probe] in "
-        "vdnnsim/gpu/measure/hostprobe.py).")
+        "kernel launch, ns, before the model was built.")
     host_probe_between_ns: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="The same probe after each timed step, the median: what follows the "
-        "host's speed over the steps (NOTE [host probe]).")
+        "host's speed over the steps.")
 
 
 class TraceSpec(_Strict):
@@ -166,12 +165,11 @@ class TraceSpec(_Strict):
         "the weights and the input: BLAS workspaces, batch-norm running statistics."))
     step_workspace_bytes: Bytes = Field(0, description=(
         "Temporary device memory the optimizer step takes while it runs (AdamW's foreach "
-        "intermediates; NOTE [optimizer state])."))
+        "intermediates)."))
     optimizer_steps: dict[Literal["sgd", "adam", "adamw"], list[Nanos]] | None = Field(
         None, description="Calibrated [GPU ns, host ns] of each optimizer's step over these "
-        "parameters, where the trace's cost model has them (NOTE [op model]): "
-        "with_optimizer takes them instead of scaling the SGD step.")
+        "parameters, where the trace's cost model has them: with_optimizer takes them "
+        "instead of scaling the SGD step.")
     optimizer: Literal["sgd", "adam", "adamw"] = Field("sgd", description=(
         "The optimizer whose step step_ns, host_step_ns, step_workspace_bytes and the "
-        "moments in resident_bytes are (NOTE [optimizer state]); sgd unless profiled with "
-        "another."))
+        "moments in resident_bytes are; sgd unless profiled with another."))

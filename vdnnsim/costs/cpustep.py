@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import CPU_STEP_BYTES, cpu_step_roofline_ns
+from .fitting import weighted_lstsq
 
 _DTYPES = {"fp32": ("fp32", "cpu_step_thread_ns_per_element"),
            "bf16": ("16", "cpu_step_thread_ns_per_element_16")}
@@ -33,7 +34,7 @@ def per_thread_count(records: list[dict[str, Any]]) -> dict[tuple[str, int], tup
         # weighted by 1/y: each size's relative error counts alike (the small tensors'
         # fixed cost is not drowned by the large ones' milliseconds)
         w = 1 / y
-        fixed, slope = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+        fixed, slope = weighted_lstsq(X, y, w, np)
         out[key] = (float(fixed), float(slope))
     return out
 

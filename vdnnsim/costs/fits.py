@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 from ..errors import VdnnError
 from ..units import GiB
+from .fitting import nonneg_lstsq
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "data" / "calibration" / "published.json"
@@ -93,20 +94,6 @@ def segment_costs(traces: Path | None = None) -> tuple[dict[str, int], Lines]:
 
 
 # -- host: NOTE [host costs] -----------------------------------------------------------------
-
-def _lstsq_nonneg(X, y):
-    """Least squares with the coefficients held at zero or above (two columns)."""
-    import numpy as np
-
-    coef = np.linalg.lstsq(X, y, rcond=None)[0]
-    for k in range(X.shape[1]):
-        if coef[k] < 0:
-            keep = [j for j in range(X.shape[1]) if j != k]
-            coef = np.zeros(X.shape[1])
-            coef[keep] = np.linalg.lstsq(X[:, keep], y, rcond=None)[0]
-            break
-    return coef
-
 
 def _report(name: str, X, y, coef) -> str:
     err = [f"{100 * (p - m) / m:+.0f}%" for p, m in zip(X @ coef, y)]
@@ -175,8 +162,8 @@ def host_costs(traces: Path | None = None,
         y_f.append((r["host_fwd_ms"] - b["host_fwd_ms"]) * 1e6)
         X_b.append([r["layers"], r["runtime"]["fetches"]])
         y_b.append((r["host_bwd_ms"] - b["host_bwd_ms"]) * 1e6)
-    a, bo = _lstsq_nonneg(np.array(X_f, float), np.array(y_f))
-    c, d = _lstsq_nonneg(np.array(X_b, float), np.array(y_b))
+    a, bo = nonneg_lstsq(np.array(X_f, float), np.array(y_f), np)
+    c, d = nonneg_lstsq(np.array(X_b, float), np.array(y_b), np)
     lines.append(_report("per-pass harness, forward", np.array(X_f, float), np.array(y_f),
                          np.array([a, bo])))
     lines.append(_report("per-pass harness, backward", np.array(X_b, float), np.array(y_b),
@@ -196,7 +183,7 @@ def host_costs(traces: Path | None = None,
         y.append((r["host_issue_ms"]
                   - mbase[(r["model"], r["batch_size"])]["host_issue_ms"]) * 1e6)
     X_m, y_m = np.array(X, float), np.array(y)
-    A, B = _lstsq_nonneg(X_m, y_m)
+    A, B = nonneg_lstsq(X_m, y_m, np)
     lines.append(_report("measure's harness, whole step", X_m, y_m, np.array([A, B])))
     r_layer = a / (a + c) if a + c else 0.5
     r_copy = bo / (bo + d) if bo + d else 0.5
@@ -205,7 +192,7 @@ def host_costs(traces: Path | None = None,
     tensors = {name: count(name.split(":")[1]) for name in {r["model"] for r in rows}}
     X_s = np.array([[1.0, tensors[r["model"]]] for r in base.values()])
     y_s = np.array([r["host_step_ms"] * 1e6 for r in base.values()])
-    S0, S1 = _lstsq_nonneg(X_s, y_s)
+    S0, S1 = nonneg_lstsq(X_s, y_s, np)
     lines.append(_report("optimizer step", X_s, y_s, np.array([S0, S1])))
 
     vf, vb = [], []
@@ -353,7 +340,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     f = by["fp32"]
     X = np.array([[r["tensors"], r["tensors"] * r["numel"]] for r in f], float)
     y = np.array([r["ns"] for r in f], float)
-    coef = _lstsq_nonneg(X, y)
+    coef = nonneg_lstsq(X, y, np)
     lines.append(_report("cpu_step fp32", X, y, coef))
     b = by["bf16"]
     Xb = np.array([[r["tensors"] * r["numel"]] for r in b], float)

@@ -59,6 +59,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .fitting import fit_bn, fit_error, fit_util, nonneg_rel_lstsq
+
 MODEL = "calibrated-v1"
 SPLIT_K_MIN = 512  # a split-K slice reduces over at least this many elements
 
@@ -131,29 +133,10 @@ def streaming_bytes(op: str, p: dict[str, Any], e: int) -> float:
     return p["batch"] * p["c"] * p["h"] * p["w"] * e
 
 
-def _bn_sizes(p: dict[str, Any], e: int) -> tuple[float, float]:
+def bn_sizes(p: dict[str, Any], e: int) -> tuple[float, float]:
     """(bytes, bytes of one channel) of a batch norm pass."""
     per_channel = p["batch"] * p["h"] * p["w"] * e
     return per_channel * p["c"], per_channel
-
-
-def _fit_bn(recs, t, e: int, np) -> dict[str, Any]:
-    """Batch norm: ``t = a + max(channel bytes / k, bytes / b)``. A block reduces each
-    channel, so a few long channels run at a rate per channel (``k``), many at a share of
-    DRAM bandwidth (``b``). Grid search on the squared log error, long kernels weighted."""
-    sizes = np.array([_bn_sizes(r, e) for r in recs])
-    logt, wt = np.log(t), np.sqrt(t) / np.sqrt(t).sum()
-    ks = np.logspace(-0.5, 1.5, 41)[:, None, None]  # bytes/ns of one channel
-    bs = np.logspace(1.5, 3.7, 45)[None, :, None]  # bytes/ns of the whole tensor
-    best = (np.inf, {})
-    for a in (0.0, 1000.0, 2000.0, 3000.0, 4500.0, 6500.0):
-        pred = a + np.maximum(sizes[:, 1] / ks, sizes[:, 0] / bs)
-        loss = (((np.log(pred) - logt) ** 2) * wt).sum(axis=2)
-        i, j = np.unravel_index(np.argmin(loss), loss.shape)
-        if loss[i, j] < best[0]:
-            best = (float(loss[i, j]), {"kind": "bn", "a": a, "k": float(ks[i, 0, 0]),
-                                        "b": float(bs[0, j, 0])})
-    return best[1]
 
 
 def class_of(rec: dict[str, Any]) -> str:
@@ -207,18 +190,18 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
         elif op == "sgd_step":
             nb = np.array([r["params"] * e for r in recs], dtype=float)
             nt = np.array([r["tensors"] for r in recs], dtype=float)
-            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
+            a, s, u = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
             classes[cls] = {"kind": "step", "a": a, "s": s, "u": u}
         elif op == "bn":
-            classes[cls] = _fit_bn(recs, t, e, np)
+            classes[cls] = fit_bn([bn_sizes(r, e) for r in recs], t, np)
         elif op == "layer_norm":
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
             rows = np.array([r["batch"] * r["h"] * r["w"] for r in recs], dtype=float)
-            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, rows], 1), t, np)
+            a, s, u = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, rows], 1), t, np)
             classes[cls] = {"kind": "rows", "a": a, "s": s, "u": u}
         else:
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
-            a, s = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
+            a, s = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
             classes[cls] = {"kind": "affine", "a": a, "s": s}
     for cls, c in classes.items():  # NOTE [sum scale]: the class's total made right
         if c["kind"] in ("util", "bn"):
@@ -229,9 +212,7 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
         recs = groups[cls]
         pred = np.array([_predict_class(c, r, e, sms, peaks, mem_bw) for r in recs])
         t = np.array([r["time_ns"] for r in recs], dtype=float)
-        err = np.abs(pred / t - 1)
-        c["fit_error"] = {"n": len(recs), "median": round(float(np.median(err)), 4),
-                          "p90": round(float(np.quantile(err, 0.9)), 4)}
+        c["fit_error"] = fit_error(pred, t, np)
     return {"model": MODEL, "gpu": raw["gpu"]["name"], "sm_count": sms, "dtype": raw["dtype"],
             "numerics": numerics, "software": raw.get("software", {}),
             "peaks": {k: peaks[k] for k in sorted(set(c.get("peak", "fp32")
@@ -245,21 +226,6 @@ def _xy(r: dict[str, Any], e: int) -> float:
     """max(input, output) bytes of a conv case."""
     ho, wo = _out(r["h"], r["kh"], r["sh"], r["ph"]), _out(r["w"], r["kw"], r["sw"], r["pw"])
     return max(r["batch"] * r["c"] * r["h"] * r["w"], r["batch"] * r["k_out"] * ho * wo) * e
-
-
-def _nonneg_rel_lstsq(A, t, np) -> list[float]:
-    """Least squares on the relative error weighted by sqrt(time) (long kernels weigh more:
-    a step is their sum), coefficients clipped at 0 (refit without)."""
-    w = 1.0 / np.sqrt(t)
-    active = list(range(A.shape[1]))
-    coef = np.zeros(A.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], t * w, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            break
-        active = [j for j, v in zip(active, sol) if v > 0]
-    return [float(v) for v in coef]
 
 
 def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak: float,
@@ -277,31 +243,11 @@ def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak
 
 
 SUBCLASS_MIN = 20  # calibration cases a conv kind needs to be fitted on its own
-RIDGE = 1.0  # shrinkage of the utilization model's coefficients (not the intercept)
 
 
 def _fit_gemm(recs, t, e: int, sms: int, peak: float, bw: float, np) -> dict[str, Any]:
     rows = [gemm_features(r["op"], r["pass"], r, e, sms, peak, bw) for r in recs]
-    return _fit_util(rows, t, np)
-
-
-def _fit_util(rows, t, np) -> dict[str, Any]:
-    """The utilization model: logit(roofline / time) linear in the features, by ridge
-    regression weighted toward long kernels (NOTE [kernel model])."""
-    X = np.array([f for f, _ in rows])
-    roof = np.array([r for _, r in rows])
-    u = np.clip(roof / t, 1e-4, 0.999)
-    y = np.log(u / (1 - u))
-    w = np.sqrt(t) / np.sqrt(t).mean()  # long kernels weigh more: a step is their sum
-    mu, sd = X.mean(0), X.std(0)
-    sd[sd == 0] = 1.0
-    mu[0], sd[0] = 0.0, 1.0
-    Z = (X - mu) / sd
-    reg = RIDGE * np.eye(Z.shape[1])
-    reg[0, 0] = 0.0
-    beta = np.linalg.solve(Z.T @ (Z * w[:, None]) + reg, Z.T @ (w * y))
-    return {"kind": "util", "beta": [float(b) for b in beta], "mu": [float(v) for v in mu],
-            "sd": [float(v) for v in sd]}
+    return fit_util(rows, t, np)
 
 
 # -- prediction ------------------------------------------------------------------------------
@@ -315,7 +261,7 @@ def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
         z = sum(b * (x - m) / sd for b, x, m, sd in zip(c["beta"], f, c["mu"], c["sd"]))
         return roof * (1 + math.exp(-z)) * c.get("scale", 1.0)  # roof / sigmoid(z)
     if c["kind"] == "bn":
-        nb, one = _bn_sizes(p, e)
+        nb, one = bn_sizes(p, e)
         return (c["a"] + max(one / c["k"], nb / c["b"])) * c.get("scale", 1.0)
     if c["kind"] == "rows":
         return c["a"] + c["s"] * streaming_bytes(op, p, e) + c["u"] * p["batch"] * p["h"] * p["w"]

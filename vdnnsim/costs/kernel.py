@@ -36,15 +36,13 @@ efficiencies and takes its own peaks, bandwidth and SM count from its preset
 NOTE [conv kinds]
 Dense convs are fitted per kind as well as pooled: 1x1, a stem, k x k at stride 1, strided,
 grouped (``workspace_class``); cuDNN runs different kernels for each. A kind with fewer
-than ``SUBCLASS_MIN`` calibration cases falls back to the pooled class. On the H200's
-file, five-fold cross-validation over its own cases took the median error of
-backward-data from 30% to 19%, backward-filter from 30% to 19% and forward from 21% to
-18% (docs/cost-model.md).
+than ``SUBCLASS_MIN`` calibration cases falls back to the pooled class (what the kinds
+gained in cross-validation: docs/cost-model.md).
 
 NOTE [sum scale]
 The utilization and batch-norm fits minimize errors of logs, which leaves the sum of the
 predictions short of the sum of the times (the mean of a ratio whose log is centred is
-above one: on the H200's file conv classes were 4-6% short in sum). A step is a sum, so
+above one). A step is a sum, so
 each such class then takes one factor, ``scale``: its calibration cases' measured total
 over the fitted total (Duan's smearing estimate). Fitted on the calibration file only.
 """
@@ -66,7 +64,7 @@ SPLIT_K_MIN = 512  # a split-K slice reduces over at least this many elements
 
 
 def conv_class(p: dict[str, Any]) -> str:
-    """A conv's class: depthwise (one channel per group) or not (NOTE [kernel model])."""
+    """A conv's class: depthwise (one channel per group) or not."""
     g, c = p.get("groups", 1), p["c"]
     return "conv_dw" if g > 1 and g == c else "conv"
 
@@ -90,7 +88,7 @@ def _out(n: int, k: int, s: int, p: int) -> int:
 
 def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
                ) -> tuple[int, int, int, int, float, float]:
-    """(M, N, K, G, FLOPs, bytes) of one pass of a conv or linear op (NOTE [kernel model])."""
+    """(M, N, K, G, FLOPs, bytes) of one pass of a conv or linear op."""
     if op == "linear":
         b, fi, fo = p["batch"], p["fin"], p["fout"]
         x, y, w = b * fi * e, b * fo * e, fi * fo * e
@@ -115,7 +113,7 @@ def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
 
 def waves(m: int, n: int, k: int, g: int, tile: tuple[int, int], sms: int
           ) -> tuple[float, float]:
-    """(q, K per split) of NOTE [kernel model]: the last wave's occupancy, and the reduction
+    """(q, K per split) of the kernel model: the last wave's occupancy, and the reduction
     length each tile walks once a GEMM with fewer tiles than SMs is split along K."""
     tiles = g * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     if tiles < sms:
@@ -169,7 +167,7 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
     for r in raw["records"]:
         if r["time_ns"] > 0:
             groups.setdefault(class_of(r), []).append(r)
-            if r["op"] == "conv" and conv_class(r) == "conv":  # NOTE [conv kinds]
+            if r["op"] == "conv" and conv_class(r) == "conv":
                 groups.setdefault(f"conv/{workspace_class(r)}.{r['pass']}", []).append(r)
     for cls in [c for c, v in groups.items() if "/" in c and len(v) < SUBCLASS_MIN]:
         del groups[cls]  # too few cases of its own: the pooled class times it
@@ -203,7 +201,7 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
             a, s = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
             classes[cls] = {"kind": "affine", "a": a, "s": s}
-    for cls, c in classes.items():  # NOTE [sum scale]: the class's total made right
+    for cls, c in classes.items():  # the class's total made right
         if c["kind"] in ("util", "bn"):
             recs = groups[cls]
             pred = np.array([_predict_class(c, r, e, sms, peaks, mem_bw) for r in recs])
@@ -230,7 +228,7 @@ def _xy(r: dict[str, Any], e: int) -> float:
 
 def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak: float,
                   bw: float) -> tuple[list[float], float]:
-    """(features, roofline ns) of one pass of a GEMM-like op (NOTE [kernel model])."""
+    """(features, roofline ns) of one pass of a GEMM-like op."""
     m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
     q, _ = waves(m, n, k, g, (128, 128), sms)
     tiles = g * math.ceil(m / 128) * math.ceil(n / 128)
@@ -285,7 +283,7 @@ class KernelModel:
         classes = self.fitted["classes"]
         if op == "conv":
             cls = f"{conv_class(p)}.{pass_}"
-            kind = f"conv/{workspace_class(p)}.{pass_}"  # NOTE [conv kinds]
+            kind = f"conv/{workspace_class(p)}.{pass_}"
             cls = kind if kind in classes else cls
         else:
             cls = f"{op}.{pass_}"
@@ -325,15 +323,13 @@ def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
 
 # NOTE [spec rule]
 # A GPU with no calibration is timed from its specs: by the analytic cost model (what its
-# preset uses), or by ``predict_for`` below. docs/cost-model/spec_rule.py holds both
-# against data neither was fitted to (published cuDNN 5 timings of the K40 and Titan X;
-# the H200's own calibration): median errors of 17-62%, maxima up to 93%
+# preset uses), or by ``predict_for`` below. Both are far from data neither was fitted to
 # (docs/cost-model.md, "How far either rule is from measurements"). A calibration is the
 # remedy; a trace names the model that timed it (source.cost_model).
 def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
     """``fitted`` (a kernel or op model) with every class's time per byte times ``r`` and
     every rate in bytes per ns over ``r``; fixed costs, per-tensor costs and utilization
-    fits as they are (NOTE [op spec rule]). The original is left untouched."""
+    fits as they are. The original is left untouched."""
     def one(c: dict[str, Any]) -> dict[str, Any]:
         c = dict(c)
         kind = c.get("kind")
@@ -352,9 +348,9 @@ def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
 def predict_for(gpu: Any, donor: Any, dtype: str = "fp32", scale_bandwidth: bool = False
                 ) -> KernelModel | None:
     """A GPU with no calibration of its own: the ``donor``'s fitted efficiencies with this
-    GPU's peaks, bandwidth and SM count (NOTE [kernel model], NOTE [spec rule]);
+    GPU's peaks, bandwidth and SM count (NOTE [spec rule]);
     ``scale_bandwidth``: also every per-byte cost by the bandwidths' ratio, as the op
-    model's rule does (NOTE [op spec rule]; not this rule's default: docs/cost-model.md)."""
+    model's rule does (not this rule's default: docs/cost-model.md)."""
     base = for_gpu(donor, dtype)
     if base is None or not getattr(gpu, "sm_count", 0):
         return None

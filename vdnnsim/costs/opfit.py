@@ -1,5 +1,5 @@
-"""The op model's fit: its constants from ``vdnnsim calibrate --ops``'s files (NOTE [op
-model]), classes and host costs alike."""
+"""The op model's fit: its constants from ``vdnnsim calibrate --ops``'s files, classes
+and host costs alike (the forms: NOTE [op model] in ops.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .opforms import (ALIASES, CASE_FORM, CASE_OP, CNN_OPS, CNN_SHARED, CONV_CLI
 
 
 def _fit_batch_norm(recs, t, affine: dict[str, Any], np) -> tuple[dict[str, Any], list]:
-    """NOTE [op model]: a batch norm class's form by cross-validation, (class, its
+    """A batch norm class's form by cross-validation, (class, its
     predictions)."""
     A = np.array([[1.0, f["bytes"]] for f, _ in recs])
     ps = [bn_params(f) for f, _ in recs]
@@ -47,7 +47,7 @@ def _case_geometry(f: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fit_util(rows, t, np) -> dict[str, Any]:
-    """NOTE [kernel model]'s utilization fit, with its sum scale (NOTE [sum scale])."""
+    """NOTE [kernel model]'s utilization fit, with its sum scale."""
     c = fit_util(rows, t, np)
     pred = np.array([util_time(c, f, r) for f, r in rows])
     c["scale"] = float(t.sum() / pred.sum())
@@ -65,14 +65,14 @@ def _main_op(rec: dict[str, Any]) -> dict[str, Any] | None:
 
 def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
         ) -> dict[str, Any]:
-    """The model's constants from calibration files (NOTE [op model])."""
+    """The model's constants from calibration files."""
     import numpy as np
 
     groups: dict[str, list[tuple[dict, float]]] = {}
     steps: dict[str, list[dict]] = {}
     for raw in raws:
         for r in raw["records"]:
-            if r["op"] in CNN_SHARED:  # NOTE [op model]: kept out of the transformer classes
+            if r["op"] in CNN_SHARED:  # kept out of the transformer classes
                 continue
             if r["op"].endswith("_step"):
                 steps.setdefault(r["op"], []).append(r)
@@ -104,7 +104,7 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             if op.startswith("convolution:"):
                 # a conv class's features barely vary in some directions (a depthwise conv's
                 # arithmetic intensity, its last wave): a model's small conv is many sd away,
-                # and its utilization must not be extrapolated from there (NOTE [op model])
+                # and its utilization must not be extrapolated from there
                 c["clip"] = CONV_CLIP
                 # and no faster than the fastest case of its class: below the grid a conv
                 # is launch-bound, which the utilization form (no intercept) cannot say
@@ -159,7 +159,7 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
 
 
 def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:
-    """NOTE [op model]: the host's cost per op (by chain and precision: fp32, bf16, or
+    """The host's cost per op (by chain and precision: fp32, bf16, or
     ``autocast``) and per module call, the median over the host-only files' processes
     (the op calibration's own chains where there is no such file)."""
     only = [r for r in raws if r.get("host_only")]
@@ -196,7 +196,7 @@ def _variant(c: dict[str, Any], default: str) -> str:
 
 
 def _mix_factors(raws: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """NOTE [host mixes]: per variant and family, the median over the mixed chains of
+    """Per variant and family, the median over the mixed chains of
     their host time over what the same process's chains of one op give for their ops,
     forward and backward."""
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}

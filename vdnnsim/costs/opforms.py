@@ -1,5 +1,5 @@
 """The op model's classes: which ATen ops it knows under which names, and the features
-and forms of its utilization, batch-norm and host classes (NOTE [op model]), shared by
+and forms of its utilization, batch-norm and host classes, shared by
 the model (``ops.py``) and its fit (``opfit.py``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ GEMMS = ("mm", "addmm", "bmm", "baddbmm")
 SDPA_OPS = {"_scaled_dot_product_flash_attention": "flash",
             "_scaled_dot_product_efficient_attention": "efficient",
             "_scaled_dot_product_cudnn_attention": "flash"}
-# the ATen op a calibration case stands for (NOTE [op calibration])
+# the ATen op a calibration case stands for
 CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_row": "mul",
            "add_row": "add", "to_bf16": "_to_copy", "to_fp32": "_to_copy",
            "layer_norm": "native_layer_norm", "softmax": "_softmax",
@@ -24,7 +24,7 @@ CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_r
            "group_norm": "native_group_norm", "max_pool": "max_pool2d_with_indices",
            "avg_pool": "avg_pool2d", "adaptive_avg_pool": "mean", "pad": "constant_pad_nd",
            "relu4d": "relu"}
-# the form of a binary op a case has (NOTE [op features]: recorded from the shapes)
+# the form of a binary op a case has (recorded from the shapes)
 CASE_FORM = {"mul_scalar": "scalar", "add_scalar": "scalar", "mul_row": "bcast",
              "add_row": "bcast"}
 # ops whose name differs from a calibrated one that does the same work
@@ -40,7 +40,7 @@ ALIASES = {"cudnn_batch_norm": "native_batch_norm",
            "_native_batch_norm_legit_functional": "native_batch_norm",
            "miopen_batch_norm": "native_batch_norm"}
 TILE = 128
-# the CNN grid's ops (NOTE [op calibration]): fitted as classes of their own, but kept out
+# the CNN grid's ops: fitted as classes of their own, but kept out
 # of the median class that stands in for an op without one (a transformer's), and the grid's
 # cases of ops the transformer grid has (ReLU on a feature map, global average pooling as a
 # mean) are not fitted at all: they would move those ops' transformer classes
@@ -60,7 +60,7 @@ def peak_for(dt: str, peaks: dict[str, float]) -> float:
 
 def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float,
              nbytes: float | None = None) -> tuple[list[float], float]:
-    """(features, roofline ns) of a GEMM's pass (NOTE [op model]); ``nbytes``: the bytes
+    """(features, roofline ns) of a GEMM's pass; ``nbytes``: the bytes
     the pass moves where they are not the GEMM's operands (a convolution's)."""
     b, m, n, k = f.get("b", 1), f["m"], f["n"], f["k"]
     e = elem_bytes(f["dt"])
@@ -78,7 +78,7 @@ def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float,
 
 
 def conv_kind(f: dict[str, Any]) -> str:
-    """A convolution's class (NOTE [op model]): depthwise or dense, channels-last apart."""
+    """A convolution's class: depthwise or dense, channels-last apart."""
     dw = f.get("b", 1) > 1 and f.get("n") == 1 and f.get("b") == f.get("c")
     return ("dw" if dw else "dense") + ("_cl" if f.get("cl") else "")
 
@@ -88,7 +88,7 @@ def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
     """(features, roofline ns) of a convolution's pass: its implicit GEMM's over the bytes
     it really moves (its input, weight and output, twice over in the backward pass: an
     implicit GEMM's unfolded input, ``kh x kw`` times the input, is never in memory), and
-    the logs of its kernel taps, stride and input channels per group (NOTE [op model])."""
+    the logs of its kernel taps, stride and input channels per group."""
     nbytes = max(float(f.get("bytes", 0)), 1.0) * (1 if pass_ == "fwd" else 2)
     phi, roof = gemm_phi(f, pass_, sms, peak, bw, nbytes)
     ln = math.log
@@ -103,7 +103,7 @@ def conv_peak(dt: str, peaks: dict[str, float]) -> float:
 
 def sdpa_phi(f: dict[str, Any], pass_: str, peak: float, bw: float
              ) -> tuple[list[float], float]:
-    """(features, roofline ns) of an attention's pass (NOTE [op model])."""
+    """(features, roofline ns) of an attention's pass."""
     B, H, S, L, D = f["B"], f["H"], f["S"], f.get("L", f["S"]), f["D"]
     flops = 4.0 * B * H * S * L * D * (0.5 if f.get("causal") else 1.0)
     flops *= 1.0 if pass_ == "fwd" else 2.5
@@ -136,7 +136,7 @@ def util_time(c: dict[str, Any], phi: list[float], roof: float) -> float:
 
 
 def host_class(op: str) -> str:
-    """The host chain (NOTE [op calibration]) whose cost an op takes."""
+    """The host chain whose cost an op takes."""
     if op in GEMMS:
         return "linear"
     if op in SDPA_OPS:

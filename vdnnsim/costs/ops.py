@@ -1,13 +1,13 @@
 """The op-level kernel model: a training step's time from its ATen ops, for any model the
-op probe can run on the meta device (NOTE [op probe]), fitted to ``vdnnsim calibrate
+op probe can run on the meta device, fitted to ``vdnnsim calibrate
 --ops``'s microbenchmarks only.
 
 NOTE [op model]
-Every op of the probe's forward pass (NOTE [op features]) gets a forward time, a backward
+Every op of the probe's forward pass gets a forward time, a backward
 time (where its output takes a gradient), and the host's cost of both:
 
 - GEMMs (``mm``, ``addmm``, ``bmm``, ``baddbmm``): the roofline ``max(F / peak, bytes /
-  bw)`` over the utilization ``sigmoid(beta . phi)`` (NOTE [kernel model]'s form), ``phi``
+  bw)`` over the utilization ``sigmoid(beta . phi)`` (the kernel model's form), ``phi``
   the logs of ``b, m, n, k``, of the tiles per SM (128 x 128) and of the arithmetic
   intensity, and the last wave's occupancy; fitted per op, precision and pass (the backward
   is the pair of GEMMs of the two gradients, with a bias's reduction for ``addmm``,
@@ -18,9 +18,9 @@ time (where its output takes a gradient), and the host's cost of both:
   forward's: it recomputes the scores), ``phi`` the logs of ``S, L, D`` and ``B H`` and
   causality; fitted per kernel (memory-efficient with a mask apart), precision and pass.
   The cuDNN kernel takes the flash fit.
-- Every other op: ``t = a + s * bytes`` per ATen op, precision and pass (bytes: NOTE [op
-  features]; an embedding's backward ``a + s * output + u * table``: it zeroes the whole
-  table's gradient), least squares on the relative error (NOTE [kernel model]). An op
+- Every other op: ``t = a + s * bytes`` per ATen op, precision and pass (bytes: the op
+  features'; an embedding's backward ``a + s * output + u * table``: it zeroes the whole
+  table's gradient), least squares on the relative error. An op
   the calibration has no case of takes the pooled fit of all streaming ops of its
   precision and pass, and the trace says how many ops did (``source.note``).
 - A convolution: its implicit GEMM (``b`` groups of ``N Ho Wo x C_out / g``, reducing over
@@ -43,8 +43,8 @@ time (where its output takes a gradient), and the host's cost of both:
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
-  small ops (NOTE [op calibration]), times the mixed chains' factor of the model's family
-  (a CNN where the model has a convolution, else a transformer; NOTE [host mixes]) where
+  small ops, times the mixed chains' factor of the model's family
+  (a CNN where the model has a convolution, else a transformer) where
   the host-only files have mixed chains; per module call, what the same chains cost more
   as one module an op. Every op the probe saw dispatched that is no layer (a weight's transpose,
   mask arithmetic the loss does not need, an op without a tensor output) costs the host
@@ -52,7 +52,7 @@ time (where its output takes a gradient), and the host's cost of both:
   host's, op by op.
 
 A gradient that several ops add up (a residual stream's) costs one ``add`` per extra
-reader in the backward pass (NOTE [gradient sums]).
+reader in the backward pass.
 """
 
 
@@ -157,11 +157,11 @@ class OpModel:
     def host_ns(self, op: str | None, variant: str = "fp32", family: str = "transformer"
                 ) -> tuple[float, float]:
         """The host's (forward, backward) cost of an op under ``variant`` (fp32, bf16 or
-        autocast) in a model of ``family`` (``cnn``: one with a convolution; NOTE [host
-        mixes]); op None: a view."""
+        autocast) in a model of ``family`` (``cnn``: one with a convolution); op None: a
+        view."""
         h = self.fitted["host"]
         cls = "view" if op is None else host_class(op)
-        mix = h.get("mix", {})  # NOTE [host mixes]
+        mix = h.get("mix", {})
         fams = mix.get(variant) or mix.get("fp32") or {}
         k = fams.get(family) or fams.get("transformer" if family == "cnn" else "cnn") \
             or [1.0, 1.0]
@@ -182,7 +182,7 @@ load = load_fitted  # a fitted file, by path relative to vdnnsim/data or absolut
 def for_gpu(gpu: Any) -> OpModel | None:
     """The op model of a GPU preset: its own calibration (``op_calibration``), else None. A
     preset whose bandwidth is overridden (a what-if) has its per-byte costs scaled as the
-    spec rule scales them (NOTE [op spec rule])."""
+    spec rule scales them."""
     cal = getattr(gpu, "op_calibration", "")
     if not cal:
         return None
@@ -204,12 +204,8 @@ def for_gpu(gpu: Any) -> OpModel | None:
 # optimizer step's ``s``) is scaled by the donor's bandwidth over this GPU's, batch norm's
 # rates by the inverse; its fixed cost ``a`` (a launch and its latency, the same CUDA stack)
 # and a conv class's floor are kept. The host's costs are the donor machine's: a host is no
-# GPU spec. Nothing is fitted to the GPU it predicts. Where measured: an H100, 22 runs of
-# the held-out sets, predicted blind (docs/cost-model.md, "The op model on a GPU it was not
-# calibrated on"). The H100 has the H200's compute peaks and SM count and 70% of its
-# bandwidth, so that measures the bandwidth half of the rule only; for a GPU whose peaks
-# or SM count differ, the rule is unmeasured, and ``vdnnsim trace`` says which case a GPU
-# is (``spec_rule_note``). A trace it times says so (``cost_model: aten-v1-specs``).
+# GPU spec. Nothing is fitted to the GPU it predicts; a trace it times says so
+# (``cost_model: aten-v1-specs``), and ``spec_rule_note`` what is measured of its error.
 SPEC_MODEL = MODEL + "-specs"
 # what ``vdnnsim trace`` says of the rule's error where the GPU differs from the donor in
 # bandwidth alone (tests/test_opmodel.py holds it to the committed comparison)
@@ -225,7 +221,7 @@ def _specs_known(gpu: Any) -> bool:
 
 
 def donor_for(gpu: Any) -> Any:
-    """The calibrated preset whose specs are nearest ``gpu``'s (NOTE [op spec rule]); None
+    """The calibrated preset whose specs are nearest ``gpu``'s; None
     where none is calibrated or ``gpu``'s specs are incomplete."""
     from ..hardware import gpu_preset, preset_names
     if not _specs_known(gpu):
@@ -241,7 +237,7 @@ def donor_for(gpu: Any) -> Any:
 
 def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
     """A GPU without an op calibration: ``donor``'s (default ``donor_for(gpu)``) fitted op
-    model with this GPU's peaks, bandwidth and SM count (NOTE [op spec rule]); None where
+    model with this GPU's peaks, bandwidth and SM count; None where
     no donor is calibrated or the GPU's SM count, fp32 peak or bandwidth is unknown."""
     if not _specs_known(gpu):
         return None
@@ -256,7 +252,7 @@ def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
 
 
 def spec_rule_note(gpu: Any) -> str:
-    """What is known of the spec rule's error for ``gpu`` (NOTE [op spec rule]): measured
+    """What is known of the spec rule's error for ``gpu``: measured
     where it differs from its donor in bandwidth alone, else not."""
     donor = donor_for(gpu)
     if donor is None:
@@ -273,7 +269,7 @@ def spec_rule_note(gpu: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m vdnnsim.costs.ops PRESET OUT RAW...: fit the op calibrations RAW against
-    PRESET's specs (NOTE [op model])."""
+    PRESET's specs."""
     import sys
 
     from ..errors import VdnnError
@@ -305,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:44s} n={fe['n']:3d} median {fe['median']:.1%} p90 {fe['p90']:.1%}")
     print("host (fwd, bwd ns):", {k: [round(x) for x in v] for k, v in out["host"].items()
                                   if k != "mix"})
-    if "mix" in out["host"]:  # NOTE [host mixes]
+    if "mix" in out["host"]:
         print("host mixes (fwd, bwd factor, sequences):", out["host"]["mix"])
     return 0
 

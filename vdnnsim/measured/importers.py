@@ -2,34 +2,34 @@
 
 NOTE [import]
 Two kinds of file, told apart by their first bytes (a ``.gz`` file by its decompressed
-ones), never by trusting the name:
-- A torch.profiler (Kineto) Chrome trace, JSON (``export_chrome_trace``), read by
-  ``gpu.kineto.load_trace`` and split by ``gpu.kineto.attribute`` (NOTE [kineto
-  attribution]): per profiled step its wall time, GPU busy time, device total (the
-  activities' queued gaps included, their sum beside it), per-module forward/backward
-  device and host time, optimizer and zero_grad time, the unattributed share and the
-  ``[memory]`` peaks; the record's ``iteration_ms`` is the median step's wall
-  time and its peaks the largest over the steps, the keys of a ``vdnnsim measure --json``
-  record, so that it stands beside one. A CPU trace's ``[memory]`` events count host
-  allocations from the profiler's start, not a device's totals: it gives no peaks.
-- A CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``), a pickle. A pickle can
-  name any importable callable and have it called while loading, so it is read by an
-  unpickler whose ``find_class`` and ``persistent_load`` always refuse (no class, function
-  or extension code is ever looked up, hence none runs), from a file of at most
-  ``MAX_PICKLE_BYTES``; what it built must be plain data (dict, list, tuple, str, int,
-  float, bool, None) and shaped like a snapshot (``segments``, ``device_traces``), else
-  one line says what is missing. Per device: the segments now (reserved bytes by segment
-  type and by stream), the blocks now (active allocated bytes), and the history
-  (``device_traces``): allocated = running sum of ``alloc`` minus ``free_completed``
-  sizes (requested bytes: the allocator records those, not its rounded block sizes),
-  reserved = ``segment_alloc``/``segment_map`` minus ``segment_free``/``segment_unmap``.
-  The history is a ring buffer (``max_entries``) and may start late: memory that the
-  record shows was held before its first entry (a free or unmap of what it never saw
-  allocated, a live block or segment not allocated within it) is added to every point of
-  the history (``held_before_bytes``), and the peaks are then lower bounds (what happened
-  before the first entry is gone), which the output says. With no such evidence the
-  history is taken as complete. The history's end is checked against the segments and
-  blocks of the snapshot; a difference is a warning.
+ones), never by trusting the name: a torch.profiler (Kineto) Chrome trace, JSON, and a
+CUDA memory snapshot, a pickle. A pickle can name any importable callable and have it
+called while loading, so a snapshot is read by an unpickler whose ``find_class`` and
+``persistent_load`` always refuse (no class, function or extension code is ever looked
+up, hence none runs), from a file of at most ``MAX_PICKLE_BYTES``; what it built must be
+plain data (dict, list, tuple, str, int, float, bool, None) shaped like a snapshot
+(``segments``, ``device_traces``), else one line says what is missing.
+
+A trace is read by ``measured.tracefile.load_trace`` and split by
+``measured.kineto.attribute``: per profiled step its wall time, GPU busy time, device total
+(the activities' queued gaps included, their sum beside it), per-module forward/backward
+device and host time, optimizer and zero_grad time, the unattributed share and the
+``[memory]`` peaks; the record's ``iteration_ms`` is the median step's wall time and its
+peaks the largest over the steps, the keys of a ``vdnnsim measure --json`` record, so that
+it stands beside one. A CPU trace's ``[memory]`` events count host allocations from the
+profiler's start, not a device's totals: it gives no peaks.
+
+A snapshot, per device: the segments now (reserved bytes by segment type and by stream),
+the blocks now (active allocated bytes), and the history (``device_traces``): allocated =
+running sum of ``alloc`` minus ``free_completed`` sizes (requested bytes: the allocator
+records those, not its rounded block sizes), reserved = ``segment_alloc``/``segment_map``
+minus ``segment_free``/``segment_unmap``. The history is a ring buffer (``max_entries``)
+and may start late: memory that the record shows was held before its first entry (a free
+or unmap of what it never saw allocated, a live block or segment not allocated within it)
+is added to every point of the history (``held_before_bytes``), and the peaks are then
+lower bounds, which the output says. With no such evidence the history is taken as
+complete. The history's end is checked against the segments and blocks of the snapshot;
+a difference is a warning.
 A trace from a Kineto file alone is not built: see docs/gpu.md ("Importing").
 """
 
@@ -54,8 +54,8 @@ from .tracefile import reason, regular_file, shown
 # ---------------------------------------------------------------- which file
 
 def import_file(path: str | os.PathLike, segments: bool = False) -> dict[str, Any]:
-    """NOTE [import]: the record of a torch.profiler trace or a CUDA memory snapshot;
-    ``segments``: a snapshot's segments at its peak (NOTE [snapshot segments])."""
+    """The record of a torch.profiler trace or a CUDA memory snapshot;
+    ``segments``: a snapshot's segments at its peak."""
     p = Path(path)
     what = shown(p)
     regular_file(p, what, f"not a file; {TAKES}", f"; {TAKES}")
@@ -103,7 +103,7 @@ def _ms(ns: float) -> float:
 
 
 def import_trace(path: str | os.PathLike) -> dict[str, Any]:
-    """NOTE [import]: per profiled step and their median, from a torch.profiler trace."""
+    """Per profiled step and their median, from a torch.profiler trace."""
     from . import kineto
 
     what = shown(path)
@@ -316,7 +316,7 @@ def _format_segments(rec: dict[str, Any]) -> list[str]:
                        + (f", ... {more} more" if more > 0 else ""))
         if d["estimated_blocks"]:
             out.append(f"  {d['estimated_blocks']} block(s) sized from their request (freed "
-                       "before the snapshot; NOTE [snapshot segments])")
+                       "before the snapshot)")
     return out
 
 

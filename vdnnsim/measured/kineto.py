@@ -1,71 +1,46 @@
 """Time per module, forward and backward, read from a torch.profiler (Kineto) Chrome trace.
 
 NOTE [kineto attribution]
-Marks. ``module_ranges(model)`` opens a ``record_function`` range named
-``vdnnsim.module::<path>`` around every module call (forward pre-hook opens, an
-``always_call`` forward hook closes, so a forward that raises closes what it opened; the
-root's path is ""; a module shared under several paths carries the first path of
-``named_modules()``); ``step_range(k)`` names a training step ``vdnnsim.step#<k>``. Both
-land in the trace as ``user_annotation`` events. A submodule used without ``__call__``
-(MultiheadAttention's ``out_proj``) and functional code (``F.relu``) count for the module
-whose call they run in.
-Nesting. The JSON has no parent field: on each thread (pid, tid) the host events (cpu_op,
-user_annotation, cuda_runtime, cuda_driver) are sorted by start, longer first, and walked
-with a stack; each event inherits its context from its parent: the innermost module range,
-the outermost ``autograd::engine::evaluate_function: X`` op (the top-level backward op),
-and the innermost ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` annotation. A step
-is a span of host time (the step range's; with no step range, the whole trace): an event
-belongs to the step its start falls in, whatever its thread (CUDA runs backward on its own
-threads, outside the step range's nesting).
-Backward. A top-level backward op with a ``Sequence number`` s belongs to the module of the
-forward cpu_op ("Fwd thread id" 0) with the same s that started last before it (several
-forward ops share an s: the last one is the one whose node runs, the fwdbwd flow's start;
-the counter never resets, so s is unique across steps); its innermost module range, or
-"loss/outside modules" when it ran outside every module. Sequence numbers count per
-thread: forward ops with them on several threads make the match ambiguous (a warning).
-``AccumulateGrad`` has no sequence number: it goes to the module of the sequence-numbered
-backward op that ran just before it on its thread in its step, because the engine runs it
-right after the node that produced the gradient. That is a heuristic, not a recorded link;
-any other backward op without one is "unattributed".
-Device time. A GPU activity (cat ``kernel``, ``gpu_memcpy``, ``gpu_memset``) links to its
-launch (``cuda_runtime`` / ``cuda_driver``) by ``args.correlation``, or by the ``ac2g`` flow
-whose id is the correlation (the flow's ends sit at the two events' starts); the launch's
-context decides: optimizer annotation -> "optimizer", zero_grad -> "zero_grad", backward op
--> that op's module (backward), module range -> that module (forward), else "loss/outside
-modules" (forward: the loss, and anything the host runs outside modules and backward ops);
-its step is its launch's. An activity with no launch found is "unattributed", in the step
-that started last before it. On a trace with no GPU activity (profiled on a CPU) every
-cpu_op stands for an activity: its self time (dur minus its direct children's) is its
-"device" time, its own context decides (``Attribution.time_source`` says which was used).
-Gaps. Kernel durations leave out the microseconds the device idles between consecutive
-kernels of a stream even when the next one was already queued (device-side dispatch):
-without them, GPU-bound models' profiles replayed 3.6-5.8% shorter than their plain steps
-on an H200. So per stream (an activity's (pid, tid) is its device and stream), activities
-by start, an activity's queued gap is ``ts - max(end of the stream's activities before
-it, end of its launch)`` where positive: time the device idled while the activity was
-already issued, so it is the activity's. One launched after its stream went idle (host-
-bound) gets by the same formula only what follows its launch's return: the launch
-latency. No gap is counted for an activity with no launch found; nor for one longer than
-``GAP_BOUND_NS``, 50 us: dispatch and launch latency take a few microseconds (at most 2.4
-us in the committed H200 trace), so a stream idle that long with work queued waited for
-something else (an event of another stream, the host); nor for one that another stream's
-activity on the same device overlaps (the device was not idle, or the stream waited for
-that one). An activity's gap is added to its time wherever that time lands, and summed
-apart in ``gap_ns`` (each ``Cost``, each step) so that a reader sees how much of a
-module's time is gaps. A CPU trace has none.
-Every activity's time lands in exactly one bucket, so a step's buckets sum to its
-``device_total_ns`` (gaps included); ``device_busy_ns`` is the union of the activities'
-intervals, without gaps; what lies outside every step range is ``Attribution.outside_steps``.
-Host time. Forward: a module range's duration minus its direct child module ranges'
-(ranges inside a backward op, a checkpoint's recomputation, are part of that op). Backward:
-the durations of the top-level backward ops given to the module. Optimizer and zero_grad:
-their annotations' durations. Small ops' host times are mostly profiler overhead (about
-1 us an op): upper bounds.
-Memory. ``[memory]`` instant events of the device (Device Type 1, CUDA, on a GPU trace;
-0 on a CPU trace): per step and Device Id the peak "Total Allocated" and "Total Reserved",
-for validation.
-"""
+Every GPU activity of a step lands in exactly one bucket, decided by the context of the
+host event that launched it: an optimizer or zero_grad annotation, else the outermost
+backward op (its module's backward), else the innermost ``vdnnsim.module::<path>`` range
+(that module's forward), else "loss/outside modules"; an activity whose launch is not
+found is "unattributed". A top-level backward op belongs to the module of the forward op
+with its ``Sequence number`` that started last before it (``AccumulateGrad``, which has
+none, to the backward op just before it on its thread in its step). An activity's queued
+gap, the stream idle while it was already issued, is its own time. So a step's buckets
+sum to its ``device_total_ns``.
 
+Marks. ``module_ranges(model)`` (tracefile.py) opens a ``record_function`` range
+``vdnnsim.module::<path>`` around every module call (the root's path is "", a shared module
+carries its first path of ``named_modules()``); ``step_range(k)`` names a training step
+``vdnnsim.step#<k>``. Functional code and a submodule used without ``__call__`` count for
+the module whose call they run in.
+Nesting. On each thread (pid, tid) the host events (cpu_op, user_annotation, cuda_runtime,
+cuda_driver) are sorted by start, longer first, and walked with a stack; each inherits its
+parent's context. A step is a span of host time (the step range's; with none, the whole
+trace): an event belongs to the step its start falls in, whatever its thread.
+Backward. Several forward ops share a sequence number s: the last one's node runs (s never
+resets, so it is unique across steps). Forward ops with sequence numbers on several threads
+make the match ambiguous (a warning); any other backward op without one is "unattributed".
+Device time. An activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``) links to its launch by
+``args.correlation`` or by the ``ac2g`` flow of that id; its step is its launch's. An
+activity with no launch is "unattributed", in the step that started last before it. On a
+trace with no GPU activity every cpu_op's self time stands for an activity
+(``Attribution.time_source``).
+Gaps. Per stream, activities by start, an activity's queued gap is ``ts - max(end of the
+stream's activities before it, end of its launch)`` where positive (for one launched to an
+idle stream: the launch latency). None is counted for an activity with no launch, for a
+gap over ``GAP_BOUND_NS`` (the stream waited for something else), or where another
+stream's activity on the device overlaps it; gaps are summed apart in ``gap_ns``.
+``device_busy_ns`` is the union of the activities' intervals, without gaps; what lies
+outside every step range is ``Attribution.outside_steps``.
+Host time. Forward: a module range's duration minus its child module ranges'; backward: the
+durations of the module's top-level backward ops; optimizer and zero_grad: their
+annotations'. Small ops' host times are mostly profiler overhead: upper bounds.
+Memory. Per step and Device Id, the peak "Total Allocated" and "Total Reserved" of the
+device's ``[memory]`` events (Device Type 1 on a GPU trace, 0 on a CPU trace).
+"""
 
 from __future__ import annotations
 
@@ -84,7 +59,7 @@ _RANK = {"user_annotation": 0, "cpu_op": 1}  # equal start and length: annotatio
 TIME_GPU = "gpu"  # Attribution.time_source: GPU activities
 TIME_CPU = "cpu_self"  # no GPU activity: each cpu_op's self time
 OUTSIDE = "loss/outside modules"
-GAP_BOUND_NS = 50_000  # NOTE [kineto attribution] (Gaps): a longer idle wait is not dispatch
+GAP_BOUND_NS = 50_000  # a longer idle wait is not dispatch
 _OUT: Any = object()  # a backward op's target: outside modules (a path could be any string)
 
 
@@ -92,10 +67,10 @@ _OUT: Any = object()  # a backward op's target: outside modules (a path could be
 class Cost:
     """Time given to one module's forward or backward pass, or to one bucket, in a step."""
     device_ns: int = 0  # summed GPU activity time (or cpu_op self time: Attribution.time_source)
-    host_ns: int = 0  # summed host durations (NOTE [kineto attribution] says of what)
+    host_ns: int = 0  # summed host durations (the module docstring says of what)
     calls: int = 0  # the host ranges / top-level ops that host_ns sums
     activities: int = 0  # the GPU activities (or cpu_ops) that device_ns sums
-    gap_ns: int = 0  # of device_ns, the activities' queued gaps (NOTE [kineto attribution])
+    gap_ns: int = 0  # of device_ns, the activities' queued gaps
 
 
 @dataclass
@@ -216,7 +191,7 @@ def _seq(args: dict[str, Any]) -> int | None:
 
 
 def _queued_gaps(ev: _Events, links: list[tuple[int, int]]) -> dict[int, int]:
-    """NOTE [kineto attribution] (Gaps): activity -> its queued gap in ns, for the
+    """Activity -> its queued gap in ns, for the
     (activity, launch or -1) pairs ``links``; an activity without a gap is absent."""
     streams: dict[Any, list[tuple[int, int, int]]] = {}
     devices: dict[Any, list[int]] = {}
@@ -589,7 +564,7 @@ class _Attributor:
 
 
 def attribute(trace: Any) -> Attribution:
-    """NOTE [kineto attribution]: time per module path, forward and backward, and per
+    """Time per module path, forward and backward, and per
     bucket ("loss/outside modules", "optimizer", "zero_grad", "unattributed") of each
     profiled step of a torch.profiler trace (``load_trace``'s dict, or a path)."""
     data = load_trace(trace)

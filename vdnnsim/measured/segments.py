@@ -1,5 +1,5 @@
-"""A snapshot's segments at its peak reserved moment, per stream and pool (NOTE [snapshot
-segments]): ``vdnnsim import FILE --segments``."""
+"""A snapshot's segments at its peak reserved moment, per stream and pool:
+``vdnnsim import FILE --segments``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from .tracefile import shown
 # blocks it is split into (allocated ones and free ones) and its allocated, requested and
 # free bytes; the cudaMalloc and cudaFree calls of the history (``segment_alloc`` and
 # ``segment_free``; ``segment_map``/``segment_unmap`` for expandable segments, counted
-# apart); and the peak reserved bytes. The state is replayed backwards from the snapshot's
+# apart); and the peak reserved bytes.
+#
+# The state is replayed backwards from the snapshot's
 # own segments and blocks, which are exact, undoing the history's entries one by one
 # (undo an alloc: the block was not there; undo a free_completed: it was; likewise for
 # segments), so a history that starts late (recording began after the warm-up, or the
@@ -85,7 +87,7 @@ class _Ranges:
 
 
 def snapshot_segments(data: Any, what: str = "snapshot") -> list[dict[str, Any]]:
-    """NOTE [snapshot segments]: per device of a snapshot (plain data, as ``load_snapshot``
+    """Per device of a snapshot (plain data, as ``load_snapshot``
     gives it), the segment-level facts at its peak reserved moment, as plain data."""
     check_snapshot(data, what)
     devices = sorted({s["device"] for s in data["segments"]}
@@ -202,7 +204,7 @@ def _device_segments(dev: int, segs: list[dict[str, Any]], trace: list[dict[str,
 def _segment_row(seg: dict[str, Any], blocks: list[tuple[int, int, int | None]]
                  ) -> dict[str, Any]:
     """One segment at a moment: its allocated blocks (address, requested, exact size or
-    None) and the free pieces between them (NOTE [snapshot segments])."""
+    None) and the free pieces between them."""
     start, end = seg["address"], seg["address"] + seg["size"]
     cursor, free_pieces, alloc_bytes, estimated = start, 0, 0, 0
     sizes: list[int] = []

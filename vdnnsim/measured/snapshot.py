@@ -1,6 +1,5 @@
 """A CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) read as plain data by an
-unpickler that refuses every class, checked to be a snapshot and summarized per device
-(NOTE [import])."""
+unpickler that refuses every class, checked to be a snapshot and summarized per device."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ class _Refused(pickle.UnpicklingError):
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    """NOTE [import]: builds plain data only; any class or function reference is refused
+    """Builds plain data only; any class or function reference is refused
     before it is looked up, so nothing named in the file is imported or called."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -156,7 +155,7 @@ def check_snapshot(data: Any, what: str) -> None:
 
 
 def import_snapshot(path: str | os.PathLike, gz: bool | None = None) -> dict[str, Any]:
-    """NOTE [import]: per device, the segments and blocks now and the history's peaks."""
+    """Per device, the segments and blocks now and the history's peaks."""
     what = shown(path)
     data = load_snapshot(path, gz)
     check_snapshot(data, what)

@@ -30,13 +30,13 @@ MAX_TRACE_BYTES = GiB  # a trace file, decompressed
 # ---------------------------------------------------------------- marks (need torch)
 
 def _record_function(name: str) -> Any:
-    from torch.profiler import record_function  # NOTE [torch is optional]
+    from torch.profiler import record_function
     return record_function(name)
 
 
 @contextlib.contextmanager
 def module_ranges(model: Any) -> Iterator[None]:
-    """NOTE [kineto attribution]: while inside, every call of ``model`` and of each of its
+    """While inside, every call of ``model`` and of each of its
     submodules (``named_modules()``, the root as path "", a shared module under its first
     path) is a ``record_function`` range ``vdnnsim.module::<path>``. A call that raises
     closes its range; ranges left open are closed and the hooks removed on exit."""
@@ -86,7 +86,7 @@ def step_range(k: int) -> Any:
 
 def shown(p: Any) -> str:
     """yamlio.shown's rule (a long name cut, control characters escaped), copied: yamlio
-    imports pydantic, which the device machine need not have (NOTE [torch is optional])."""
+    imports pydantic, which the device machine need not have."""
     s = str(p)
     s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
     s = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -3,7 +3,7 @@ each layer's algorithm, solved by HiGHS (``scipy.optimize.milp``), every answer 
 by the engine (``vdnnsim plan --method milp``).
 
 NOTE [milp planner]
-For one *structure* (the network, possibly batch-split, NOTE [batch split], and a
+For one *structure* (the network, possibly batch-split, and a
 partition of its layers into consecutive chunks that may be checkpointed), the program
 chooses
 
@@ -12,15 +12,15 @@ chooses
   its last forward reader and brought back by a prefetch in a fixed slot: the backward
   pass of the layer just above its first backward reader (slots are handed out from the
   bottom, a layer a slot; one that finds none is fetched on demand);
-- ``c[s]``: chunk s is a checkpointed segment (NOTE [recompute]); a buffer the segment
+- ``c[s]``: chunk s is a checkpointed segment; a buffer the segment
   drops or rereads is never offloaded (``o[b] + c[s] <= 1``);
 
 to minimise the sum over layers of ``max(compute, copies)`` for each forward and backward
 pass (the end-of-layer synchronisation of the paper, which the planner's plans keep) plus
 the forward time run again in checkpointed segments, subject to memory at every point of
 the iteration (each layer's forward and backward pass, and each layer's recompute) being
-within the budget. Memory is this module's own account of NOTE [buffer lifetimes] under
-the trace's semantics (NOTE [pytorch semantics]): every buffer, gradient, weight gradient
+within the budget. Memory is this module's own account of the buffers' lifetimes
+under the trace's semantics: every buffer, gradient, weight gradient
 and workspace as an interval of the iteration, each decision adding or removing bytes on
 intervals of its own; so the program is linear and exact *for that account*.
 
@@ -32,7 +32,7 @@ answer is the engine's memory and time; the program's objective is printed besid
 
 What is exact and what is enumerated: for a given structure the program is solved to
 optimality (HiGHS, no gap) over every combination of algorithms, offloads and chunks;
-the structures themselves (no split or the split candidates of NOTE [planner]; chunk
+the structures themselves (no split or the greedy planner's split candidates; chunk
 grids of 2 to 32 chunks) are enumerated, and the fastest engine-checked answer over
 them is returned. Chunk boundaries are not variables (a free segmentation is quadratic
 in variables and cubic in constraints); an input read by two checkpointed chunks is
@@ -63,7 +63,7 @@ from ..units import GiB, transfer_ns
 
 ROUNDS = 12  # lazy cuts per structure before it is given up
 TIME_LIMIT_S = 20.0  # per program; a program not solved to optimality says so
-MAX_LAYERS = 600  # above this the planner's heuristic is used (NOTE [planner])
+MAX_LAYERS = 600  # above this the planner's heuristic is used
 
 
 @dataclass
@@ -83,7 +83,7 @@ MS = 1e6
 
 
 class Account:
-    """NOTE [milp planner]: the memory of one iteration as intervals over positions:
+    """The memory of one iteration as intervals over positions:
     layer i's forward pass at ``i``, the end of the forward pass at ``n - 0.5``, layer j's
     backward pass at ``2n - 1 - j`` and the moment before it at ``2n - 1.5 - j``."""
 
@@ -106,8 +106,8 @@ class Account:
             if x.weight_bytes:
                 w = aligned(x.weight_bytes)
                 self.const.append((w, -1, end))
-                # its gradient, to the step; with the optimizer on the CPU (NOTE [optimizer
-                # offload]) copied out after its backward pass: counted to the next layer's
+                # its gradient, to the step; with the optimizer on the CPU
+                # copied out after its backward pass: counted to the next layer's
                 self.const.append((w, self.bwd(i) if sem.per_layer_weights else -1,
                                    self.bwd(i) + 1 if optimizer_offload else end))
         fwd_free, bwd_free = free_points(lv, self.held)
@@ -169,7 +169,7 @@ def chunk_grid(first: int, n: int, k: int) -> tuple[tuple[int, int], ...]:
 
 def prefetch_slots(trace: Trace, lv: Liveness, cands: tuple[tuple[str, ...], ...]
                    ) -> tuple[dict[int, int], dict[int, int]]:
-    """NOTE [milp planner]: per offloading layer, the backward pass that prefetches its
+    """Per offloading layer, the backward pass that prefetches its
     buffers (``slot``) or, where no slot is left, the layer that fetches them on demand."""
     keep = keepers(trace, lv)
     n = len(trace.layers)
@@ -218,7 +218,7 @@ class Built:
         return x
 
     def memory_bytes(self, x: np.ndarray) -> dict[tuple, float]:
-        """NOTE [milp planner]: the account's bytes at each point under ``x``; a recompute
+        """The account's bytes at each point under ``x``; a recompute
         point only where its chunk is checkpointed."""
         out = {}
         rows = self.program.rows
@@ -471,11 +471,11 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
                     split: tuple = (), time_limit_s: float = TIME_LIMIT_S,
                     rounds: int = ROUNDS, bound_ns: float = math.inf,
                     allocator: Any = None, optimizer_offload: bool = False) -> Solution:
-    """NOTE [milp planner]: solve, check with the engine, cut where it ran out, again.
+    """Solve, check with the engine, cut where it ran out, again.
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower). ``allocator``: the caching
-    allocator's settings the engine checks under (NOTE [planned allocator]);
-    ``optimizer_offload``: the optimizer on the CPU (NOTE [optimizer offload]): the
+    allocator's settings the engine checks under;
+    ``optimizer_offload``: the optimizer on the CPU: the
     program counts each weight gradient only to the next layer's backward pass (it is
     copied out as it is made), and the engine checks with the step on the CPU."""
     lv = liveness(trace)
@@ -542,7 +542,7 @@ class Report:
 
 
 def grids(trace: Trace, start: int = 0) -> list[int]:
-    """NOTE [milp planner]: the chunk counts tried for layers start..n-1."""
+    """The chunk counts tried for layers start..n-1."""
     m = len(trace.layers) - start
     ks = sorted({2, 4, 8, 16, round(m ** 0.5)})
     return [k for k in ks if 2 <= k <= m]
@@ -551,9 +551,9 @@ def grids(trace: Trace, start: int = 0) -> list[int]:
 def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LIMIT_S,
               allocator: Any = None, optimizer_offload: bool = False
               ) -> tuple[Plan | None, int | None, Report]:
-    """NOTE [milp planner]: the fastest engine-checked answer over the structures, each
-    checked under the caching allocator's settings ``allocator`` (NOTE [planned
-    allocator]; None: PyTorch's defaults)."""
+    """The fastest engine-checked answer over the structures, each
+    checked under the caching allocator's settings ``allocator`` (None: PyTorch's
+    defaults)."""
     t0 = time.perf_counter()
     report = Report()
     best: tuple[Plan, int] | None = None

@@ -76,7 +76,8 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
         assert {"adamw_step", "sgd_step"} <= kinds
     # the CNN grid: convolutions in both memory formats, dense and depthwise, each recorded
     # as the op the model keys on (NOTE [op features]), and every 4-D streaming op
-    from vdnnsim.costs.ops import _main_op, conv_kind
+    from vdnnsim.costs.opfit import _main_op
+    from vdnnsim.costs.ops import conv_kind
     assert set(co.CNN_STREAMING) <= kinds
     convs = [_main_op(r) for r in recs if r["op"] == "conv" and r["pass"] == "fwd"]
     assert {conv_kind(f) for f in convs} == {"dense", "dw", "dense_cl", "dw_cl"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim.measured import importers
+from vdnnsim.measured import importers, segments, snapshot
 from vdnnsim.cli import main
 
 H200_TRACE = Path(__file__).parent / "data" / "kineto_h200_2steps.json.gz"  # how: its .py
@@ -306,7 +306,7 @@ def test_pickles_that_are_no_snapshot(capsys, tmp_path):
 
 
 def test_size_cap(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(importers, "MAX_PICKLE_BYTES", 100)
+    monkeypatch.setattr(snapshot, "MAX_PICKLE_BYTES", 100)
     refused(capsys, _dump(tmp_path, _snapshot()), "a snapshot pickle is at most 100")
 
 
@@ -384,7 +384,7 @@ def _segments_snapshot():
 
 
 def test_segments_at_the_peak_by_hand(capsys, tmp_path):
-    (d,) = importers.snapshot_segments(_segments_snapshot())
+    (d,) = segments.snapshot_segments(_segments_snapshot())
     assert d["peak_reserved_bytes"] == 62 * M
     assert d["peak_moment"] == {"entry": 4, "of": 8, "time_us": 40,
                                 "allocated_requested_bytes":
@@ -431,7 +431,7 @@ def test_expandable_segments_pieces_are_one_segment(tmp_path):
     seg = {"device": 0, "address": E, "total_size": 20 * M, "stream": 0,
            "segment_type": "large", "is_expandable": True,
            "blocks": [{"address": E, "size": 20 * M, "requested_size": 0, "state": "inactive"}]}
-    (d,) = importers.snapshot_segments({"segments": [seg], "device_traces": [trace]})
+    (d,) = segments.snapshot_segments({"segments": [seg], "device_traces": [trace]})
     assert d["peak_reserved_bytes"] == 40 * M and d["peak_moment"]["entry"] == 3
     assert (d["cuda_malloc"], d["segment_map"], d["segment_unmap"]) == (0, 2, 1)
     ((x,),) = [p["segment_list"] for p in d["pools"]]

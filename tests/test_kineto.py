@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vdnnsim.errors import ConfigError
-from vdnnsim.measured import kineto
+from vdnnsim.measured import kineto, tracefile
 from vdnnsim.measured.kineto import MODULE_PREFIX, attribute, load_trace
 
 
@@ -519,7 +519,7 @@ def test_load_trace_directory_and_missing(tmp_path):
 
 
 def test_load_trace_gz_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(kineto, "MAX_TRACE_BYTES", 100)
+    monkeypatch.setattr(tracefile, "MAX_TRACE_BYTES", 100)
     p = tmp_path / "big.json.gz"
     p.write_bytes(gzip.compress(json.dumps(hand_trace()).encode()))
     with pytest.raises(ConfigError, match="more than 100 bytes once decompressed"):

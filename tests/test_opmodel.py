@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vdnnsim.costs import opfit
 from vdnnsim.costs import ops as opmodel
 from vdnnsim.hardware import gpu_preset
 
@@ -80,7 +81,7 @@ def test_host_mix_factor_scales_each_op_of_its_family():
     """NOTE [host mixes]: the factor is the mixed chains' time over what the same process's
     one-op chains give for their ops (median over processes), and the host's cost of an op
     is its chain's times that factor; a family without mixes takes the other's."""
-    host = opmodel._host([_host_raw(1, 1.4, 1.2), _host_raw(2, 1.6, 1.2),
+    host = opfit._host([_host_raw(1, 1.4, 1.2), _host_raw(2, 1.6, 1.2),
                           _host_raw(3, 1.5, 1.3)])
     fwd, bwd, n = host["mix"]["fp32"]["transformer"]
     assert (fwd, bwd, n) == (pytest.approx(1.5), pytest.approx(1.2), 3)
@@ -92,12 +93,12 @@ def test_host_mix_factor_scales_each_op_of_its_family():
     cnn = {"family": "cnn", "counts": {"conv": 10}, "dtype": "float32", "autocast": None,
            "process": 1, "host_fwd_ns": 2.0 * 10 * 30e3, "host_bwd_ns": 10 * 50e3}
     raw = _host_raw(1, 1.4, 1.2)
-    both = opmodel._host([dict(raw, host_mixes=raw["host_mixes"] + [cnn])])
+    both = opfit._host([dict(raw, host_mixes=raw["host_mixes"] + [cnn])])
     om2 = opmodel.OpModel({"host": both, "classes": {}}, {}, 1.0, 1, "test")
     assert om2.host_ns("mm", "fp32", "cnn") == (pytest.approx(80e3), pytest.approx(100e3))
     assert om2.host_ns("mm", "fp32")[0] == pytest.approx(40e3 * 1.4)
     assert om.module_ns == (0.0, 0.0)  # a module call's cost is not the mix's
-    plain = opmodel._host([dict(_host_raw(1, 1.4, 1.2), host_mixes=[])])
+    plain = opfit._host([dict(_host_raw(1, 1.4, 1.2), host_mixes=[])])
     assert "mix" not in plain
     om1 = opmodel.OpModel({"host": plain, "classes": {}}, {}, 1.0, 1, "test")
     assert om1.host_ns("mm", "fp32") == (40e3, 100e3)
@@ -369,7 +370,7 @@ def test_batch_norm_under_its_cuda_names_is_fitted_and_looked_up_as_native_batch
     device as native_batch_norm (ALIASES): a case recorded under either name is the same
     class, and a probe's op under either name finds it."""
     f = {"op": "cudnn_batch_norm", "dt": "fp32", "bytes": 1 << 20, "form": "bcast"}
-    main = opmodel._main_op({"op": "batch_norm", "ops": [{"op": "empty", "dt": "fp32",
+    main = opfit._main_op({"op": "batch_norm", "ops": [{"op": "empty", "dt": "fp32",
                                                           "bytes": 0}, f]})
     assert main["op"] == "native_batch_norm"
     om = opmodel.for_gpu(gpu_preset("h200"))

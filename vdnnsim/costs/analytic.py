@@ -5,11 +5,12 @@ NOTE [cost model]
 Each kernel takes ``launch + max(flops / (peak * eff), bytes / (dram_bw * MEM_EFF))``: a
 roofline with one efficiency per algorithm class. Algorithms that stage data through a
 workspace (im2col for GEMM, the transforms of FFT) run those stages as separate,
-memory-bound kernels, so their workspace traffic adds to the time instead of overlapping. The constants below are architecture-wide
-assumptions, the same for every network and batch size; none is fitted to a paper result.
-A preset may replace one class's efficiency with a value its card's own published timings
-calibrate (``algo_efficiency``: the Titan X's implicit GEMM, NOTE [implicit GEMM on the
-Titan X] in vdnnsim/paper/cudnn4.py); ``eff_of`` reads it.
+memory-bound kernels, so their workspace traffic adds to the time instead of
+overlapping. The constants below are architecture-wide assumptions, the same for every
+network and batch size; none is fitted to a paper result. A preset may replace one class's
+efficiency with a value its card's own published timings calibrate (``algo_efficiency``:
+the Titan X's implicit GEMM, in vdnnsim/paper/cudnn4.py); ``eff_of`` reads it.
+
 Conv layers get cuDNN-like options: memory-optimal implicit GEMM (no workspace), implicit
 GEMM with precomputed indices (a few KB), explicit GEMM (an im2col buffer of the whole
 batch), FFT over 32x32 tiles (transformed input tiles and filters), whole-image FFT where

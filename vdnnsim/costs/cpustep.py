@@ -1,4 +1,4 @@
-"""The CPU optimizer step's model fitted to a host's sweep (NOTE [cpu step model] in
+"""The CPU optimizer step's model fitted to a host's sweep (the CPU step model of
 vdnnsim/hardware.py): ``vdnnsim calibrate --cpu-step`` measures, :func:`fit` turns its
 records into the host fields a run config's ``gpu: {host: ...}`` takes, and holds the
 model against the thread counts it did not use. numpy only: no torch."""
@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware import CPU_STEP_BYTES, cpu_step_roofline_ns
+from .fitting import weighted_lstsq
 
 _DTYPES = {"fp32": ("fp32", "cpu_step_thread_ns_per_element"),
            "bf16": ("16", "cpu_step_thread_ns_per_element_16")}
@@ -33,13 +34,13 @@ def per_thread_count(records: list[dict[str, Any]]) -> dict[tuple[str, int], tup
         # weighted by 1/y: each size's relative error counts alike (the small tensors'
         # fixed cost is not drowned by the large ones' milliseconds)
         w = 1 / y
-        fixed, slope = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)[0]
+        fixed, slope = weighted_lstsq(X, y, w, np)
         out[key] = (float(fixed), float(slope))
     return out
 
 
 def fit(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """NOTE [cpu step model]: the host fields from one sweep, and the check of the
+    """The host fields from one sweep, and the check of the
     roofline on every thread count. The step as the runtime runs it is measured, not
     modelled: each precision's line on torch's default threads (its slope the per-element
     time, the fp32 line's intercept the fixed cost per tensor). The roofline that scales it
@@ -91,9 +92,8 @@ def fit(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def _physical(lines: dict[tuple[str, int], tuple[float, float]],
               bw: dict[int, float]) -> None:
     """A sweep timed on a busy host can give a step that does not grow with the tensor
-    (a slope of zero or less; the CI run of session 32's submission, two threads under a
-    parallel test run, fitted -7.6 ns per bf16 element) or no bandwidth: such a fit is
-    refused, not written."""
+    (a slope of zero or less: two threads beside a parallel test run once fitted -7.6 ns
+    per bf16 element) or no bandwidth: such a fit is refused, not written."""
     for (dt, n), (_, slope) in sorted(lines.items()):
         if not slope > 0:
             raise ConfigError(f"cpu step sweep: the {dt} step on {n} threads does not grow "
@@ -127,7 +127,7 @@ def format_fit(fields: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                f"{100 * hi:+.1f}%")
     out.append("")
     out.append("gpu:")
-    out.append("  host:   # NOTE [cpu step model]")
+    out.append("  host:")
     for k, v in fields.items():
         out.append(f"    {k}: {v}")
     return "\n".join(out)

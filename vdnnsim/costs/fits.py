@@ -2,23 +2,23 @@
 The fits that make constants the package ships, run on measurements committed under the
 repository's ``traces/`` (each data set's README.md says how it was made):
 
-- ``host``: the h200 preset's host costs (NOTE [host costs] in hardware.py: ``layer_*``,
+- ``host``: the h200 preset's host costs (``layer_*``,
   ``view_*``, ``step_*``, ``runtime_*``), from traces/h200_calib/ (hostcal.json,
   hostcal2.json, measured.json, profiles/). Needs torchvision, for the calibration models'
   parameter tensors (built on the meta device).
-- ``segments``: its ``segment_malloc_*``/``segment_free_*`` (NOTE [allocator costs]), from
+- ``segments``: its ``segment_malloc_*``/``segment_free_*``, from
   traces/h200_alloc/ (numpy only).
-- ``kernels``: its ``launch_queue`` and ``layer_kernels_fwd``/``_bwd`` (NOTE [kernel
-  counts]), from traces/h200_calib/kernels.json (standard library only).
-- ``cpu_step``: its ``cpu_step_*`` (NOTE [optimizer offload]), from
-  traces/h200_offload/cpu_steps.json, and ``cpu_step_copy_share`` (NOTE [copy
-  contention]) from traces/h200_offload/session24/call2/contention*.json (numpy only).
-- ``cpu_sweep``: the h100 preset's CPU step and its roofline (NOTE [cpu step model]), from
+- ``kernels``: its ``launch_queue`` and ``layer_kernels_fwd``/``_bwd``, from
+  traces/h200_calib/kernels.json (standard library only).
+- ``cpu_step``: its ``cpu_step_*``, from
+  traces/h200_offload/cpu_steps.json, and ``cpu_step_copy_share`` from
+  traces/h200_offload/session24/call2/contention*.json (numpy only).
+- ``cpu_sweep``: the h100 preset's CPU step and its roofline, from
   traces/cpu_step/h100_s32/cpu_sweep.json (``vdnnsim calibrate --cpu-step`` on the lent
   H100 machine's host), and its ``cpu_step_copy_share`` from contention*.json there
   (numpy only).
-- ``published``: the K40's and Titan X's scales (NOTE [published costs],
-  vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
+- ``published``: the K40's and Titan X's scales
+  (vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
   Needs torch and torchvision (the networks are probed on the meta device); about a
   minute of CPU.
 
@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 from ..errors import VdnnError
 from ..units import GiB
+from .fitting import nonneg_lstsq
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 PUBLISHED_JSON = Path(__file__).resolve().parents[1] / "data" / "calibration" / "published.json"
@@ -70,7 +71,7 @@ def _read_json(path: Path) -> Any:
         raise VdnnError(f"{path}: cannot read it ({exc})") from None
 
 
-# -- segments: NOTE [allocator costs] ------------------------------------------------------
+# -- segments ----------------------------------------------------------------------------
 
 def segment_costs(traces: Path | None = None) -> tuple[dict[str, int], Lines]:
     """A least-squares line through the per-size medians of alloc_costs1.json and
@@ -92,21 +93,7 @@ def segment_costs(traces: Path | None = None) -> tuple[dict[str, int], Lines]:
     return out, []
 
 
-# -- host: NOTE [host costs] -----------------------------------------------------------------
-
-def _lstsq_nonneg(X, y):
-    """Least squares with the coefficients held at zero or above (two columns)."""
-    import numpy as np
-
-    coef = np.linalg.lstsq(X, y, rcond=None)[0]
-    for k in range(X.shape[1]):
-        if coef[k] < 0:
-            keep = [j for j in range(X.shape[1]) if j != k]
-            coef = np.zeros(X.shape[1])
-            coef[keep] = np.linalg.lstsq(X[:, keep], y, rcond=None)[0]
-            break
-    return coef
-
+# -- host ------------------------------------------------------------------------------------
 
 def _report(name: str, X, y, coef) -> str:
     err = [f"{100 * (p - m) / m:+.0f}%" for p, m in zip(X @ coef, y)]
@@ -175,8 +162,8 @@ def host_costs(traces: Path | None = None,
         y_f.append((r["host_fwd_ms"] - b["host_fwd_ms"]) * 1e6)
         X_b.append([r["layers"], r["runtime"]["fetches"]])
         y_b.append((r["host_bwd_ms"] - b["host_bwd_ms"]) * 1e6)
-    a, bo = _lstsq_nonneg(np.array(X_f, float), np.array(y_f))
-    c, d = _lstsq_nonneg(np.array(X_b, float), np.array(y_b))
+    a, bo = nonneg_lstsq(np.array(X_f, float), np.array(y_f), np)
+    c, d = nonneg_lstsq(np.array(X_b, float), np.array(y_b), np)
     lines.append(_report("per-pass harness, forward", np.array(X_f, float), np.array(y_f),
                          np.array([a, bo])))
     lines.append(_report("per-pass harness, backward", np.array(X_b, float), np.array(y_b),
@@ -196,7 +183,7 @@ def host_costs(traces: Path | None = None,
         y.append((r["host_issue_ms"]
                   - mbase[(r["model"], r["batch_size"])]["host_issue_ms"]) * 1e6)
     X_m, y_m = np.array(X, float), np.array(y)
-    A, B = _lstsq_nonneg(X_m, y_m)
+    A, B = nonneg_lstsq(X_m, y_m, np)
     lines.append(_report("measure's harness, whole step", X_m, y_m, np.array([A, B])))
     r_layer = a / (a + c) if a + c else 0.5
     r_copy = bo / (bo + d) if bo + d else 0.5
@@ -205,7 +192,7 @@ def host_costs(traces: Path | None = None,
     tensors = {name: count(name.split(":")[1]) for name in {r["model"] for r in rows}}
     X_s = np.array([[1.0, tensors[r["model"]]] for r in base.values()])
     y_s = np.array([r["host_step_ms"] * 1e6 for r in base.values()])
-    S0, S1 = _lstsq_nonneg(X_s, y_s)
+    S0, S1 = nonneg_lstsq(X_s, y_s, np)
     lines.append(_report("optimizer step", X_s, y_s, np.array([S0, S1])))
 
     vf, vb = [], []
@@ -229,7 +216,7 @@ def host_costs(traces: Path | None = None,
     return fit, lines
 
 
-# -- kernels: NOTE [kernel counts] -----------------------------------------------------------
+# -- kernels ---------------------------------------------------------------------------------
 
 def kernel_counts(traces: Path | None = None) -> tuple[dict[str, float], Lines]:
     """From traces/h200_calib/kernels.json: ``launch_queue``, the median over the probe's
@@ -252,7 +239,7 @@ def kernel_counts(traces: Path | None = None) -> tuple[dict[str, float], Lines]:
             "layer_kernels_bwd": round(statistics.mean(b), 2)}, lines
 
 
-# -- published: NOTE [published costs] -------------------------------------------------------
+# -- published -------------------------------------------------------------------------------
 
 SCALES = [round(0.2 * 1.08 ** i, 4) for i in range(40)]  # 0.2 .. about 3.8
 MEM_MAX = 1 / 0.70  # the model's DRAM rate is MEM_EFF (0.70) x peak: at most the peak
@@ -334,7 +321,7 @@ def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     return result, lines
 
 
-# -- cpu_step: NOTE [optimizer offload] ----------------------------------------------------
+# -- cpu_step ------------------------------------------------------------------------------
 
 def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     """The h200 preset's ``cpu_step_*``: the CPU optimizer's step as CPUOffloadOptimizer runs
@@ -353,7 +340,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     f = by["fp32"]
     X = np.array([[r["tensors"], r["tensors"] * r["numel"]] for r in f], float)
     y = np.array([r["ns"] for r in f], float)
-    coef = _lstsq_nonneg(X, y)
+    coef = nonneg_lstsq(X, y, np)
     lines.append(_report("cpu_step fp32", X, y, coef))
     b = by["bf16"]
     Xb = np.array([[r["tensors"] * r["numel"]] for r in b], float)
@@ -362,7 +349,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     pred = [r["tensors"] * (coef[0] + slope16 * r["numel"]) for r in b]
     lines.append("cpu_step bf16: fitted against measured per size: " + " ".join(
         f"{100 * (p - r['ns']) / r['ns']:+.0f}%" for p, r in zip(pred, b)))
-    # NOTE [copy contention]: the runtime's step with the parameters copied back after each
+    # the runtime's step with the parameters copied back after each
     # tensor against without, per fresh process (session24/call2/contention*.json); the share
     # is the median process's slowdown (every step but the first runs beside a copy)
     share, ratios = copy_share(_folder(traces, "h200_offload") / "session24" / "call2")
@@ -375,7 +362,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
 
 
 def copy_share(folder: Path) -> tuple[float, list[float]]:
-    """NOTE [copy contention]: the share, from experiments/h200_offload/cpu_contention.py's
+    """The share, from experiments/h200_offload/cpu_contention.py's
     records in ``folder`` (contention*.json, one a fresh process): the median process's
     step with the copies back over without, less 1; and each process's ratio."""
     import numpy as np
@@ -388,14 +375,14 @@ def copy_share(folder: Path) -> tuple[float, list[float]]:
 
 
 def cpu_sweep(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
-    """The h100 preset's CPU step (NOTE [cpu step model]): ``vdnnsim calibrate --cpu-step``'s
+    """The h100 preset's CPU step: ``vdnnsim calibrate --cpu-step``'s
     sweep on the lent H100 machine's host, traces/cpu_step/h100_s32/cpu_sweep.json, fitted
     by vdnnsim.costs.cpustep.fit (numpy only)."""
     from .cpustep import fit, format_fit
     data = _folder(traces, "cpu_step") / "h100_s32"
     fields, rows = fit(_read_json(data / "cpu_sweep.json"))
     lines = format_fit(fields, rows).split("\n")[:len(rows) + 2]
-    # NOTE [copy contention]: as cpu_step's share, from the same experiment on this host
+    # as cpu_step's share, from the same experiment on this host
     share, ratios = copy_share(data)
     fields["cpu_step_copy_share"] = round(share, 3)
     lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
@@ -449,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m vdnnsim.costs.fits",
                                  description="Re-run a fit of the constants the package ships "
-                                 "on the committed measurements (NOTE [calibration fits]).")
+                                 "on the committed measurements.")
     ap.add_argument("what", choices=sorted(FITS))
     ap.add_argument("--traces", type=Path, default=None,
                     help="the data folders' parent (default: the checkout's traces/)")

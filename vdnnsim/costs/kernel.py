@@ -36,15 +36,13 @@ efficiencies and takes its own peaks, bandwidth and SM count from its preset
 NOTE [conv kinds]
 Dense convs are fitted per kind as well as pooled: 1x1, a stem, k x k at stride 1, strided,
 grouped (``workspace_class``); cuDNN runs different kernels for each. A kind with fewer
-than ``SUBCLASS_MIN`` calibration cases falls back to the pooled class. On the H200's
-file, five-fold cross-validation over its own cases took the median error of
-backward-data from 30% to 19%, backward-filter from 30% to 19% and forward from 21% to
-18% (docs/cost-model.md).
+than ``SUBCLASS_MIN`` calibration cases falls back to the pooled class (what the kinds
+gained in cross-validation: docs/cost-model.md).
 
 NOTE [sum scale]
 The utilization and batch-norm fits minimize errors of logs, which leaves the sum of the
 predictions short of the sum of the times (the mean of a ratio whose log is centred is
-above one: on the H200's file conv classes were 4-6% short in sum). A step is a sum, so
+above one). A step is a sum, so
 each such class then takes one factor, ``scale``: its calibration cases' measured total
 over the fitted total (Duan's smearing estimate). Fitted on the calibration file only.
 """
@@ -59,12 +57,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .fitting import fit_bn, fit_error, fit_util, nonneg_rel_lstsq
+
 MODEL = "calibrated-v1"
 SPLIT_K_MIN = 512  # a split-K slice reduces over at least this many elements
 
 
 def conv_class(p: dict[str, Any]) -> str:
-    """A conv's class: depthwise (one channel per group) or not (NOTE [kernel model])."""
+    """A conv's class: depthwise (one channel per group) or not."""
     g, c = p.get("groups", 1), p["c"]
     return "conv_dw" if g > 1 and g == c else "conv"
 
@@ -88,7 +88,7 @@ def _out(n: int, k: int, s: int, p: int) -> int:
 
 def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
                ) -> tuple[int, int, int, int, float, float]:
-    """(M, N, K, G, FLOPs, bytes) of one pass of a conv or linear op (NOTE [kernel model])."""
+    """(M, N, K, G, FLOPs, bytes) of one pass of a conv or linear op."""
     if op == "linear":
         b, fi, fo = p["batch"], p["fin"], p["fout"]
         x, y, w = b * fi * e, b * fo * e, fi * fo * e
@@ -113,7 +113,7 @@ def gemm_shape(op: str, pass_: str, p: dict[str, Any], e: int
 
 def waves(m: int, n: int, k: int, g: int, tile: tuple[int, int], sms: int
           ) -> tuple[float, float]:
-    """(q, K per split) of NOTE [kernel model]: the last wave's occupancy, and the reduction
+    """(q, K per split) of the kernel model: the last wave's occupancy, and the reduction
     length each tile walks once a GEMM with fewer tiles than SMs is split along K."""
     tiles = g * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     if tiles < sms:
@@ -131,29 +131,10 @@ def streaming_bytes(op: str, p: dict[str, Any], e: int) -> float:
     return p["batch"] * p["c"] * p["h"] * p["w"] * e
 
 
-def _bn_sizes(p: dict[str, Any], e: int) -> tuple[float, float]:
+def bn_sizes(p: dict[str, Any], e: int) -> tuple[float, float]:
     """(bytes, bytes of one channel) of a batch norm pass."""
     per_channel = p["batch"] * p["h"] * p["w"] * e
     return per_channel * p["c"], per_channel
-
-
-def _fit_bn(recs, t, e: int, np) -> dict[str, Any]:
-    """Batch norm: ``t = a + max(channel bytes / k, bytes / b)``. A block reduces each
-    channel, so a few long channels run at a rate per channel (``k``), many at a share of
-    DRAM bandwidth (``b``). Grid search on the squared log error, long kernels weighted."""
-    sizes = np.array([_bn_sizes(r, e) for r in recs])
-    logt, wt = np.log(t), np.sqrt(t) / np.sqrt(t).sum()
-    ks = np.logspace(-0.5, 1.5, 41)[:, None, None]  # bytes/ns of one channel
-    bs = np.logspace(1.5, 3.7, 45)[None, :, None]  # bytes/ns of the whole tensor
-    best = (np.inf, {})
-    for a in (0.0, 1000.0, 2000.0, 3000.0, 4500.0, 6500.0):
-        pred = a + np.maximum(sizes[:, 1] / ks, sizes[:, 0] / bs)
-        loss = (((np.log(pred) - logt) ** 2) * wt).sum(axis=2)
-        i, j = np.unravel_index(np.argmin(loss), loss.shape)
-        if loss[i, j] < best[0]:
-            best = (float(loss[i, j]), {"kind": "bn", "a": a, "k": float(ks[i, 0, 0]),
-                                        "b": float(bs[0, j, 0])})
-    return best[1]
 
 
 def class_of(rec: dict[str, Any]) -> str:
@@ -186,7 +167,7 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
     for r in raw["records"]:
         if r["time_ns"] > 0:
             groups.setdefault(class_of(r), []).append(r)
-            if r["op"] == "conv" and conv_class(r) == "conv":  # NOTE [conv kinds]
+            if r["op"] == "conv" and conv_class(r) == "conv":
                 groups.setdefault(f"conv/{workspace_class(r)}.{r['pass']}", []).append(r)
     for cls in [c for c, v in groups.items() if "/" in c and len(v) < SUBCLASS_MIN]:
         del groups[cls]  # too few cases of its own: the pooled class times it
@@ -207,20 +188,20 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
         elif op == "sgd_step":
             nb = np.array([r["params"] * e for r in recs], dtype=float)
             nt = np.array([r["tensors"] for r in recs], dtype=float)
-            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
+            a, s, u = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, nt], 1), t, np)
             classes[cls] = {"kind": "step", "a": a, "s": s, "u": u}
         elif op == "bn":
-            classes[cls] = _fit_bn(recs, t, e, np)
+            classes[cls] = fit_bn([bn_sizes(r, e) for r in recs], t, np)
         elif op == "layer_norm":
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
             rows = np.array([r["batch"] * r["h"] * r["w"] for r in recs], dtype=float)
-            a, s, u = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, rows], 1), t, np)
+            a, s, u = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb, rows], 1), t, np)
             classes[cls] = {"kind": "rows", "a": a, "s": s, "u": u}
         else:
             nb = np.array([streaming_bytes(op, r, e) for r in recs], dtype=float)
-            a, s = _nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
+            a, s = nonneg_rel_lstsq(np.stack([np.ones_like(t), nb], 1), t, np)
             classes[cls] = {"kind": "affine", "a": a, "s": s}
-    for cls, c in classes.items():  # NOTE [sum scale]: the class's total made right
+    for cls, c in classes.items():  # the class's total made right
         if c["kind"] in ("util", "bn"):
             recs = groups[cls]
             pred = np.array([_predict_class(c, r, e, sms, peaks, mem_bw) for r in recs])
@@ -229,9 +210,7 @@ def fit(raw: dict[str, Any], peaks: dict[str, float], mem_bw: float) -> dict[str
         recs = groups[cls]
         pred = np.array([_predict_class(c, r, e, sms, peaks, mem_bw) for r in recs])
         t = np.array([r["time_ns"] for r in recs], dtype=float)
-        err = np.abs(pred / t - 1)
-        c["fit_error"] = {"n": len(recs), "median": round(float(np.median(err)), 4),
-                          "p90": round(float(np.quantile(err, 0.9)), 4)}
+        c["fit_error"] = fit_error(pred, t, np)
     return {"model": MODEL, "gpu": raw["gpu"]["name"], "sm_count": sms, "dtype": raw["dtype"],
             "numerics": numerics, "software": raw.get("software", {}),
             "peaks": {k: peaks[k] for k in sorted(set(c.get("peak", "fp32")
@@ -247,24 +226,9 @@ def _xy(r: dict[str, Any], e: int) -> float:
     return max(r["batch"] * r["c"] * r["h"] * r["w"], r["batch"] * r["k_out"] * ho * wo) * e
 
 
-def _nonneg_rel_lstsq(A, t, np) -> list[float]:
-    """Least squares on the relative error weighted by sqrt(time) (long kernels weigh more:
-    a step is their sum), coefficients clipped at 0 (refit without)."""
-    w = 1.0 / np.sqrt(t)
-    active = list(range(A.shape[1]))
-    coef = np.zeros(A.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(A[:, active] * w[:, None], t * w, rcond=None)
-        if (sol >= 0).all():
-            coef[active] = sol
-            break
-        active = [j for j, v in zip(active, sol) if v > 0]
-    return [float(v) for v in coef]
-
-
 def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak: float,
                   bw: float) -> tuple[list[float], float]:
-    """(features, roofline ns) of one pass of a GEMM-like op (NOTE [kernel model])."""
+    """(features, roofline ns) of one pass of a GEMM-like op."""
     m, n, k, g, flops, nbytes = gemm_shape(op, pass_, p, e)
     q, _ = waves(m, n, k, g, (128, 128), sms)
     tiles = g * math.ceil(m / 128) * math.ceil(n / 128)
@@ -277,31 +241,11 @@ def gemm_features(op: str, pass_: str, p: dict[str, Any], e: int, sms: int, peak
 
 
 SUBCLASS_MIN = 20  # calibration cases a conv kind needs to be fitted on its own
-RIDGE = 1.0  # shrinkage of the utilization model's coefficients (not the intercept)
 
 
 def _fit_gemm(recs, t, e: int, sms: int, peak: float, bw: float, np) -> dict[str, Any]:
     rows = [gemm_features(r["op"], r["pass"], r, e, sms, peak, bw) for r in recs]
-    return _fit_util(rows, t, np)
-
-
-def _fit_util(rows, t, np) -> dict[str, Any]:
-    """The utilization model: logit(roofline / time) linear in the features, by ridge
-    regression weighted toward long kernels (NOTE [kernel model])."""
-    X = np.array([f for f, _ in rows])
-    roof = np.array([r for _, r in rows])
-    u = np.clip(roof / t, 1e-4, 0.999)
-    y = np.log(u / (1 - u))
-    w = np.sqrt(t) / np.sqrt(t).mean()  # long kernels weigh more: a step is their sum
-    mu, sd = X.mean(0), X.std(0)
-    sd[sd == 0] = 1.0
-    mu[0], sd[0] = 0.0, 1.0
-    Z = (X - mu) / sd
-    reg = RIDGE * np.eye(Z.shape[1])
-    reg[0, 0] = 0.0
-    beta = np.linalg.solve(Z.T @ (Z * w[:, None]) + reg, Z.T @ (w * y))
-    return {"kind": "util", "beta": [float(b) for b in beta], "mu": [float(v) for v in mu],
-            "sd": [float(v) for v in sd]}
+    return fit_util(rows, t, np)
 
 
 # -- prediction ------------------------------------------------------------------------------
@@ -315,7 +259,7 @@ def _predict_class(c: dict[str, Any], p: dict[str, Any], e: int, sms: int,
         z = sum(b * (x - m) / sd for b, x, m, sd in zip(c["beta"], f, c["mu"], c["sd"]))
         return roof * (1 + math.exp(-z)) * c.get("scale", 1.0)  # roof / sigmoid(z)
     if c["kind"] == "bn":
-        nb, one = _bn_sizes(p, e)
+        nb, one = bn_sizes(p, e)
         return (c["a"] + max(one / c["k"], nb / c["b"])) * c.get("scale", 1.0)
     if c["kind"] == "rows":
         return c["a"] + c["s"] * streaming_bytes(op, p, e) + c["u"] * p["batch"] * p["h"] * p["w"]
@@ -339,7 +283,7 @@ class KernelModel:
         classes = self.fitted["classes"]
         if op == "conv":
             cls = f"{conv_class(p)}.{pass_}"
-            kind = f"conv/{workspace_class(p)}.{pass_}"  # NOTE [conv kinds]
+            kind = f"conv/{workspace_class(p)}.{pass_}"
             cls = kind if kind in classes else cls
         else:
             cls = f"{op}.{pass_}"
@@ -379,15 +323,13 @@ def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
 
 # NOTE [spec rule]
 # A GPU with no calibration is timed from its specs: by the analytic cost model (what its
-# preset uses), or by ``predict_for`` below. docs/cost-model/spec_rule.py holds both
-# against data neither was fitted to (published cuDNN 5 timings of the K40 and Titan X;
-# the H200's own calibration): median errors of 17-62%, maxima up to 93%
+# preset uses), or by ``predict_for`` below. Both are far from data neither was fitted to
 # (docs/cost-model.md, "How far either rule is from measurements"). A calibration is the
 # remedy; a trace names the model that timed it (source.cost_model).
 def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
     """``fitted`` (a kernel or op model) with every class's time per byte times ``r`` and
     every rate in bytes per ns over ``r``; fixed costs, per-tensor costs and utilization
-    fits as they are (NOTE [op spec rule]). The original is left untouched."""
+    fits as they are. The original is left untouched."""
     def one(c: dict[str, Any]) -> dict[str, Any]:
         c = dict(c)
         kind = c.get("kind")
@@ -406,9 +348,9 @@ def per_byte_scaled(fitted: dict[str, Any], r: float) -> dict[str, Any]:
 def predict_for(gpu: Any, donor: Any, dtype: str = "fp32", scale_bandwidth: bool = False
                 ) -> KernelModel | None:
     """A GPU with no calibration of its own: the ``donor``'s fitted efficiencies with this
-    GPU's peaks, bandwidth and SM count (NOTE [kernel model], NOTE [spec rule]);
+    GPU's peaks, bandwidth and SM count (NOTE [spec rule]);
     ``scale_bandwidth``: also every per-byte cost by the bandwidths' ratio, as the op
-    model's rule does (NOTE [op spec rule]; not this rule's default: docs/cost-model.md)."""
+    model's rule does (not this rule's default: docs/cost-model.md)."""
     base = for_gpu(donor, dtype)
     if base is None or not getattr(gpu, "sm_count", 0):
         return None

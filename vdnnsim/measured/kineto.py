@@ -1,257 +1,76 @@
 """Time per module, forward and backward, read from a torch.profiler (Kineto) Chrome trace.
 
 NOTE [kineto attribution]
-Marks. ``module_ranges(model)`` opens a ``record_function`` range named
-``vdnnsim.module::<path>`` around every module call (forward pre-hook opens, an
-``always_call`` forward hook closes, so a forward that raises closes what it opened; the
-root's path is ""; a module shared under several paths carries the first path of
-``named_modules()``); ``step_range(k)`` names a training step ``vdnnsim.step#<k>``. Both
-land in the trace as ``user_annotation`` events. A submodule used without ``__call__``
-(MultiheadAttention's ``out_proj``) and functional code (``F.relu``) count for the module
-whose call they run in.
-Nesting. The JSON has no parent field: on each thread (pid, tid) the host events (cpu_op,
-user_annotation, cuda_runtime, cuda_driver) are sorted by start, longer first, and walked
-with a stack; each event inherits its context from its parent: the innermost module range,
-the outermost ``autograd::engine::evaluate_function: X`` op (the top-level backward op),
-and the innermost ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` annotation. A step
-is a span of host time (the step range's; with no step range, the whole trace): an event
-belongs to the step its start falls in, whatever its thread (CUDA runs backward on its own
-threads, outside the step range's nesting).
-Backward. A top-level backward op with a ``Sequence number`` s belongs to the module of the
-forward cpu_op ("Fwd thread id" 0) with the same s that started last before it (several
-forward ops share an s: the last one is the one whose node runs, the fwdbwd flow's start;
-the counter never resets, so s is unique across steps); its innermost module range, or
-"loss/outside modules" when it ran outside every module. Sequence numbers count per
-thread: forward ops with them on several threads make the match ambiguous (a warning).
-``AccumulateGrad`` has no sequence number: it goes to the module of the sequence-numbered
-backward op that ran just before it on its thread in its step, because the engine runs it
-right after the node that produced the gradient. That is a heuristic, not a recorded link;
-any other backward op without one is "unattributed".
-Device time. A GPU activity (cat ``kernel``, ``gpu_memcpy``, ``gpu_memset``) links to its
-launch (``cuda_runtime`` / ``cuda_driver``) by ``args.correlation``, or by the ``ac2g`` flow
-whose id is the correlation (the flow's ends sit at the two events' starts); the launch's
-context decides: optimizer annotation -> "optimizer", zero_grad -> "zero_grad", backward op
--> that op's module (backward), module range -> that module (forward), else "loss/outside
-modules" (forward: the loss, and anything the host runs outside modules and backward ops);
-its step is its launch's. An activity with no launch found is "unattributed", in the step
-that started last before it. On a trace with no GPU activity (profiled on a CPU) every
-cpu_op stands for an activity: its self time (dur minus its direct children's) is its
-"device" time, its own context decides (``Attribution.time_source`` says which was used).
-Gaps. Kernel durations leave out the microseconds the device idles between consecutive
-kernels of a stream even when the next one was already queued (device-side dispatch):
-without them, GPU-bound models' profiles replayed 3.6-5.8% shorter than their plain steps
-on an H200. So per stream (an activity's (pid, tid) is its device and stream), activities
-by start, an activity's queued gap is ``ts - max(end of the stream's activities before
-it, end of its launch)`` where positive: time the device idled while the activity was
-already issued, so it is the activity's. One launched after its stream went idle (host-
-bound) gets by the same formula only what follows its launch's return: the launch
-latency. No gap is counted for an activity with no launch found; nor for one longer than
-``GAP_BOUND_NS``, 50 us: dispatch and launch latency take a few microseconds (at most 2.4
-us in the committed H200 trace), so a stream idle that long with work queued waited for
-something else (an event of another stream, the host); nor for one that another stream's
-activity on the same device overlaps (the device was not idle, or the stream waited for
-that one). An activity's gap is added to its time wherever that time lands, and summed
-apart in ``gap_ns`` (each ``Cost``, each step) so that a reader sees how much of a
-module's time is gaps. A CPU trace has none.
-Every activity's time lands in exactly one bucket, so a step's buckets sum to its
-``device_total_ns`` (gaps included); ``device_busy_ns`` is the union of the activities'
-intervals, without gaps; what lies outside every step range is ``Attribution.outside_steps``.
-Host time. Forward: a module range's duration minus its direct child module ranges'
-(ranges inside a backward op, a checkpoint's recomputation, are part of that op). Backward:
-the durations of the top-level backward ops given to the module. Optimizer and zero_grad:
-their annotations' durations. Small ops' host times are mostly profiler overhead (about
-1 us an op): upper bounds.
-Memory. ``[memory]`` instant events of the device (Device Type 1, CUDA, on a GPU trace;
-0 on a CPU trace): per step and Device Id the peak "Total Allocated" and "Total Reserved",
-for validation.
+Every GPU activity of a step lands in exactly one bucket, decided by the context of the
+host event that launched it: an optimizer or zero_grad annotation, else the outermost
+backward op (its module's backward), else the innermost ``vdnnsim.module::<path>`` range
+(that module's forward), else "loss/outside modules"; an activity whose launch is not
+found is "unattributed". A top-level backward op belongs to the module of the forward op
+with its ``Sequence number`` that started last before it (``AccumulateGrad``, which has
+none, to the backward op just before it on its thread in its step). An activity's queued
+gap, the stream idle while it was already issued, is its own time. So a step's buckets
+sum to its ``device_total_ns``.
+
+Marks. ``module_ranges(model)`` (tracefile.py) opens a ``record_function`` range
+``vdnnsim.module::<path>`` around every module call (the root's path is "", a shared module
+carries its first path of ``named_modules()``); ``step_range(k)`` names a training step
+``vdnnsim.step#<k>``. Functional code and a submodule used without ``__call__`` count for
+the module whose call they run in.
+Nesting. On each thread (pid, tid) the host events (cpu_op, user_annotation, cuda_runtime,
+cuda_driver) are sorted by start, longer first, and walked with a stack; each inherits its
+parent's context. A step is a span of host time (the step range's; with none, the whole
+trace): an event belongs to the step its start falls in, whatever its thread.
+Backward. Several forward ops share a sequence number s: the last one's node runs (s never
+resets, so it is unique across steps). Forward ops with sequence numbers on several threads
+make the match ambiguous (a warning); any other backward op without one is "unattributed".
+Device time. An activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``) links to its launch by
+``args.correlation`` or by the ``ac2g`` flow of that id; its step is its launch's. An
+activity with no launch is "unattributed", in the step that started last before it. On a
+trace with no GPU activity every cpu_op's self time stands for an activity
+(``Attribution.time_source``).
+Gaps. Per stream, activities by start, an activity's queued gap is ``ts - max(end of the
+stream's activities before it, end of its launch)`` where positive (for one launched to an
+idle stream: the launch latency). None is counted for an activity with no launch, for a
+gap over ``GAP_BOUND_NS`` (the stream waited for something else), or where another
+stream's activity on the device overlaps it; gaps are summed apart in ``gap_ns``.
+``device_busy_ns`` is the union of the activities' intervals, without gaps; what lies
+outside every step range is ``Attribution.outside_steps``.
+Host time. Forward: a module range's duration minus its child module ranges'; backward: the
+durations of the module's top-level backward ops; optimizer and zero_grad: their
+annotations'. Small ops' host times are mostly profiler overhead: upper bounds.
+Memory. Per step and Device Id, the peak "Total Allocated" and "Total Reserved" of the
+device's ``[memory]`` events (Device Type 1 on a GPU trace, 0 on a CPU trace).
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gzip
 import itertools
-import json
 import math
-import os
-import stat
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import ConfigError
-from ..units import GiB
+from .tracefile import (BACKWARD_PREFIX, GPU_CATS, HOST_CATS, LAUNCH_CATS, MODULE_PREFIX,
+                        OPTIMIZER_PREFIX, STEP_PREFIX, ZERO_GRAD_PREFIX, load_trace,
+                        module_ranges, shown, step_range)
 
-MODULE_PREFIX = "vdnnsim.module::"
-STEP_PREFIX = "vdnnsim.step#"
-BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
-OPTIMIZER_PREFIX = "Optimizer.step#"
-ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-HOST_CATS = frozenset({"cpu_op", "user_annotation"}) | LAUNCH_CATS
 _RANK = {"user_annotation": 0, "cpu_op": 1}  # equal start and length: annotation outermost
-MAX_TRACE_BYTES = GiB  # a trace file, decompressed
 TIME_GPU = "gpu"  # Attribution.time_source: GPU activities
 TIME_CPU = "cpu_self"  # no GPU activity: each cpu_op's self time
 OUTSIDE = "loss/outside modules"
-GAP_BOUND_NS = 50_000  # NOTE [kineto attribution] (Gaps): a longer idle wait is not dispatch
+GAP_BOUND_NS = 50_000  # a longer idle wait is not dispatch
 _OUT: Any = object()  # a backward op's target: outside modules (a path could be any string)
 
-
-# ---------------------------------------------------------------- marks (need torch)
-
-def _record_function(name: str) -> Any:
-    from torch.profiler import record_function  # NOTE [torch is optional]
-    return record_function(name)
-
-
-@contextlib.contextmanager
-def module_ranges(model: Any) -> Iterator[None]:
-    """NOTE [kineto attribution]: while inside, every call of ``model`` and of each of its
-    submodules (``named_modules()``, the root as path "", a shared module under its first
-    path) is a ``record_function`` range ``vdnnsim.module::<path>``. A call that raises
-    closes its range; ranges left open are closed and the hooks removed on exit."""
-    live: list[Any] = []  # open ranges, in opening order
-    per_module: dict[int, list[Any]] = {}
-    handles = []
-
-    def pre(mod: Any, args: Any, name: str) -> None:
-        rf = _record_function(name)
-        rf.__enter__()
-        live.append(rf)
-        per_module.setdefault(id(mod), []).append(rf)
-
-    def post(mod: Any, args: Any, out: Any) -> None:
-        opened = per_module.get(id(mod))
-        if opened:
-            rf = opened.pop()
-            rf.__exit__(None, None, None)
-            if live and live[-1] is rf:
-                live.pop()
-            else:
-                live.remove(rf)
-
-    try:
-        for path, mod in model.named_modules():
-            handles.append(mod.register_forward_pre_hook(
-                lambda m, a, _n=MODULE_PREFIX + path: pre(m, a, _n)))
-            handles.append(mod.register_forward_hook(post, always_call=True))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-        while live:  # innermost first
-            live.pop().__exit__(None, None, None)
-        per_module.clear()
-
-
-def step_range(k: int) -> Any:
-    """A ``record_function`` context manager naming training step ``k``
-    (``vdnnsim.step#<k>``) so that ``attribute`` tells several profiled steps apart."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"step_range: k must be an int, got {type(k).__name__}")
-    return _record_function(f"{STEP_PREFIX}{k}")
-
-
-# ---------------------------------------------------------------- reading
-
-def _shown(p: Any) -> str:
-    """yamlio.shown's rule (a long name cut, control characters escaped), copied: yamlio
-    imports pydantic, which the device machine need not have (NOTE [torch is optional])."""
-    s = str(p)
-    s = s if len(s) <= 120 else f"{s[:60]}...{s[-40:]}"
-    s = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
-
-
-def _read(p: Path) -> bytes:
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rb") as f:
-        raw = f.read(MAX_TRACE_BYTES + 1)
-    if len(raw) > MAX_TRACE_BYTES:
-        raise OSError(f"more than {MAX_TRACE_BYTES:,} bytes"
-                      + (" once decompressed" if p.suffix == ".gz" else ""))
-    return raw
-
-
-def load_trace(path_or_obj: Any) -> dict[str, Any]:
-    """A torch.profiler Chrome trace (``export_chrome_trace``'s JSON; ``.gz`` read through
-    gzip, at most 1 GiB of text), or an already loaded one (a dict), checked to be one:
-    a ``traceEvents`` list with torch.profiler events. Anything else raises ``ConfigError``
-    with one line saying what the file is and what was expected."""
-    if isinstance(path_or_obj, dict):
-        return _check(path_or_obj, "trace")
-    if not isinstance(path_or_obj, (str, os.PathLike)):
-        raise ConfigError("expected a torch.profiler trace file path or its loaded JSON "
-                          f"(a dict), got {type(path_or_obj).__name__}")
-    p = Path(path_or_obj)
-    what = _shown(p)
-    regular_file(p, what, "not a torch.profiler trace (a Chrome trace JSON file from "
-                 "export_chrome_trace)")
-    try:
-        text = _read(p).decode("utf-8")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ConfigError(f"{what}: cannot read: {_reason(exc)}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what}: not UTF-8 text; expected a torch.profiler trace "
-                          "(Chrome trace JSON)") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise ConfigError(f"{what}: not JSON{where}; expected a torch.profiler trace "
-                          "(Chrome trace JSON from export_chrome_trace)") from None
-    return _check(data, what)
-
-
-def regular_file(p: Path, what: str, expected: str, suffix: str = "") -> None:
-    """A one-line ConfigError unless ``p`` is a regular file: missing, unreadable, a
-    directory (``expected`` says what was wanted instead) or a FIFO or device (reading one
-    could hang); ``suffix`` is added to the last two."""
-    try:
-        mode = os.stat(p).st_mode
-    except FileNotFoundError:
-        raise ConfigError(f"{what}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{what}: cannot read: {_reason(exc)}") from None
-    if stat.S_ISDIR(mode):
-        raise ConfigError(f"{what}: is a directory, {expected}")
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{what}: not a regular file{suffix}")
-
-
-def _reason(exc: BaseException) -> str:
-    """An OS error's reason, else the first line of the message (or the error's name)."""
-    return getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _check(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        got = "a JSON object without a traceEvents list" if isinstance(data, dict) \
-            else f"a JSON {type(data).__name__}"
-        raise ConfigError(f"{what}: {got}; expected a torch.profiler trace (Chrome trace "
-                          "JSON with traceEvents)")
-    cats = HOST_CATS | GPU_CATS
-    if not any(isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in cats
-               for e in data["traceEvents"]):
-        raise ConfigError(f"{what}: its traceEvents hold no torch.profiler event (cpu_op, "
-                          "user_annotation, kernel); expected a torch.profiler trace")
-    return data
-
-
-# ---------------------------------------------------------------- the result
 
 @dataclass
 class Cost:
     """Time given to one module's forward or backward pass, or to one bucket, in a step."""
     device_ns: int = 0  # summed GPU activity time (or cpu_op self time: Attribution.time_source)
-    host_ns: int = 0  # summed host durations (NOTE [kineto attribution] says of what)
+    host_ns: int = 0  # summed host durations (the module docstring says of what)
     calls: int = 0  # the host ranges / top-level ops that host_ns sums
     activities: int = 0  # the GPU activities (or cpu_ops) that device_ns sums
-    gap_ns: int = 0  # of device_ns, the activities' queued gaps (NOTE [kineto attribution])
+    gap_ns: int = 0  # of device_ns, the activities' queued gaps
 
 
 @dataclass
@@ -372,7 +191,7 @@ def _seq(args: dict[str, Any]) -> int | None:
 
 
 def _queued_gaps(ev: _Events, links: list[tuple[int, int]]) -> dict[int, int]:
-    """NOTE [kineto attribution] (Gaps): activity -> its queued gap in ns, for the
+    """Activity -> its queued gap in ns, for the
     (activity, launch or -1) pairs ``links``; an activity without a gap is absent."""
     streams: dict[Any, list[tuple[int, int, int]]] = {}
     devices: dict[Any, list[int]] = {}
@@ -402,202 +221,230 @@ def _queued_gaps(ev: _Events, links: list[tuple[int, int]]) -> dict[int, int]:
     return gaps
 
 
-def attribute(trace: Any) -> Attribution:
-    """NOTE [kineto attribution]: time per module path, forward and backward, and per
-    bucket ("loss/outside modules", "optimizer", "zero_grad", "unattributed") of each
-    profiled step of a torch.profiler trace (``load_trace``'s dict, or a path)."""
-    data = load_trace(trace)
-    what = "trace" if isinstance(trace, dict) else _shown(trace)
-    ev = _Events(data["traceEvents"], what)
-    warnings: list[str] = []
-    n = len(ev.ts)
-    parent = [-1] * n
-    ctx_mod = [-1] * n  # innermost enclosing module range (the event itself included)
-    ctx_bwd = [-1] * n  # outermost enclosing backward op
-    ctx_spec = [-1] * n  # innermost optimizer / zero_grad annotation
-    children = [0] * n  # summed durations of direct children (cpu_op, user_annotation)
-    mod_children = [0] * n  # of a module range: its direct child module ranges' durations
+class _Attributor:
+    """``attribute``'s state: the trace's events, each host event's context, the steps and
+    the warnings so far. Its steps run in the order ``attribute`` calls them."""
 
-    by_thread: dict[Any, list[int]] = {}
-    for i in ev.host:
-        by_thread.setdefault(ev.thread[i], []).append(i)
-    name, cat, ts, dur = ev.name, ev.cat, ev.ts, ev.dur
-    for order in by_thread.values():
-        order.sort(key=lambda i: (ts[i], -dur[i], _RANK.get(cat[i], 2)))
-        stack: list[int] = []
-        ends: list[int] = []
-        for i in order:
-            t = ts[i]
-            while ends and ends[-1] <= t:
-                stack.pop()
-                ends.pop()
-            m = b = s = -1
-            if stack:
-                p = stack[-1]
-                parent[i] = p
-                m, b, s = ctx_mod[p], ctx_bwd[p], ctx_spec[p]
-                if cat[i] in _RANK:
-                    children[p] += dur[i]
-            nm = name[i]
-            if cat[i] == "user_annotation" and nm.startswith(MODULE_PREFIX):
-                if m >= 0:
-                    mod_children[m] += dur[i]
-                m = i
-            elif nm.startswith(BACKWARD_PREFIX) and cat[i] == "cpu_op":
-                if b < 0:
-                    b = i
-            elif nm.startswith(OPTIMIZER_PREFIX) or nm.startswith(ZERO_GRAD_PREFIX):
-                s = i
-            ctx_mod[i], ctx_bwd[i], ctx_spec[i] = m, b, s
-            stack.append(i)
-            ends.append(t + dur[i])
+    def __init__(self, ev: _Events, what: str):
+        self.ev, self.what = ev, what
+        self.warnings: list[str] = []
+        n = len(ev.ts)
+        self.parent = [-1] * n
+        self.ctx_mod = [-1] * n  # innermost enclosing module range (the event itself included)
+        self.ctx_bwd = [-1] * n  # outermost enclosing backward op
+        self.ctx_spec = [-1] * n  # innermost optimizer / zero_grad annotation
+        self.children = [0] * n  # summed durations of direct children (cpu_op, user_annotation)
+        self.mod_children = [0] * n  # of a module range: its direct child module ranges' durations
+        self.target: dict[int, Any] = {}  # top-level backward op -> module path, _OUT or None
+        self.outside_steps = Cost()
 
-    # steps: spans of host time
-    step_ev = sorted((i for i in ev.host if cat[i] == "user_annotation"
-                      and name[i].startswith(STEP_PREFIX)), key=lambda i: ts[i])
-    for a, c in zip(step_ev, step_ev[1:]):
-        if ts[c] < ev.end(a):
-            raise ConfigError(f"{what}: step ranges {name[a]!r} and {name[c]!r} overlap; "
-                              "expected one vdnnsim.step range at a time")
-    if step_ev:
-        spans = [(ts[i], ev.end(i), name[i]) for i in step_ev]
-    else:
-        every = ev.host + ev.gpu
-        spans = [(min((ts[i] for i in every), default=0),
-                  max((ev.end(i) for i in every), default=0), "whole trace")]
-    starts = [s[0] for s in spans]
+    def nest(self) -> None:
+        """Each host event's parent and context, walked per thread with a stack."""
+        ev = self.ev
+        parent, ctx_mod, ctx_bwd, ctx_spec = self.parent, self.ctx_mod, self.ctx_bwd, self.ctx_spec
+        children, mod_children = self.children, self.mod_children
+        by_thread: dict[Any, list[int]] = {}
+        for i in ev.host:
+            by_thread.setdefault(ev.thread[i], []).append(i)
+        name, cat, ts, dur = ev.name, ev.cat, ev.ts, ev.dur
+        for order in by_thread.values():
+            order.sort(key=lambda i: (ts[i], -dur[i], _RANK.get(cat[i], 2)))
+            stack: list[int] = []
+            ends: list[int] = []
+            for i in order:
+                t = ts[i]
+                while ends and ends[-1] <= t:
+                    stack.pop()
+                    ends.pop()
+                m = b = s = -1
+                if stack:
+                    p = stack[-1]
+                    parent[i] = p
+                    m, b, s = ctx_mod[p], ctx_bwd[p], ctx_spec[p]
+                    if cat[i] in _RANK:
+                        children[p] += dur[i]
+                nm = name[i]
+                if cat[i] == "user_annotation" and nm.startswith(MODULE_PREFIX):
+                    if m >= 0:
+                        mod_children[m] += dur[i]
+                    m = i
+                elif nm.startswith(BACKWARD_PREFIX) and cat[i] == "cpu_op":
+                    if b < 0:
+                        b = i
+                elif nm.startswith(OPTIMIZER_PREFIX) or nm.startswith(ZERO_GRAD_PREFIX):
+                    s = i
+                ctx_mod[i], ctx_bwd[i], ctx_spec[i] = m, b, s
+                stack.append(i)
+                ends.append(t + dur[i])
 
-    def step_of(t: int, within: bool = True) -> int:
-        k = bisect.bisect_right(starts, t) - 1
-        if not step_ev:
+    def find_steps(self) -> None:
+        """The steps: spans of host time (the step ranges', else the whole trace's)."""
+        ev, what = self.ev, self.what
+        name, cat, ts = ev.name, ev.cat, ev.ts
+        step_ev = sorted((i for i in ev.host if cat[i] == "user_annotation"
+                          and name[i].startswith(STEP_PREFIX)), key=lambda i: ts[i])
+        for a, c in zip(step_ev, step_ev[1:]):
+            if ts[c] < ev.end(a):
+                raise ConfigError(f"{what}: step ranges {name[a]!r} and {name[c]!r} overlap; "
+                                  "expected one vdnnsim.step range at a time")
+        if step_ev:
+            spans = [(ts[i], ev.end(i), name[i]) for i in step_ev]
+        else:
+            every = ev.host + ev.gpu
+            spans = [(min((ts[i] for i in every), default=0),
+                      max((ev.end(i) for i in every), default=0), "whole trace")]
+        self.step_ev, self.spans = step_ev, spans
+        self.starts = [s[0] for s in spans]
+
+        def index_of(nm: str) -> int | None:
+            try:
+                return int(nm[len(STEP_PREFIX):])
+            except ValueError:
+                return None
+
+        self.steps = [StepAttribution(
+            index=index_of(nm) if step_ev else None, name=nm, start_ns=a, end_ns=z,
+            wall_ns=z - a, modules={}, outside=ModuleTime(), optimizer=Cost(),
+            zero_grad=Cost(), unattributed=Cost(), activities=0, device_total_ns=0,
+            device_busy_ns=0, gap_ns=0, memory={})
+            for a, z, nm in spans]
+
+    def step_of(self, t: int, within: bool = True) -> int:
+        k = bisect.bisect_right(self.starts, t) - 1
+        if not self.step_ev:
             return 0
-        if k < 0 or (within and t >= spans[k][1]):
+        if k < 0 or (within and t >= self.spans[k][1]):
             return -1
         return k
 
-    def index_of(nm: str) -> int | None:
-        try:
-            return int(nm[len(STEP_PREFIX):])
-        except ValueError:
-            return None
-
-    steps = [StepAttribution(
-        index=index_of(nm) if step_ev else None, name=nm, start_ns=a, end_ns=z, wall_ns=z - a,
-        modules={}, outside=ModuleTime(), optimizer=Cost(), zero_grad=Cost(),
-        unattributed=Cost(), activities=0, device_total_ns=0, device_busy_ns=0, gap_ns=0,
-        memory={})
-        for a, z, nm in spans]
-    outside_steps = Cost()
-
-    def module(k: int, path: str) -> ModuleTime:
-        got = steps[k].modules.get(path)
+    def module(self, k: int, path: str) -> ModuleTime:
+        got = self.steps[k].modules.get(path)
         if got is None:
-            got = steps[k].modules[path] = ModuleTime()
+            got = self.steps[k].modules[path] = ModuleTime()
         return got
 
-    # forward module calls: host time exclusive of child module ranges
-    for i in sorted((i for i in ev.host if cat[i] == "user_annotation"
-                     and name[i].startswith(MODULE_PREFIX)), key=lambda i: ts[i]):
-        k = step_of(ts[i])
-        if k < 0 or ctx_bwd[i] >= 0:
-            continue
-        f = module(k, name[i][len(MODULE_PREFIX):]).forward
-        f.host_ns += dur[i] - mod_children[i]
-        f.calls += 1
-    if not any(name[i].startswith(MODULE_PREFIX) for i in ev.host if cat[i] == "user_annotation"):
-        warnings.append("no vdnnsim.module:: ranges in the trace (was the model run inside "
-                        "kineto.module_ranges?): every op counts as outside modules")
+    def forward_modules(self) -> None:
+        """Forward module calls: host time exclusive of child module ranges."""
+        ev = self.ev
+        name, cat, ts, dur = ev.name, ev.cat, ev.ts, ev.dur
+        for i in sorted((i for i in ev.host if cat[i] == "user_annotation"
+                         and name[i].startswith(MODULE_PREFIX)), key=lambda i: ts[i]):
+            k = self.step_of(ts[i])
+            if k < 0 or self.ctx_bwd[i] >= 0:
+                continue
+            f = self.module(k, name[i][len(MODULE_PREFIX):]).forward
+            f.host_ns += dur[i] - self.mod_children[i]
+            f.calls += 1
+        if not any(name[i].startswith(MODULE_PREFIX) for i in ev.host
+                   if cat[i] == "user_annotation"):
+            self.warnings.append("no vdnnsim.module:: ranges in the trace (was the model run "
+                                 "inside kineto.module_ranges?): every op counts as outside "
+                                 "modules")
 
-    # forward ops by sequence number
-    fwd_seq: dict[int, list[tuple[int, int]]] = {}
-    fwd_threads: set[Any] = set()
-    for i in ev.host:
-        if cat[i] != "cpu_op":
-            continue
-        a = ev.args[i]
-        s = _seq(a)
-        if s is not None and not a.get("Fwd thread id"):
-            fwd_seq.setdefault(s, []).append((ts[i], i))
-            fwd_threads.add(ev.thread[i])
-    for lst in fwd_seq.values():
-        lst.sort()
-    if len(fwd_threads) > 1:
-        warnings.append(f"forward ops with sequence numbers on {len(fwd_threads)} threads: "
-                        "sequence numbers count per thread, so backward ops may be matched "
-                        "to the wrong forward op")
+    def forward_ops(self) -> dict[int, list[tuple[int, int]]]:
+        """Forward ops by sequence number, each list by start."""
+        ev = self.ev
+        fwd_seq: dict[int, list[tuple[int, int]]] = {}
+        fwd_threads: set[Any] = set()
+        for i in ev.host:
+            if ev.cat[i] != "cpu_op":
+                continue
+            a = ev.args[i]
+            s = _seq(a)
+            if s is not None and not a.get("Fwd thread id"):
+                fwd_seq.setdefault(s, []).append((ev.ts[i], i))
+                fwd_threads.add(ev.thread[i])
+        for lst in fwd_seq.values():
+            lst.sort()
+        if len(fwd_threads) > 1:
+            self.warnings.append(f"forward ops with sequence numbers on {len(fwd_threads)} "
+                                 "threads: sequence numbers count per thread, so backward ops "
+                                 "may be matched to the wrong forward op")
+        return fwd_seq
 
-    # top-level backward ops -> a target: a module path, _OUT, or None (unattributed)
-    target: dict[int, Any] = {}
-    tops = sorted((i for i in ev.host if ctx_bwd[i] == i),
-                  key=lambda i: (str(ev.thread[i]), ts[i]))
-    last: dict[Any, tuple[int, Any]] = {}  # thread -> (step, target) of the last seq op
-    lost: dict[str, int] = {}
-    for i in tops:
-        node = name[i][len(BACKWARD_PREFIX):]
-        k = step_of(ts[i])
-        s = _seq(ev.args[i])
-        tgt: Any = None
-        why = ""
-        if s is not None:
-            cands = fwd_seq.get(s, [])
-            j = bisect.bisect_left(cands, (ts[i], -1)) - 1
-            if j >= 0:
-                f = cands[j][1]
-                tgt = name[ctx_mod[f]][len(MODULE_PREFIX):] if ctx_mod[f] >= 0 else _OUT
+    def backward_ops(self, fwd_seq: dict[int, list[tuple[int, int]]]) -> None:
+        """Top-level backward ops -> a target: a module path, _OUT, or None
+        (unattributed); their host time given to it."""
+        ev = self.ev
+        name, ts = ev.name, ev.ts
+        tops = sorted((i for i in ev.host if self.ctx_bwd[i] == i),
+                      key=lambda i: (str(ev.thread[i]), ts[i]))
+        last: dict[Any, tuple[int, Any]] = {}  # thread -> (step, target) of the last seq op
+        lost: dict[str, int] = {}
+        for i in tops:
+            node = name[i][len(BACKWARD_PREFIX):]
+            k = self.step_of(ts[i])
+            s = _seq(ev.args[i])
+            tgt: Any = None
+            why = ""
+            if s is not None:
+                cands = fwd_seq.get(s, [])
+                j = bisect.bisect_left(cands, (ts[i], -1)) - 1
+                if j >= 0:
+                    f = cands[j][1]
+                    tgt = name[self.ctx_mod[f]][len(MODULE_PREFIX):] if self.ctx_mod[f] >= 0 \
+                        else _OUT
+                else:
+                    why = f"{node} (no forward op with sequence number {s})"
+                last[ev.thread[i]] = (k, tgt)
+            elif node.endswith("AccumulateGrad"):
+                prev = last.get(ev.thread[i])
+                if prev is not None and prev[0] == k:
+                    tgt = prev[1]
+                else:
+                    why = f"{node} (no backward op before it)"
             else:
-                why = f"{node} (no forward op with sequence number {s})"
-            last[ev.thread[i]] = (k, tgt)
-        elif node.endswith("AccumulateGrad"):
-            prev = last.get(ev.thread[i])
-            if prev is not None and prev[0] == k:
-                tgt = prev[1]
+                why = f"{node} (no sequence number)"
+            self.target[i] = tgt
+            if why:
+                lost[why] = lost.get(why, 0) + 1
+            if k < 0:
+                continue
+            if tgt is None:
+                c = self.steps[k].unattributed
             else:
-                why = f"{node} (no backward op before it)"
-        else:
-            why = f"{node} (no sequence number)"
-        target[i] = tgt
-        if why:
-            lost[why] = lost.get(why, 0) + 1
-        if k < 0:
-            continue
-        if tgt is None:
-            c = steps[k].unattributed
-        else:
-            mt = steps[k].outside if tgt is _OUT else module(k, tgt)
-            mt.backward_nodes[node] = mt.backward_nodes.get(node, 0) + 1
-            c = mt.backward
-        c.host_ns += dur[i]
-        c.calls += 1
-    if lost:
-        shown = [f"{w} x{c}" if c > 1 else w for w, c in sorted(lost.items())]
-        warnings.append(f"{sum(lost.values())} backward ops not attributed: "
-                        f"{', '.join(shown[:5])}"
-                        + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""))
+                mt = self.steps[k].outside if tgt is _OUT else self.module(k, tgt)
+                mt.backward_nodes[node] = mt.backward_nodes.get(node, 0) + 1
+                c = mt.backward
+            c.host_ns += ev.dur[i]
+            c.calls += 1
+        if lost:
+            shown_ = [f"{w} x{c}" if c > 1 else w for w, c in sorted(lost.items())]
+            self.warnings.append(f"{sum(lost.values())} backward ops not attributed: "
+                                 f"{', '.join(shown_[:5])}"
+                                 + (f" and {len(shown_) - 5} more" if len(shown_) > 5 else ""))
 
-    # optimizer and zero_grad host time
-    for i in ev.host:
-        if cat[i] == "user_annotation" and ctx_spec[i] == i:
-            k = step_of(ts[i])
-            if k >= 0:
-                c = steps[k].optimizer if name[i].startswith(OPTIMIZER_PREFIX) \
-                    else steps[k].zero_grad
-                c.host_ns += dur[i]
-                c.calls += 1
+    def host_buckets(self) -> None:
+        """Optimizer and zero_grad host time, and outside modules' forward: the host time
+        of the top-level cpu_ops there."""
+        ev = self.ev
+        name, cat, ts, dur = ev.name, ev.cat, ev.ts, ev.dur
+        steps, parent = self.steps, self.parent
+        for i in ev.host:
+            if cat[i] == "user_annotation" and self.ctx_spec[i] == i:
+                k = self.step_of(ts[i])
+                if k >= 0:
+                    c = steps[k].optimizer if name[i].startswith(OPTIMIZER_PREFIX) \
+                        else steps[k].zero_grad
+                    c.host_ns += dur[i]
+                    c.calls += 1
+        for i in ev.host:
+            if cat[i] == "cpu_op" and self.ctx_mod[i] < 0 and self.ctx_bwd[i] < 0 \
+                    and self.ctx_spec[i] < 0 and (parent[i] < 0 or cat[parent[i]] != "cpu_op"):
+                k = self.step_of(ts[i])
+                if k >= 0:
+                    steps[k].outside.forward.host_ns += dur[i]
+                    steps[k].outside.forward.calls += 1
 
-    # outside modules, forward: host time of the top-level cpu_ops there
-    for i in ev.host:
-        if cat[i] == "cpu_op" and ctx_mod[i] < 0 and ctx_bwd[i] < 0 and ctx_spec[i] < 0 \
-                and (parent[i] < 0 or cat[parent[i]] != "cpu_op"):
-            k = step_of(ts[i])
-            if k >= 0:
-                steps[k].outside.forward.host_ns += dur[i]
-                steps[k].outside.forward.calls += 1
-
-    # device time: each activity, and the host event whose context decides
-    intervals: list[list[tuple[int, int]]] = [[] for _ in steps]
-    gaps: dict[int, int] = {}
-    if ev.gpu:
-        time_source = TIME_GPU
+    def activities(self) -> tuple[str, list[tuple[int, int, int]], dict[int, int]]:
+        """(time source, (activity, its launch or -1, its time) each, queued gaps): each
+        activity and the host event whose context decides."""
+        ev = self.ev
+        cat, ts, dur = ev.cat, ev.ts, ev.dur
+        gaps: dict[int, int] = {}
+        if not ev.gpu:
+            return TIME_CPU, [(i, i, max(0, dur[i] - self.children[i])) for i in ev.host
+                              if cat[i] == "cpu_op"], gaps
         launch: dict[Any, int] = {}
         for i in ev.host:
             if cat[i] in LAUNCH_CATS:
@@ -618,90 +465,122 @@ def attribute(trace: Any) -> Attribution:
             items.append((i, j, dur[i]))
         gaps = _queued_gaps(ev, [(i, j) for i, j, _ in items])
         if unlinked:
-            warnings.append(f"{unlinked} of {len(ev.gpu)} GPU activities have no launch "
-                            "event (correlation / ac2g flow): unattributed")
-    else:
-        time_source = TIME_CPU
-        items = [(i, i, max(0, dur[i] - children[i])) for i in ev.host if cat[i] == "cpu_op"]
+            self.warnings.append(f"{unlinked} of {len(ev.gpu)} GPU activities have no launch "
+                                 "event (correlation / ac2g flow): unattributed")
+        return TIME_GPU, items, gaps
 
-    for i, j, t in items:
-        g = gaps.get(i, 0)
-        t += g
-        k = step_of(ts[j]) if j >= 0 else step_of(ts[i], within=False)
-        if k < 0:
-            outside_steps.device_ns += t
-            outside_steps.gap_ns += g
-            outside_steps.activities += 1
-            continue
-        st = steps[k]
-        if j < 0:
-            c = st.unattributed
-        elif ctx_spec[j] >= 0:
-            c = st.optimizer if name[ctx_spec[j]].startswith(OPTIMIZER_PREFIX) else st.zero_grad
-        elif ctx_bwd[j] >= 0:
-            tgt = target[ctx_bwd[j]]
-            c = st.unattributed if tgt is None else (
-                st.outside if tgt is _OUT else module(k, tgt)).backward
-        elif ctx_mod[j] >= 0:
-            c = module(k, name[ctx_mod[j]][len(MODULE_PREFIX):]).forward
-        else:
-            c = st.outside.forward
-        c.device_ns += t
-        c.gap_ns += g
-        c.activities += 1
-        st.device_total_ns += t
-        st.gap_ns += g
-        st.activities += 1
-        intervals[k].append((ts[i], ev.end(i)))
+    def device_time(self, items: list[tuple[int, int, int]], gaps: dict[int, int]
+                    ) -> list[list[tuple[int, int]]]:
+        """Each activity's time (its gap included) to its bucket; per step, the
+        activities' intervals."""
+        ev = self.ev
+        name, ts = ev.name, ev.ts
+        ctx_mod, ctx_bwd, ctx_spec = self.ctx_mod, self.ctx_bwd, self.ctx_spec
+        intervals: list[list[tuple[int, int]]] = [[] for _ in self.steps]
+        for i, j, t in items:
+            g = gaps.get(i, 0)
+            t += g
+            k = self.step_of(ts[j]) if j >= 0 else self.step_of(ts[i], within=False)
+            if k < 0:
+                self.outside_steps.device_ns += t
+                self.outside_steps.gap_ns += g
+                self.outside_steps.activities += 1
+                continue
+            st = self.steps[k]
+            if j < 0:
+                c = st.unattributed
+            elif ctx_spec[j] >= 0:
+                c = st.optimizer if name[ctx_spec[j]].startswith(OPTIMIZER_PREFIX) \
+                    else st.zero_grad
+            elif ctx_bwd[j] >= 0:
+                tgt = self.target[ctx_bwd[j]]
+                c = st.unattributed if tgt is None else (
+                    st.outside if tgt is _OUT else self.module(k, tgt)).backward
+            elif ctx_mod[j] >= 0:
+                c = self.module(k, name[ctx_mod[j]][len(MODULE_PREFIX):]).forward
+            else:
+                c = st.outside.forward
+            c.device_ns += t
+            c.gap_ns += g
+            c.activities += 1
+            st.device_total_ns += t
+            st.gap_ns += g
+            st.activities += 1
+            intervals[k].append((ts[i], ev.end(i)))
+        return intervals
 
-    for st, iv in zip(steps, intervals):
-        busy, hi = 0, None
-        for a, z in sorted(iv):
-            if hi is None or a > hi:
-                busy += z - a
-                hi = z
-            elif z > hi:
-                busy += z - hi
-                hi = z
-        st.device_busy_ns = busy
-        if iv:
-            st.wall_ns = max(st.end_ns, max(z for _, z in iv)) - st.start_ns
+    def busy(self, intervals: list[list[tuple[int, int]]]) -> None:
+        """Each step's busy time (the union of its activities' intervals) and wall time;
+        a warning where device time went unattributed."""
+        steps = self.steps
+        for st, iv in zip(steps, intervals):
+            busy, hi = 0, None
+            for a, z in sorted(iv):
+                if hi is None or a > hi:
+                    busy += z - a
+                    hi = z
+                elif z > hi:
+                    busy += z - hi
+                    hi = z
+            st.device_busy_ns = busy
+            if iv:
+                st.wall_ns = max(st.end_ns, max(z for _, z in iv)) - st.start_ns
+        lossy = [st for st in steps if st.unattributed.device_ns]
+        if lossy:
+            worst = max(lossy, key=lambda st: st.unattributed.device_ns
+                        / max(1, st.device_total_ns))
+            un = sum(st.unattributed.device_ns for st in lossy)
+            share = un / max(1, sum(st.device_total_ns for st in lossy))
+            self.warnings.append(
+                f"{un} ns ({share:.1%}) of device time unattributed in {len(lossy)} of "
+                f"{len(steps)} steps; most in {worst.name}: {worst.unattributed.device_ns} ns "
+                f"({worst.unattributed.device_ns / max(1, worst.device_total_ns):.1%})")
 
-    lossy = [st for st in steps if st.unattributed.device_ns]
-    if lossy:
-        worst = max(lossy, key=lambda st: st.unattributed.device_ns / max(1, st.device_total_ns))
-        un = sum(st.unattributed.device_ns for st in lossy)
-        share = un / max(1, sum(st.device_total_ns for st in lossy))
-        warnings.append(
-            f"{un} ns ({share:.1%}) of device time unattributed in {len(lossy)} of "
-            f"{len(steps)} steps; most in {worst.name}: {worst.unattributed.device_ns} ns "
-            f"({worst.unattributed.device_ns / max(1, worst.device_total_ns):.1%})")
+    def memory(self, time_source: str) -> None:
+        """Memory peaks of the device: the GPU's (Device Type 1) where the trace has any."""
+        ev = self.ev
+        cuda_memory = any(a.get("Device Type") == 1 for _, a in ev.memory)
+        if cuda_memory and time_source == TIME_CPU:
+            self.warnings.append("CUDA memory events but no GPU activity (profiled without "
+                                 "ProfilerActivity.CUDA?): device times are cpu_op self times")
+        want = 1 if cuda_memory else 0
+        for t, a in ev.memory:
+            if a.get("Device Type") != want:
+                continue
+            k = self.step_of(t)
+            if k < 0:
+                continue
+            dev = a.get("Device Id", -1)
+            alloc, res = a.get("Total Allocated", 0), a.get("Total Reserved", 0)
+            if not isinstance(alloc, (int, float)) or not isinstance(res, (int, float)):
+                continue
+            got = self.steps[k].memory.get(dev)
+            if got is None:
+                self.steps[k].memory[dev] = MemoryPeak(int(alloc), int(res), 1)
+            else:
+                got.allocated_bytes = max(got.allocated_bytes, int(alloc))
+                got.reserved_bytes = max(got.reserved_bytes, int(res))
+                got.events += 1
 
-    # memory peaks of the device: the GPU's (Device Type 1) where the trace has any
-    cuda_memory = any(a.get("Device Type") == 1 for _, a in ev.memory)
-    if cuda_memory and time_source == TIME_CPU:
-        warnings.append("CUDA memory events but no GPU activity (profiled without "
-                        "ProfilerActivity.CUDA?): device times are cpu_op self times")
-    want = 1 if cuda_memory else 0
-    for t, a in ev.memory:
-        if a.get("Device Type") != want:
-            continue
-        k = step_of(t)
-        if k < 0:
-            continue
-        dev = a.get("Device Id", -1)
-        alloc, res = a.get("Total Allocated", 0), a.get("Total Reserved", 0)
-        if not isinstance(alloc, (int, float)) or not isinstance(res, (int, float)):
-            continue
-        got = steps[k].memory.get(dev)
-        if got is None:
-            steps[k].memory[dev] = MemoryPeak(int(alloc), int(res), 1)
-        else:
-            got.allocated_bytes = max(got.allocated_bytes, int(alloc))
-            got.reserved_bytes = max(got.reserved_bytes, int(res))
-            got.events += 1
-    if outside_steps.activities and step_ev:
-        warnings.append(f"{outside_steps.activities} activities ({outside_steps.device_ns} ns) "
-                        "ran outside every vdnnsim.step range")
-    return Attribution(time_source=time_source, steps=steps, outside_steps=outside_steps,
-                       warnings=warnings)
+
+def attribute(trace: Any) -> Attribution:
+    """Time per module path, forward and backward, and per
+    bucket ("loss/outside modules", "optimizer", "zero_grad", "unattributed") of each
+    profiled step of a torch.profiler trace (``load_trace``'s dict, or a path)."""
+    data = load_trace(trace)
+    what = "trace" if isinstance(trace, dict) else shown(trace)
+    a = _Attributor(_Events(data["traceEvents"], what), what)
+    a.nest()
+    a.find_steps()
+    a.forward_modules()
+    a.backward_ops(a.forward_ops())
+    a.host_buckets()
+    time_source, items, gaps = a.activities()
+    a.busy(a.device_time(items, gaps))
+    a.memory(time_source)
+    out = a.outside_steps
+    if out.activities and a.step_ev:
+        a.warnings.append(f"{out.activities} activities ({out.device_ns} ns) "
+                          "ran outside every vdnnsim.step range")
+    return Attribution(time_source=time_source, steps=a.steps, outside_steps=out,
+                       warnings=a.warnings)

@@ -2,32 +2,29 @@
 made one.
 
 NOTE [repeated measurement]
-How well a step repeats on the H200 (reference/h200_measurements.md): the first process
-after a machine starts runs about 30% slow, later fresh processes agree within 6-8%, and
-the timed steps inside one host-bound process spread by up to 30%. One process's median is
-therefore one draw, not the run's time. The protocol: ``--warmup-processes K`` (default 1)
-discarded processes, then N fresh processes, one after another (never two at once: they
-would share the GPU and the host), each a child ``python -m vdnnsim measure ... --json``
-with the same run's arguments (``child_argv``) and the allocator settings in its
-environment (NOTE [measured allocator settings]). ``aggregate`` (pure, over the children's
-records) keeps every process's record and gives the run:
+One process's median step is one draw, not the run's time (fresh processes disagree:
+docs/validation.md). So a run is measured in ``--warmup-processes K`` (default 1)
+discarded processes, then N fresh ones, one after another (never two at once: they would
+share the GPU and the host), each a child ``python -m vdnnsim measure ... --json`` with
+the run's arguments (``child_argv``) and its allocator settings in its environment. The
+run's record (``aggregate``) is the median of the processes' medians with their [min,
+max] band, and the median of each memory and host field with its band; every process
+must agree on whether the run fits, else ``fits`` is false and a warning says so.
+
+``aggregate`` (pure, over the children's records) keeps every process's record and gives:
 - ``iteration_ms``: the median of the processes' medians; ``iteration_ms_band``: their
   [min, max]; ``iteration_ms_spread``: (max - min) / median;
 - ``peak_allocated_bytes``, ``peak_reserved_bytes``, ``reserved_one_step_bytes``,
-  ``pinned_host_bytes`` (NOTE [pinned pool]), ``host_issue_ms``, ``host_probe_ns`` and
-  ``host_probe_between_ns`` (NOTE [host probe]): the median over the processes, each with
-  its ``_band``;
+  ``pinned_host_bytes``, ``host_issue_ms``, ``host_probe_ns`` and
+  ``host_probe_between_ns``: the median over the processes, each with its ``_band``;
 - ``repeat``: how many processes, the discarded ones' medians (marked ``discarded``),
   whether their fits agree.
 Where the processes' medians spread by more than SPREAD_WARN, the record's ``warnings`` say
-so (and that the step is host-bound where the host's issue time is most of it: a lent
-machine's host changes speed between processes, docs/validation.md). Every process must
-agree on whether the run fits; where they do not, ``fits`` is false
-(the run does not fit reliably), ``repeat.fits_agree`` false and a warning is in the
-record's ``warnings`` and on stderr. The parent imports no torch and never touches CUDA:
-the GPU is the children's. Ctrl-C (NOTE [interrupt]) kills the running child; a
-``--memory-history`` file, written by the last process under a temporary name, is renamed
-into place only once every process has ended well.
+so (and that the step is host-bound where the host's issue time is most of it). Where the
+processes disagree on fitting, ``repeat.fits_agree`` is false and the warning is on stderr
+too. The parent imports no torch and never touches CUDA: the GPU is the children's. Ctrl-C
+kills the running child; a ``--memory-history`` file, written by the last process under a
+temporary name, is renamed into place only once every process has ended well.
 """
 
 from __future__ import annotations
@@ -54,9 +51,9 @@ PER_PROCESS = ("fits", "error", "iteration_ms", "iteration_ms_all", "host_issue_
 MEDIANS = ("iteration_ms", "host_issue_ms", "host_probe_ns", "host_probe_between_ns",
            "peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
            "pinned_host_bytes")
-SPREAD_WARN = 0.10  # NOTE [repeated measurement]: fresh processes agree within 6-8%
+SPREAD_WARN = 0.10  # fresh processes agree within 6-8%
 HOST_BOUND = 0.8  # the host's issue time at least this share of the step's: host-bound
-# (NOTE [host probe]; vdnnsim validate splits its step-time errors by it)
+# (vdnnsim validate splits its step-time errors by it)
 BYTES = ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_one_step_bytes",
          "pinned_host_bytes")
 
@@ -97,7 +94,7 @@ def _median_band(values: list[float]) -> tuple[float, list[float]]:
 
 def aggregate(records: list[dict[str, Any]], discarded: list[dict[str, Any]] | None = None
               ) -> dict[str, Any]:
-    """NOTE [repeated measurement]: the run's record from its processes' records (each a
+    """The run's record from its processes' records (each a
     ``vdnnsim measure --json`` record of the same run), and the discarded warm-up
     processes' (their medians are kept, marked)."""
     if not records:
@@ -187,7 +184,7 @@ def repeat(args: Any, cap_bytes: int | None, processes: int, warmups: int,
            env: dict[str, str], history: str | None = None,
            say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)
            ) -> dict[str, Any]:
-    """NOTE [repeated measurement]: the discarded processes, then ``processes`` fresh ones,
+    """The discarded processes, then ``processes`` fresh ones,
     one after another; ``history``: the last process records the allocator's history into
     that file (renamed into place only once all went well)."""
     head = f"{args.model} batch {args.batch_size} {args.plan and 'planned' or args.policy}"

@@ -11,8 +11,8 @@ median iteration time (the last two only where the run fits); fits/out-of-memory
 PyTorch's save_on_cpu is measured for comparison only and not predicted.
 
 NOTE [bands]
-A record measured in several fresh processes (``vdnnsim measure --repeat``, NOTE [repeated
-measurement]) holds the median of the processes' medians, which the prediction's error is
+A record measured in several fresh processes (``vdnnsim measure --repeat``)
+holds the median of the processes' medians, which the prediction's error is
 taken against as before, and the band those medians span (``iteration_ms_band``,
 ``peak_reserved_bytes_band``: [min, max]). How far apart fresh processes land is how well
 the run can be known, so each prediction is also judged against its band: inside it
@@ -21,9 +21,9 @@ the run can be known, so each prediction is also judged against its band: inside
 without a band (one process) has none of these (NaN; ``-`` in the table). The summary
 counts the predictions inside their bands.
 
-A measurement records its caching allocator's settings (``allocator_conf``, NOTE
-[measured allocator settings]); the prediction replays those the engine models (NOTE
-[allocator settings] in engine/caching.py: expandable segments), and a record made with
+A measurement records its caching allocator's settings (``allocator_conf``);
+the prediction replays those the engine models (expandable segments), and a record made
+with
 any other setting away from its default is refused (``allocator_supported``) rather than
 compared wrongly.
 
@@ -35,16 +35,11 @@ issued). Where they differ by more than HOST_ISSUE_FACTOR either way, the replay
 is not the measured one, and what follows from it is suspect: a host held back by the
 launch queue or a synchronisation the GPU run did not have (or the reverse) moves the step
 time of a host-bound run and how many frees wait for copy events, so the reserved peak of
-a vDNN run. ConvNeXt-T (128) was found so (docs/validation.md): its profile counted
-1,060 kernels in the backward pass of each of stage 1's depthwise convolutions, 1,056 of
-them on cuDNN's own streams, which the counter now leaves out (NOTE [kernel counts]);
-counted whole, they filled the replay's launch queue and its host issued the vDNN step in
-594 ms, the H200's in 198. Each such run gets a warning line under the table; nothing is
-corrected.
+a vDNN run (a case: ConvNeXt-T (128) in docs/validation.md). Each such run gets a warning
+line under the table; nothing is corrected.
 
 NOTE [measurement sets]
-A run measured again (issue 28's fresh-process protocol re-measures records made in one
-process) is judged against its newest record: ``validate`` takes several measurement files,
+A run measured again is judged against its newest record: ``validate`` takes several measurement files,
 oldest first, and a later file's record of a run replaces every earlier file's records of
 it. A run is its model, batch size, policy, cap, allocator settings, optimizer (and
 whether it ran on the CPU), precision, sequence length and plan (``run_key``); the records
@@ -99,7 +94,7 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
             # JSON Lines: one record a line, as `vdnnsim measure --json` runs append them
             data = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        _not_measurements(p)  # NOTE [file kinds]: a YAML trace or config, say so
+        _not_measurements(p)  # a YAML trace or config, say so
         raise ConfigError(f"{shown(p)}: not JSON: {str(exc)[:200]}") from None
     except OSError as exc:
         raise ConfigError(f"{shown(p)}: cannot read: {exc.strerror or exc}") from None
@@ -117,7 +112,7 @@ def load_measurements(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def run_key(m: dict[str, Any]) -> tuple:
-    """NOTE [measurement sets]: what makes two records measurements of the same run: the
+    """What makes two records measurements of the same run: the
     model (without its source prefix), batch size, policy, cap, the allocator settings
     away from their defaults, the optimizer and whether it ran on the CPU, the precision,
     the sequence length and a plan's file, each at its default where a record lacks it."""
@@ -131,7 +126,7 @@ def run_key(m: dict[str, Any]) -> tuple:
 def load_measurement_sets(paths: "str | os.PathLike | Sequence[str | os.PathLike]"
                           ) -> tuple[list[tuple[Path, dict[str, Any]]],
                                      list[dict[str, Any]]]:
-    """The records of one or several files, each with its file (NOTE [measurement sets]):
+    """The records of one or several files, each with its file:
     a later file's record of a run replaces the earlier files' records of it. Returns the
     records in file order and the older records replaced. A file given twice is an
     error."""
@@ -157,7 +152,7 @@ def load_measurement_sets(paths: "str | os.PathLike | Sequence[str | os.PathLike
 
 
 def _not_measurements(p: Path) -> None:
-    """NOTE [file kinds]: a file that is not JSON may be YAML of another kind."""
+    """A file that is not JSON may be YAML of another kind."""
     try:
         data = read_yaml(p)
     except VdnnError:
@@ -173,7 +168,7 @@ def _positive_finite(value: Any) -> float:
 
 
 def _allocator_conf(value: Any) -> dict[str, Any]:
-    """NOTE [measured allocator settings]: a recorded ``allocator_conf``, checked as pydantic
+    """A recorded ``allocator_conf``, checked as pydantic
     reports it (the record's place in the file named)."""
     try:
         return check_conf(value, "allowed keys and values")
@@ -198,33 +193,33 @@ class Measurement(BaseModel):
     iteration_ms: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
         None, description="Median step time in milliseconds (a run that fits).")
     reserved_one_step_bytes: Annotated[float, BeforeValidator(_positive_finite)] | None = \
-        Field(None, description="One step's reserved peak from an emptied cache (NOTE "
-              "[measurement]); absent in records made before it was recorded.")
+        Field(None, description="One step's reserved peak from an emptied cache; "
+              "absent in records made before it was recorded.")
 
     iteration_ms_band: tuple[Annotated[float, BeforeValidator(_positive_finite)],
                              Annotated[float, BeforeValidator(_positive_finite)]] | None = \
         Field(None, description="[min, max] of the processes' median step times of a run "
-              "measured in several processes (NOTE [bands]); absent for one process.")
+              "measured in several processes; absent for one process.")
     peak_reserved_bytes_band: tuple[Annotated[float, BeforeValidator(_positive_finite)],
                                     Annotated[float, BeforeValidator(_positive_finite)]] | \
-        None = Field(None, description="[min, max] of the processes' peak reserved bytes "
-                     "(NOTE [bands]); absent for one process.")
+        None = Field(None, description="[min, max] of the processes' peak reserved bytes; "
+                     "absent for one process.")
     reserved_one_step_bytes_band: tuple[
         Annotated[float, BeforeValidator(_positive_finite)],
         Annotated[float, BeforeValidator(_positive_finite)]] | None = Field(
-            None, description="[min, max] of the processes' reserved_one_step_bytes (NOTE "
-            "[bands]); absent for one process.")
+            None, description="[min, max] of the processes' reserved_one_step_bytes; "
+            "absent for one process.")
     allocator_conf: Annotated[dict[str, Any], BeforeValidator(_allocator_conf)] | None = Field(
-        None, description="The caching allocator's settings the run was measured with "
-        "(NOTE [measured allocator settings]); absent or {}: PyTorch's defaults.")
+        None, description="The caching allocator's settings the run was measured with; "
+        "absent or {}: PyTorch's defaults.")
     host_probe_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
-        None, description="How fast the measuring host was before the model was built (NOTE "
-        "[host probe]); absent in records made before it was recorded.")
+        None, description="How fast the measuring host was before the model was built; "
+        "absent in records made before it was recorded.")
     optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
-                                          "step ran on the CPU (NOTE [optimizer offload]).")
+                                          "step ran on the CPU.")
     host_probe_between_ns: Annotated[float, BeforeValidator(_positive_finite)] | None = Field(
         None, description="How fast the measuring host was right after each timed step, "
-        "the median (NOTE [host probe]): what follows the step's host time; absent in "
+        "the median: what follows the step's host time; absent in "
         "records made before 2026-12-05.")
 
     @model_validator(mode="after")
@@ -244,9 +239,9 @@ class Measurement(BaseModel):
 
 
 def allocator_supported(conf: dict[str, Any] | None) -> bool:
-    """NOTE [measured allocator settings]: whether the simulator models a measurement made
+    """Whether the simulator models a measurement made
     with the allocator settings ``conf``: every setting is PyTorch's default or one the
-    engine replays (NOTE [allocator settings] in engine/caching.py)."""
+    engine replays."""
     return is_default({k: v for k, v in (conf or {}).items() if k not in KNOWN_SETTINGS})
 
 
@@ -283,13 +278,12 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
              measurements: "str | os.PathLike | Sequence[str | os.PathLike]",
              gpu: str = "h200", reserved: str = "timed",
              scale_host: bool = False) -> pd.DataFrame:
-    """``measurements``: one file of records, or several, oldest first (NOTE [measurement
-    sets]: a later file's record of a run replaces the earlier ones). ``reserved``: which
-    measured reserved peak the prediction is held against: 'timed' (over the timed steps,
-    with what the warm-up cached) or 'one-step' (one step from an emptied cache, NOTE
-    [measurement]). ``scale_host``: replay each run whose record and trace both have the
-    probe between timed steps on a host slower or faster by their ratio (NOTE [host
-    speed] in api.py; ``host_scaled``: the factor, NaN where not scaled)."""
+    """``measurements``: one file of records, or several, oldest first (a later file's
+    record of a run replaces the earlier ones). ``reserved``: which measured reserved peak
+    the prediction is held against: 'timed' (over the timed steps, with what the warm-up
+    cached) or 'one-step' (one step from an emptied cache). ``scale_host``: replay each run
+    whose record and trace both have the probe between timed steps on a host slower or
+    faster by their ratio (``host_scaled``: the factor, NaN where not scaled)."""
     if reserved not in RESERVED:
         raise ConfigError(f"reserved must be one of {', '.join(RESERVED)}, got {reserved!r}")
     tr = load_traces(traces)
@@ -313,11 +307,10 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
                               f"{m['policy']} was measured with allocator settings "
                               f"{env_string(m['allocator_conf'])!r}, which the simulator "
                               f"does not model (it models {', '.join(KNOWN_SETTINGS)} and "
-                              "PyTorch's defaults): not compared (NOTE [measured allocator "
-                              "settings])")
+                              "PyTorch's defaults): not compared")
         trace = tr[key]
-        offload = bool(m.get("optimizer_offload"))  # NOTE [optimizer offload]
-        # NOTE [host probe]: how much slower the measuring host was than the profiling one,
+        offload = bool(m.get("optimizer_offload"))
+        # how much slower the measuring host was than the profiling one,
         # by the probes after the timed steps where both have them (they follow the steps'
         # host time), else by those before the model
         src = trace.source
@@ -327,13 +320,13 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
         kind, a, b = next((p for p in pairs if None not in p[1:]), ("", None, None))
         row["host_ratio"] = a / b if a is not None else float("nan")
         row["host_probe"] = kind
-        # NOTE [host speed]: replayed on the measuring host, by the probes between steps
+        # replayed on the measuring host, by the probes between steps
         k = row["host_ratio"] if scale_host and kind == "after the steps" else None
         run, rg = at_host_speed(trace, g, k) if k else (trace, g)
         row["host_scaled"] = k or float("nan")
         r = run_trace(run, rg, policy, {}, m.get("memory_cap_bytes"),
                       allocator=_simulated_settings(m.get("allocator_conf")),
-                      optimizer_offload=offload,  # NOTE [optimizer pinning], as it ran
+                      optimizer_offload=offload,  # as it ran
                       optimizer_pinning=m.get("optimizer_pinning") or "caching"
                       if offload else "caching")
         if offload:
@@ -351,17 +344,17 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
                        alloc_err=(pa - ma) / ma, measured_reserved_gib=mr / GiB,
                        predicted_reserved_gib=pr / GiB, reserved_err=(pr - mr) / mr,
                        measured_ms=mt, predicted_ms=pt, time_err=(pt - mt) / mt)
-            host = m.get("host_issue_ms")  # NOTE [host probe]: whose time the host sets
+            host = m.get("host_issue_ms")  # whose time the host sets
             known = isinstance(host, (int, float)) and 0 < host < float("inf")
             row["host_bound"] = host >= HOST_BOUND * mt if known else None
-            # NOTE [host issue]: the replayed host's issue time beside the measured one
+            # the replayed host's issue time beside the measured one
             row["measured_host_ms"] = host if known else float("nan")
             row["predicted_host_ms"] = (r.host_issue_time_ns / 1e6 if trace.timed and
                                         trace.pytorch and r.fits and r.host_issue_time_ns > 0
                                         else float("nan"))
             held = [m.get(k) for k in ("optimizer_pinned_bytes", "optimizer_state_bytes")]
             if offload and all(isinstance(x, (int, float)) for x in held):
-                # NOTE [optimizer offload]: what the host holds for the optimizer
+                # what the host holds for the optimizer
                 mh, ph = sum(held), r.optimizer_host_bytes
                 row.update(measured_host_gib=mh / GiB, predicted_host_gib=ph / GiB,
                            host_err=(ph - mh) / mh)
@@ -372,7 +365,7 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
         raise ConfigError(f"{_names(measurements)}: no measurement matched a trace in "
                           f"{_names(traces)} (model name and batch size)")
     df = pd.DataFrame(rows)
-    df.attrs["replaced_records"] = replaced  # NOTE [measurement sets]
+    df.attrs["replaced_records"] = replaced
     return df
 
 
@@ -384,7 +377,7 @@ def _names(paths: Any) -> str:
 
 
 def _band(name: str, predicted: float, band: Any, unit: float) -> dict[str, Any]:
-    """NOTE [bands]: the band's edges (in the table's unit), whether ``predicted`` lies
+    """The band's edges (in the table's unit), whether ``predicted`` lies
     inside, and how far outside relative to the nearer edge (0 inside)."""
     nan = float("nan")
     if band is None or predicted != predicted:  # no band, or no prediction (memory only)
@@ -409,12 +402,12 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
             if name in TARGETS:
                 med, mx = TARGETS[name]
                 out[name]["target_met"] = statistics.median(errs) <= med and max(errs) <= mx
-    for name in ("time", "reserved"):  # NOTE [bands]
+    for name in ("time", "reserved"):
         col = df.get(f"{name}_in_band", pd.Series(dtype=object))
         judged = [bool(v) for v in col if v is not None and v == v]
         if judged:
             out.setdefault("bands", {})[name] = {"inside": sum(judged), "n": len(judged)}
-    if "host_bound" in df and "time_err" in df:  # NOTE [host probe]
+    if "host_bound" in df and "time_err" in df:
         timed = df[df.time_err.notna()]
         for kind, rows in (("host", timed[timed.host_bound == True]),  # noqa: E712
                            ("gpu", timed[timed.host_bound == False]),  # noqa: E712
@@ -422,20 +415,20 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
             errs = [abs(x) for x in rows.time_err]
             if errs:
                 band = [bool(v) for v in rows.get("time_in_band", pd.Series(dtype=object))
-                        if v is not None and v == v]  # NOTE [bands]
+                        if v is not None and v == v]
                 out.setdefault("time_by_bound", {})[kind] = {
                     "median_abs": statistics.median(errs), "max_abs": max(errs),
                     "n": len(errs), "in_band": sum(band), "banded": len(band)}
     capped = df[df.cap_gib.notna()]
     out["fit"] = {"right": int(df.fit_right.sum()), "n": len(df),
                   "capped_right": int(capped.fit_right.sum()), "capped_n": len(capped)}
-    out["replaced_records"] = int(df.attrs.get("replaced_records", 0))  # NOTE [measurement sets]
-    if "host_scaled" in df:  # NOTE [host speed]
+    out["replaced_records"] = int(df.attrs.get("replaced_records", 0))
+    if "host_scaled" in df:
         out["host_scaled"] = int(df.host_scaled.notna().sum())
     return out
 
 
-def _ms(v: float) -> str:  # NaN: a memory-only trace's (NOTE [memory-only traces])
+def _ms(v: float) -> str:  # NaN: a memory-only trace's
     return f"{'-':>8s}" if v != v else f"{v:8.1f}"
 
 
@@ -480,7 +473,7 @@ def format_validation(df: pd.DataFrame) -> str:
             lines.append(f"{name}: median |error| {v['median_abs']:.1%}, max {v['max_abs']:.1%}"
                          f" over {v['n']} runs{target}")
     split = s.get("time_by_bound", {})
-    if "host" in split:  # NOTE [host probe]: host-bound truth repeats less
+    if "host" in split:  # host-bound truth repeats less
         parts = [f"{what} {v['median_abs']:.1%} / {v['max_abs']:.1%} over {v['n']}" +
                  (f" ({v['in_band']} of {v['banded']} inside their bands)" if v["banded"]
                   else "")
@@ -496,26 +489,25 @@ def format_validation(df: pd.DataFrame) -> str:
     f = s["fit"]
     lines.append(f"fits / out of memory right: {f['right']} of {f['n']} "
                  f"({f['capped_right']} of {f['capped_n']} capped runs)")
-    if s.get("host_scaled"):  # NOTE [host speed]
+    if s.get("host_scaled"):
         lines.append(f"host costs scaled by the probes' ratio in {s['host_scaled']} of "
                      f"{f['n']} runs (--scale-host; the rest had no probe between steps "
                      "in the trace or the record)")
-    if s["replaced_records"]:  # NOTE [measurement sets]
+    if s["replaced_records"]:
         lines.append(f"judged against the newest measurements: {s['replaced_records']} "
                      "older records replaced by later files' records of the same runs")
     lines += host_warnings(df)
     return "\n".join(lines)
 
 
-HOST_PROBE_TOLERANCE = 0.10  # NOTE [host probe]: the fresh processes' own spread is 6-8%
-HOST_ISSUE_FACTOR = 2.0  # NOTE [host issue]: host times of fresh processes span up to 1.9x
+HOST_PROBE_TOLERANCE = 0.10  # the fresh processes' own spread is 6-8%
+HOST_ISSUE_FACTOR = 2.0  # host times of fresh processes span up to 1.9x
 
 
 def host_warnings(df: pd.DataFrame) -> list[str]:
-    """NOTE [host probe]: a line for each run whose measuring host was more than
-    HOST_PROBE_TOLERANCE faster or slower than its trace's profiling host; NOTE [host
-    issue]: one for each run whose replayed host issued the step more than
-    HOST_ISSUE_FACTOR faster or slower than the measured host."""
+    """A line for each run whose measuring host was more than HOST_PROBE_TOLERANCE
+    faster or slower than its trace's profiling host; one for each run whose replayed host
+    issued the step more than HOST_ISSUE_FACTOR faster or slower than the measured host."""
     out = []
     if "predicted_host_ms" in df:
         for r in df.itertuples():
@@ -526,8 +518,7 @@ def host_warnings(df: pd.DataFrame) -> list[str]:
                            f"host issued the step in {p:.1f} ms, the measured one in {m:.1f} "
                            "ms: the replay's host is not the measured one (a host of "
                            "another speed, or the trace's kernel counts, launch queue or "
-                           "waits), so its time and a vDNN run's reserved peak are suspect "
-                           "(NOTE [host issue])")
+                           "waits), so its time and a vDNN run's reserved peak are suspect")
     if "host_ratio" not in df:
         return out
     for r in df.itertuples():

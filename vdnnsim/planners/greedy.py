@@ -16,18 +16,18 @@ formula):
 3. Then make it faster: drop each offload (smallest first) and move each leaner algorithm
    back to the fastest, keeping every change that still fits and is not slower.
 4. vdnn_dyn's own answer is a candidate too, and so is activation checkpointing
-   (NOTE [recompute]) with 2 to 32 of checkpoint_sequential's segments, alone or with
+   with 2 to 32 of checkpoint_sequential's segments, alone or with
    vDNN's offload of what it keeps; the fastest candidate that fits is returned.
 
-5. The whole search runs again on the network with a batch split (NOTE [batch split])
+5. The whole search runs again on the network with a batch split
    from its first layer to each of its first three shrinking layers, in 2 or 4 slices,
    with and without each slice checkpointed; checkpointing candidates then cover the
    layers after the split (the splits tried: split.py's ``split_structures``, which the
    MILP tries too).
 
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
-default reading of its marks (NOTE [offload marks]). It is a heuristic: no
-claim of optimality (the exact program is NOTE [milp planner] in milp.py; ``method='auto'``
+default reading of its marks. It is a heuristic: no
+claim of optimality (the exact program is milp.py's; ``method='auto'``
 runs both and keeps the faster); each plan's memory and time are the engine's. A plan is written as a YAML file
 (``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
 segments) that the ``planned`` policy replays (policies/planned.py reads it).
@@ -64,17 +64,17 @@ class Search:
 
     steps: list[str] = field(default_factory=list)
     simulations: int = 0
-    allocator: Any = None  # NOTE [planned allocator]: the settings each replay is under
-    optimizer_offload: bool = False  # NOTE [optimizer offload]: each replay with it on the CPU
+    allocator: Any = None  # the settings each replay is under
+    optimizer_offload: bool = False  # each replay with it on the CPU
 
 
 def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[str, ...], ...],
           segs: tuple[tuple[int, int], ...] = (), name: str = "planned",
           split: tuple[tuple[str, str, int], ...] = ()) -> Plan:
-    """``split``: the batch splits that made ``trace`` (NOTE [batch split]), which the plan
+    """``split``: the batch splits that made ``trace``, which the plan
     carries with the trace it runs."""
     offload = tuple(tuple(b for b in c if b in chosen) for c in cands)
-    marks = policy_marks(trace, "all", "measured")  # NOTE [offload marks]: the default
+    marks = policy_marks(trace, "all", "measured")  # the default
     return Plan(name, "layer_wise", tuple(algos), offload,
                 find_prefetch_schedule(trace, offload, marks), True, runtime=True,
                 recompute=segs, trace=trace if segs or split else None, split=split)
@@ -98,9 +98,7 @@ METHODS = ("auto", "milp", "greedy")
 # drops every candidate whose workspace exceeds what it got. The fastest algorithm, with
 # workspace W, survives for sure only if 2W can be allocated at that moment (the request
 # that succeeds is more than half the room); with less room a slower algorithm may win,
-# which the profiled trace does not know (measured: the MILP's VGG-16 (256) plan under a
-# 12 GiB cap ran 25% over its prediction, and 1% under a 20 GiB cap;
-# docs/beyond-vdnn.md). So for PyTorch traces the planner checks every plan with each
+# which the profiled trace does not know (docs/beyond-vdnn.md). So for PyTorch traces the planner checks every plan with each
 # layer's workspaces at AUTOTUNE_FACTOR times their size; the plan's predicted memory and
 # time are then the trace's own. ``headroom=False`` plans without it.
 AUTOTUNE_FACTOR = 2
@@ -120,28 +118,28 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
                 method: str = "auto", headroom: bool = True,
                 allocator: Any = None, optimizer_offload: bool = False
                 ) -> tuple[Plan | None, Search]:
-    """NOTE [planner]: the best plan found that fits in ``budget`` bytes (None: none).
-    ``method``: 'greedy' (this module's search), 'milp' (NOTE [milp planner]) or 'auto'
+    """The best plan found that fits in ``budget`` bytes (None: none).
+    ``method``: 'greedy' (this module's search), 'milp' or 'auto'
     (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
-    faster engine-checked answer; the greedy search alone above it). ``headroom``: NOTE
-    [autotune headroom], for PyTorch traces with any workspace. ``allocator``: the
-    caching allocator's settings every candidate is checked under (NOTE [planned
-    allocator]; None: PyTorch's defaults). ``optimizer_offload``: every candidate replayed
-    with the optimizer's state and step on the CPU (NOTE [optimizer offload]), and the plan
+    faster engine-checked answer; the greedy search alone above it). ``headroom``: the
+    autotune headroom, for PyTorch traces with any workspace. ``allocator``: the
+    caching allocator's settings every candidate is checked under (None: PyTorch's
+    defaults). ``optimizer_offload``: every candidate replayed
+    with the optimizer's state and step on the CPU, and the plan
     says so; the activations' plan is chosen for that step."""
     if method not in METHODS:
         raise ConfigError(f"planner method must be one of {', '.join(METHODS)}, got "
                           f"{short_repr(method)}")
     allocator = allocator_settings(allocator)  # (a Torch7 trace with the optimizer on the
-    # CPU: the plan check of every replay refuses it, NOTE [compile])
+    # CPU: the plan check of every replay refuses it)
     if not (headroom and trace.pytorch and any(
             a.workspace_bytes for x in trace.layers for a in x.algos)):
         return _search_plan(trace, gpu, budget, max_steps, method, allocator,
                             optimizer_offload)
     plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget,
                                 max_steps, method, allocator, optimizer_offload)
-    search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size (NOTE "
-                           "[autotune headroom])")
+    search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size "
+                           "(autotune headroom)")
     if plan is not None and plan.trace is not None:
         plan = replace(plan, trace=scale_workspaces(plan.trace, 1 / AUTOTUNE_FACTOR))
     return plan, search
@@ -152,7 +150,7 @@ def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: st
                  ) -> tuple[Plan | None, Search]:
     search = Search(allocator=allocator, optimizer_offload=optimizer_offload)
     plan, search = _searched(trace, gpu, budget, max_steps, method, search)
-    if plan is not None and optimizer_offload:  # NOTE [optimizer offload]: as replayed
+    if plan is not None and optimizer_offload:  # as replayed
         plan = replace(plan, optimizer_offload=True, profiled=None)
     return plan, search
 
@@ -198,7 +196,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             split: tuple[tuple[str, str, int], ...] = ()) -> tuple[Plan, int] | None:
     """One search of NOTE [planner] on ``trace`` with the checkpointed segments ``fixed``
     kept and further segments placed from layer ``start`` on; ``split``: the batch splits
-    that made ``trace`` from the network (NOTE [batch split]), () for the network itself."""
+    that made ``trace`` from the network, () for the network itself."""
     lv = liveness(trace)
     n = len(trace.layers)
     cands = offload_sets(trace, lv, conv_only=False)
@@ -280,7 +278,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
-        with planning_under(search.allocator):  # NOTE [planning allocator]
+        with planning_under(search.allocator):
             dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
         # its profiling passes replayed under the search's allocator settings; with the
@@ -297,42 +295,38 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
 
 # -- the plan file ---------------------------------------------------------------------------
 # NOTE [plan layer names]
-# A layer plan names the trace's layers, and the runtime that executes it (the vDNN runtime,
-# NOTE [planned runtime]) finds them among the layers of its own torch.fx graph of the model:
+# A layer plan names the trace's layers, and the runtime that executes it (the vDNN runtime)
+# finds them among the layers of its own torch.fx graph of the model:
 # the names of a torchvision or zoo trace (vdnnsim profile/trace of such a model, layer by
-# layer). An op-by-op trace (the op probe's: an hf: or factory model, NOTE [module paths])
-# names ATen ops (convolution_0) that no fx graph has, so its layer plans cannot run yet
-# (plans by module are issue 26's); they are marked ``layer_names: ops``, vdnnsim plan says
-# so when it writes one, and vdnnsim measure --plan refuses one in one line before it
-# builds the model (it once ran the model to fail with "no such run of layers"). What runs
-# on such a model is a block plan (NOTE [block plan]), which names its blocks by module path
-# (NOTE [blocks]: chosen from the step's calls, so a CNN built by a factory has them too);
+# layer). An op-by-op trace (the op probe's: an hf: or factory model)
+# names ATen ops (convolution_0) that no fx graph has, so its layer plans cannot run; they
+# are marked ``layer_names: ops``, vdnnsim plan says so when it writes one, and vdnnsim
+# measure --plan refuses one in one line before it builds the model. What runs
+# on such a model is a block plan, which names its blocks by module path
+# (chosen from the step's calls, so a CNN built by a factory has them too);
 # ``vdnnsim plan --method auto`` writes one wherever the trace has blocks.
 OP_LAYERS = "ops"
 OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (an hf: or "
-                      "factory model's; NOTE [plan layer names]), which the vDNN runtime "
+                      "factory model's), which the vDNN runtime "
                       "cannot find in its fx graph of the model: it predicts, but cannot "
                       "run yet; for a model with blocks plan with --method blocks")
 
 
 # NOTE [fragmentation caution]
 # A plan is checked by replaying it under the budget, the engine's caching allocator
-# deciding where each block goes; near the cap that model is least sure (issue 28: the
-# segments a real run splits, gives back and makes again). Measured under a 22 GiB cap
-# with the default allocator, two plans that the replay fitted ran out of memory: the
-# 3.4B Llama's with 0.49 GiB (2.2% of the cap) unallocated at its predicted peak
-# (traces/h200_offload/session24) and the 1.1B's at batch 4 with 18 blocks offloaded with
-# 1.34 GiB (6.1%; traces/h200_issue28/session23); plans that left 0.89 and 1.45 GiB
-# trained. ``vdnnsim plan`` says so when a plan of a PyTorch trace leaves less than
-# CAUTION_SHARE of its budget (the largest of those misses); it does not change the plan.
+# deciding where each block goes; near the cap that model is least sure (the segments a
+# real run splits, gives back and makes again). ``vdnnsim plan`` says so when a plan of a
+# PyTorch trace leaves less than CAUTION_SHARE of its budget unallocated at its predicted
+# peak (the largest share a replay-fitted plan was measured to run out of memory with:
+# docs/validation.md, "Plans near the cap"); it does not change the plan.
 CAUTION_SHARE = 0.061
 
 
 def fragmentation_caution(trace: Trace, budget: int, peak_allocated: int,
                           allocator: Any = None) -> str | None:
-    """NOTE [fragmentation caution]: a line for a PyTorch trace's plan under the default
+    """A line for a PyTorch trace's plan under the default
     allocator whose allocated peak leaves less than CAUTION_SHARE of ``budget``; None
-    otherwise (and under expandable segments, NOTE [planned allocator])."""
+    otherwise (and under expandable segments)."""
     if not trace.pytorch or not budget or budget - peak_allocated >= CAUTION_SHARE * budget \
             or not allocator_settings(allocator).default:
         return None
@@ -340,9 +334,9 @@ def fragmentation_caution(trace: Trace, budget: int, peak_allocated: int,
     return (f"caution: the plan leaves {left / 2**30:.2f} GiB ({100 * left / budget:.1f}%) "
             "of the budget unallocated at its peak; under a real cap, plans the replay "
             f"fitted have run out of memory with up to {100 * CAUTION_SHARE:.1f}% left "
-            "(PyTorch's caching allocator near the cap, NOTE [fragmentation caution]): plan "
+            "(PyTorch's caching allocator near the cap): plan "
             "for a smaller budget to keep a margin, or under expandable segments "
-            "(--allocator expandable_segments=true, NOTE [planned allocator])")
+            "(--allocator expandable_segments=true)")
 
 
 def layer_names(trace: Trace) -> str:
@@ -353,7 +347,7 @@ def layer_names(trace: Trace) -> str:
 
 def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
                  predicted: dict[str, Any], allocator: Any = None) -> dict[str, Any]:
-    if plan.trace is not None:  # NOTE [batch split]: the layers of the reshaped network
+    if plan.trace is not None:  # the layers of the reshaped network
         trace = plan.trace
     layers = []
     for i, x in enumerate(trace.layers):
@@ -366,7 +360,7 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
     return {"format": FORMAT, "version": 1, "network": trace.name,
             "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
             "layer_names": layer_names(trace), "sync": plan.sync,
-            # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)
+            # said where it is on (a plan without it reads as before)
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
             **planned_allocator(allocator), "predicted": predicted,
             "split": [list(x) for x in plan.split],
@@ -374,13 +368,13 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
             "layers": layers}
 
 
-# A block plan's file (NOTE [block plan] in policies/blocks.py, where ``plan_blocks`` finds
+# A block plan's file (where ``plan_blocks`` finds
 # the count).
 from .planfile import BLOCK_FORMAT  # noqa: E402  (the block plan file's format)
 
 
 def block_paths(trace: Trace) -> list[str] | None:
-    """NOTE [blocks]: the trace's blocks by module path, in order (None where its layers
+    """The trace's blocks by module path, in order (None where its layers
     carry none: a trace of an older probe, whose blocks were its largest ModuleList's)."""
     regions = block_regions(trace)[1:-1]
     paths = [trace.layers[r[0]].attrs.get("block_path") if r else None for r in regions]
@@ -388,13 +382,13 @@ def block_paths(trace: Trace) -> list[str] | None:
 
 
 def recompute_paths(trace: Trace, recompute: int, start: int = 0) -> list[str]:
-    """NOTE [block recompute]: the blocks a plan checkpoints, by path (after the first
-    ``start``, the offloaded ones: NOTE [block mix])."""
+    """The blocks a plan checkpoints, by path (after the first
+    ``start``, the offloaded ones)."""
     return list(block_segments(trace, recompute, start)) if recompute else []
 
 
 def planned_allocator(allocator: Any) -> dict[str, Any]:
-    """NOTE [planned allocator]: a plan file's ``allocator`` entry for these settings
+    """A plan file's ``allocator`` entry for these settings
     (none for PyTorch's defaults)."""
     settings = allocator_settings(allocator)
     return {} if settings.default else {
@@ -406,18 +400,18 @@ def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan,
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
             "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
-            "recompute_blocks": plan.recompute,  # NOTE [block recompute]
+            "recompute_blocks": plan.recompute,
             "recompute_paths": recompute_paths(trace, plan.recompute, plan.blocks),
-            # NOTE [blocks]: the blocks by module path, the runtime hooks them by these
+            # the blocks by module path, the runtime hooks them by these
             "block_paths": block_paths(trace),
-            # NOTE [optimizer offload]: said where it is on (a plan without it reads as before)
+            # said where it is on (a plan without it reads as before)
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
-            # NOTE [parameter offload]: said where some are on the host
+            # said where some are on the host
             **({"param_blocks": plan.params} if plan.params else {}),
-            # NOTE [optimizer pinning]: said where the copies are registered
+            # said where the copies are registered
             **({"optimizer_pinning": plan.optimizer_pinning}
                if plan.optimizer_pinning != "caching" else {}),
             **planned_allocator(allocator),
-            "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,  # NOTE [memory-
-                          # only traces]: no time where the trace has none
+            "predicted": {"peak_memory_bytes": plan.peak_memory_bytes,
+                          # no time where the trace has none
                           "iteration_time_ns": plan.iteration_time_ns if trace.timed else None}}

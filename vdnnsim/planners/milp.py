@@ -3,7 +3,7 @@ each layer's algorithm, solved by HiGHS (``scipy.optimize.milp``), every answer 
 by the engine (``vdnnsim plan --method milp``).
 
 NOTE [milp planner]
-For one *structure* (the network, possibly batch-split, NOTE [batch split], and a
+For one *structure* (the network, possibly batch-split, and a
 partition of its layers into consecutive chunks that may be checkpointed), the program
 chooses
 
@@ -12,15 +12,15 @@ chooses
   its last forward reader and brought back by a prefetch in a fixed slot: the backward
   pass of the layer just above its first backward reader (slots are handed out from the
   bottom, a layer a slot; one that finds none is fetched on demand);
-- ``c[s]``: chunk s is a checkpointed segment (NOTE [recompute]); a buffer the segment
+- ``c[s]``: chunk s is a checkpointed segment; a buffer the segment
   drops or rereads is never offloaded (``o[b] + c[s] <= 1``);
 
 to minimise the sum over layers of ``max(compute, copies)`` for each forward and backward
 pass (the end-of-layer synchronisation of the paper, which the planner's plans keep) plus
 the forward time run again in checkpointed segments, subject to memory at every point of
 the iteration (each layer's forward and backward pass, and each layer's recompute) being
-within the budget. Memory is this module's own account of NOTE [buffer lifetimes] under
-the trace's semantics (NOTE [pytorch semantics]): every buffer, gradient, weight gradient
+within the budget. Memory is this module's own account of the buffers' lifetimes
+under the trace's semantics: every buffer, gradient, weight gradient
 and workspace as an interval of the iteration, each decision adding or removing bytes on
 intervals of its own; so the program is linear and exact *for that account*.
 
@@ -32,7 +32,7 @@ answer is the engine's memory and time; the program's objective is printed besid
 
 What is exact and what is enumerated: for a given structure the program is solved to
 optimality (HiGHS, no gap) over every combination of algorithms, offloads and chunks;
-the structures themselves (no split or the split candidates of NOTE [planner]; chunk
+the structures themselves (no split or the greedy planner's split candidates; chunk
 grids of 2 to 32 chunks) are enumerated, and the fastest engine-checked answer over
 them is returned. Chunk boundaries are not variables (a free segmentation is quadratic
 in variables and cubic in constraints); an input read by two checkpointed chunks is
@@ -41,10 +41,7 @@ counted once per chunk (a conservative over-count).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,13 +56,14 @@ from ..engine.compile import optimizer_state
 from ..engine.sim import checkpoint_buffers, free_points, keepers
 from ..hardware import GPU
 from ..policies.plan import offload_sets
+from .mip import Program
 from .split import split_structures
 from ..trace.model import Trace
 from ..units import GiB, transfer_ns
 
 ROUNDS = 12  # lazy cuts per structure before it is given up
 TIME_LIMIT_S = 20.0  # per program; a program not solved to optimality says so
-MAX_LAYERS = 600  # above this the planner's heuristic is used (NOTE [planner])
+MAX_LAYERS = 600  # above this the planner's heuristic is used
 
 
 @dataclass
@@ -80,77 +78,12 @@ class Solution:
     note: str = ""
 
 
-@dataclass
-class _Program:
-    names: list[str] = field(default_factory=list)
-    binary: list[bool] = field(default_factory=list)
-    cost: list[float] = field(default_factory=list)
-    rows: list[dict[int, float]] = field(default_factory=list)
-    lo: list[float] = field(default_factory=list)
-    hi: list[float] = field(default_factory=list)
-
-    def var(self, name: str, binary: bool, cost: float = 0.0) -> int:
-        self.names.append(name)
-        self.binary.append(binary)
-        self.cost.append(cost)
-        return len(self.names) - 1
-
-    def row(self, coefs: dict[int, float], lo: float, hi: float) -> int:
-        self.rows.append(coefs)
-        self.lo.append(lo)
-        self.hi.append(hi)
-        return len(self.rows) - 1
-
-    def solve(self, time_limit_s: float) -> tuple[np.ndarray | None, bool]:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import csr_array
-
-        nv = len(self.names)
-        data, ri, ci = [], [], []
-        for r, coefs in enumerate(self.rows):
-            for c, v in coefs.items():
-                if v:
-                    ri.append(r)
-                    ci.append(c)
-                    data.append(v)
-        a = csr_array((data, (ri, ci)), shape=(len(self.rows), nv))
-        ub = np.array([1.0 if b else np.inf for b in self.binary])
-        with _quiet():
-                res = milp(np.array(self.cost), integrality=np.array(self.binary, dtype=int),
-                       bounds=Bounds(np.zeros(nv), ub),
-                       constraints=LinearConstraint(a, np.array(self.lo), np.array(self.hi)),
-                       options={"time_limit": time_limit_s, "mip_rel_gap": 0.0,
-                                "disp": False})
-        if res.x is None:
-            return None, False
-        return res.x, res.status == 0
-
-
-@contextlib.contextmanager
-def _quiet():
-    """HiGHS's MIP solver prints an occasional line of its own to the process's stdout
-    (C++, past ``disp=False``): hold file descriptor 1 shut while it runs."""
-    try:
-        sys.stdout.flush()
-        fd = os.dup(1)
-    except (OSError, ValueError):  # no real stdout (a notebook kernel's, say)
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            yield
-    finally:
-        os.dup2(fd, 1)
-        os.close(fd)
-
-
 GIB = float(GiB)
 MS = 1e6
 
 
 class Account:
-    """NOTE [milp planner]: the memory of one iteration as intervals over positions:
+    """The memory of one iteration as intervals over positions:
     layer i's forward pass at ``i``, the end of the forward pass at ``n - 0.5``, layer j's
     backward pass at ``2n - 1 - j`` and the moment before it at ``2n - 1.5 - j``."""
 
@@ -173,8 +106,8 @@ class Account:
             if x.weight_bytes:
                 w = aligned(x.weight_bytes)
                 self.const.append((w, -1, end))
-                # its gradient, to the step; with the optimizer on the CPU (NOTE [optimizer
-                # offload]) copied out after its backward pass: counted to the next layer's
+                # its gradient, to the step; with the optimizer on the CPU
+                # copied out after its backward pass: counted to the next layer's
                 self.const.append((w, self.bwd(i) if sem.per_layer_weights else -1,
                                    self.bwd(i) + 1 if optimizer_offload else end))
         fwd_free, bwd_free = free_points(lv, self.held)
@@ -236,7 +169,7 @@ def chunk_grid(first: int, n: int, k: int) -> tuple[tuple[int, int], ...]:
 
 def prefetch_slots(trace: Trace, lv: Liveness, cands: tuple[tuple[str, ...], ...]
                    ) -> tuple[dict[int, int], dict[int, int]]:
-    """NOTE [milp planner]: per offloading layer, the backward pass that prefetches its
+    """Per offloading layer, the backward pass that prefetches its
     buffers (``slot``) or, where no slot is left, the layer that fetches them on demand."""
     keep = keepers(trace, lv)
     n = len(trace.layers)
@@ -260,7 +193,7 @@ def prefetch_slots(trace: Trace, lv: Liveness, cands: tuple[tuple[str, ...], ...
 class Built:
     """A program and what its variables mean."""
 
-    program: _Program
+    program: Program
     account: Account
     algo_vars: list[list[tuple[int, int]]]  # per layer: (variable, algorithm index)
     chunk_vars: list[int]  # per chunk
@@ -285,7 +218,7 @@ class Built:
         return x
 
     def memory_bytes(self, x: np.ndarray) -> dict[tuple, float]:
-        """NOTE [milp planner]: the account's bytes at each point under ``x``; a recompute
+        """The account's bytes at each point under ``x``; a recompute
         point only where its chunk is checkpointed."""
         out = {}
         rows = self.program.rows
@@ -297,213 +230,252 @@ class Built:
         return out
 
 
+class _Builder:
+    """The steps of ``build``, in the order it runs them (variables and rows are numbered
+    in that order); the points of the account and their constant GiB are set up first."""
+
+    def __init__(self, trace: Trace, gpu: GPU, acc: Account,
+                 chunks: tuple[tuple[int, int], ...]):
+        self.trace, self.acc, self.chunks = trace, acc, chunks
+        self.lv, self.n = acc.lv, acc.n
+        self.layers = trace.layers
+        self.p = Program()
+        self.link = gpu.link
+        # points: key -> position
+        points: dict[tuple, float] = {}
+        for i in range(self.n):
+            points[("fwd", i)] = float(i)
+            points[("bwd", i)] = acc.bwd(i)
+        for first, last in chunks:
+            points[("pre", last)] = acc.before_bwd(last)
+        self.keys = keys = list(points)
+        pos = np.array([points[k] for k in keys])
+        self.order = np.argsort(pos, kind="stable")
+        self.spos = pos[self.order]
+        self.index = {k: r for r, k in enumerate(keys)}
+        self.base = np.zeros(len(keys))
+        self.var_terms: list[dict[int, float]] = [{} for _ in keys]
+        for size, a, b in acc.const:
+            self.base[self.covered(a, b)] += size / GIB
+
+    def covered(self, a: float, b: float, open_a: bool = False, open_b: bool = False
+                ) -> np.ndarray:
+        lo = np.searchsorted(self.spos, a, side="right" if open_a else "left")
+        hi = np.searchsorted(self.spos, b, side="left" if open_b else "right")
+        return self.order[lo:hi]
+
+    def add(self, v: int, coef: float, rows) -> None:
+        for r in rows:
+            d = self.var_terms[r]
+            d[v] = d.get(v, 0.0) + coef
+
+    def algorithms(self) -> None:
+        """One variable per algorithm of a layer that has several; workspaces."""
+        p, base, index = self.p, self.base, self.index
+        self.algo_vars: list[list[tuple[int, int]]] = []  # per layer: (var, algo index)
+        for i, x in enumerate(self.layers):
+            if len(x.algos) == 1:
+                self.algo_vars.append([])
+                a = x.algos[0]
+                if a.fwd_workspace_bytes:
+                    base[index[("fwd", i)]] += aligned(a.fwd_workspace_bytes) / GIB
+                if a.bwd_workspace_bytes:
+                    base[index[("bwd", i)]] += aligned(a.bwd_workspace_bytes) / GIB
+                continue
+            vs = []
+            for k, a in enumerate(x.algos):
+                v = p.var(f"algo[{x.id},{a.name}]", True)
+                vs.append((v, k))
+                if a.fwd_workspace_bytes:
+                    self.add(v, aligned(a.fwd_workspace_bytes) / GIB, [index[("fwd", i)]])
+                if a.bwd_workspace_bytes:
+                    self.add(v, aligned(a.bwd_workspace_bytes) / GIB, [index[("bwd", i)]])
+            p.row({v: 1.0 for v, _ in vs}, 1.0, 1.0)
+            self.algo_vars.append(vs)
+
+    def fwd_expr(self, i: int) -> tuple[dict[int, float], float]:
+        x = self.layers[i]
+        if not self.algo_vars[i]:
+            return {}, x.algos[0].fwd_ns / MS
+        return {v: x.algos[k].fwd_ns / MS for v, k in self.algo_vars[i]}, 0.0
+
+    def bwd_expr(self, i: int) -> tuple[dict[int, float], float]:
+        x = self.layers[i]
+        if not self.algo_vars[i]:
+            return {}, x.algos[0].bwd_ns / MS
+        return {v: x.algos[k].bwd_ns / MS for v, k in self.algo_vars[i]}, 0.0
+
+    def checkpoints(self) -> None:
+        """One variable per chunk: the bytes it drops and rereads, and its forward again."""
+        p, acc, lv, layers = self.p, self.acc, self.lv, self.layers
+        self.chunk_vars = [p.var(f"checkpoint[{layers[f].id}..{layers[l_].id}]", True)
+                           for f, l_ in self.chunks]
+        self.no_offload: dict[str, list[int]] = {}
+        self.chunk_sets = []
+        for s, (first, last) in enumerate(self.chunks):
+            v = self.chunk_vars[s]
+            dropped, inputs = checkpoint_buffers(self.trace, lv, first, last, acc.held)
+            self.chunk_sets.append(dropped)
+            for b in dropped | inputs:
+                self.no_offload.setdefault(b, []).append(v)
+            for b in dropped:
+                if acc.size[b]:
+                    start = lv.forward_free(b)
+                    self.add(v, -acc.size[b] / GIB,
+                             self.covered(start, acc.bwd(last), True, True))
+            for b in inputs:
+                if not acc.size[b] or b not in acc.span:
+                    continue
+                stop = acc.span[b][1]
+                if b in acc.freed_f or (b in acc.freed_b and acc.freed_b[b] > first):
+                    self.add(v, acc.size[b] / GIB,
+                             self.covered(stop, acc.bwd(first), True, False))
+            # its forward again: a lower bound on the time that holds only when chosen
+            t = p.var(f"recompute_ms[{layers[first].id}]", False, 1.0)
+            coefs: dict[int, float] = {t: 1.0}
+            const = 0.0
+            big = 0.0
+            for j in range(first, last + 1):
+                e, c0 = self.fwd_expr(j)
+                for k, val in e.items():
+                    coefs[k] = coefs.get(k, 0.0) - val
+                const += c0
+                big += max(a.fwd_ns for a in layers[j].algos) / MS
+            coefs[v] = coefs.get(v, 0.0) - big
+            p.row(coefs, const - big, np.inf)  # t - sum fwd - big*c >= -big + const
+
+    def offloads(self) -> None:
+        """One variable per candidate buffer: its bytes away and its copies' times."""
+        p, acc, lv, link = self.p, self.acc, self.lv, self.link
+        d2h = link.d2h_bw_bytes_per_s
+        h2d = link.h2d_bw_bytes_per_s
+        self.cands = cands = offload_sets(self.trace, lv, conv_only=False)
+        slot, demand = prefetch_slots(self.trace, lv, cands)
+        self.slot = slot
+        self.off_vars: dict[str, int] = {}
+        self.out_xfer: dict[int, dict[int, float]] = {}  # layer -> var -> ms of its offloads
+        self.pf_xfer: dict[int, dict[int, float]] = {}  # backward layer -> var -> ms prefetched
+        self.od_xfer: dict[int, dict[int, float]] = {}  # backward layer -> var -> ms on demand
+        for L, c in enumerate(cands):
+            for b in c:
+                size = lv.size[b]
+                v = self.off_vars[b] = p.var(f"offload[{b}]", True)
+                for cv in self.no_offload.get(b, ()):
+                    p.row({v: 1.0, cv: 1.0}, -np.inf, 1.0)
+                back = acc.bwd(slot[L]) if L in slot else acc.bwd(demand[L])
+                self.add(v, -acc.size[b] / GIB, self.covered(L, back, True, True))
+                self.out_xfer.setdefault(L, {})[v] = \
+                    transfer_ns(size, d2h, link.latency_ns) / MS
+                ms = transfer_ns(size, h2d, link.latency_ns) / MS
+                if L in slot:
+                    self.pf_xfer.setdefault(slot[L], {})[v] = ms
+                else:
+                    self.od_xfer.setdefault(demand[L], {})[v] = ms
+
+    def times(self) -> None:
+        """Each pass at least its compute and at least its copies."""
+        p, layers = self.p, self.layers
+        for i in range(self.n):
+            t = p.var(f"fwd_ms[{layers[i].id}]", False, 1.0)
+            e, c0 = self.fwd_expr(i)
+            p.row({t: 1.0, **{k: -val for k, val in e.items()}}, c0, np.inf)
+            if i in self.out_xfer:
+                p.row({t: 1.0, **{k: -val for k, val in self.out_xfer[i].items()}}, 0.0,
+                      np.inf)
+            u = p.var(f"bwd_ms[{layers[i].id}]", False, 1.0)
+            e, c0 = self.bwd_expr(i)
+            od = self.od_xfer.get(i, {})
+            row = {u: 1.0}
+            for k, val in list(e.items()) + list(od.items()):
+                row[k] = row.get(k, 0.0) - val
+            p.row(row, c0, np.inf)
+            if i in self.pf_xfer:
+                row = {u: 1.0}
+                for k, val in list(self.pf_xfer[i].items()) + list(od.items()):
+                    row[k] = row.get(k, 0.0) - val
+                p.row(row, 0.0, np.inf)
+
+    def memory_rows(self, cap: float, margin: dict[tuple, float]
+                    ) -> dict[tuple, tuple[int, float, int | None, float]]:
+        """A row per forward and backward point: its bytes within ``cap`` GiB."""
+        mem_rows: dict[tuple, tuple[int, float, int | None, float]] = {}
+        for key in self.keys:
+            if key[0] == "pre":
+                continue
+            r = self.index[key]
+            hi = cap - margin.get(key, 0.0) / GIB - self.base[r]
+            mem_rows[key] = (self.p.row(dict(self.var_terms[r]), -np.inf, hi),
+                             float(self.base[r]), None, 0.0)
+        return mem_rows
+
+    def recompute_rows(self, cap: float, margin: dict[tuple, float],
+                       mem_rows: dict[tuple, tuple[int, float, int | None, float]]) -> None:
+        """Recompute points: the moment before the segment's last layer's backward pass,
+        plus what the recompute has made so far and its layer's workspace."""
+        acc, lv, layers, base = self.acc, self.lv, self.layers, self.base
+        for s, (first, last) in enumerate(self.chunks):
+            v = self.chunk_vars[s]
+            r = self.index[("pre", last)]
+            dropped = self.chunk_sets[s]
+            big = float(base.max() + sum(acc.size.values()) / GIB + 64)
+            made = 0.0
+            transient: dict[str, int] = {}
+            for j in range(first, last + 1):
+                x = layers[j]
+                for t in x.outputs:
+                    if lv.root[t] != t or not acc.size[t]:
+                        continue
+                    if t in dropped:
+                        made += acc.size[t] / GIB
+                    else:  # made again as a new tensor, freed after its last reader
+                        readers = [k for k in range(j + 1, last + 1)
+                                   if t in {lv.root[y] for y in layers[k].inputs}]
+                        transient[t] = max(readers, default=j)
+                live = sum(acc.size[t] for t, until in transient.items() if until >= j) / GIB
+                coefs = dict(self.var_terms[r])
+                ws_const = 0.0
+                if self.algo_vars[j]:
+                    for av, k in self.algo_vars[j]:
+                        if x.algos[k].fwd_workspace_bytes:
+                            coefs[av] = coefs.get(av, 0.0) + aligned(
+                                x.algos[k].fwd_workspace_bytes) / GIB
+                elif x.algos[0].fwd_workspace_bytes:
+                    ws_const = aligned(x.algos[0].fwd_workspace_bytes) / GIB
+                coefs[v] = coefs.get(v, 0.0) + big
+                key = ("recompute", j)
+                const = float(base[r]) + made + live + ws_const
+                hi = cap - margin.get(key, 0.0) / GIB - const + big
+                mem_rows[key] = (self.p.row(coefs, -np.inf, hi), const, v, big)
+                transient = {t: u for t, u in transient.items() if u > j}
+
+
 def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
           margin: dict[tuple, float], optimizer_offload: bool = False) -> Built:
     """The program of NOTE [milp planner] for ``trace`` with checkpointable ``chunks``;
     ``margin``: bytes kept free at a point (lazy cuts), by point key;
     ``optimizer_offload``: the weight gradients leave as they are made."""
     acc = Account(trace, optimizer_offload=optimizer_offload)
-    lv, n = acc.lv, acc.n
-    layers = trace.layers
-    p = _Program()
-    link = gpu.link
-    d2h = link.d2h_bw_bytes_per_s
-    h2d = link.h2d_bw_bytes_per_s
-    # points: key -> position
-    points: dict[tuple, float] = {}
-    for i in range(n):
-        points[("fwd", i)] = float(i)
-        points[("bwd", i)] = acc.bwd(i)
-    for first, last in chunks:
-        points[("pre", last)] = acc.before_bwd(last)
-    keys = list(points)
-    pos = np.array([points[k] for k in keys])
-    order = np.argsort(pos, kind="stable")
-    spos = pos[order]
-    index = {k: r for r, k in enumerate(keys)}
-    base = np.zeros(len(keys))
-    var_terms: list[dict[int, float]] = [{} for _ in keys]
-
-    def covered(a: float, b: float, open_a: bool = False, open_b: bool = False) -> np.ndarray:
-        lo = np.searchsorted(spos, a, side="right" if open_a else "left")
-        hi = np.searchsorted(spos, b, side="left" if open_b else "right")
-        return order[lo:hi]
-
-    for size, a, b in acc.const:
-        base[covered(a, b)] += size / GIB
-
-    def add(v: int, coef: float, rows) -> None:
-        for r in rows:
-            d = var_terms[r]
-            d[v] = d.get(v, 0.0) + coef
-
-    # algorithms
-    algo_vars: list[list[tuple[int, int]]] = []  # per layer: (var, algo index)
-    for i, x in enumerate(layers):
-        if len(x.algos) == 1:
-            algo_vars.append([])
-            a = x.algos[0]
-            if a.fwd_workspace_bytes:
-                base[index[("fwd", i)]] += aligned(a.fwd_workspace_bytes) / GIB
-            if a.bwd_workspace_bytes:
-                base[index[("bwd", i)]] += aligned(a.bwd_workspace_bytes) / GIB
-            continue
-        vs = []
-        for k, a in enumerate(x.algos):
-            v = p.var(f"algo[{x.id},{a.name}]", True)
-            vs.append((v, k))
-            if a.fwd_workspace_bytes:
-                add(v, aligned(a.fwd_workspace_bytes) / GIB, [index[("fwd", i)]])
-            if a.bwd_workspace_bytes:
-                add(v, aligned(a.bwd_workspace_bytes) / GIB, [index[("bwd", i)]])
-        p.row({v: 1.0 for v, _ in vs}, 1.0, 1.0)
-        algo_vars.append(vs)
-
-    def fwd_expr(i: int) -> tuple[dict[int, float], float]:
-        x = layers[i]
-        if not algo_vars[i]:
-            return {}, x.algos[0].fwd_ns / MS
-        return {v: x.algos[k].fwd_ns / MS for v, k in algo_vars[i]}, 0.0
-
-    def bwd_expr(i: int) -> tuple[dict[int, float], float]:
-        x = layers[i]
-        if not algo_vars[i]:
-            return {}, x.algos[0].bwd_ns / MS
-        return {v: x.algos[k].bwd_ns / MS for v, k in algo_vars[i]}, 0.0
-
-    # chunks
-    chunk_vars = [p.var(f"checkpoint[{layers[f].id}..{layers[l_].id}]", True)
-                  for f, l_ in chunks]
-    no_offload: dict[str, list[int]] = {}
-    chunk_sets = []
-    for s, (first, last) in enumerate(chunks):
-        v = chunk_vars[s]
-        dropped, inputs = checkpoint_buffers(trace, lv, first, last, acc.held)
-        chunk_sets.append(dropped)
-        for b in dropped | inputs:
-            no_offload.setdefault(b, []).append(v)
-        for b in dropped:
-            if acc.size[b]:
-                start = lv.forward_free(b)
-                add(v, -acc.size[b] / GIB, covered(start, acc.bwd(last), True, True))
-        for b in inputs:
-            if not acc.size[b] or b not in acc.span:
-                continue
-            stop = acc.span[b][1]
-            if b in acc.freed_f or (b in acc.freed_b and acc.freed_b[b] > first):
-                add(v, acc.size[b] / GIB, covered(stop, acc.bwd(first), True, False))
-        # its forward again: a lower bound on the time that holds only when chosen
-        t = p.var(f"recompute_ms[{layers[first].id}]", False, 1.0)
-        coefs: dict[int, float] = {t: 1.0}
-        const = 0.0
-        big = 0.0
-        for j in range(first, last + 1):
-            e, c0 = fwd_expr(j)
-            for k, val in e.items():
-                coefs[k] = coefs.get(k, 0.0) - val
-            const += c0
-            big += max(a.fwd_ns for a in layers[j].algos) / MS
-        coefs[v] = coefs.get(v, 0.0) - big
-        p.row(coefs, const - big, np.inf)  # t - sum fwd - big*c >= -big + const
-
-    # offloads
-    cands = offload_sets(trace, lv, conv_only=False)
-    slot, demand = prefetch_slots(trace, lv, cands)
-    off_vars: dict[str, int] = {}
-    out_xfer: dict[int, dict[int, float]] = {}  # layer -> var -> ms of its offloads
-    pf_xfer: dict[int, dict[int, float]] = {}  # backward layer -> var -> ms prefetched
-    od_xfer: dict[int, dict[int, float]] = {}  # backward layer -> var -> ms on demand
-    for L, c in enumerate(cands):
-        for b in c:
-            size = lv.size[b]
-            v = off_vars[b] = p.var(f"offload[{b}]", True)
-            for cv in no_offload.get(b, ()):
-                p.row({v: 1.0, cv: 1.0}, -np.inf, 1.0)
-            back = acc.bwd(slot[L]) if L in slot else acc.bwd(demand[L])
-            add(v, -acc.size[b] / GIB, covered(L, back, True, True))
-            out_xfer.setdefault(L, {})[v] = transfer_ns(size, d2h, link.latency_ns) / MS
-            ms = transfer_ns(size, h2d, link.latency_ns) / MS
-            if L in slot:
-                pf_xfer.setdefault(slot[L], {})[v] = ms
-            else:
-                od_xfer.setdefault(demand[L], {})[v] = ms
-
-    # time: each pass at least its compute and at least its copies
-    for i in range(n):
-        t = p.var(f"fwd_ms[{layers[i].id}]", False, 1.0)
-        e, c0 = fwd_expr(i)
-        p.row({t: 1.0, **{k: -val for k, val in e.items()}}, c0, np.inf)
-        if i in out_xfer:
-            p.row({t: 1.0, **{k: -val for k, val in out_xfer[i].items()}}, 0.0, np.inf)
-        u = p.var(f"bwd_ms[{layers[i].id}]", False, 1.0)
-        e, c0 = bwd_expr(i)
-        od = od_xfer.get(i, {})
-        row = {u: 1.0}
-        for k, val in list(e.items()) + list(od.items()):
-            row[k] = row.get(k, 0.0) - val
-        p.row(row, c0, np.inf)
-        if i in pf_xfer:
-            row = {u: 1.0}
-            for k, val in list(pf_xfer[i].items()) + list(od.items()):
-                row[k] = row.get(k, 0.0) - val
-            p.row(row, 0.0, np.inf)
-
+    b = _Builder(trace, gpu, acc, chunks)
+    b.algorithms()
+    b.checkpoints()
+    b.offloads()
+    b.times()
     cap = budget / GIB
-    mem_rows: dict[tuple, tuple[int, float, int | None, float]] = {}
-    for key in keys:
-        if key[0] == "pre":
-            continue
-        r = index[key]
-        hi = cap - margin.get(key, 0.0) / GIB - base[r]
-        mem_rows[key] = (p.row(dict(var_terms[r]), -np.inf, hi), float(base[r]), None, 0.0)
-    # recompute points: the moment before the segment's last layer's backward pass, plus
-    # what the recompute has made so far and its layer's workspace
-    for s, (first, last) in enumerate(chunks):
-        v = chunk_vars[s]
-        r = index[("pre", last)]
-        dropped = chunk_sets[s]
-        big = float(base.max() + sum(acc.size.values()) / GIB + 64)
-        made = 0.0
-        transient: dict[str, int] = {}
-        for j in range(first, last + 1):
-            x = layers[j]
-            for t in x.outputs:
-                if lv.root[t] != t or not acc.size[t]:
-                    continue
-                if t in dropped:
-                    made += acc.size[t] / GIB
-                else:  # made again as a new tensor, freed after its last reader
-                    readers = [k for k in range(j + 1, last + 1)
-                               if t in {lv.root[y] for y in layers[k].inputs}]
-                    transient[t] = max(readers, default=j)
-            live = sum(acc.size[t] for t, until in transient.items() if until >= j) / GIB
-            coefs = dict(var_terms[r])
-            ws_const = 0.0
-            if algo_vars[j]:
-                for av, k in algo_vars[j]:
-                    if x.algos[k].fwd_workspace_bytes:
-                        coefs[av] = coefs.get(av, 0.0) + aligned(
-                            x.algos[k].fwd_workspace_bytes) / GIB
-            elif x.algos[0].fwd_workspace_bytes:
-                ws_const = aligned(x.algos[0].fwd_workspace_bytes) / GIB
-            coefs[v] = coefs.get(v, 0.0) + big
-            key = ("recompute", j)
-            const = float(base[r]) + made + live + ws_const
-            hi = cap - margin.get(key, 0.0) / GIB - const + big
-            mem_rows[key] = (p.row(coefs, -np.inf, hi), const, v, big)
-            transient = {t: u for t, u in transient.items() if u > j}
-    return Built(p, acc, algo_vars, chunk_vars, off_vars, cands, slot, mem_rows, chunks)
+    mem_rows = b.memory_rows(cap, margin)
+    b.recompute_rows(cap, margin, mem_rows)
+    return Built(b.p, acc, b.algo_vars, b.chunk_vars, b.off_vars, b.cands, b.slot, mem_rows,
+                 chunks)
 
 
 def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
                     split: tuple = (), time_limit_s: float = TIME_LIMIT_S,
                     rounds: int = ROUNDS, bound_ns: float = math.inf,
                     allocator: Any = None, optimizer_offload: bool = False) -> Solution:
-    """NOTE [milp planner]: solve, check with the engine, cut where it ran out, again.
+    """Solve, check with the engine, cut where it ran out, again.
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower). ``allocator``: the caching
-    allocator's settings the engine checks under (NOTE [planned allocator]);
-    ``optimizer_offload``: the optimizer on the CPU (NOTE [optimizer offload]): the
+    allocator's settings the engine checks under;
+    ``optimizer_offload``: the optimizer on the CPU: the
     program counts each weight gradient only to the next layer's backward pass (it is
     copied out as it is made), and the engine checks with the step on the CPU."""
     lv = liveness(trace)
@@ -570,7 +542,7 @@ class Report:
 
 
 def grids(trace: Trace, start: int = 0) -> list[int]:
-    """NOTE [milp planner]: the chunk counts tried for layers start..n-1."""
+    """The chunk counts tried for layers start..n-1."""
     m = len(trace.layers) - start
     ks = sorted({2, 4, 8, 16, round(m ** 0.5)})
     return [k for k in ks if 2 <= k <= m]
@@ -579,9 +551,9 @@ def grids(trace: Trace, start: int = 0) -> list[int]:
 def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LIMIT_S,
               allocator: Any = None, optimizer_offload: bool = False
               ) -> tuple[Plan | None, int | None, Report]:
-    """NOTE [milp planner]: the fastest engine-checked answer over the structures, each
-    checked under the caching allocator's settings ``allocator`` (NOTE [planned
-    allocator]; None: PyTorch's defaults)."""
+    """The fastest engine-checked answer over the structures, each
+    checked under the caching allocator's settings ``allocator`` (None: PyTorch's
+    defaults)."""
     t0 = time.perf_counter()
     report = Report()
     best: tuple[Plan, int] | None = None

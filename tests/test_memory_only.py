@@ -148,7 +148,7 @@ def test_study_rows_results_and_sweep_plot(files, capsys, tmp_path):
     assert UNTIMED_NOTE in format_rows(df)  # results read back keep the mark
     code, _, err = _cli(capsys, "plot", "sweep", csv, "-o", tmp_path / "s.png")
     assert code == 0, err
-    from vdnnsim.cli.app import _results_table
+    from vdnnsim.cli.simulate import _results_table
     from vdnnsim.report.plots import plt, sweep_curves
     fig = sweep_curves(_results_table(df, csv))
     texts = {ax.get_title(): [t.get_text() for t in ax.texts] for ax in fig.axes}

@@ -278,7 +278,7 @@ def test_vdnnsim_plan_plans_under_the_allocator_given_and_says_so(tmp_path):
 def test_a_measurement_of_a_plan_runs_under_the_plan_s_allocator(capsys):
     """NOTE [planned allocator]: ``vdnnsim measure --plan`` takes the plan's settings
     where --allocator gives none, and says so on stderr where --allocator differs."""
-    from vdnnsim.cli.app import _plan_allocator
+    from vdnnsim.cli.gpu import _plan_allocator
 
     exp = plan_from_data({**BLOCK, "allocator": {"expandable_segments": True}})
     plain = plan_from_data(BLOCK)

@@ -98,3 +98,21 @@ def test_dyn_reusing_its_profiling_pass_reports_what_a_fresh_run_reports(net, ba
     plan = replace(fn(trace, g, capacity, dict(fixed)), profiled=None)
     again = replay(trace, g, plan, capacity, liveness(trace))
     assert fresh.ops == tuple(again.ops) and fresh.iteration_time_ns == again.end_ns
+
+
+def test_a_trace_s_own_optimizer_is_the_default_of_a_run_of_it(tmp_path):
+    """A trace written with --optimizer adamw runs with AdamW from a run config that names
+    no optimizer; naming another one is refused as before."""
+    from vdnnsim.api import run_config
+    from vdnnsim.cli import main
+    from vdnnsim.config import config_from_dict
+    from vdnnsim.errors import ConfigError
+    trace = tmp_path / "t.yaml"
+    assert main(["trace", "alexnet", "-b", "4", "--optimizer", "adamw", "-o", str(trace)]) == 0
+    plain = run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m"}))
+    said = run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m",
+                                        "optimizer": "adamw"}))
+    assert plain[0].summary() == said[0].summary()
+    with pytest.raises(ConfigError, match="replays with optimizer adamw only"):
+        run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m",
+                                     "optimizer": "adam"}))

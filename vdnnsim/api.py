@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 import os
 from pathlib import Path
 from typing import Any
@@ -380,31 +381,225 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
     return trace.fastest_time_ns  # NOTE [trace analyses]
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run config sets up for its runs: the trace (trained with its optimizer), the
+    GPU, and the settings every run of it shares."""
+
+    trace: Trace
+    gpu: GPU
+    allocator: AllocatorSettings
+    budget_bytes: int | None  # the config's memory_bytes: the pool's size, or the GPU's
+    optimizer_offload: bool
+    optimizer_pinning: str
+
+
+def config_network(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> str | Path:
+    """The config's network: a zoo name, else a path from the config's folder where a file
+    is there, else as written (an absolute path, or one from the working folder)."""
+    if cfg.network in ZOO or Path(cfg.network).is_absolute():
+        return cfg.network
+    candidate = Path(base_dir) / cfg.network
+    return candidate if os.path.exists(candidate) else cfg.network
+
+
+def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str | None = None,
+              *, allocator: Any = None, check_policies: bool = False) -> RunSetup:
+    """The one setup of a run config's runs (vdnnsim run, plot and plan): its GPU, its
+    trace, its allocator settings (``allocator``, where given, over the config's).
+    ``source``: the config's file, named with the key in any error its values cause (NOTE
+    [user errors]); ``check_policies``: refuse a bad policy name before any work."""
+    name, overrides = cfg.gpu_name_and_overrides()
+    with in_file(source, "gpu"):
+        g = resolve_gpu(name, overrides)
+    with in_file(source, "network"):
+        trace = build_trace(config_network(cfg, base_dir), cfg.batch_size, g, cfg.dtype)
+        trace = with_optimizer(trace, cfg.optimizer or trace.optimizer)
+    if check_policies:
+        with in_file(source, "policies" if cfg.policies else "policy"):
+            for p in cfg.policy_list:
+                get_policy(p)
+    if allocator is not None:  # KEY=VALUE pairs, as --allocator gives them, or a mapping
+        if isinstance(allocator, (list, tuple)):
+            from .engine.allocconf import parse_pairs
+            allocator = parse_pairs(list(allocator))
+        settings = _allocator_for(trace, allocator)
+    else:
+        with in_file(source, "allocator"):  # NOTE [allocator settings]
+            settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
+                                      else None)
+    return RunSetup(trace, g, settings, cfg.memory_bytes, cfg.optimizer_offload,
+                    cfg.optimizer_pinning)
+
+
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                record: bool = True, source: str | None = None) -> list[RunResult]:
     """Every policy of a run config, on one shared trace. ``record=False``:
     no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
     file, named with the key in any error its values cause (NOTE [user errors])."""
-    name, overrides = cfg.gpu_name_and_overrides()
-    with in_file(source, "gpu"):
-        g = resolve_gpu(name, overrides)
-    network: str | Path = cfg.network
-    if cfg.network not in ZOO and not Path(cfg.network).is_absolute():
-        candidate = Path(base_dir) / cfg.network
-        if os.path.exists(candidate):
-            network = candidate
-    with in_file(source, "network"):
-        trace = with_optimizer(build_trace(network, cfg.batch_size, g, cfg.dtype),
-                               cfg.optimizer)
-    capacity = cfg.memory_bytes  # parsed to bytes by RunConfig
-    with in_file(source, "policies" if cfg.policies else "policy"):
-        for p in cfg.policy_list:
-            get_policy(p)  # fail on a bad name before any work
-    with in_file(source, "allocator"):  # NOTE [allocator settings]
-        settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
-                                  else None)
+    s = setup_run(cfg, base_dir, source, check_policies=True)
     with in_file(source, "policy_options"):
-        return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
-                          allocator=settings, optimizer_offload=cfg.optimizer_offload,
-                          optimizer_pinning=cfg.optimizer_pinning)
+        return [run_trace(s.trace, s.gpu, p, cfg.policy_options, s.budget_bytes, record=record,
+                          allocator=s.allocator, optimizer_offload=s.optimizer_offload,
+                          optimizer_pinning=s.optimizer_pinning)
                 for p in cfg.policy_list]
+
+
+@dataclass(frozen=True)
+class LayerPlanReport:
+    """What a layer planner (MILP, greedy) found for a run config under a budget: the plan
+    (None: none fits), its search, its replay and the policies it is compared with."""
+
+    trace: Trace  # the trace the plan runs (reshaped where it splits the batch)
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    optimizer_offload: bool
+    plan: Any  # the planner's Plan, or None
+    search: Any  # its Search: steps and simulations
+    planned: RunResult | None
+    reference: tuple[tuple[str, RunResult], ...]  # the policies beside it
+    caution: str | None  # the fragmentation caution (planners.greedy)
+    op_layers: bool  # the plan names an op-by-op trace's ATen ops: the runtime cannot run it
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None  # the plan file's contents
+
+    @property
+    def fits(self) -> bool:
+        return self.plan is not None
+
+
+@dataclass(frozen=True)
+class BlockPlanReport:
+    """What the block planner (NOTE [block plan]) found for a run config under a budget."""
+
+    trace: Trace
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    plan: Any  # the planner's BlockPlan
+    uncapped: RunResult | None  # the step without a cap (eager), where a plan fits
+    host_short: tuple[int, int] | None  # (needed, host) bytes where the host is too small
+    caution: str | None
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.plan.fits)
+
+
+PlanReport = LayerPlanReport | BlockPlanReport
+
+
+def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int, *,
+                method: str = "auto", optimizer_offload: str | None = None,
+                allocator: Any = None, headroom: bool = True,
+                source: str | None = None) -> PlanReport:
+    """Plan a run config's network under ``budget_bytes``: the block planner for a trace
+    with blocks (or ``method="blocks"``), else the layer planners (NOTE [planner]).
+    ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
+    settings over the config's (NOTE [planned allocator])."""
+    from .planners.greedy import search_plan
+    from .policies.blocks import block_regions
+
+    s = setup_run(cfg, base_dir, source, allocator=allocator)
+    trace, gpu, settings = s.trace, s.gpu, s.allocator
+    offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
+    if method == "blocks" or method == "auto" and len(block_regions(trace)) > 2:
+        return _plan_blocks(trace, gpu, budget_bytes, {"auto": None, "on": True,
+                                                       "off": False}[offload],
+                            settings, cfg.optimizer_pinning)
+    if cfg.optimizer_pinning != "caching":  # NOTE [optimizer pinning]
+        raise ConfigError(f"{source}: optimizer_pinning: {cfg.optimizer_pinning} is "
+                          "planned by the block planner only (--method blocks, a model with "
+                          "blocks); the layer planners count the pinned allocator's copies")
+    on_cpu = offload == "on"  # NOTE [optimizer offload]: auto keeps it on the GPU here
+    if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
+        raise ConfigError(f"{source}: network: {cfg.network} is a memory-only trace "
+                          f"(every layer 0 ns), and --method {method} picks the fastest "
+                          "plan by times it does not have; plan by memory with --method "
+                          "blocks (a model with blocks), or plan a timed trace (vdnnsim "
+                          "profile on a GPU)")
+    plan, search = search_plan(trace, gpu, budget_bytes, method=method, headroom=headroom,
+                               allocator=settings, optimizer_offload=on_cpu)
+    ref = tuple((p, run_trace(trace, gpu, p, memory_bytes=budget_bytes, record=False,
+                              allocator=settings, optimizer_offload=on_cpu))
+                for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn"))
+    common = dict(gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
+                  optimizer_offload=on_cpu, search=search, reference=ref,
+                  cpu_step_calibrated=_cpu_step_calibrated(gpu))
+    if plan is None:
+        return LayerPlanReport(trace=trace, plan=None, planned=None, caution=None,
+                               op_layers=False, plan_file=None, **common)
+    return _layer_report(trace, plan, common)
+
+
+def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanReport:
+    """The report of a layer plan that fits: replayed, cautioned, as a plan file."""
+    from .planners.greedy import fragmentation_caution, layer_names, plan_to_dict
+
+    if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+        trace = plan.trace
+    gpu, budget, settings = common["gpu"], common["budget_bytes"], common["allocator"]
+    r = run_plan(trace, gpu, plan, budget, allocator=settings)
+    predicted = {"peak_memory_bytes": r.peak_memory_bytes,
+                 "iteration_time_ns": r.iteration_time_ns}
+    return LayerPlanReport(
+        trace=trace, plan=plan, planned=r, op_layers=layer_names(trace) == "ops",
+        caution=fragmentation_caution(trace, budget, r.peak_memory_bytes, settings),
+        plan_file=_with_run(plan_to_dict(trace, gpu, budget, plan, predicted, settings),
+                            trace), **common)
+
+
+def _cpu_step_calibrated(gpu: GPU) -> bool:
+    from .engine.optimizer_step import cpu_step_calibrated
+    return bool(cpu_step_calibrated(gpu.host))
+
+
+def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: bool | None,
+                 settings: AllocatorSettings, pinning: str) -> BlockPlanReport:
+    """NOTE [block plan]: the fewest offloaded blocks that fit, and the step without a
+    cap beside it."""
+    from .planners.greedy import block_plan_to_dict, fragmentation_caution, plan_blocks
+    from .policies.blocks import weighs_cpu_optimizer
+
+    plan = plan_blocks(trace, gpu, budget_bytes, optimizer_offload, settings, pinning)
+    common = dict(trace=trace, gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
+                  plan=plan, cpu_step_calibrated=_cpu_step_calibrated(gpu))
+    if not plan.fits:
+        need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
+        short = ((need, host) if optimizer_offload is not False
+                 and weighs_cpu_optimizer(trace, gpu) and host is not None and need > host
+                 else None)  # NOTE [host memory]: why the optimizer on the CPU did not help
+        return BlockPlanReport(uncapped=None, host_short=short, caution=None, plan_file=None,
+                               **common)
+    base = run_trace(trace, gpu, "eager", record=False, allocator=settings)
+    return BlockPlanReport(
+        uncapped=base, host_short=None,
+        caution=fragmentation_caution(trace, budget_bytes, plan.peak_memory_bytes, settings),
+        plan_file=_with_run(block_plan_to_dict(trace, gpu, budget_bytes, plan, settings),
+                            trace), **common)
+
+
+PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtype ([\w-]+))?"
+                         r"(?: --seq-len (\d+))?")
+
+
+def _with_run(plan_file: dict[str, Any], trace: Trace) -> dict[str, Any]:
+    """A plan file with what a measurement of it runs (version 2), where the trace says how
+    it was profiled (its source's note); as it was where it does not."""
+    m = PROFILED_AS.match(trace.source.note or "")
+    if not m:
+        return plan_file
+    model, dtype, seq_len = m.groups()
+    run = {"optimizer": trace.optimizer, "model": model, "dtype": dtype or trace.dtype,
+           **({"seq_len": int(seq_len)} if seq_len else {})}
+    head = {k: v for k, v in plan_file.items() if k not in run}
+    keys = list(head)
+    at = keys.index("budget_bytes") + 1
+    out = {k: head[k] for k in keys[:at]}
+    out.update(run)
+    out.update({k: head[k] for k in keys[at:]})
+    out["version"] = 2
+    return {"format": out.pop("format"), "version": out.pop("version"), **out}

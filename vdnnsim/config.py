@@ -55,9 +55,10 @@ class RunConfig(BaseModel):
     gpu: str | GPUConfig = Field("k40", description="Preset name, or a mapping with "
                                  "'preset' and overrides.")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
-    optimizer: Literal["sgd", "adam", "adamw"] = Field(
-        "sgd", description="The training step's optimizer (NOTE [optimizer state]): Adam and "
-        "AdamW keep two moments per parameter and a temporary while they step.")
+    optimizer: Literal["sgd", "adam", "adamw"] | None = Field(
+        None, description="The training step's optimizer (NOTE [optimizer state]): Adam and "
+        "AdamW keep two moments per parameter and a temporary while they step (default: the "
+        "trace's own, sgd for a network spec).")
     policy: str | None = Field(None, min_length=1, description="One policy name.")
     policies: list[Annotated[str, Field(min_length=1)]] | None = Field(
         None, min_length=1, description="Policy names.")

@@ -31,9 +31,10 @@ def clean(record: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()}
 
 
-def size_arg(flag: str, value: str | None) -> int | None:
-    """A byte count given on the command line ('12 GiB'), or a one-line error naming it."""
-    if not value:
+def size_arg(flag: str, value: str | None, required: bool = False) -> int | None:
+    """A byte count given on the command line ('12 GiB'), or a one-line error naming it;
+    None where not given (or given empty, unless ``required``)."""
+    if value is None or not (value or required):
         return None
     from ..hardware import _capacity
     try:

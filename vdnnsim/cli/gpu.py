@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from ..units import GiB, MiB
@@ -62,6 +63,56 @@ def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
     return given
 
 
+@dataclass(frozen=True)
+class MeasuredRun:
+    """What a measurement builds and trains: the flags given, else the plan's, else the
+    defaults."""
+
+    model: str
+    batch_size: int
+    dtype: str
+    optimizer: str
+    seq_len: int | None
+    policy: str
+
+
+def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
+    """The run ``vdnnsim measure`` makes of its flags and ``plan`` (a plan file, or None):
+    each of model, batch size, dtype, optimizer and sequence length from its flag, else from
+    the plan; a flag that contradicts the plan is refused (ConfigError), before anything
+    runs."""
+    from ..errors import ConfigError
+
+    def planned(key: str) -> Any:  # what the plan says, None where it does not
+        if plan is None or key not in plan.model_fields_set and key != "batch_size":
+            return None
+        return getattr(plan, key)
+
+    where = f"{args.plan}: planned"
+    for key, given, said in (("model", args.model, "for model {}"),
+                             ("batch_size", args.batch_size, "for batch {}"),
+                             ("dtype", args.dtype, "in {}"),
+                             ("optimizer", args.optimizer, "with optimizer {}"),
+                             ("seq_len", args.seq_len, "for sequence length {}")):
+        want = planned(key)
+        if given is not None and want is not None and given != want:
+            raise ConfigError(f"{where} {said.format(want)}, not {given}")
+    if plan is not None and args.optimizer_offload and not plan.optimizer_offload:
+        raise ConfigError(f"{where} with the optimizer on the GPU, not --optimizer-offload")
+    model = args.model or planned("model")
+    if model is None:
+        raise ConfigError("--model is needed" + (
+            f" ({args.plan} does not say which model it plans: a plan file of version 1)"
+            if plan is not None else ""))
+    batch = args.batch_size or planned("batch_size")
+    if batch is None:
+        raise ConfigError("--batch-size is needed (or --plan FILE, which has it)")
+    return MeasuredRun(model, batch, args.dtype or planned("dtype") or "fp32",
+                       args.optimizer or planned("optimizer") or "sgd",
+                       args.seq_len or planned("seq_len"),
+                       "planned" if plan is not None else args.policy or "baseline")
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     """NOTE [measurement]; with --repeat, NOTE [repeated measurement]."""
     from ..engine.allocconf import ENV, effective, env_string, parse_pairs
@@ -81,16 +132,21 @@ def cmd_measure(args: argparse.Namespace) -> int:
         from ..planners.planfile import LayerPlanFile, read_plan_file
         from ..planners.greedy import OP_LAYERS, OP_PLAN_CANNOT_RUN
         plan = read_plan_file(args.plan)
-        if plan.batch_size != args.batch_size:
-            raise ConfigError(f"{args.plan}: planned for batch {plan.batch_size}, not "
-                              f"{args.batch_size}")
         if isinstance(plan, LayerPlanFile) and plan.layer_names == OP_LAYERS:
             raise ConfigError(f"{args.plan}: {OP_PLAN_CANNOT_RUN}")
-        if args.policy not in ("baseline", "planned"):
+        if args.policy not in (None, "baseline", "planned"):
             raise ConfigError("--plan runs the plan's policy; leave --policy out")
-        args.policy = "planned"
     elif args.policy == "planned":
         raise ConfigError("policy planned needs --plan FILE (written by vdnnsim plan)")
+    run = measured_run(args, plan)
+    args.model, args.batch_size, args.dtype, args.optimizer, args.seq_len, args.policy = (
+        run.model, run.batch_size, run.dtype, run.optimizer, run.seq_len, run.policy)
+    if plan is not None and cap is None:
+        cap = plan.budget_bytes  # the plan runs under the cap it was planned for
+    elif plan is not None and cap != plan.budget_bytes:
+        print(f"vdnnsim: warning: {args.plan} was planned for a budget of "
+              f"{plan.budget_bytes / GiB:.2f} GiB; it is measured under --memory-cap's "
+              f"{cap / GiB:.2f} GiB", file=sys.stderr)
     conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that
         torch_ = sys.modules.get("torch")

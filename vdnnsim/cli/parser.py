@@ -159,27 +159,30 @@ def _profile(sub: Any) -> None:
 
 def _measure(sub: Any) -> None:
     ms = sub.add_parser("measure", help="time and measure real training steps on the GPU")
-    ms.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME, hf:NAME "
+    ms.add_argument("--model", default=None, help="torchvision:NAME, zoo:NAME, hf:NAME "
                     "(transformers, from a config in the repository) or package.module:factory "
-                    "(NOTE [workloads])")
+                    "(default: the plan's)")
     workload_args(ms)
-    ms.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
-    ms.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
-    ms.add_argument("--policy", default="baseline",
+    ms.add_argument("--optimizer", default=None, choices=["sgd", "adam", "adamw"],
+                    help="default: the plan's, else sgd")
+    ms.add_argument("--batch-size", "--batch", "-b", type=int, default=None,
+                    help="needed unless --plan gives it")
+    ms.add_argument("--policy", default=None,
                     choices=["baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned"])
-    ms.add_argument("--plan", default=None, help="a plan file from vdnnsim plan: run it "
-                    "(policy planned; NOTE [planned runtime])")
+    ms.add_argument("--plan", default=None, help="a plan file from vdnnsim plan: run it as "
+                    "planned (its model, batch size, dtype, optimizer, budget as the cap and "
+                    "allocator settings; a flag that contradicts it is refused)")
     ms.add_argument("--memory-cap", default=None, metavar="SIZE",
                     help="cap the allocator at this size, e.g. '12 GiB' or '12.5 GB' "
-                    "(emulates a smaller card)")
+                    "(emulates a smaller card; default: a plan's budget)")
     # deprecated: it always meant GiB; kept one release for committed scripts
     ms.add_argument("--memory-cap-gb", type=float, default=None, help=argparse.SUPPRESS)
     ms.add_argument("--warmup", type=int, default=3)
     ms.add_argument("--iters", type=int, default=5)
-    ms.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",
-                                                        "autocast-bf16", "autocast-fp16"],
-                    help="fp32; pure bf16/fp16; or fp32 weights under torch.autocast "
-                    "(fp16 with a GradScaler)")
+    ms.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16",
+                                                      "autocast-bf16", "autocast-fp16"],
+                    help="fp32 (default, or the plan's); pure bf16/fp16; or fp32 weights "
+                    "under torch.autocast (fp16 with a GradScaler)")
     ms.add_argument("--repeat", type=int, default=None, metavar="N",
                     help="measure in N fresh processes, one after another, after discarded "
                     "warm-up processes: median and band (NOTE [repeated measurement])")

@@ -107,14 +107,25 @@ class LayerPlanFile(_Strict):
     """A ``vdnnsim-plan`` file (NOTE [plan files])."""
 
     format: Literal["vdnnsim-plan"] = Field(description="Always 'vdnnsim-plan'.")
-    version: Annotated[Literal[1], BeforeValidator(whole)] = Field(
-        1, description="Format version; this reader knows 1.")
+    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype, "
+        "sequence length and optimizer of the run).")
     network: str = Field(description="The planned trace's network name.")
     batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
         description="The batch size it was planned for.")
     gpu: str = Field(description="The GPU preset it was planned on.")
     budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
         description="The memory budget it fits.")
+    optimizer: Name = Field("sgd", description="The optimizer of the planned step (NOTE "
+                            "[optimizer state]).")
+    # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
+    # asks for nothing the plan knows (left out where the planned trace does not say)
+    model: Name | None = Field(None, description="The model spec the trace was profiled "
+                               "from, e.g. hf:gpt2 or torchvision:vgg16.")
+    dtype: Literal["fp32", "fp16", "bf16", "autocast-bf16", "autocast-fp16"] | None = Field(
+        None, description="The precision it was profiled in.")
+    seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
+        None, description="An hf: language model's sequence length.")
     layer_names: Literal["fx", "ops"] = Field(
         "fx", description="fx: a torchvision or zoo trace's layers, which the vDNN runtime "
         "finds in its fx graph; ops: an op-by-op trace's ATen ops, which it cannot (NOTE "
@@ -166,6 +177,9 @@ class BlockPlanFile(_Strict):
     """A ``vdnnsim-block-plan`` file (NOTE [plan files])."""
 
     format: Literal["vdnnsim-block-plan"] = Field(description="Always 'vdnnsim-block-plan'.")
+    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype and "
+        "sequence length of the run).")
     network: str = Field(description="The planned trace's network name.")
     batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
         description="The batch size it was planned for.")
@@ -174,6 +188,14 @@ class BlockPlanFile(_Strict):
         description="The memory budget it fits.")
     optimizer: Name = Field("sgd", description="The optimizer of the planned step (NOTE "
                             "[optimizer state]).")
+    # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
+    # asks for nothing the plan knows (left out where the planned trace does not say)
+    model: Name | None = Field(None, description="The model spec the trace was profiled "
+                               "from, e.g. hf:gpt2 or torchvision:vgg16.")
+    dtype: Literal["fp32", "fp16", "bf16", "autocast-bf16", "autocast-fp16"] | None = Field(
+        None, description="The precision it was profiled in.")
+    seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
+        None, description="An hf: language model's sequence length.")
     blocks: Count = Field(description="Blocks offloaded, from the first on.")
     total_blocks: Count = Field(description="Blocks the model has.")
     recompute_blocks: Count = Field(0, description="Blocks checkpointed, from the first "
@@ -254,6 +276,13 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
     if isinstance(plan, dict):
         plan = MODELS[plan["format"]].model_validate(plan)
     data = plan.model_dump(mode="json")
+    for key in ("model", "dtype", "seq_len"):  # version 2's, said where known
+        if data.get(key) is None:
+            del data[key]
+    if data["format"] == BLOCK_FORMAT and data.get("version") == 1:
+        del data["version"]  # a block plan of version 1 never said it
+    if data["format"] == FORMAT and data.get("optimizer") == "sgd" and data["version"] == 1:
+        del data["optimizer"]
     if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
         del data["optimizer_offload"]
     if data.get("param_blocks") == 0:  # NOTE [parameter offload]: likewise

@@ -41,7 +41,7 @@ MAX_BYTES = limits.MAX_BYTES
 
 
 def _user_value(check, value: Any, what: str) -> Any:
-    """A library argument checked like the same key of a config (NOTE [bounds])."""
+    """A library argument checked like the same key of a config."""
     try:
         return check(value)
     except ValueError as exc:
@@ -94,7 +94,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         if not path.suffix and not os.path.exists(path):
             zoo_network(str(network))  # raises the unknown-network error with the list
         data = read_yaml(path)
-        wrong = misplaced(data, path, "a network spec or trace",  # NOTE [file kinds]
+        wrong = misplaced(data, path, "a network spec or trace",
                           ("network spec", "trace"))
         if wrong:
             raise ConfigError(wrong)
@@ -118,7 +118,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
             + 2 * info.params) * DTYPE_BYTES[dtype]
     if need > MAX_BYTES:  # NOTE [simulated scale]; before the cost model makes floats
         raise ScaleError(f"{where}: {_too_big(need)}")
-    with paused_gc():  # NOTE [paused gc]
+    with paused_gc():
         return _check_size(synthesize(info, b, gpu, dtype), where, ScaleError)
 
 
@@ -203,41 +203,33 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         elif optimizer_pinning != "caching":  # a plan file's optimizer on the CPU
             if not plan.optimizer_offload or optimizer_pinning not in PINNINGS:
                 raise ConfigError(f"optimizer_pinning {optimizer_pinning!r} goes with "
-                                  "optimizer_offload (NOTE [optimizer pinning])")
+                                  "optimizer_offload")
             plan = replace(plan, optimizer_pinning=optimizer_pinning)
         if plan.planned_allocator is not None and plan.planned_allocator != settings.conf():
-            plan = replace(plan, notes=plan.notes + (  # NOTE [planned allocator]
+            plan = replace(plan, notes=plan.notes + (
                 f"the plan was made under the allocator settings "
                 f"{plan.planned_allocator or 'of PyTorch (the defaults)'}; this run replays "
                 f"it under {settings.conf() or 'the defaults'} (allocator: in the run "
                 "config)",))
-        if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+        if plan.trace is not None:  # the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
-        sim = plan.profiled  # NOTE [vdnn_dyn]: its last profiling pass, where it fits
+        sim = plan.profiled  # its last profiling pass, where it fits
         if plan.memory == "uvm" or sim is None or (record and not sim.record_ops) \
-                or not settings.default:  # NOTE [allocator settings]: the plan replayed
+                or not settings.default:  # the plan replayed
             sim = replay(trace, gpu, plan, capacity, lv, record_ops=record,
                          allocator=settings)
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return cap_edge(result, trace, settings)  # the block ends, then has only the result
-
-
 # NOTE [cap edge]
 # Under a cap, PyTorch's caching allocator (default settings) frees its cache and retries
 # before it gives up, so a run whose step needs more than the cap can still fit, squeezed
 # to within a few MiB of it; whether it does is decided by the fragmentation of hundreds of
-# segments at one request. The engine replays that, and where it fits a run with less
-# than EDGE_SHARE of the cap to spare, measured runs have gone both ways: of the fourteen
-# measured capped runs it fits within 0.5% (nine CNNs of traces/h200 and
-# traces/h200_heldout; five Llama block runs and plans under 22 GiB, sessions 23-24),
-# twelve trained and two ran out of memory, each by about 20 MiB
-# (traces/h200_issue28/session25, docs/validation.md). Such a
-# result keeps its fit and carries a note saying so; expandable segments, under which the
-# measured runs at the cap trained, are left out (too few runs to say). The 0.5% was read
-# off these same fourteen runs (the widest spare among the Llama runs that went both ways,
-# rounded up); no run kept apart has judged it. It only adds a note.
+# segments at one request. Where the engine fits a PyTorch run under the default allocator
+# with less than EDGE_SHARE of the cap to spare, the result keeps its fit and carries a
+# note saying that measured runs this close have gone both ways. Expandable segments are
+# left out. The runs behind the 0.5%: docs/user-guide.md, "Fit at the cap".
 EDGE_SHARE = 0.005
 
 
@@ -252,7 +244,7 @@ def cap_edge(result: RunResult, trace: Trace, settings: "AllocatorSettings") -> 
     return replace(result, notes=result.notes + (
         f"fits with {spare / 2**20:.0f} MiB of the {cap / 2**30:.2f} GiB cap to spare "
         f"({100 * spare / cap:.2f}%): measured runs the engine fits this close have gone "
-        "both ways (the caching allocator's fragmentation at the cap; NOTE [cap edge])",))
+        "both ways (the caching allocator's fragmentation at the cap)",))
 
 
 def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching") -> Any:
@@ -275,16 +267,12 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching
 
 # NOTE [host speed]
 # A host-bound step's time is the host's, and a lent machine's host changes speed from one
-# process to the next (NOTE [host probe]). ``at_host_speed`` is a trace and a GPU whose
-# every host cost the replay charges (the trace's per-layer and step host times, NOTE
-# [host timing]; the preset's eager and vDNN-runtime costs, NOTE [host costs]) is k times
-# the original: the same step on a host k times slower. `vdnnsim validate --scale-host`
-# replays a run so with k the ratio of the measuring process's probe between timed steps
-# to the trace's (NOTE [host probe]), where both have it. Evidence (session 20's test,
-# written down before it ran; traces/h200_issue28/session26, two H100 loans): over 120
-# trace-process pairs of three host-bound baselines, 8.4% -> 6.9% median |error|, 46.6%
-# -> 40.5% max; on one loan alone the median grew (6.2% -> 7.9%). So it is a choice, not
-# the default.
+# process to the next. ``at_host_speed`` is a trace and a GPU whose every host cost the
+# replay charges (the trace's per-layer and step host times; the preset's eager and
+# vDNN-runtime costs) is k times the original: the same step on a host k times slower.
+# `vdnnsim validate --scale-host` replays a run so, with k the ratio of the measuring
+# process's probe between timed steps to the trace's, where both have it. It is a choice,
+# not the default (the evidence: docs/user-guide.md, "Host speed").
 HOST_COSTS = ("layer_fwd_ns", "layer_bwd_ns", "step_ns", "step_tensor_ns", "view_fwd_ns",
               "view_bwd_ns", "runtime_layer_fwd_ns", "runtime_layer_bwd_ns",
               "runtime_offload_ns", "runtime_fetch_ns")
@@ -318,12 +306,12 @@ def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
 def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
              record: bool = False, allocator: Any = None) -> RunResult:
     """Replay a plan made elsewhere (a planner's) as the result of a run named ``name``;
-    a plan that runs a reshaped network (NOTE [batch split]) runs that one; ``allocator``
+    a plan that runs a reshaped network runs that one; ``allocator``
     as for :func:`run_trace`."""
     if plan.trace is not None:
         trace = plan.trace
     settings = _allocator_for(trace, allocator)
-    with paused_gc():  # NOTE [paused gc]
+    with paused_gc():
         sim = replay(trace, gpu, plan, capacity, record_ops=record, allocator=settings)
         return _result(trace, gpu, name, capacity, plan, sim, record)
 
@@ -346,28 +334,26 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         algos=algorithm_names(trace, plan.algos),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
-        _layer_spans=tuple(sim.layer_spans),  # NOTE [layer average]
+        _layer_spans=tuple(sim.layer_spans),
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
-        # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
+        # the optimizer's pinned copies, and all it holds there
         pinned_host_bytes=pinned_host_bytes(sim) + (
             optimizer_pinned_bytes(trace, plan.optimizer_pinning)
             if plan.optimizer_offload else 0),
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
                               if plan.optimizer_offload else 0),
-        param_fetched_bytes=sim.param_fetched_bytes,  # NOTE [parameter offload]
-        host_issue_time_ns=sim.host_issue_ns)  # NOTE [host issue]
-
-
+        param_fetched_bytes=sim.param_fetched_bytes,
+        host_issue_time_ns=sim.host_issue_ns)
 def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
-    """Each layer's algorithm's name (NOTE [engine speed]: in a C loop over the names of
-    each layer's algorithms, worked out once per trace, NOTE [trace analyses])."""
+    """Each layer's algorithm's name (in a C loop over the names of
+    each layer's algorithms, worked out once per trace)."""
     names = trace.memo("algorithm names", lambda: [tuple(a.name for a in layer.algos)
                                                    for layer in trace.layers])
     return tuple(map(operator.getitem, names, algos))
 
 
 def pinned_host_bytes(sim: Any) -> int:
-    """NOTE [pinned pool]: PyTorch's pinned pool under its runtimes; the Torch7 runtime
+    """PyTorch's pinned pool under its runtimes; the Torch7 runtime
     pins each copy and frees it (its peak); a unified-memory run pins nothing."""
     if sim.sem.paged:
         return 0
@@ -378,9 +364,7 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
     """The paper's oracular baseline: no offload, the fastest algorithm everywhere and
     enough memory; each layer timed alone and the times summed (what baseline_p with
     unlimited memory simulates, to the nanosecond: tests/test_invariants.py checks it)."""
-    return trace.fastest_time_ns  # NOTE [trace analyses]
-
-
+    return trace.fastest_time_ns
 @dataclass(frozen=True)
 class RunSetup:
     """What a run config sets up for its runs: the trace (trained with its optimizer), the
@@ -425,7 +409,7 @@ def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str |
             allocator = parse_pairs(list(allocator))
         settings = _allocator_for(trace, allocator)
     else:
-        with in_file(source, "allocator"):  # NOTE [allocator settings]
+        with in_file(source, "allocator"):
             settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
                                       else None)
     return RunSetup(trace, g, settings, cfg.memory_bytes, cfg.optimizer_offload,
@@ -436,7 +420,7 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                record: bool = True, source: str | None = None) -> list[RunResult]:
     """Every policy of a run config, on one shared trace. ``record=False``:
     no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
-    file, named with the key in any error its values cause (NOTE [user errors])."""
+    file, named with the key in any error its values cause."""
     s = setup_run(cfg, base_dir, source, check_policies=True)
     with in_file(source, "policy_options"):
         return [run_trace(s.trace, s.gpu, p, cfg.policy_options, s.budget_bytes, record=record,
@@ -471,7 +455,7 @@ class LayerPlanReport:
 
 @dataclass(frozen=True)
 class BlockPlanReport:
-    """What the block planner (NOTE [block plan]) found for a run config under a budget."""
+    """What the block planner found for a run config under a budget."""
 
     trace: Trace
     gpu: GPU
@@ -497,9 +481,9 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
                 allocator: Any = None, headroom: bool = True,
                 source: str | None = None) -> PlanReport:
     """Plan a run config's network under ``budget_bytes``: the block planner for a trace
-    with blocks (or ``method="blocks"``), else the layer planners (NOTE [planner]).
+    with blocks (or ``method="blocks"``), else the layer planners.
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
-    settings over the config's (NOTE [planned allocator])."""
+    settings over the config's."""
     from .planners.greedy import search_plan
     from .policies.blocks import block_regions
 
@@ -510,12 +494,12 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
         return _plan_blocks(trace, gpu, budget_bytes, {"auto": None, "on": True,
                                                        "off": False}[offload],
                             settings, cfg.optimizer_pinning)
-    if cfg.optimizer_pinning != "caching":  # NOTE [optimizer pinning]
+    if cfg.optimizer_pinning != "caching":
         raise ConfigError(f"{source}: optimizer_pinning: {cfg.optimizer_pinning} is "
                           "planned by the block planner only (--method blocks, a model with "
                           "blocks); the layer planners count the pinned allocator's copies")
-    on_cpu = offload == "on"  # NOTE [optimizer offload]: auto keeps it on the GPU here
-    if not trace.timed:  # NOTE [memory-only traces]: these planners pick the fastest plan
+    on_cpu = offload == "on"  # auto keeps it on the GPU here
+    if not trace.timed:  # these planners pick the fastest plan
         raise ConfigError(f"{source}: network: {cfg.network} is a memory-only trace "
                           f"(every layer 0 ns), and --method {method} picks the fastest "
                           "plan by times it does not have; plan by memory with --method "
@@ -539,7 +523,7 @@ def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanR
     """The report of a layer plan that fits: replayed, cautioned, as a plan file."""
     from .planners.greedy import fragmentation_caution, layer_names, plan_to_dict
 
-    if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+    if plan.trace is not None:  # the plan runs a reshaped network
         trace = plan.trace
     gpu, budget, settings = common["gpu"], common["budget_bytes"], common["allocator"]
     r = run_plan(trace, gpu, plan, budget, allocator=settings)
@@ -559,7 +543,7 @@ def _cpu_step_calibrated(gpu: GPU) -> bool:
 
 def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: bool | None,
                  settings: AllocatorSettings, pinning: str) -> BlockPlanReport:
-    """NOTE [block plan]: the fewest offloaded blocks that fit, and the step without a
+    """The fewest offloaded blocks that fit, and the step without a
     cap beside it."""
     from .planners.greedy import block_plan_to_dict, fragmentation_caution, plan_blocks
     from .policies.blocks import weighs_cpu_optimizer
@@ -571,7 +555,7 @@ def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: b
         need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
         short = ((need, host) if optimizer_offload is not False
                  and weighs_cpu_optimizer(trace, gpu) and host is not None and need > host
-                 else None)  # NOTE [host memory]: why the optimizer on the CPU did not help
+                 else None)  # why the optimizer on the CPU did not help
         return BlockPlanReport(uncapped=None, host_short=short, caution=None, plan_file=None,
                                **common)
     base = run_trace(trace, gpu, "eager", record=False, allocator=settings)

@@ -1,6 +1,6 @@
 """The `vdnnsim` command: thin commands over the library.
 
-Every VdnnError ends as one line on stderr and exit code 2 (NOTE [user errors]); files are
+Every VdnnError ends as one line on stderr and exit code 2; files are
 written whole or not at all.
 
 NOTE [interrupt]
@@ -27,7 +27,7 @@ from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
 
-# NOTE [bounds]: counts a person could mistype, with the reason for each ceiling
+# counts a person could mistype, with the reason for each ceiling
 BOUNDS = (("trials", 1, 10_000, "each is a timed training step"),
           ("iters", 1, 10_000, "each is a timed training step"),
           ("warmup", 0, 10_000, "each is a training step"),
@@ -81,7 +81,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except VdnnError as exc:
         print(f"vdnnsim: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except InvariantViolation as exc:  # NOTE [invariants]: a bug report, not a wrong number
+    except InvariantViolation as exc:  # a bug report, not a wrong number
         print(f"vdnnsim: internal error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BUG
     except BrokenPipeError:

@@ -60,7 +60,7 @@ def need_torch() -> None:
 
 
 def model_kwargs(pairs: list[str] | None) -> dict:
-    """NOTE [workloads]: ``--model-arg KEY=VALUE`` (repeatable), VALUE read as YAML."""
+    """``--model-arg KEY=VALUE`` (repeatable), VALUE read as YAML."""
     import yaml
 
     from ..errors import ConfigError
@@ -91,7 +91,7 @@ def memory_cap(args: argparse.Namespace) -> int | None:
 
 
 def workload_args(p: argparse.ArgumentParser) -> None:
-    """NOTE [workloads]: what builds a model beside its spec (trace, profile, measure: the
+    """What builds a model beside its spec (trace, profile, measure: the
     same flags, so that a model traced without a GPU is the one profiled and measured)."""
     p.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
                    help="a keyword argument of the factory, or a config key of an hf: model "

@@ -53,7 +53,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """NOTE [import]: a torch.profiler trace or a CUDA memory snapshot as validation data."""
+    """A torch.profiler trace or a CUDA memory snapshot as validation data."""
     from ..measured.importers import format_record, import_file, to_json
     from ..yamlio import write_text_atomic
 

@@ -15,7 +15,7 @@ from .common import memory_cap, model_kwargs, need_torch, shown, writable
 
 def cmd_profile(args: argparse.Namespace) -> int:
     writable(args.output)
-    # NOTE [module timing]: Kineto's own log lines ("gpuGetDeviceCount failed" where there
+    # Kineto's own log lines ("gpuGetDeviceCount failed" where there
     # is no GPU) are not the user's business; it reads this when torch starts it
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     need_torch()
@@ -34,7 +34,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         not (kwargs or args.seq_len or args.input)
     if layerwise:
         data = profile_model(args.model, args.batch_size, args.dtype, args.trials, args.device)
-    else:  # NOTE [module timing]: any model, op by op for memory, module by module for time
+    else:  # any model, op by op for memory, module by module for time
         from ..gpu.profile.ops import profile_workload
         data = profile_workload(args.model, args.batch_size, args.dtype, args.seq_len,
                                 args.input, kwargs, args.trials, args.device,
@@ -48,7 +48,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
-    """NOTE [planned allocator]: the allocator settings a measurement of ``plan`` runs
+    """The allocator settings a measurement of ``plan`` runs
     with: ``given`` (--allocator) where given, else the plan's own; a line on stderr where
     they differ (the plan was checked under its own)."""
     from ..engine.allocconf import ALLOWED
@@ -58,7 +58,7 @@ def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
     if plan is not None and {k: v for k, v in given.items() if ALLOWED[k].default != v} != own:
         said = ", ".join(f"{k}={v}" for k, v in own.items()) or "PyTorch's defaults"
         print(f"vdnnsim: warning: {path} was planned under the allocator settings {said}; "
-              "it is measured under --allocator's (NOTE [planned allocator])",
+              "it is measured under --allocator's",
               file=sys.stderr)
     return given
 
@@ -114,12 +114,13 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    """NOTE [measurement]; with --repeat, NOTE [repeated measurement]."""
+    """Real training steps on the GPU (NOTE [measurement]); with --repeat, in fresh
+    processes."""
     from ..engine.allocconf import ENV, effective, env_string, parse_pairs
     from ..errors import ConfigError
 
     cap = memory_cap(args)  # before torch: a bad size needs no GPU to be told
-    given = parse_pairs(args.allocator)  # NOTE [measured allocator settings]
+    given = parse_pairs(args.allocator)
     if args.warmup_processes is not None and not args.repeat:
         raise ConfigError("--warmup-processes goes with --repeat N")
     if args.optimizer_pinning != "caching" and not args.optimizer_offload and not args.plan:
@@ -128,7 +129,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     writable(args.memory_history)
     kwargs = model_kwargs(args.model_arg)
     plan = None
-    if args.plan:  # NOTE [planned runtime], NOTE [plan files]
+    if args.plan:
         from ..planners.planfile import LayerPlanFile, read_plan_file
         from ..planners.greedy import OP_LAYERS, OP_PLAN_CANNOT_RUN
         plan = read_plan_file(args.plan)
@@ -225,7 +226,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..gpu.calibrate.kernels import calibrate
     from ..yamlio import write_text_atomic
 
-    if args.cpu_step:  # NOTE [cpu step model]: the host alone; no GPU needed
+    if args.cpu_step:  # the host alone; no GPU needed
         return _calibrate_cpu_step(args)
     if args.threads is not None:
         raise ConfigError("--threads goes with --cpu-step")
@@ -233,7 +234,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise ConfigError("vdnnsim calibrate needs a CUDA GPU (none is visible)")
     if not 0 < args.scale <= 10:
         raise ConfigError(f"--scale must be in (0, 10], got {args.scale}")
-    if args.ops:  # NOTE [op calibration]
+    if args.ops:
         from ..gpu.calibrate.ops import calibrate_ops as calibrate
     if args.host_only:
         if not args.ops:
@@ -261,7 +262,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _calibrate_cpu_step(args: argparse.Namespace) -> int:
     """``vdnnsim calibrate --cpu-step``: the host's CPU optimizer step swept over thread
-    counts, fitted (NOTE [cpu step model]); the file holds the records and the fit."""
+    counts, fitted; the file holds the records and the fit."""
     from ..costs.cpustep import fit, format_fit
     from ..errors import ConfigError
     from ..gpu.runtime.cpu_optimizer import calibrate_cpu_step

@@ -27,13 +27,13 @@ def _run(sub: Any) -> None:
 def _trace(sub: Any) -> None:
     t = sub.add_parser("trace", help="synthesize a trace file from a network and a GPU preset")
     t.add_argument("network", nargs="?", default=None, help="zoo name or network spec YAML")
-    t.add_argument("--model", default=None, help="torchvision:NAME or zoo:NAME, built on the "
-                   "meta device (needs torch) instead of a network; hf:NAME or "
-                   "package.module:factory give a memory trace (NOTE [op probe])")
+    t.add_argument("--model", default=None, help="a model instead of a network (needs "
+                   "torch): torchvision:NAME or zoo:NAME, layer by layer on the meta device; "
+                   "hf:NAME or package.module:factory, op by op, timed by the GPU's op-level "
+                   "model (memory only on a GPU without one)")
     workload_args(t)
     t.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
-                   help="the optimizer whose state and step the trace holds (NOTE "
-                   "[optimizer state])")
+                   help="the optimizer whose state and step the trace holds")
     t.add_argument("--batch-size", "-b", type=int, default=None)
     t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
@@ -67,30 +67,27 @@ def _plot(sub: Any) -> None:
 
 
 def _plan(sub: Any) -> None:
-    pn = sub.add_parser("plan", help="plan offloads and algorithms under a memory budget "
-                        "(NOTE [planner])")
+    pn = sub.add_parser("plan", help="plan offloads and algorithms under a memory budget")
     pn.add_argument("config", help="run config YAML (its network, batch size and GPU)")
     pn.add_argument("--budget", required=True, help="memory budget, e.g. '12 GiB'")
     pn.add_argument("--output", "-o", default=None, help="plan file to write (YAML)")
     pn.add_argument("--method", choices=["auto", "milp", "greedy", "blocks"], default="auto",
-                    help="the exact MILP (NOTE [milp planner]), the greedy search (NOTE "
-                    "[planner]), or both where the MILP is tractable (default); blocks: the "
-                    "fewest offloaded or checkpointed blocks of any model (NOTE [block plan]; "
-                    "the default for a trace with blocks)")
+                    help="the exact MILP, the greedy search, or both where the MILP is "
+                    "tractable (default); blocks: the fewest offloaded or checkpointed "
+                    "blocks of any model (the default for a trace with blocks)")
     pn.add_argument("--optimizer-offload", choices=["auto", "on", "off"], default=None,
-                    help="the optimizer's state and step on the CPU (NOTE [optimizer "
-                    "offload]) on, off, or auto: for block plans both, and the plan that fits "
+                    help="the optimizer's state and step on the CPU on, off, or auto: for "
+                    "block plans both, and the plan that fits "
                     "in fewer blocks or runs faster (where the preset's host has a calibrated "
                     "CPU step), for the layer planners (milp, greedy) off; default: on where "
                     "the run config sets optimizer_offload, else auto")
     pn.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
                     help="plan under this caching allocator setting, e.g. "
                     "expandable_segments=true (over the run config's allocator:); the plan "
-                    "file says it and vdnnsim measure --plan runs under it (NOTE [planned "
-                    "allocator])")
+                    "file says it and vdnnsim measure --plan runs under it")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
-                    "them (NOTE [autotune headroom])")
+                    "them")
     pn.set_defaults(fn=plan.cmd_plan)
 
 
@@ -103,7 +100,7 @@ def _maxbatch(sub: Any) -> None:
                     help="policy (repeatable; default vdnn_dyn)")
     mb.add_argument("--memory", default=None, help="pool capacity, e.g. '12 GiB'")
     mb.add_argument("--host-memory", default=None, help="host memory offloads may pin, e.g. "
-                    "'64 GiB' (default: the preset's; NOTE [host memory])")
+                    "'64 GiB' (default: the preset's)")
     mb.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
     mb.add_argument("--limit", type=int, default=1 << 16, help="largest batch to try")
     mb.add_argument("--json", action="store_true")
@@ -140,18 +137,19 @@ def _profile(sub: Any) -> None:
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")
     pf.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME (layer by "
                     "layer), hf:NAME or package.module:factory (op by op, timed by module with "
-                    "torch.profiler: NOTE [module timing])")
+                    "torch.profiler)")
     workload_args(pf)
     pf.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     pf.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
-                    help="the step to profile (sgd: the simulator scales it for Adam, NOTE "
-                    "[optimizer state]; adam/adamw: measured, the trace replays with it only)")
+                    help="the step to profile (sgd: the simulator scales it for Adam; "
+                    "adam/adamw: measured, the trace replays with it only)")
     pf.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16",
                                                         "autocast-bf16", "autocast-fp16"])
-    pf.add_argument("--trials", type=int, default=5, help="timed training steps (each layer's time is the median)")
+    pf.add_argument("--trials", type=int, default=5,
+                    help="timed training steps (each layer's time is the median)")
     pf.add_argument("--no-check", action="store_true",
                     help="write the profile even if it does not account for the step "
-                    "(NOTE [profile check]; the failure is then in its note)")
+                    "(the failure is then in its note)")
     pf.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     pf.add_argument("--output", "-o", required=True, help="trace YAML to write")
     pf.set_defaults(fn=gpu.cmd_profile)
@@ -185,28 +183,27 @@ def _measure(sub: Any) -> None:
                     "under torch.autocast (fp16 with a GradScaler)")
     ms.add_argument("--repeat", type=int, default=None, metavar="N",
                     help="measure in N fresh processes, one after another, after discarded "
-                    "warm-up processes: median and band (NOTE [repeated measurement])")
+                    "warm-up processes: median and band")
     ms.add_argument("--warmup-processes", type=int, default=None, metavar="K",
                     help="with --repeat: processes run first and discarded (default 1; 0 "
                     "for a machine already warm)")
     ms.add_argument("--allocator", action="append", default=None, metavar="KEY=VALUE",
                     help="a caching allocator setting (PYTORCH_CUDA_ALLOC_CONF), e.g. "
-                    "expandable_segments=true; repeatable (NOTE [measured allocator settings])")
+                    "expandable_segments=true; repeatable")
     ms.add_argument("--memory-history", default=None, metavar="FILE",
                     help="record the allocator's history over the timed steps and write its "
                     "snapshot (a pickle) to FILE (out of memory: the snapshot there); with "
                     "--repeat, the last process's")
     ms.add_argument("--no-step-probe", action="store_true",
-                    help="no host probe after each timed step (NOTE [host probe]): for "
+                    help="no host probe after each timed step: for "
                     "checking that the probe does not move the steps' host time")
     ms.add_argument("--optimizer-offload", action="store_true",
                     help="the optimizer's state and step on the CPU, each gradient copied "
-                    "there as the backward pass makes it (NOTE [optimizer offload])")
+                    "there as the backward pass makes it")
     ms.add_argument("--optimizer-pinning", choices=["caching", "registered"],
                     default="caching", help="with the optimizer on the CPU: its host copies "
                     "from PyTorch's pinned allocator (each rounded up to a power of two; "
-                    "default) or one buffer registered with cudaHostRegister (NOTE "
-                    "[optimizer pinning])")
+                    "default) or one buffer registered with cudaHostRegister")
     ms.add_argument("--json", action="store_true")
     ms.set_defaults(fn=gpu.cmd_measure)
 
@@ -221,7 +218,7 @@ def _calibrate(sub: Any) -> None:
     ca.add_argument("--seed", type=int, default=0, help="the grid's random seed")
     ca.add_argument("--ops", action="store_true", help="the ATen ops of training steps "
                     "(GEMMs, attention, norms, pointwise, loss, AdamW; convolutions, CNN norms "
-                    "and pooling; NOTE [op calibration]) for the op-level model, instead of "
+                    "and pooling) for the op-level model, instead of "
                     "the CNN layer grid")
     ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn", "norms"],
                     help="with --ops: which grids to run (default: all three)")
@@ -230,7 +227,7 @@ def _calibrate(sub: Any) -> None:
                     "bf16 autocast)")
     ca.add_argument("--cpu-step", action="store_true", help="the host's CPU optimizer step "
                     "(fused AdamW) and memory bandwidth on each thread count, fitted into "
-                    "the host fields of a run config's gpu: (NOTE [cpu step model]; no GPU "
+                    "the host fields of a run config's gpu: (no GPU "
                     "needed)")
     ca.add_argument("--threads", help="with --cpu-step: the thread counts, e.g. 1,2,4,8,16 "
                     "(default: powers of two up to torch's default, and it)")
@@ -249,22 +246,21 @@ def _validate(sub: Any) -> None:
                     "(default), or one step's own from an emptied cache")
     va.add_argument("--scale-host", action="store_true",
                     help="replay each run whose trace and record both have the host probe "
-                    "between timed steps with its host costs times their ratio (NOTE "
-                    "[host speed])")
+                    "between timed steps with its host costs times their ratio")
     va.add_argument("--json", action="store_true")
     va.set_defaults(fn=data.cmd_validate)
 
 
 def _import(sub: Any) -> None:
     im = sub.add_parser("import", help="read a torch.profiler trace or a CUDA memory "
-                        "snapshot pickle as validation data (NOTE [import])")
+                        "snapshot pickle as validation data")
     im.add_argument("file", help="Chrome trace JSON (.json, .json.gz) or a "
                     "torch.cuda.memory._dump_snapshot pickle")
     im.add_argument("--output", "-o", default=None, help="JSON record to write")
     im.add_argument("--json", action="store_true", help="print the JSON record")
     im.add_argument("--segments", action="store_true",
                     help="a snapshot's segments at its peak reserved moment, per stream and "
-                    "pool, with the cudaMalloc/cudaFree counts (NOTE [snapshot segments])")
+                    "pool, with the cudaMalloc/cudaFree counts")
     im.set_defaults(fn=data.cmd_import)
 
 

@@ -94,7 +94,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([clean(r) for r in rows], indent=2))
         return 0
-    # NOTE [maxbatch]: the bound is what stops the next batch size
+    # the bound is what stops the next batch size
     print(f"{'network':10s} {'gpu':15s} {'policy':12s} {'max batch':>9s} {'slowdown':>9s} "
           f"{'peak GB':>8s} {'host GB':>8s} {'sims':>5s}  bound")
     for r in rows:
@@ -150,7 +150,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         from ..measured.validate import validate
         if not args.measurements:
             raise ConfigError("plot validation needs TRACES and --measurements FILE")
-        table = validate(inputs, args.measurements)  # NOTE [measurement sets]
+        table = validate(inputs, args.measurements)
         if "measured_alloc_gib" not in table or not table.measured_fits.any():
             raise ConfigError(f"{', '.join(shown(m) for m in args.measurements)}: no "
                               "measured run fits its card: nothing to plot")
@@ -243,7 +243,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                              lambda f, fig=fig: fig.savefig(f, format="png", dpi=90),
                              binary=True)
                 figures.plt.close(fig)
-        for name in figures.PAPER_PANELS:  # NOTE [paper beside]
+        for name in figures.PAPER_PANELS:
             fig = figures.paper_beside(cells, name)
             write_atomic(out / f"paper_{name.lower()}.png",
                          lambda f, fig=fig: fig.savefig(f, format="png", dpi=90), binary=True)
@@ -276,7 +276,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                                   "--seq-len, --input or --model-arg")
             trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu,
                                                      args.dtype), args.model)
-        else:  # NOTE [op probe]: any model, its memory only
+        else:  # any model, its memory only
             from ..gpu.probe.aten import memory_trace
             trace = trace_from_dict(memory_trace(args.model, args.batch_size, gpu, args.dtype,
                                                  args.seq_len, model_kwargs(args.model_arg),
@@ -284,13 +284,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
             from ..hardware import gpu_preset, preset_names
             timed_on = ", ".join(n for n in preset_names() if gpu_preset(n).op_calibration)
             if trace.source.cost_model == "none":
-                print("note: a memory trace (NOTE [op probe]): every layer is 0 ns, so its "
-                      "runs show memory, not times (NOTE [memory-only traces]); GPUs with an "
-                      f"op-level model (NOTE [op model]): {timed_on}", file=sys.stderr)
-            elif not gpu.op_calibration:  # NOTE [op spec rule]
+                print("note: a memory trace: every layer is 0 ns, so its "
+                      "runs show memory, not times; GPUs with an "
+                      f"op-level model: {timed_on}", file=sys.stderr)
+            elif not gpu.op_calibration:
                 from ..costs.ops import spec_rule_note
                 print(f"note: {gpu.name} has no op calibration: timed from its specs by "
-                      f"another GPU's op model (NOTE [op spec rule]; calibrated: {timed_on}), "
+                      f"another GPU's op model (calibrated: {timed_on}), "
                       f"{spec_rule_note(gpu)}", file=sys.stderr)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
@@ -300,7 +300,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     else:
         from ..errors import ConfigError
         raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
-    if args.optimizer != "sgd":  # NOTE [optimizer state]: its moments and step temporary
+    if args.optimizer != "sgd":  # its moments and step temporary
         from ..trace.optimizer import with_optimizer
         trace = with_optimizer(trace, args.optimizer)
     if args.output == "-":
@@ -310,15 +310,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     else:
         save_trace(trace, args.output)
         how = {"calibrated-v1": "its calibrated kernel model",
-               "aten-v1": "its op-level kernel model (NOTE [op model])",
-               "aten-v1-specs": "another GPU's op-level kernel model from its specs "
-                                "(NOTE [op spec rule])"}.get(
+               "aten-v1": "its op-level kernel model",
+               "aten-v1-specs": "another GPU's op-level kernel model from its specs"}.get(
             trace.source.cost_model, f"the cost model ({trace.source.cost_model})")
         timed = (f"timed for {gpu.name} by {how}"
                  if trace.source.kind == "synthesized" and trace.source.gpu == gpu.name
                  else f"times as recorded ({trace.source.kind})")
         if trace.source.cost_model == "none":
-            timed = "memory only, not timed (NOTE [op probe])"
+            timed = "memory only, not timed"
         print(f"wrote {shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0

@@ -82,7 +82,7 @@ def _layer_lines(r: "LayerPlanReport") -> list[str]:
 def _tried(r: "BlockPlanReport") -> list[str]:
     """Each count of blocks tried, offloaded or checkpointed; per count of blocks whose
     parameters are on the host, the fewest that fit; per count offloaded, the count
-    checkpointed after them that fits (NOTE [block mix])."""
+    checkpointed after them that fits."""
     plan, timed = r.plan, r.trace.timed
     out = []
     for what, tried in (("offloaded", plan.tried), ("checkpointed", plan.tried_recompute)):

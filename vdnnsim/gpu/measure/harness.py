@@ -25,7 +25,7 @@ to retry, with the events recorded so far, none before the timed steps;
 ``vdnnsim measure --memory-history FILE`` pickles it; NOTE
 [snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
 those steps' times include the recording's cost. The allocator's settings
-(``allocator_conf``, NOTE [measured allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
+(``allocator_conf``) are the caller's: PYTORCH_CUDA_ALLOC_CONF
 is read when CUDA first allocates, before this runs.
 ``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
 """
@@ -50,7 +50,7 @@ from ..runtime.vdnn import VDNN
 from ..model.workload import DTYPES, build_workload, training_step
 
 POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
-HISTORY_ENTRIES = 1_000_000  # NOTE [measurement]: the history's ring buffer
+HISTORY_ENTRIES = 1_000_000  # the history's ring buffer
 
 
 def _hand_over(history: Callable[[dict], Any], record: dict[str, Any], **what: Any) -> None:
@@ -73,15 +73,15 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             allocator_conf: dict[str, Any] | None = None,
             step_probe: bool = True, optimizer_offload: bool = False,
             optimizer_pinning: str = "caching") -> dict[str, Any]:
-    """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
+    """NOTE [measurement]; ``plan``: a plan file (its model, or its
     contents, read through the model), for policy 'planned';
     ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
     autocast-fp16); ``history``: given the allocator's snapshot over the timed steps (or
     where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
-    there as they are made (NOTE [optimizer offload]); ``optimizer_pinning``: where its
-    host copies live, NOTE [optimizer pinning])."""
+    there as they are made; ``optimizer_pinning``: where its
+    host copies live)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
@@ -89,9 +89,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     if isinstance(plan, dict):
         plan = plan_from_data(plan)
     if plan is not None and plan.optimizer_offload:
-        optimizer_offload = True  # NOTE [optimizer offload]: the plan runs it on the CPU
+        optimizer_offload = True  # the plan runs it on the CPU
     if getattr(plan, "optimizer_pinning", "caching") != "caching":
-        optimizer_pinning = plan.optimizer_pinning  # NOTE [optimizer pinning]: as planned
+        optimizer_pinning = plan.optimizer_pinning  # as planned
     if optimizer_pinning != "caching" and not optimizer_offload:
         raise ValueError("optimizer pinning goes with the optimizer on the CPU (--optimizer-"
                          "offload, or a plan that puts it there)")
@@ -119,11 +119,11 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                                                       "optimizer_offload", "param_blocks")}
     work = runtime = step = offloaded = params = None
     try:
-        record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
+        record["host_probe_ns"] = host_probe_ns(dev)
         # and its tensor for the probes after the timed steps, made before the model: it
         # shares the first small-pool segment, which every model's small tensors need anyway
         probe = StepProbe(dev) if step_probe else None
-        # NOTE [cap after setup]: with parameters on the host (a block plan's
+        # with parameters on the host (a block plan's
         # param_blocks) the cap starts once those blocks have left the GPU. The model is
         # built whole on the GPU, and a 7B's fp32 weights alone (25 GiB) exceed a 24 GB
         # card's cap before any block leaves: a real card of that size needs a runtime that
@@ -141,27 +141,27 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                 work.kind != "image" or work.hf_task):
             raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
                              "probes an image input); baseline, save_on_cpu and a block plan "
-                             "(vdnnsim plan of a profiled trace, NOTE [block runtime]) run "
+                             "(vdnnsim plan of a profiled trace) run "
                              "any model")
         ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
             if policy == "save_on_cpu" else contextlib.nullcontext
         work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
         if policy.startswith("vdnn"):
             runtime = VDNN(work.model, work.shape, policy)
-        elif blocks:  # NOTE [block runtime]
+        elif blocks:
             runtime = BlockOffload.from_plan(work.model, plan)
         elif plan is not None:
             runtime = VDNN(work.model, work.shape, policy, plan=plan)
         step = training_step(work, batch_size, dev, dtype, optimizer,
                              runner=None if blocks else runtime, context=ctx)
-        if optimizer_offload:  # NOTE [optimizer offload]
+        if optimizer_offload:
             offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
                                                              optimizer, optimizer_pinning)
-        if blocks and plan.param_blocks:  # NOTE [parameter offload]: after the optimizer,
+        if blocks and plan.param_blocks:  # after the optimizer,
             params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
             gc.collect()  # come first; the GPU's copies given back, as never made
             torch.cuda.empty_cache()
-            if memory_cap_bytes:  # NOTE [cap after setup]
+            if memory_cap_bytes:
                 torch.cuda.set_per_process_memory_fraction(
                     min(1.0, memory_cap_bytes / total), dev)
                 record["memory_cap_after_setup"] = True
@@ -190,12 +190,12 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             e.synchronize()
             times.append(s.elapsed_time(e))
             if probe is not None:
-                probe()  # NOTE [host probe]: the host's speed right after the step
+                probe()  # the host's speed right after the step
         after = torch.cuda.memory_stats(dev)
         if history is not None:
             _hand_over(history, record, steps=iters)
         # the allocator's own counts over the timed steps: how often it asked the driver for
-        # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
+        # a segment, gave segments back, and freed its cache to retry
         counts = {k: after.get(k, 0) - before.get(k, 0)
                   for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
         if probe is not None:
@@ -209,20 +209,20 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                       peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
                       peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
                       allocator=counts)
-        # NOTE [pinned pool]: what the pinned host allocator keeps (its blocks are never
+        # what the pinned host allocator keeps (its blocks are never
         # given back, so after the timed steps this is its peak)
         host_stats = getattr(torch.cuda, "host_memory_stats", None)
         if host_stats is not None:
             record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
         if offloaded is not None and offloaded.pinning == "registered":
-            # NOTE [optimizer pinning]: page-locked outside the pinned allocator
+            # page-locked outside the pinned allocator
             record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
                                            + offloaded.pinned_bytes)
-        if offloaded is not None:  # NOTE [optimizer offload]: what the host holds for it
+        if offloaded is not None:  # what the host holds for it
             record.update(optimizer_pinned_bytes=offloaded.pinned_bytes,
                           optimizer_state_bytes=offloaded.state_bytes())
         # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
-        # so that its reserved peak is one iteration's own (NOTE [measurement]); the step
+        # so that its reserved peak is one iteration's own; the step
         # itself is NOTE [training step]'s, read at its marks
         phases: dict[str, int] = {}
         reserved: list[int] = []
@@ -261,7 +261,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
                 and "modified by an inplace operation" in str(exc)):
             raise
-        # NOTE [block recompute]: autograd refusing what a plan does to this model (a
+        # autograd refusing what a plan does to this model (a
         # checkpointed module whose input is written in place where the trace did not show
         # it) is the plan's failure, said in one line
         text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
@@ -271,7 +271,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             runtime.remove()
         if params is not None:
             params.remove(restore=False)
-        if offloaded is not None:  # NOTE [optimizer offload]: its hooks hold the model
+        if offloaded is not None:  # its hooks hold the model
             offloaded.close()
         del work, runtime, step, offloaded, params
         gc.collect()

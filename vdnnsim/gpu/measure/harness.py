@@ -63,6 +63,35 @@ def _hand_over(history: Callable[[dict], Any], record: dict[str, Any], **what: A
     record["memory_history"] = {"max_entries": HISTORY_ENTRIES, **what}
 
 
+class _Run:
+    """What a measurement builds, held so that it is released however the run ends."""
+
+    def __init__(self) -> None:
+        self.work: Any = None
+        self.runtime: Any = None
+        self.step: Any = None
+        self.offloaded: Any = None  # the optimizer on the CPU
+        self.params: Any = None  # the parameters on the host
+        self.probe: Any = None
+
+    def run_step(self) -> None:
+        self.step()
+        if self.runtime is not None:
+            self.runtime.end_iteration()
+
+    def release(self, dev: Any) -> None:
+        if isinstance(self.runtime, BlockOffload):
+            self.runtime.remove()
+        if self.params is not None:
+            self.params.remove(restore=False)
+        if self.offloaded is not None:  # its hooks hold the model
+            self.offloaded.close()
+        self.work = self.runtime = self.step = self.offloaded = self.params = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+
+
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
             dtype: str = "fp32", plan: PlanFile | dict[str, Any] | None = None,
@@ -73,15 +102,73 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             allocator_conf: dict[str, Any] | None = None,
             step_probe: bool = True, optimizer_offload: bool = False,
             optimizer_pinning: str = "caching") -> dict[str, Any]:
-    """NOTE [measurement]; ``plan``: a plan file (its model, or its
-    contents, read through the model), for policy 'planned';
-    ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
-    autocast-fp16); ``history``: given the allocator's snapshot over the timed steps (or
-    where the run ran out of memory);
+    """NOTE [measurement]: its record. ``plan``: a plan file (its model, or its contents,
+    read through the model), for policy 'planned'; ``dtype``: a precision of NOTE
+    [workloads] (fp32, bf16, fp16, autocast-bf16, autocast-fp16); ``history``: given the
+    allocator's snapshot over the timed steps (or where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
-    there as they are made; ``optimizer_pinning``: where its
-    host copies live)."""
+    there as they are made; ``optimizer_pinning``: where its host copies live."""
+    plan, optimizer_offload, optimizer_pinning = _checked(
+        policy, plan, dtype, optimizer_offload, optimizer_pinning)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = True
+    record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
+                              "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
+                              "optimizer": optimizer,
+                              "optimizer_offload": optimizer_offload,
+                              "optimizer_pinning": optimizer_pinning,
+                              "allocator_conf": dict(allocator_conf or {}),
+                              "gpu": torch.cuda.get_device_name(dev), **software()}
+    if plan is not None:
+        fields = plan.model_dump(mode="json")
+        record["plan"] = {k: fields.get(k) for k in ("network", "batch_size", "budget_bytes",
+                                                      "predicted", "split", "recompute",
+                                                      "blocks", "block_paths",
+                                                      "recompute_blocks", "recompute_paths",
+                                                      "optimizer_offload", "param_blocks")}
+    run = _Run()
+    try:
+        record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
+        # and its tensor for the probes after the timed steps, made before the model: it
+        # shares the first small-pool segment, which every model's small tensors need anyway
+        run.probe = StepProbe(dev) if step_probe else None
+        _build(run, dev, record, model_spec, batch_size, policy, memory_cap_bytes, dtype, plan,
+               optimizer, seq_len, input_spec, model_kwargs, optimizer_offload,
+               optimizer_pinning)
+        _timed(run, dev, record, warmup, iters, history)
+        _phase_step(run, dev, record)
+        for rt in (run.runtime, run.params):  # per step: warm-up, timed and the phase step
+            if rt is not None:
+                record.update({k: v // (warmup + iters + 1) for k, v in rt.stats.items()})
+    except torch.OutOfMemoryError as exc:
+        # the first line says how much was asked for and, at its end, how much of what the
+        # allocator reserved was not allocated (fragmentation, or cache it could not free)
+        record.update(fits=False, error=str(exc).splitlines()[0][:1000])
+        if history is not None and "memory_history" not in record:  # (not the phase
+            # step's, after the timed steps' history): the segments as the allocator left
+            # them after its retry
+            _hand_over(history, record, at="out of memory")
+    except RuntimeError as exc:
+        if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
+                and "modified by an inplace operation" in str(exc)):
+            raise
+        # autograd refusing what a plan does to this model (a checkpointed module whose
+        # input is written in place where the trace did not show it) is the plan's
+        # failure, said in one line
+        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ValueError(f"the plan does not run on this model: {text}") from None
+    finally:
+        run.release(dev)
+    return record
+
+
+def _checked(policy: str, plan: Any, dtype: str, optimizer_offload: bool,
+             optimizer_pinning: str) -> tuple[PlanFile | None, bool, str]:
+    """The policy, plan and optimizer settings checked (ValueError), with the plan's
+    optimizer on the CPU and its pinning where it has them."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if (policy == "planned") != (plan is not None):
@@ -98,183 +185,143 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
     if optimizer_offload and dtype == "autocast-fp16":
         raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
                          "or autocast-bf16")
-    dev = torch.device("cuda", torch.cuda.current_device())
-    gc.collect()
-    torch.cuda.empty_cache()
+    return plan, optimizer_offload, optimizer_pinning
+
+
+def _cap(dev: Any, cap_bytes: int) -> None:
     total = torch.cuda.get_device_properties(dev).total_memory
-    torch.backends.cudnn.benchmark = True
-    record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
-                              "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
-                              "optimizer": optimizer,
-                              "optimizer_offload": optimizer_offload,
-                              "optimizer_pinning": optimizer_pinning,
-                              "allocator_conf": dict(allocator_conf or {}),
-                              "gpu": torch.cuda.get_device_name(dev), **software()}
-    if plan is not None:
-        fields = plan.model_dump(mode="json")
-        record["plan"] = {k: fields.get(k) for k in ("network", "batch_size", "budget_bytes",
-                                                      "predicted", "split", "recompute",
-                                                      "blocks", "block_paths",
-                                                      "recompute_blocks", "recompute_paths",
-                                                      "optimizer_offload", "param_blocks")}
-    work = runtime = step = offloaded = params = None
-    try:
-        record["host_probe_ns"] = host_probe_ns(dev)
-        # and its tensor for the probes after the timed steps, made before the model: it
-        # shares the first small-pool segment, which every model's small tensors need anyway
-        probe = StepProbe(dev) if step_probe else None
-        # with parameters on the host (a block plan's
-        # param_blocks) the cap starts once those blocks have left the GPU. The model is
-        # built whole on the GPU, and a 7B's fp32 weights alone (25 GiB) exceed a 24 GB
-        # card's cap before any block leaves: a real card of that size needs a runtime that
-        # builds the model off the GPU, which this one is not. What the cap then bounds is
-        # the training step, which is what the engine predicts; the record says so.
-        late_cap = isinstance(plan, BlockPlanFile) and bool(plan.param_blocks)
-        if memory_cap_bytes and not late_cap:
-            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
-        with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
-            work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
-        record.update(input_kind=work.kind, input_shape=list(work.shape),
-                      parameters=sum(p.numel() for p in work.model.parameters()))
-        blocks = isinstance(plan, BlockPlanFile)
-        if policy not in ("baseline", "save_on_cpu") and not blocks and (
-                work.kind != "image" or work.hf_task):
-            raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
-                             "probes an image input); baseline, save_on_cpu and a block plan "
-                             "(vdnnsim plan of a profiled trace) run "
-                             "any model")
-        ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
-            if policy == "save_on_cpu" else contextlib.nullcontext
-        work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
-        if policy.startswith("vdnn"):
-            runtime = VDNN(work.model, work.shape, policy)
-        elif blocks:
-            runtime = BlockOffload.from_plan(work.model, plan)
-        elif plan is not None:
-            runtime = VDNN(work.model, work.shape, policy, plan=plan)
-        step = training_step(work, batch_size, dev, dtype, optimizer,
-                             runner=None if blocks else runtime, context=ctx)
-        if optimizer_offload:
-            offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
-                                                             optimizer, optimizer_pinning)
-        if blocks and plan.param_blocks:  # after the optimizer,
-            params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
-            gc.collect()  # come first; the GPU's copies given back, as never made
-            torch.cuda.empty_cache()
-            if memory_cap_bytes:
-                torch.cuda.set_per_process_memory_fraction(
-                    min(1.0, memory_cap_bytes / total), dev)
-                record["memory_cap_after_setup"] = True
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), dev)
 
-        def run_step() -> None:
-            step()
-            if runtime is not None:
-                runtime.end_iteration()
 
-        for _ in range(warmup):
-            run_step()
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        before = torch.cuda.memory_stats(dev)
-        if history is not None:
-            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES,
-                                                     context=None)
-        times, host = [], []
-        for _ in range(iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            s.record()
-            run_step()
-            e.record()
-            host.append((time.perf_counter() - t0) * 1e3)
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-            if probe is not None:
-                probe()  # the host's speed right after the step
-        after = torch.cuda.memory_stats(dev)
-        if history is not None:
-            _hand_over(history, record, steps=iters)
-        # the allocator's own counts over the timed steps: how often it asked the driver for
-        # a segment, gave segments back, and freed its cache to retry
-        counts = {k: after.get(k, 0) - before.get(k, 0)
-                  for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
-        if probe is not None:
-            probe.close()
-            record.update(host_probe_steps_ns=probe.times,
-                          host_probe_between_ns=statistics.median(probe.times))
-        else:
-            record["step_probe"] = False
-        record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
-                      host_issue_ms=statistics.median(host), host_issue_ms_all=host,
-                      peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
-                      peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
-                      allocator=counts)
-        # what the pinned host allocator keeps (its blocks are never
-        # given back, so after the timed steps this is its peak)
-        host_stats = getattr(torch.cuda, "host_memory_stats", None)
-        if host_stats is not None:
-            record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
-        if offloaded is not None and offloaded.pinning == "registered":
-            # page-locked outside the pinned allocator
-            record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
-                                           + offloaded.pinned_bytes)
-        if offloaded is not None:  # what the host holds for it
-            record.update(optimizer_pinned_bytes=offloaded.pinned_bytes,
-                          optimizer_state_bytes=offloaded.state_bytes())
-        # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
-        # so that its reserved peak is one iteration's own; the step
-        # itself is NOTE [training step]'s, read at its marks
-        phases: dict[str, int] = {}
-        reserved: list[int] = []
-        def read(point: str, loss: Any) -> None:
-            if point == "zero_grad":
-                torch.cuda.synchronize(dev)
-                torch.cuda.empty_cache()
-                phases["start"] = torch.cuda.memory_allocated(dev)
-                torch.cuda.reset_peak_memory_stats(dev)
-            elif point in ("forward", "backward", "step"):
-                phases[f"{point}_peak"] = torch.cuda.max_memory_allocated(dev)
-                if point != "step":  # the update's reserved peak is read once it is done
-                    phases[f"after_{point}"] = torch.cuda.memory_allocated(dev)
-                    reserved.append(torch.cuda.max_memory_reserved(dev))
-                    torch.cuda.reset_peak_memory_stats(dev)
-
-        step(mark=read)
-        if runtime is not None:
-            runtime.end_iteration()
-        torch.cuda.synchronize(dev)
-        reserved.append(torch.cuda.max_memory_reserved(dev))
-        record["phases"] = phases
-        record["reserved_one_step_bytes"] = max(reserved)
-        for rt in (runtime, params):  # per step: warm-up, timed and the phase step
-            if rt is not None:
-                record.update({k: v // (warmup + iters + 1) for k, v in rt.stats.items()})
-    except torch.OutOfMemoryError as exc:
-        # the first line says how much was asked for and, at its end, how much of what the
-        # allocator reserved was not allocated (fragmentation, or cache it could not free)
-        record.update(fits=False, error=str(exc).splitlines()[0][:1000])
-        if history is not None and "memory_history" not in record:  # (not the phase
-            # step's, after the timed steps' history): the segments as the allocator left
-            # them after its retry
-            _hand_over(history, record, at="out of memory")
-    except RuntimeError as exc:
-        if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
-                and "modified by an inplace operation" in str(exc)):
-            raise
-        # autograd refusing what a plan does to this model (a
-        # checkpointed module whose input is written in place where the trace did not show
-        # it) is the plan's failure, said in one line
-        text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        raise ValueError(f"the plan does not run on this model: {text}") from None
-    finally:
-        if isinstance(runtime, BlockOffload):
-            runtime.remove()
-        if params is not None:
-            params.remove(restore=False)
-        if offloaded is not None:  # its hooks hold the model
-            offloaded.close()
-        del work, runtime, step, offloaded, params
-        gc.collect()
+def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_size: int,
+           policy: str, cap_bytes: int | None, dtype: str, plan: Any, optimizer: str,
+           seq_len: int | None, input_spec: str | None, model_kwargs: dict[str, Any] | None,
+           optimizer_offload: bool, optimizer_pinning: str) -> None:
+    """The model, its runtime and its training step, on the GPU under the cap."""
+    # NOTE [cap after setup]
+    # With parameters on the host (a block plan's param_blocks) the cap starts once those
+    # blocks have left the GPU. The model is built whole on the GPU, and a 7B's fp32
+    # weights alone (25 GiB) exceed a 24 GB card's cap before any block leaves: a real card
+    # of that size needs a runtime that builds the model off the GPU, which this one is
+    # not. What the cap then bounds is the training step, which is what the engine
+    # predicts; the record says so (memory_cap_after_setup).
+    blocks = isinstance(plan, BlockPlanFile)
+    if cap_bytes and not (blocks and plan.param_blocks):
+        _cap(dev, cap_bytes)
+    with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
+        run.work = work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
+    record.update(input_kind=work.kind, input_shape=list(work.shape),
+                  parameters=sum(p.numel() for p in work.model.parameters()))
+    if policy not in ("baseline", "save_on_cpu") and not blocks and (
+            work.kind != "image" or work.hf_task):
+        raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
+                         "probes an image input); baseline, save_on_cpu and a block plan "
+                         "(vdnnsim plan of a profiled trace) run any model")
+    ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
+        if policy == "save_on_cpu" else contextlib.nullcontext
+    work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
+    if policy.startswith("vdnn"):
+        run.runtime = VDNN(work.model, work.shape, policy)
+    elif blocks:  # NOTE [block runtime]
+        run.runtime = BlockOffload.from_plan(work.model, plan)
+    elif plan is not None:
+        run.runtime = VDNN(work.model, work.shape, policy, plan=plan)
+    run.step = training_step(work, batch_size, dev, dtype, optimizer,
+                             runner=None if blocks else run.runtime, context=ctx)
+    if optimizer_offload:
+        run.offloaded = run.step.optimizer = CPUOffloadOptimizer(
+            work.model.parameters(), optimizer, optimizer_pinning)
+    if blocks and plan.param_blocks:  # after the optimizer, whose hooks come first
+        run.params = ParamOffload.from_plan(work.model, plan, run.offloaded)
+        gc.collect()  # the GPU's copies given back, as never made
         torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(1.0, dev)
-    return record
+        if cap_bytes:
+            _cap(dev, cap_bytes)
+            record["memory_cap_after_setup"] = True
+
+
+def _timed(run: _Run, dev: Any, record: dict[str, Any], warmup: int, iters: int,
+           history: Callable[[dict[str, Any]], None] | None) -> None:
+    """The warm-up steps, then the timed ones: their times, peaks and allocator counts."""
+    for _ in range(warmup):
+        run.run_step()
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    before = torch.cuda.memory_stats(dev)
+    if history is not None:
+        torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, context=None)
+    times, host = [], []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        s.record()
+        run.run_step()
+        e.record()
+        host.append((time.perf_counter() - t0) * 1e3)
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+        if run.probe is not None:
+            run.probe()  # the host's speed right after the step
+    after = torch.cuda.memory_stats(dev)
+    if history is not None:
+        _hand_over(history, record, steps=iters)
+    # the allocator's own counts over the timed steps: how often it asked the driver for
+    # a segment, gave segments back, and freed its cache to retry
+    counts = {k: after.get(k, 0) - before.get(k, 0)
+              for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+    if run.probe is not None:
+        run.probe.close()
+        record.update(host_probe_steps_ns=run.probe.times,
+                      host_probe_between_ns=statistics.median(run.probe.times))
+    else:
+        record["step_probe"] = False
+    record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
+                  host_issue_ms=statistics.median(host), host_issue_ms_all=host,
+                  peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+                  peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+                  allocator=counts)
+    _host_bytes(run, record)
+
+
+def _host_bytes(run: _Run, record: dict[str, Any]) -> None:
+    """What the pinned host allocator keeps (its blocks are never given back, so after the
+    timed steps this is its peak), and what the optimizer on the CPU holds."""
+    host_stats = getattr(torch.cuda, "host_memory_stats", None)
+    if host_stats is not None:
+        record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
+    if run.offloaded is not None and run.offloaded.pinning == "registered":
+        # page-locked outside the pinned allocator
+        record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
+                                       + run.offloaded.pinned_bytes)
+    if run.offloaded is not None:
+        record.update(optimizer_pinned_bytes=run.offloaded.pinned_bytes,
+                      optimizer_state_bytes=run.offloaded.state_bytes())
+
+
+def _phase_step(run: _Run, dev: Any, record: dict[str, Any]) -> None:
+    """One more, untimed step, phase by phase: where the peak is; from an emptied cache, so
+    that its reserved peak is one iteration's own; the step itself is NOTE [training
+    step]'s, read at its marks."""
+    phases: dict[str, int] = {}
+    reserved: list[int] = []
+
+    def read(point: str, loss: Any) -> None:
+        if point == "zero_grad":
+            torch.cuda.synchronize(dev)
+            torch.cuda.empty_cache()
+            phases["start"] = torch.cuda.memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        elif point in ("forward", "backward", "step"):
+            phases[f"{point}_peak"] = torch.cuda.max_memory_allocated(dev)
+            if point != "step":  # the update's reserved peak is read once it is done
+                phases[f"after_{point}"] = torch.cuda.memory_allocated(dev)
+                reserved.append(torch.cuda.max_memory_reserved(dev))
+                torch.cuda.reset_peak_memory_stats(dev)
+
+    run.step(mark=read)
+    if run.runtime is not None:
+        run.runtime.end_iteration()
+    torch.cuda.synchronize(dev)
+    reserved.append(torch.cuda.max_memory_reserved(dev))
+    record["phases"] = phases
+    record["reserved_one_step_bytes"] = max(reserved)

@@ -303,7 +303,7 @@ def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
     return settings
 
 
-def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
+def run_plan(trace: Trace, gpu: GPU, plan: Any, budget_bytes: int, name: str = "planned",
              record: bool = False, allocator: Any = None) -> RunResult:
     """Replay a plan made elsewhere (a planner's) as the result of a run named ``name``;
     a plan that runs a reshaped network runs that one; ``allocator``
@@ -312,8 +312,8 @@ def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "plan
         trace = plan.trace
     settings = _allocator_for(trace, allocator)
     with paused_gc():
-        sim = replay(trace, gpu, plan, capacity, record_ops=record, allocator=settings)
-        return _result(trace, gpu, name, capacity, plan, sim, record)
+        sim = replay(trace, gpu, plan, budget_bytes, record_ops=record, allocator=settings)
+        return _result(trace, gpu, name, budget_bytes, plan, sim, record)
 
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,

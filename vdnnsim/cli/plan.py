@@ -16,8 +16,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     writable(args.output)
     cfg, base = load_config(args.config)
-    budget = size_arg("--budget", args.budget, required=True)
-    report = plan_config(cfg, base, budget, method=args.method,
+    budget_bytes = size_arg("--budget", args.budget, required=True)
+    report = plan_config(cfg, base, budget_bytes, method=args.method,
                          optimizer_offload=args.optimizer_offload, allocator=args.allocator,
                          headroom=not args.no_headroom, source=args.config)
     out, notes = format_plan(report)

@@ -196,7 +196,7 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
     settings = _allocator_for(trace, allocator)
-    with paused_gc(), planning_under(settings):  # NOTE [paused gc], [planning allocator]
+    with paused_gc(), planning_under(settings):  # NOTE [paused gc]
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)

@@ -2,34 +2,26 @@
 ``planned`` policy and the GPU runtimes read. Importable without torch or the engine.
 
 NOTE [plan files]
-There are two kinds, told apart by ``format``:
-- ``vdnnsim-plan``, a layer plan: per layer of the trace its algorithm,
-  its offloads and the layer whose backward pass prefetches them; the batch splits and the
-  checkpointed segments, by layer id; ``layer_names`` says whether
-  the ids are an fx graph's or an op-by-op trace's ATen ops.
-- ``vdnnsim-block-plan``, a block plan: how many blocks, from the
-  first, are offloaded, which are checkpointed (after the
-  offloaded ones where both are), and the blocks by module path.
-Each kind is one pydantic model below, the only parser of the file: ``read_plan_file`` is
-what every reader calls, ``write_plan_file`` what ``vdnnsim plan`` writes with (through the
-same model, so that what it writes is what the readers take). The models check what the
-file alone can tell (types, unknown keys, layer names that the file itself must hold);
-whether a plan fits a trace (its layers, algorithms and buffers) is checked by its reader
-against that trace (planner.plan_from_file) or model (the runtimes). Keys a plan file of an
-older vdnnsim left out have the meaning they had then (version 2 adds the run: model,
-dtype, sequence length, and a layer plan's optimizer, which ``vdnnsim measure --plan``
-takes from the file): a layer plan without
-``layer_names`` names fx layers, a block plan without ``block_paths`` offloads the items of
-the model's largest ModuleList, without ``recompute_paths`` checkpoints nothing.
+A plan file is the contract between ``vdnnsim plan`` and what runs the plan (``vdnnsim
+measure --plan``, policy ``planned``, the GPU runtimes). Two kinds, told apart by
+``format``: ``vdnnsim-plan``, a layer plan (per layer its algorithm, offloads and
+prefetch; batch splits and checkpointed segments by layer id), and ``vdnnsim-block-plan``,
+a block plan (how many blocks, from the first, are offloaded, checkpointed after them,
+or keep their parameters on the host). Each kind is one pydantic model below, the only
+parser: what ``write_plan_file`` writes is what ``read_plan_file`` takes. The file alone is
+checked here; whether it fits a trace or a model, by its reader. Version 2 adds the run
+(model, dtype, sequence length, a layer plan's optimizer); a key an older file left out
+keeps the meaning it had then (no ``layer_names``: fx layers; no ``block_paths``: the
+model's largest ModuleList; no ``recompute_paths``: nothing checkpointed).
 
 NOTE [planned allocator]
 A plan is checked by replaying it under its budget with PyTorch's caching allocator as
 the run will have it: ``allocator`` says the settings it was planned under (``vdnnsim plan``
 takes them from the run config's ``allocator:`` or ``--allocator``; left out: PyTorch's
 defaults). Near the cap the settings decide whether a plan trains (docs/configs.md, under
-``vdnnsim plan``). ``vdnnsim measure --plan`` runs a plan under its settings, capped at its budget,
-unless ``--allocator`` (or ``--memory-cap``) says otherwise, and then says that it differs;
-a replay of a layer plan under other settings (policy ``planned``) carries a note.
+``vdnnsim plan``). ``vdnnsim measure --plan`` runs a plan under its settings, capped at its
+budget, unless ``--allocator`` (or ``--memory-cap``) says otherwise, and then says that it
+differs; a replay of a layer plan under other settings (policy ``planned``) carries a note.
 """
 
 from __future__ import annotations
@@ -66,8 +58,8 @@ class Predicted(_Strict):
 
 
 class PlanAllocator(_Strict):
-    """The caching allocator's settings a plan was checked under (NOTE [planned
-    allocator]), those the engine models."""
+    """The caching allocator's settings a plan was checked under, those the engine
+    models (NOTE [planned allocator])."""
 
     expandable_segments: StrictBool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")

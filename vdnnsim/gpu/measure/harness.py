@@ -1,33 +1,17 @@
 """The measurement harness: real training iterations on a CUDA GPU.
 
 NOTE [measurement]
-One training step is zero_grad(set_to_none=True), forward, the loss, backward and the
-optimizer step (SGD unless asked otherwise) on a random batch that stays on the GPU; the
-model, its batch, loss, precision and optimizer are a workload's (NOTE [workloads] in
-workload.py: CNNs, transformers models, any nn.Module factory). After warm-up steps
-(cudnn.benchmark autotunes there) the allocator's peak statistics are reset and several
-steps are timed with CUDA events; the median step time and the peak allocated and reserved
-bytes over the timed steps are reported. With a cap, the caching allocator's per-process
-memory fraction emulates a smaller card, and a run that raises OutOfMemoryError does not
-fit. Beside the GPU's time, the host's time to issue a step (from its start until its
-Python code returns; nothing inside synchronises unless the allocator must) and the
-allocator's counts of device allocations, frees and retries over the timed steps are
-recorded. The peak reserved over the timed steps keeps whatever segments the warm-up left
-cached (cuDNN's autotuner tries algorithms with their own workspaces there); one more step
-from an emptied cache (``torch.cuda.empty_cache()`` first) gives ``reserved_one_step_bytes``,
-what one iteration reserves on its own, which is what the simulator replays. With
-``history`` the allocator's history (``torch.cuda.memory._record_memory_history``, its
-ring buffer of HISTORY_ENTRIES entries, no stack traces: they cost host time a step would
-pay) is recorded over the timed steps and ``torch.cuda.memory._snapshot()`` taken after
-them is handed to ``history`` (a run that runs out of memory hands it the snapshot taken
-there: its segments and their blocks as the allocator left them after freeing its cache
-to retry, with the events recorded so far, none before the timed steps;
-``vdnnsim measure --memory-history FILE`` pickles it; NOTE
-[snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
-those steps' times include the recording's cost. The allocator's settings
-(``allocator_conf``) are the caller's: PYTORCH_CUDA_ALLOC_CONF
-is read when CUDA first allocates, before this runs.
-``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
+One training step is a workload's (NOTE [workloads]): zero_grad, forward, the loss,
+backward and the optimizer step on a random batch that stays on the GPU. After warm-up
+steps (cudnn.benchmark autotunes there) the allocator's peak statistics are reset and
+several steps are timed with CUDA events: the median step time, the peak allocated and
+reserved bytes over the timed steps, the host's time to issue each step and the
+allocator's counts of device allocations, frees and retries. One more step from an
+emptied cache gives ``reserved_one_step_bytes``, what one iteration reserves on its own,
+which is what the simulator replays. A cap is the allocator's per-process memory
+fraction; a run that raises OutOfMemoryError does not fit. The allocator's settings are
+the caller's (PYTORCH_CUDA_ALLOC_CONF is read when CUDA first allocates). The details
+(the allocator's history, save_on_cpu): docs/gpu.md, "What a measurement records".
 """
 
 from __future__ import annotations
@@ -300,8 +284,8 @@ def _host_bytes(run: _Run, record: dict[str, Any]) -> None:
 
 def _phase_step(run: _Run, dev: Any, record: dict[str, Any]) -> None:
     """One more, untimed step, phase by phase: where the peak is; from an emptied cache, so
-    that its reserved peak is one iteration's own; the step itself is NOTE [training
-    step]'s, read at its marks."""
+    that its reserved peak is one iteration's own; the step itself is read at its
+    marks (NOTE [training step])."""
     phases: dict[str, int] = {}
     reserved: list[int] = []
 

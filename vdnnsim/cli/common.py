@@ -12,6 +12,7 @@ import math
 import sys
 from typing import Any
 
+from ..errors import ConfigError
 from ..units import GiB
 
 EXIT_USAGE = 2  # a user's error: one line on stderr
@@ -40,7 +41,6 @@ def size_arg(flag: str, value: str | None, required: bool = False) -> int | None
     try:
         return _capacity(value)
     except ValueError as exc:
-        from ..errors import ConfigError
         raise ConfigError(f"{flag}: {exc}") from None
 
 
@@ -55,7 +55,6 @@ def need_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        from ..errors import ConfigError
         raise ConfigError("this command needs PyTorch: pip install 'vdnnsim[torch]'") from None
 
 
@@ -63,7 +62,6 @@ def model_kwargs(pairs: list[str] | None) -> dict:
     """``--model-arg KEY=VALUE`` (repeatable), VALUE read as YAML."""
     import yaml
 
-    from ..errors import ConfigError
     out = {}
     for p in pairs or []:
         key, eq, value = p.partition("=")
@@ -83,7 +81,6 @@ def memory_cap(args: argparse.Namespace) -> int | None:
     if args.memory_cap_gb is None:
         return size_arg("--memory-cap", args.memory_cap)
     if args.memory_cap is not None:
-        from ..errors import ConfigError
         raise ConfigError("give --memory-cap, not both it and the deprecated --memory-cap-gb")
     print(f"vdnnsim: warning: --memory-cap-gb is deprecated and means GiB: use --memory-cap "
           f"'{args.memory_cap_gb:g} GiB'", file=sys.stderr)

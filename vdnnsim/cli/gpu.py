@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
 from ..units import GiB, MiB
 from .common import memory_cap, model_kwargs, need_torch, shown, writable
 
@@ -21,7 +22,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     need_torch()
     import torch
 
-    from ..errors import ConfigError
     from ..gpu.profile.layers import profile_model
     from ..trace import save_trace, trace_from_dict
 
@@ -81,7 +81,6 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
     each of model, batch size, dtype, optimizer and sequence length from its flag, else from
     the plan; a flag that contradicts the plan is refused (ConfigError), before anything
     runs."""
-    from ..errors import ConfigError
 
     def planned(key: str) -> Any:  # what the plan says, None where it does not
         if plan is None or key not in plan.model_fields_set and key != "batch_size":
@@ -117,7 +116,6 @@ def cmd_measure(args: argparse.Namespace) -> int:
     """Real training steps on the GPU (NOTE [measurement]); with --repeat, in fresh
     processes."""
     from ..engine.allocconf import ENV, effective, env_string, parse_pairs
-    from ..errors import ConfigError
 
     cap = memory_cap(args)  # before torch: a bad size needs no GPU to be told
     given = parse_pairs(args.allocator)
@@ -222,7 +220,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     need_torch()
     import torch
 
-    from ..errors import ConfigError
     from ..gpu.calibrate.kernels import calibrate
     from ..yamlio import write_text_atomic
 
@@ -264,7 +261,6 @@ def _calibrate_cpu_step(args: argparse.Namespace) -> int:
     """``vdnnsim calibrate --cpu-step``: the host's CPU optimizer step swept over thread
     counts, fitted; the file holds the records and the fit."""
     from ..costs.cpustep import fit, format_fit
-    from ..errors import ConfigError
     from ..gpu.runtime.cpu_optimizer import calibrate_cpu_step
     from ..yamlio import write_text_atomic
 

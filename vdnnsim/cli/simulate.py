@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..errors import ConfigError
 from ..units import GB, GiB
 from .common import (clean, json_default, model_kwargs, need_torch, shown, size_arg,
                      writable)
@@ -28,7 +29,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     writable(args.chrome_trace)
     if _is_study(args.config):
         if args.chrome_trace:
-            from ..errors import ConfigError
             raise ConfigError(f"--chrome-trace takes a run config, and {args.config} is a "
                               "study, whose runs keep no timelines: run one of its configs")
         return _run_study(args)
@@ -66,7 +66,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..study import load_study, run_study, write_results
 
     if args.output and not args.output.endswith((".csv", ".parquet")):
-        from ..errors import ConfigError
         raise ConfigError(f"{args.output}: write .csv or .parquet")
     writable(args.output)
     spec, base = load_study(args.study)
@@ -110,7 +109,6 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..errors import ConfigError
     from ..report import plots
     from ..yamlio import shown, write_atomic
 
@@ -165,7 +163,6 @@ def _results_table(df, source) -> Any:
     a hand-edited or foreign table ends in one line naming the column, not a traceback."""
     import pandas as pd
 
-    from ..errors import ConfigError
     from ..yamlio import shown
 
     need = ["network", "gpu", "policy", "batch_size", "peak_memory_bytes", "slowdown", "fits",
@@ -227,7 +224,6 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         try:  # made only now that the table stands: a failed run leaves no folder behind
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            from ..errors import ConfigError
             raise ConfigError(f"{out}: cannot make this folder ({exc.strerror})") from None
         write_text_atomic(out / "reproduction.md", table_markdown(table) + "\n")
         write_atomic(out / "reproduction.csv", lambda f: table.to_csv(f, index=False))
@@ -261,17 +257,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     gpu = resolve_gpu(args.gpu)
     if args.model:
         if args.network:
-            from ..errors import ConfigError
             raise ConfigError("give a network or --model, not both")
         need_torch()
         if not args.batch_size:
-            from ..errors import ConfigError
             raise ConfigError("--model needs --batch-size")
         if args.model.split(":")[0] in ("torchvision", "zoo"):
             from ..gpu.profile.layers import synthesize_model
             if args.dtype not in ("fp32", "fp16", "bf16") or args.seq_len or args.input \
                     or args.model_arg:
-                from ..errors import ConfigError
                 raise ConfigError(f"{args.model}: --dtype fp32, fp16 or bf16, and no "
                                   "--seq-len, --input or --model-arg")
             trace = trace_from_dict(synthesize_model(args.model, args.batch_size, gpu,
@@ -294,11 +287,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
                       f"{spec_rule_note(gpu)}", file=sys.stderr)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
-            from ..errors import ConfigError
             raise ConfigError("--seq-len, --input and --model-arg go with --model")
         trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
     else:
-        from ..errors import ConfigError
         raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
     if args.optimizer != "sgd":  # its moments and step temporary
         from ..trace.optimizer import with_optimizer

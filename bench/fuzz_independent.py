@@ -2958,7 +2958,7 @@ def _fix_argv(argv: list[str], root: str) -> list[str]:
 
 
 def run_cli_inproc(argv: list[str]) -> dict:
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
     out_b, err_b = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(out_b, encoding="utf-8", errors="strict", write_through=True)
     err = io.TextIOWrapper(err_b, encoding="utf-8", errors="strict", write_through=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+import yaml
 
 import vdnnsim
 from vdnnsim.errors import ConfigError, UnknownNameError
@@ -98,3 +99,51 @@ def test_dyn_reusing_its_profiling_pass_reports_what_a_fresh_run_reports(net, ba
     plan = replace(fn(trace, g, capacity, dict(fixed)), profiled=None)
     again = replay(trace, g, plan, capacity, liveness(trace))
     assert fresh.ops == tuple(again.ops) and fresh.iteration_time_ns == again.end_ns
+
+
+def test_a_trace_s_own_optimizer_is_the_default_of_a_run_of_it(tmp_path):
+    """A trace written with --optimizer adamw runs with AdamW from a run config that names
+    no optimizer; naming another one is refused as before."""
+    from vdnnsim.api import run_config
+    from vdnnsim.cli import main
+    from vdnnsim.config import config_from_dict
+    from vdnnsim.errors import ConfigError
+    trace = tmp_path / "t.yaml"
+    assert main(["trace", "alexnet", "-b", "4", "--optimizer", "adamw", "-o", str(trace)]) == 0
+    plain = run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m"}))
+    said = run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m",
+                                        "optimizer": "adamw"}))
+    assert plain[0].summary() == said[0].summary()
+    with pytest.raises(ConfigError, match="replays with optimizer adamw only"):
+        run_config(config_from_dict({"network": str(trace), "policy": "vdnn_all_m",
+                                     "optimizer": "adam"}))
+
+
+def test_plan_config_returns_a_frozen_report_that_vdnnsim_plan_prints(tmp_path, capsys):
+    """The library plans (api.plan_config, one setup with run_config); report/plan.py
+    formats the report; vdnnsim plan prints exactly that and writes the plan file."""
+    import dataclasses
+
+    from vdnnsim.api import LayerPlanReport, plan_config, run_config
+    from vdnnsim.cli import main
+    from vdnnsim.config import config_from_dict
+    from vdnnsim.report.plan import format_plan
+    data = {"network": "alexnet", "batch_size": 128, "gpu": "k40", "policy": "vdnn_dyn"}
+    report = plan_config(config_from_dict(data), ".", 2**30, method="greedy")
+    assert isinstance(report, LayerPlanReport) and report.fits
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.budget_bytes = 1  # type: ignore[misc]
+    # the same setup as a run of the config: vdnn_dyn under the budget, the same result
+    ref = dict(report.reference)["vdnn_dyn"]
+    run = run_config(config_from_dict({**data, "memory_bytes": 2**30}), record=False)[0]
+    assert ref.summary() == run.summary()
+    out, notes = format_plan(report)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    plan = tmp_path / "p.yaml"
+    assert main(["plan", str(cfg), "--budget", "1 GiB", "--method", "greedy", "-o",
+                 str(plan)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == "\n".join(out) + "\n"
+    assert printed.err.startswith("\n".join(notes + ["wrote "]).lstrip("\n"))
+    assert yaml.safe_load(plan.read_text())["budget_bytes"] == 2**30

@@ -661,7 +661,8 @@ def test_an_unwritable_folder_is_named(tmp_path: Path, monkeypatch: pytest.Monke
                                           ("4096", 4096)])
 def test_memory_cap_takes_a_byte_size(size: str, nbytes: int, capsys) -> None:
     """--memory-cap SIZE is the byte-size parser's (GB is 10^9 bytes, GiB 2^30)."""
-    from vdnnsim.cli.app import _memory_cap, build_parser
+    from vdnnsim.cli import build_parser
+    from vdnnsim.cli.common import memory_cap as _memory_cap
 
     args = build_parser().parse_args(["measure", "--model", "zoo:alexnet", "-b", "2",
                                       "--memory-cap", size])
@@ -671,7 +672,8 @@ def test_memory_cap_takes_a_byte_size(size: str, nbytes: int, capsys) -> None:
 
 def test_the_deprecated_memory_cap_gb_still_means_gib(capsys) -> None:
     """Committed scripts say --memory-cap-gb 12: still 12 GiB, with one line saying so."""
-    from vdnnsim.cli.app import _memory_cap, build_parser
+    from vdnnsim.cli import build_parser
+    from vdnnsim.cli.common import memory_cap as _memory_cap
 
     p = build_parser()
     args = p.parse_args(["measure", "--model", "zoo:alexnet", "-b", "2", "--memory-cap-gb",

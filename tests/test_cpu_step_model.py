@@ -208,7 +208,7 @@ def _fake_host(monkeypatch, busy: bool = False):
 def test_calibrate_cpu_step_writes_the_fit_of_its_sweep(tmp_path, monkeypatch, capsys):
     """The command from the sweep to the file: on a known host, the fit in the file and the
     overrides printed are that host's, and they load as a gpu override."""
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
     _fake_host(monkeypatch)
     out = tmp_path / "cpu.json"
     assert cli.main(["calibrate", "--cpu-step", "--threads", "1,2,4,8", "-o", str(out)]) == 0
@@ -230,7 +230,7 @@ def test_a_sweep_timed_on_a_busy_host_is_refused_and_not_written(tmp_path, monke
                                                                  capsys):
     """Session 32's CI run: two threads under a parallel test run fitted a bf16 step of
     -7.6 ns per element and wrote it as the host's calibration. Now: exit 2, one line, no file."""
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
     _fake_host(monkeypatch, busy=True)
     out = tmp_path / "cpu.json"
     assert cli.main(["calibrate", "--cpu-step", "--threads", "1,8", "-o", str(out)]) == 2
@@ -253,7 +253,7 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
     r = subprocess.run([sys.executable, "-c",
                         "import sys; from vdnnsim.gpu.runtime import cpu_optimizer as co; "
                         "co.CPU_SWEEP_SIZES = ((1024, 8), (65_536, 4), (1 << 22, 1)); "
-                        "co.BANDWIDTH_ELEMENTS = 1 << 22; from vdnnsim.cli import app as cli; "
+                        "co.BANDWIDTH_ELEMENTS = 1 << 22; import vdnnsim.cli as cli; "
                         "sys.exit(cli.main(sys.argv[1:]))",
                         "calibrate", "--cpu-step", "--threads", threads, "-o", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

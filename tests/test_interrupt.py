@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vdnnsim.cli import app as cli
+import vdnnsim.cli as cli
 from vdnnsim.yamlio import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def test_main_turns_keyboard_interrupt_into_130(monkeypatch, capsys):
     def busy(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_list", busy)
+    monkeypatch.setattr(cli.simulate, "cmd_list", busy)
     previous = signal.getsignal(signal.SIGINT)
     try:
         assert cli.main(["list"]) == 130

@@ -66,7 +66,7 @@ def test_a_stream_runs_one_op_at_a_time():
 
 
 def test_the_cli_reports_a_violation_as_a_bug_with_exit_code_3(tmp_path, monkeypatch, capsys):
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
     from vdnnsim.engine import sim
 
     def broken(self):

@@ -278,7 +278,7 @@ def test_vdnnsim_plan_plans_under_the_allocator_given_and_says_so(tmp_path):
 def test_a_measurement_of_a_plan_runs_under_the_plan_s_allocator(capsys):
     """NOTE [planned allocator]: ``vdnnsim measure --plan`` takes the plan's settings
     where --allocator gives none, and says so on stderr where --allocator differs."""
-    from vdnnsim.cli.app import _plan_allocator
+    from vdnnsim.cli.gpu import _plan_allocator
 
     exp = plan_from_data({**BLOCK, "allocator": {"expandable_segments": True}})
     plain = plan_from_data(BLOCK)
@@ -298,3 +298,69 @@ def test_a_measurement_of_a_plan_runs_under_the_plan_s_allocator(capsys):
         capsys.readouterr().err
     _plan_allocator(plain, {"max_split_size_mb": 128}, "p.yaml")
     assert "planned under the allocator settings PyTorch's defaults" in capsys.readouterr().err
+
+
+PLAN_V2 = {**BLOCK, "version": 2, "optimizer": "adamw", "model": "hf:gpt2",
+           "dtype": "autocast-bf16", "seq_len": 1024}
+
+
+def _measure_args(*flags: str):
+    from vdnnsim.cli import build_parser
+    return build_parser().parse_args(["measure", *flags])
+
+
+def test_measure_takes_the_run_from_the_plan():
+    """``vdnnsim measure --plan PLAN`` with no other flag runs the plan as planned: its
+    model, batch, dtype, optimizer and sequence length (the cap and the allocator settings
+    are cmd_measure's, from the same file)."""
+    from vdnnsim.cli.gpu import MeasuredRun, measured_run
+    plan = plan_from_data(PLAN_V2)
+    args = _measure_args("--plan", "p.yaml")
+    assert measured_run(args, plan) == MeasuredRun("hf:gpt2", 8, "autocast-bf16", "adamw",
+                                                   1024, "planned")
+    same = _measure_args("--plan", "p.yaml", "--optimizer", "adamw", "-b", "8",
+                         "--model", "hf:gpt2", "--dtype", "autocast-bf16")
+    assert measured_run(same, plan) == measured_run(args, plan)
+    # a plan of version 1 names no model: --model gives it, the rest is the plan's
+    old = plan_from_data({**BLOCK, "optimizer": "adamw"})
+    run = measured_run(_measure_args("--plan", "p.yaml", "--model", "hf:gpt2"), old)
+    assert run == MeasuredRun("hf:gpt2", 8, "fp32", "adamw", None, "planned")
+    with pytest.raises(ConfigError, match="--model is needed"):
+        measured_run(_measure_args("--plan", "p.yaml"), old)
+    # without a plan: the defaults
+    run = measured_run(_measure_args("--model", "zoo:alexnet", "-b", "2"), None)
+    assert run == MeasuredRun("zoo:alexnet", 2, "fp32", "sgd", None, "baseline")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--optimizer", "sgd"], "p.yaml: planned with optimizer adamw, not sgd"),
+    (["-b", "4"], "p.yaml: planned for batch 8, not 4"),
+    (["--dtype", "fp32"], "p.yaml: planned in autocast-bf16, not fp32"),
+    (["--model", "hf:llama-1b"], "p.yaml: planned for model hf:gpt2, not hf:llama-1b"),
+    (["--seq-len", "512"], "p.yaml: planned for sequence length 1024, not 512"),
+    (["--optimizer-offload"], "p.yaml: planned with the optimizer on the GPU, not "
+     "--optimizer-offload"),
+])
+def test_measure_refuses_a_flag_that_contradicts_the_plan(tmp_path, monkeypatch, capsys,
+                                                           flags, message):
+    """Refused in one line, exit 2, before anything runs (no GPU needed to be told)."""
+    from vdnnsim.cli import main
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PLAN_V2))
+    monkeypatch.chdir(tmp_path)
+    assert main(["measure", "--plan", "p.yaml", *flags]) == 2
+    assert capsys.readouterr().err == f"vdnnsim: error: {message}\n"
+
+
+def test_a_plan_file_of_version_2_says_the_run(tmp_path):
+    """The plan file carries what a run needs; the old files still load (version 1, no
+    version key in a block plan), and one written back reads the same."""
+    plan = plan_from_data(PLAN_V2)
+    assert (plan.model, plan.dtype, plan.seq_len, plan.optimizer) == \
+        ("hf:gpt2", "autocast-bf16", 1024, "adamw")
+    text = dumps_plan(plan)
+    assert plan_from_data(yaml.safe_load(text)) == plan
+    assert "version" not in dumps_plan(plan_from_data(BLOCK))
+    with pytest.raises(ConfigError, match="version"):
+        plan_from_data({**PLAN_V2, "version": 3})
+    for path in sorted(Path(__file__).resolve().parents[1].glob("traces/**/*plan*.yaml")):
+        plan_from_data(yaml.safe_load(path.read_text()), path)

@@ -500,7 +500,7 @@ def test_validate_splits_traces_from_measurement_files(tmp_path):
     """The trailing arguments that hold records are the measurement files; a trace written
     as JSON (one object) before them stays a trace; the last argument is the measurements
     whatever its name, as before."""
-    from vdnnsim.cli.app import split_measurements
+    from vdnnsim.cli.data import split_measurements
     from vdnnsim.trace import load_trace
     from vdnnsim.trace.io import trace_to_dict
     trace = tmp_path / "vgg16_b64.json"

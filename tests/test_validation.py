@@ -185,7 +185,7 @@ def test_a_fit_at_the_edge_of_its_cap_says_so():
     for name, (trace, opts, cpu, trained) in runs.items():
         r = run_trace(trace, gpu, "vdnn_blocks", opts, 22 * gib, record=False,
                       optimizer_offload=cpu)
-        assert r.fits and any("NOTE [cap edge]" in n for n in r.notes), name
+        assert r.fits and any("cap to spare" in n for n in r.notes), name
     assert sum(not x[3] for x in runs.values()) == 2
     exp = run_trace(three, gpu, "vdnn_blocks", {"params": 3, "recompute": 5}, 22 * gib,
                     record=False, optimizer_offload=True,

@@ -201,7 +201,7 @@ def test_adamw_state_is_two_fp32_moments_per_parameter_on_the_h200(name):
 def test_trace_takes_the_workload_flags_of_profile_and_measure(tmp_path, capsys):
     """Issue 26, CLI parity: a factory model is traced from the command line with the
     same --model-arg/--input/--optimizer as profile and measure take."""
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
     from vdnnsim.trace import load_trace
     out = tmp_path / "lin.yaml"
     assert cli.main(["trace", "--model", "torch.nn:Linear", "--model-arg", "in_features=12",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 import os
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ MAX_BYTES = limits.MAX_BYTES
 
 
 def _user_value(check, value: Any, what: str) -> Any:
-    """A library argument checked like the same key of a config (NOTE [bounds])."""
+    """A library argument checked like the same key of a config."""
     try:
         return check(value)
     except ValueError as exc:
@@ -93,7 +94,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         if not path.suffix and not os.path.exists(path):
             zoo_network(str(network))  # raises the unknown-network error with the list
         data = read_yaml(path)
-        wrong = misplaced(data, path, "a network spec or trace",  # NOTE [file kinds]
+        wrong = misplaced(data, path, "a network spec or trace",
                           ("network spec", "trace"))
         if wrong:
             raise ConfigError(wrong)
@@ -117,7 +118,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
             + 2 * info.params) * DTYPE_BYTES[dtype]
     if need > MAX_BYTES:  # NOTE [simulated scale]; before the cost model makes floats
         raise ScaleError(f"{where}: {_too_big(need)}")
-    with paused_gc():  # NOTE [paused gc]
+    with paused_gc():
         return _check_size(synthesize(info, b, gpu, dtype), where, ScaleError)
 
 
@@ -195,48 +196,40 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
     settings = _allocator_for(trace, allocator)
-    with paused_gc(), planning_under(settings):  # NOTE [paused gc], [planning allocator]
+    with paused_gc(), planning_under(settings):  # NOTE [paused gc]
         plan = fn(trace, gpu, capacity, {**options, **fixed})
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)
         elif optimizer_pinning != "caching":  # a plan file's optimizer on the CPU
             if not plan.optimizer_offload or optimizer_pinning not in PINNINGS:
                 raise ConfigError(f"optimizer_pinning {optimizer_pinning!r} goes with "
-                                  "optimizer_offload (NOTE [optimizer pinning])")
+                                  "optimizer_offload")
             plan = replace(plan, optimizer_pinning=optimizer_pinning)
         if plan.planned_allocator is not None and plan.planned_allocator != settings.conf():
-            plan = replace(plan, notes=plan.notes + (  # NOTE [planned allocator]
+            plan = replace(plan, notes=plan.notes + (
                 f"the plan was made under the allocator settings "
                 f"{plan.planned_allocator or 'of PyTorch (the defaults)'}; this run replays "
                 f"it under {settings.conf() or 'the defaults'} (allocator: in the run "
                 "config)",))
-        if plan.trace is not None:  # NOTE [batch split]: the plan runs a reshaped network
+        if plan.trace is not None:  # the plan runs a reshaped network
             trace = plan.trace
         lv = liveness(trace)
-        sim = plan.profiled  # NOTE [vdnn_dyn]: its last profiling pass, where it fits
+        sim = plan.profiled  # its last profiling pass, where it fits
         if plan.memory == "uvm" or sim is None or (record and not sim.record_ops) \
-                or not settings.default:  # NOTE [allocator settings]: the plan replayed
+                or not settings.default:  # the plan replayed
             sim = replay(trace, gpu, plan, capacity, lv, record_ops=record,
                          allocator=settings)
         result = _result(trace, gpu, policy, capacity, plan, sim, record)
         del sim, plan  # freed now, by their reference counts: the collector, back on when
     return cap_edge(result, trace, settings)  # the block ends, then has only the result
-
-
 # NOTE [cap edge]
 # Under a cap, PyTorch's caching allocator (default settings) frees its cache and retries
 # before it gives up, so a run whose step needs more than the cap can still fit, squeezed
 # to within a few MiB of it; whether it does is decided by the fragmentation of hundreds of
-# segments at one request. The engine replays that, and where it fits a run with less
-# than EDGE_SHARE of the cap to spare, measured runs have gone both ways: of the fourteen
-# measured capped runs it fits within 0.5% (nine CNNs of traces/h200 and
-# traces/h200_heldout; five Llama block runs and plans under 22 GiB, sessions 23-24),
-# twelve trained and two ran out of memory, each by about 20 MiB
-# (traces/h200_issue28/session25, docs/validation.md). Such a
-# result keeps its fit and carries a note saying so; expandable segments, under which the
-# measured runs at the cap trained, are left out (too few runs to say). The 0.5% was read
-# off these same fourteen runs (the widest spare among the Llama runs that went both ways,
-# rounded up); no run kept apart has judged it. It only adds a note.
+# segments at one request. Where the engine fits a PyTorch run under the default allocator
+# with less than EDGE_SHARE of the cap to spare, the result keeps its fit and carries a
+# note saying that measured runs this close have gone both ways. Expandable segments are
+# left out. The runs behind the 0.5%: docs/user-guide.md, "Fit at the cap".
 EDGE_SHARE = 0.005
 
 
@@ -251,7 +244,7 @@ def cap_edge(result: RunResult, trace: Trace, settings: "AllocatorSettings") -> 
     return replace(result, notes=result.notes + (
         f"fits with {spare / 2**20:.0f} MiB of the {cap / 2**30:.2f} GiB cap to spare "
         f"({100 * spare / cap:.2f}%): measured runs the engine fits this close have gone "
-        "both ways (the caching allocator's fragmentation at the cap; NOTE [cap edge])",))
+        "both ways (the caching allocator's fragmentation at the cap)",))
 
 
 def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching") -> Any:
@@ -274,16 +267,12 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching
 
 # NOTE [host speed]
 # A host-bound step's time is the host's, and a lent machine's host changes speed from one
-# process to the next (NOTE [host probe]). ``at_host_speed`` is a trace and a GPU whose
-# every host cost the replay charges (the trace's per-layer and step host times, NOTE
-# [host timing]; the preset's eager and vDNN-runtime costs, NOTE [host costs]) is k times
-# the original: the same step on a host k times slower. `vdnnsim validate --scale-host`
-# replays a run so with k the ratio of the measuring process's probe between timed steps
-# to the trace's (NOTE [host probe]), where both have it. Evidence (session 20's test,
-# written down before it ran; traces/h200_issue28/session26, two H100 loans): over 120
-# trace-process pairs of three host-bound baselines, 8.4% -> 6.9% median |error|, 46.6%
-# -> 40.5% max; on one loan alone the median grew (6.2% -> 7.9%). So it is a choice, not
-# the default.
+# process to the next. ``at_host_speed`` is a trace and a GPU whose every host cost the
+# replay charges (the trace's per-layer and step host times; the preset's eager and
+# vDNN-runtime costs) is k times the original: the same step on a host k times slower.
+# `vdnnsim validate --scale-host` replays a run so, with k the ratio of the measuring
+# process's probe between timed steps to the trace's, where both have it. It is a choice,
+# not the default (the evidence: docs/user-guide.md, "Host speed").
 HOST_COSTS = ("layer_fwd_ns", "layer_bwd_ns", "step_ns", "step_tensor_ns", "view_fwd_ns",
               "view_bwd_ns", "runtime_layer_fwd_ns", "runtime_layer_bwd_ns",
               "runtime_offload_ns", "runtime_fetch_ns")
@@ -314,17 +303,17 @@ def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
     return settings
 
 
-def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "planned",
+def run_plan(trace: Trace, gpu: GPU, plan: Any, budget_bytes: int, name: str = "planned",
              record: bool = False, allocator: Any = None) -> RunResult:
     """Replay a plan made elsewhere (a planner's) as the result of a run named ``name``;
-    a plan that runs a reshaped network (NOTE [batch split]) runs that one; ``allocator``
+    a plan that runs a reshaped network runs that one; ``allocator``
     as for :func:`run_trace`."""
     if plan.trace is not None:
         trace = plan.trace
     settings = _allocator_for(trace, allocator)
-    with paused_gc():  # NOTE [paused gc]
-        sim = replay(trace, gpu, plan, capacity, record_ops=record, allocator=settings)
-        return _result(trace, gpu, name, capacity, plan, sim, record)
+    with paused_gc():
+        sim = replay(trace, gpu, plan, budget_bytes, record_ops=record, allocator=settings)
+        return _result(trace, gpu, name, budget_bytes, plan, sim, record)
 
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
@@ -345,28 +334,26 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         algos=algorithm_names(trace, plan.algos),
         _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
         _spans=tuple(pool.spans or ()) if record else (),
-        _layer_spans=tuple(sim.layer_spans),  # NOTE [layer average]
+        _layer_spans=tuple(sim.layer_spans),
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
-        # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
+        # the optimizer's pinned copies, and all it holds there
         pinned_host_bytes=pinned_host_bytes(sim) + (
             optimizer_pinned_bytes(trace, plan.optimizer_pinning)
             if plan.optimizer_offload else 0),
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
                               if plan.optimizer_offload else 0),
-        param_fetched_bytes=sim.param_fetched_bytes,  # NOTE [parameter offload]
-        host_issue_time_ns=sim.host_issue_ns)  # NOTE [host issue]
-
-
+        param_fetched_bytes=sim.param_fetched_bytes,
+        host_issue_time_ns=sim.host_issue_ns)
 def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
-    """Each layer's algorithm's name (NOTE [engine speed]: in a C loop over the names of
-    each layer's algorithms, worked out once per trace, NOTE [trace analyses])."""
+    """Each layer's algorithm's name (in a C loop over the names of
+    each layer's algorithms, worked out once per trace)."""
     names = trace.memo("algorithm names", lambda: [tuple(a.name for a in layer.algos)
                                                    for layer in trace.layers])
     return tuple(map(operator.getitem, names, algos))
 
 
 def pinned_host_bytes(sim: Any) -> int:
-    """NOTE [pinned pool]: PyTorch's pinned pool under its runtimes; the Torch7 runtime
+    """PyTorch's pinned pool under its runtimes; the Torch7 runtime
     pins each copy and frees it (its peak); a unified-memory run pins nothing."""
     if sim.sem.paged:
         return 0
@@ -377,34 +364,226 @@ def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
     """The paper's oracular baseline: no offload, the fastest algorithm everywhere and
     enough memory; each layer timed alone and the times summed (what baseline_p with
     unlimited memory simulates, to the nanosecond: tests/test_invariants.py checks it)."""
-    return trace.fastest_time_ns  # NOTE [trace analyses]
+    return trace.fastest_time_ns
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run config sets up for its runs: the trace (trained with its optimizer), the
+    GPU, and the settings every run of it shares."""
+
+    trace: Trace
+    gpu: GPU
+    allocator: AllocatorSettings
+    budget_bytes: int | None  # the config's memory_bytes: the pool's size, or the GPU's
+    optimizer_offload: bool
+    optimizer_pinning: str
+
+
+def config_network(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> str | Path:
+    """The config's network: a zoo name, else a path from the config's folder where a file
+    is there, else as written (an absolute path, or one from the working folder)."""
+    if cfg.network in ZOO or Path(cfg.network).is_absolute():
+        return cfg.network
+    candidate = Path(base_dir) / cfg.network
+    return candidate if os.path.exists(candidate) else cfg.network
+
+
+def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str | None = None,
+              *, allocator: Any = None, check_policies: bool = False) -> RunSetup:
+    """The one setup of a run config's runs (vdnnsim run, plot and plan): its GPU, its
+    trace, its allocator settings (``allocator``, where given, over the config's).
+    ``source``: the config's file, named with the key in any error its values cause (NOTE
+    [user errors]); ``check_policies``: refuse a bad policy name before any work."""
+    name, overrides = cfg.gpu_name_and_overrides()
+    with in_file(source, "gpu"):
+        g = resolve_gpu(name, overrides)
+    with in_file(source, "network"):
+        trace = build_trace(config_network(cfg, base_dir), cfg.batch_size, g, cfg.dtype)
+        trace = with_optimizer(trace, cfg.optimizer or trace.optimizer)
+    if check_policies:
+        with in_file(source, "policies" if cfg.policies else "policy"):
+            for p in cfg.policy_list:
+                get_policy(p)
+    if allocator is not None:  # KEY=VALUE pairs, as --allocator gives them, or a mapping
+        if isinstance(allocator, (list, tuple)):
+            from .engine.allocconf import parse_pairs
+            allocator = parse_pairs(list(allocator))
+        settings = _allocator_for(trace, allocator)
+    else:
+        with in_file(source, "allocator"):
+            settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
+                                      else None)
+    return RunSetup(trace, g, settings, cfg.memory_bytes, cfg.optimizer_offload,
+                    cfg.optimizer_pinning)
 
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                record: bool = True, source: str | None = None) -> list[RunResult]:
     """Every policy of a run config, on one shared trace. ``record=False``:
     no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
-    file, named with the key in any error its values cause (NOTE [user errors])."""
-    name, overrides = cfg.gpu_name_and_overrides()
-    with in_file(source, "gpu"):
-        g = resolve_gpu(name, overrides)
-    network: str | Path = cfg.network
-    if cfg.network not in ZOO and not Path(cfg.network).is_absolute():
-        candidate = Path(base_dir) / cfg.network
-        if os.path.exists(candidate):
-            network = candidate
-    with in_file(source, "network"):
-        trace = with_optimizer(build_trace(network, cfg.batch_size, g, cfg.dtype),
-                               cfg.optimizer)
-    capacity = cfg.memory_bytes  # parsed to bytes by RunConfig
-    with in_file(source, "policies" if cfg.policies else "policy"):
-        for p in cfg.policy_list:
-            get_policy(p)  # fail on a bad name before any work
-    with in_file(source, "allocator"):  # NOTE [allocator settings]
-        settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
-                                  else None)
+    file, named with the key in any error its values cause."""
+    s = setup_run(cfg, base_dir, source, check_policies=True)
     with in_file(source, "policy_options"):
-        return [run_trace(trace, g, p, cfg.policy_options, capacity, record=record,
-                          allocator=settings, optimizer_offload=cfg.optimizer_offload,
-                          optimizer_pinning=cfg.optimizer_pinning)
+        return [run_trace(s.trace, s.gpu, p, cfg.policy_options, s.budget_bytes, record=record,
+                          allocator=s.allocator, optimizer_offload=s.optimizer_offload,
+                          optimizer_pinning=s.optimizer_pinning)
                 for p in cfg.policy_list]
+
+
+@dataclass(frozen=True)
+class LayerPlanReport:
+    """What a layer planner (MILP, greedy) found for a run config under a budget: the plan
+    (None: none fits), its search, its replay and the policies it is compared with."""
+
+    trace: Trace  # the trace the plan runs (reshaped where it splits the batch)
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    optimizer_offload: bool
+    plan: Any  # the planner's Plan, or None
+    search: Any  # its Search: steps and simulations
+    planned: RunResult | None
+    reference: tuple[tuple[str, RunResult], ...]  # the policies beside it
+    caution: str | None  # the fragmentation caution (planners.greedy)
+    op_layers: bool  # the plan names an op-by-op trace's ATen ops: the runtime cannot run it
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None  # the plan file's contents
+
+    @property
+    def fits(self) -> bool:
+        return self.plan is not None
+
+
+@dataclass(frozen=True)
+class BlockPlanReport:
+    """What the block planner found for a run config under a budget."""
+
+    trace: Trace
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    plan: Any  # the planner's BlockPlan
+    uncapped: RunResult | None  # the step without a cap (eager), where a plan fits
+    host_short: tuple[int, int] | None  # (needed, host) bytes where the host is too small
+    caution: str | None
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.plan.fits)
+
+
+PlanReport = LayerPlanReport | BlockPlanReport
+
+
+def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int, *,
+                method: str = "auto", optimizer_offload: str | None = None,
+                allocator: Any = None, headroom: bool = True,
+                source: str | None = None) -> PlanReport:
+    """Plan a run config's network under ``budget_bytes``: the block planner for a trace
+    with blocks (or ``method="blocks"``), else the layer planners.
+    ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
+    settings over the config's."""
+    from .planners.greedy import search_plan
+    from .policies.blocks import block_regions
+
+    s = setup_run(cfg, base_dir, source, allocator=allocator)
+    trace, gpu, settings = s.trace, s.gpu, s.allocator
+    offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
+    if method == "blocks" or method == "auto" and len(block_regions(trace)) > 2:
+        return _plan_blocks(trace, gpu, budget_bytes, {"auto": None, "on": True,
+                                                       "off": False}[offload],
+                            settings, cfg.optimizer_pinning)
+    if cfg.optimizer_pinning != "caching":
+        raise ConfigError(f"{source}: optimizer_pinning: {cfg.optimizer_pinning} is "
+                          "planned by the block planner only (--method blocks, a model with "
+                          "blocks); the layer planners count the pinned allocator's copies")
+    on_cpu = offload == "on"  # auto keeps it on the GPU here
+    if not trace.timed:  # these planners pick the fastest plan
+        raise ConfigError(f"{source}: network: {cfg.network} is a memory-only trace "
+                          f"(every layer 0 ns), and --method {method} picks the fastest "
+                          "plan by times it does not have; plan by memory with --method "
+                          "blocks (a model with blocks), or plan a timed trace (vdnnsim "
+                          "profile on a GPU)")
+    plan, search = search_plan(trace, gpu, budget_bytes, method=method, headroom=headroom,
+                               allocator=settings, optimizer_offload=on_cpu)
+    ref = tuple((p, run_trace(trace, gpu, p, memory_bytes=budget_bytes, record=False,
+                              allocator=settings, optimizer_offload=on_cpu))
+                for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn"))
+    common = dict(gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
+                  optimizer_offload=on_cpu, search=search, reference=ref,
+                  cpu_step_calibrated=_cpu_step_calibrated(gpu))
+    if plan is None:
+        return LayerPlanReport(trace=trace, plan=None, planned=None, caution=None,
+                               op_layers=False, plan_file=None, **common)
+    return _layer_report(trace, plan, common)
+
+
+def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanReport:
+    """The report of a layer plan that fits: replayed, cautioned, as a plan file."""
+    from .planners.greedy import fragmentation_caution, layer_names, plan_to_dict
+
+    if plan.trace is not None:  # the plan runs a reshaped network
+        trace = plan.trace
+    gpu, budget, settings = common["gpu"], common["budget_bytes"], common["allocator"]
+    r = run_plan(trace, gpu, plan, budget, allocator=settings)
+    predicted = {"peak_memory_bytes": r.peak_memory_bytes,
+                 "iteration_time_ns": r.iteration_time_ns}
+    return LayerPlanReport(
+        trace=trace, plan=plan, planned=r, op_layers=layer_names(trace) == "ops",
+        caution=fragmentation_caution(trace, budget, r.peak_memory_bytes, settings),
+        plan_file=_with_run(plan_to_dict(trace, gpu, budget, plan, predicted, settings),
+                            trace), **common)
+
+
+def _cpu_step_calibrated(gpu: GPU) -> bool:
+    from .engine.optimizer_step import cpu_step_calibrated
+    return bool(cpu_step_calibrated(gpu.host))
+
+
+def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: bool | None,
+                 settings: AllocatorSettings, pinning: str) -> BlockPlanReport:
+    """The fewest offloaded blocks that fit, and the step without a
+    cap beside it."""
+    from .planners.greedy import block_plan_to_dict, fragmentation_caution, plan_blocks
+    from .policies.blocks import weighs_cpu_optimizer
+
+    plan = plan_blocks(trace, gpu, budget_bytes, optimizer_offload, settings, pinning)
+    common = dict(trace=trace, gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
+                  plan=plan, cpu_step_calibrated=_cpu_step_calibrated(gpu))
+    if not plan.fits:
+        need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
+        short = ((need, host) if optimizer_offload is not False
+                 and weighs_cpu_optimizer(trace, gpu) and host is not None and need > host
+                 else None)  # why the optimizer on the CPU did not help
+        return BlockPlanReport(uncapped=None, host_short=short, caution=None, plan_file=None,
+                               **common)
+    base = run_trace(trace, gpu, "eager", record=False, allocator=settings)
+    return BlockPlanReport(
+        uncapped=base, host_short=None,
+        caution=fragmentation_caution(trace, budget_bytes, plan.peak_memory_bytes, settings),
+        plan_file=_with_run(block_plan_to_dict(trace, gpu, budget_bytes, plan, settings),
+                            trace), **common)
+
+
+PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtype ([\w-]+))?"
+                         r"(?: --seq-len (\d+))?")
+
+
+def _with_run(plan_file: dict[str, Any], trace: Trace) -> dict[str, Any]:
+    """A plan file with what a measurement of it runs (version 2), where the trace says how
+    it was profiled (its source's note); as it was where it does not."""
+    m = PROFILED_AS.match(trace.source.note or "")
+    if not m:
+        return plan_file
+    model, dtype, seq_len = m.groups()
+    run = {"optimizer": trace.optimizer, "model": model, "dtype": dtype or trace.dtype,
+           **({"seq_len": int(seq_len)} if seq_len else {})}
+    head = {k: v for k, v in plan_file.items() if k not in run}
+    keys = list(head)
+    at = keys.index("budget_bytes") + 1
+    out = {k: head[k] for k in keys[:at]}
+    out.update(run)
+    out.update({k: head[k] for k in keys[at:]})
+    out["version"] = 2
+    return {"format": out.pop("format"), "version": out.pop("version"), **out}

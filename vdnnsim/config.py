@@ -32,14 +32,13 @@ class GPUConfig(GPUOverrides):
 
 
 class AllocatorConfig(BaseModel):
-    """The caching allocator's settings a run replays (NOTE [allocator settings]), as
+    """The caching allocator's settings a run replays, as
     PYTORCH_CUDA_ALLOC_CONF sets them."""
 
     model_config = ConfigDict(extra="forbid")
 
     expandable_segments: StrictBool = Field(
-        False, description="One growing segment per pool and stream (NOTE [expandable "
-        "segments]), as expandable_segments:True.")
+        False, description="One growing segment per pool and stream, as expandable_segments:True.")
 
 
 class RunConfig(BaseModel):
@@ -55,9 +54,10 @@ class RunConfig(BaseModel):
     gpu: str | GPUConfig = Field("k40", description="Preset name, or a mapping with "
                                  "'preset' and overrides.")
     dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Element type.")
-    optimizer: Literal["sgd", "adam", "adamw"] = Field(
-        "sgd", description="The training step's optimizer (NOTE [optimizer state]): Adam and "
-        "AdamW keep two moments per parameter and a temporary while they step.")
+    optimizer: Literal["sgd", "adam", "adamw"] | None = Field(
+        None, description="The training step's optimizer: Adam and "
+        "AdamW keep two moments per parameter and a temporary while they step (default: the "
+        "trace's own, sgd for a network spec).")
     policy: str | None = Field(None, min_length=1, description="One policy name.")
     policies: list[Annotated[str, Field(min_length=1)]] | None = Field(
         None, min_length=1, description="Policy names.")
@@ -68,16 +68,14 @@ class RunConfig(BaseModel):
     memory_bytes: Capacity | None = Field(None, description="Pool capacity override, e.g. "
                                        "'12 GiB' (default: the GPU's memory).")
     allocator: AllocatorConfig | None = Field(None, description="PyTorch's caching "
-                                              "allocator settings (NOTE [allocator "
-                                              "settings]); PyTorch traces only.")
+                                              "allocator settings; PyTorch traces only.")
     optimizer_offload: bool = Field(False, description="The optimizer's state and step on "
                                     "the CPU, each weight gradient copied there as the "
-                                    "backward pass makes it (NOTE [optimizer offload]); "
+                                    "backward pass makes it; "
                                     "PyTorch traces only.")
     optimizer_pinning: Literal["caching", "registered"] = Field(
         "caching", description="Where the offloaded optimizer's host copies live: PyTorch's "
-        "pinned allocator (each a power of two) or one registered buffer (NOTE [optimizer "
-        "pinning]); with optimizer_offload.")
+        "pinned allocator (each a power of two) or one registered buffer; with optimizer_offload.")
 
     @model_validator(mode="after")
     def _one_policy_key(self) -> "RunConfig":
@@ -106,7 +104,7 @@ def load_config(path: str | os.PathLike) -> tuple[RunConfig, Path]:
 
 def config_from_dict(data: Any, source: str = "<config>") -> RunConfig:
     """A key set to null is as if it were absent (its default), as in a study."""
-    wrong = misplaced(data, source, "a run config", ("run config",))  # NOTE [file kinds]
+    wrong = misplaced(data, source, "a run config", ("run config",))
     if wrong:
         raise ConfigError(wrong)
     if isinstance(data, dict):

@@ -22,7 +22,7 @@ import statistics
 import sys
 
 from vdnnsim.api import at_host_speed, resolve_gpu, run_trace
-from vdnnsim.cli.app import split_measurements
+from vdnnsim.cli.data import split_measurements
 from vdnnsim.measured.validate import (POLICY_MAP, _simulated_settings, load_measurement_sets,
                               load_traces)
 

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     from vdnnsim.cli import build_parser
 
     args = build_parser().parse_args(["measure", *argv[2:]])
-    from vdnnsim.cli.app import _memory_cap, _model_kwargs
+    from vdnnsim.cli.common import memory_cap as _memory_cap, model_kwargs as _model_kwargs
     from vdnnsim.gpu.measure.harness import measure
 
     torch.cuda.memory._record_memory_history(enabled="all", context=None,

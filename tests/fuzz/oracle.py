@@ -172,7 +172,7 @@ def call_api(api: dict[str, Any]) -> Any:
 def execute(case: Case, folder: str, timeout: float = TIMEOUT_S) -> Outcome:
     """Run ``case`` in ``folder`` (made here) and record everything the checks need."""
     import vdnnsim
-    from vdnnsim.cli import app as cli
+    import vdnnsim.cli as cli
 
     os.makedirs(folder, exist_ok=True)
     materialize(case, folder)

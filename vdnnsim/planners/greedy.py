@@ -28,8 +28,8 @@ formula):
 The prefetches are findPrefetchLayer's over the chosen offloads, with the policies'
 default reading of its marks. It is a heuristic: no
 claim of optimality (the exact program is milp.py's; ``method='auto'``
-runs both and keeps the faster); each plan's memory and time are the engine's. A plan is written as a YAML file
-(``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
+runs both and keeps the faster); each plan's memory and time are the engine's. A plan is
+written as a YAML file (``format: vdnnsim-plan``: per layer its algorithm, offloads and prefetch; the recomputed
 segments) that the ``planned`` policy replays (policies/planned.py reads it).
 """
 
@@ -80,11 +80,11 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
                 recompute=segs, trace=trace if segs or split else None, split=split)
 
 
-def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
+def _run(trace: Trace, gpu: GPU, plan: Plan, budget_bytes: int, search: Search) -> Simulation:
     search.simulations += 1
     if search.optimizer_offload:
         plan = replace(plan, optimizer_offload=True, profiled=None)
-    return replay(trace, gpu, plan, budget, liveness(trace), record_ops=False,
+    return replay(trace, gpu, plan, budget_bytes, liveness(trace), record_ops=False,
                   stop_at_oom=True, allocator=search.allocator)
 
 
@@ -98,8 +98,8 @@ METHODS = ("auto", "milp", "greedy")
 # drops every candidate whose workspace exceeds what it got. The fastest algorithm, with
 # workspace W, survives for sure only if 2W can be allocated at that moment (the request
 # that succeeds is more than half the room); with less room a slower algorithm may win,
-# which the profiled trace does not know (docs/beyond-vdnn.md). So for PyTorch traces the planner checks every plan with each
-# layer's workspaces at AUTOTUNE_FACTOR times their size; the plan's predicted memory and
+# which the profiled trace does not know (docs/beyond-vdnn.md). So for PyTorch traces the
+# planner checks every plan with each layer's workspaces at AUTOTUNE_FACTOR times their size; the plan's predicted memory and
 # time are then the trace's own. ``headroom=False`` plans without it.
 AUTOTUNE_FACTOR = 2
 
@@ -114,11 +114,11 @@ def scale_workspaces(trace: Trace, factor: float) -> Trace:
     return replace(trace, layers=layers)
 
 
-def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
+def search_plan(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int = 400,
                 method: str = "auto", headroom: bool = True,
                 allocator: Any = None, optimizer_offload: bool = False
                 ) -> tuple[Plan | None, Search]:
-    """The best plan found that fits in ``budget`` bytes (None: none).
+    """The best plan found that fits in ``budget_bytes`` (None: none).
     ``method``: 'greedy' (this module's search), 'milp' or 'auto'
     (both where the program is tractable, up to ``milp.MAX_LAYERS`` layers, and the
     faster engine-checked answer; the greedy search alone above it). ``headroom``: the
@@ -134,9 +134,9 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
     # CPU: the plan check of every replay refuses it)
     if not (headroom and trace.pytorch and any(
             a.workspace_bytes for x in trace.layers for a in x.algos)):
-        return _search_plan(trace, gpu, budget, max_steps, method, allocator,
+        return _search_plan(trace, gpu, budget_bytes, max_steps, method, allocator,
                             optimizer_offload)
-    plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget,
+    plan, search = _search_plan(scale_workspaces(trace, AUTOTUNE_FACTOR), gpu, budget_bytes,
                                 max_steps, method, allocator, optimizer_offload)
     search.steps.insert(0, f"every workspace checked at {AUTOTUNE_FACTOR}x its size "
                            "(autotune headroom)")
@@ -145,21 +145,21 @@ def search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int = 400,
     return plan, search
 
 
-def _search_plan(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
+def _search_plan(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, method: str,
                  allocator: Any = None, optimizer_offload: bool = False
                  ) -> tuple[Plan | None, Search]:
     search = Search(allocator=allocator, optimizer_offload=optimizer_offload)
-    plan, search = _searched(trace, gpu, budget, max_steps, method, search)
+    plan, search = _searched(trace, gpu, budget_bytes, max_steps, method, search)
     if plan is not None and optimizer_offload:  # as replayed
         plan = replace(plan, optimizer_offload=True, profiled=None)
     return plan, search
 
 
-def _searched(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
+def _searched(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, method: str,
               search: Search) -> tuple[Plan | None, Search]:
     exact = None
     if method == "milp" or (method == "auto" and len(trace.layers) <= milp.MAX_LAYERS):
-        plan, ns, report = milp.milp_plan(trace, gpu, budget, allocator=search.allocator,
+        plan, ns, report = milp.milp_plan(trace, gpu, budget_bytes, allocator=search.allocator,
                                           optimizer_offload=search.optimizer_offload)
         search.simulations += report.simulations
         kept = [(tag, s) for tag, s in report.solutions if s.engine_ns is not None]
@@ -173,12 +173,12 @@ def _searched(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
             exact = (plan, ns)
         if method == "milp":
             return (plan, search)
-    best = _search(trace, gpu, budget, max_steps, search)
+    best = _search(trace, gpu, budget_bytes, max_steps, search)
     for (first, last, parts), st, per_part, rest in split_structures(trace, gpu):
         for segs in ((), per_part):
             tag = (f"split {first}..{last} in {parts}"
                    + (", each part checkpointed" if segs else ""))
-            found = _search(st, gpu, budget, max_steps, search, segs, rest, tag,
+            found = _search(st, gpu, budget_bytes, max_steps, search, segs, rest, tag,
                             ((first, last, parts),))
             if found is not None and (best is None or found[1] < best[1]):
                 best = found
@@ -191,7 +191,7 @@ def _searched(trace: Trace, gpu: GPU, budget: int, max_steps: int, method: str,
     return (best[0] if best else None), search
 
 
-def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
+def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: Search,
             fixed: tuple[tuple[int, int], ...] = (), start: int = 0, tag: str = "",
             split: tuple[tuple[str, str, int], ...] = ()) -> tuple[Plan, int] | None:
     """One search of NOTE [planner] on ``trace`` with the checkpointed segments ``fixed``
@@ -217,7 +217,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     fits = None
     for _ in range(max_steps):
         plan = _plan(trace, algos, chosen, cands, fixed, split=split)
-        sim = _run(trace, gpu, plan, budget, search)
+        sim = _run(trace, gpu, plan, budget_bytes, search)
         oom = sim.pool.oom
         if oom is None:
             fits = (plan, sim.end_ns)
@@ -245,7 +245,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
         plan, best = fits
         for b in sorted(chosen, key=lambda x: lv.size[x]):
             trial = _plan(trace, algos, chosen - {b}, cands, fixed, split=split)
-            sim = _run(trace, gpu, trial, budget, search)
+            sim = _run(trace, gpu, trial, budget_bytes, search)
             if sim.pool.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
                 plan, best = trial, sim.end_ns
@@ -255,7 +255,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                 trial_algos = list(algos)
                 trial_algos[i] = fastest[i]
                 trial = _plan(trace, trial_algos, chosen, cands, fixed, split=split)
-                sim = _run(trace, gpu, trial, budget, search)
+                sim = _run(trace, gpu, trial, budget_bytes, search)
                 if sim.pool.oom is None and sim.end_ns <= best:
                     algos = trial_algos
                     plan, best = trial, sim.end_ns
@@ -272,19 +272,19 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
         for which in ("none", "all"):
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
             cp = replace(cp, policy="planned", runtime=True, trace=trace, split=split)
-            sim = _run(trace, gpu, cp, budget, search)
+            sim = _run(trace, gpu, cp, budget_bytes, search)
             if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
         with planning_under(search.allocator):
-            dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
+            dyn = vdnn_dyn(trace, gpu, budget_bytes, {})  # 4. vdnn_dyn's answer is a candidate
         search.simulations += 1
         # its profiling passes replayed under the search's allocator settings; with the
         # optimizer on the CPU (which vdnn_dyn plans without) its plan is replayed again
         dsim = (dyn.profiled if not search.optimizer_offload else None) or \
-            _run(trace, gpu, dyn, budget, search)
+            _run(trace, gpu, dyn, budget_bytes, search)
         if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
                                 f"taken")
@@ -322,16 +322,17 @@ OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (
 CAUTION_SHARE = 0.061
 
 
-def fragmentation_caution(trace: Trace, budget: int, peak_allocated: int,
+def fragmentation_caution(trace: Trace, budget_bytes: int, peak_allocated: int,
                           allocator: Any = None) -> str | None:
     """A line for a PyTorch trace's plan under the default
-    allocator whose allocated peak leaves less than CAUTION_SHARE of ``budget``; None
+    allocator whose allocated peak leaves less than CAUTION_SHARE of ``budget_bytes``; None
     otherwise (and under expandable segments)."""
-    if not trace.pytorch or not budget or budget - peak_allocated >= CAUTION_SHARE * budget \
+    if not trace.pytorch or not budget_bytes \
+            or budget_bytes - peak_allocated >= CAUTION_SHARE * budget_bytes \
             or not allocator_settings(allocator).default:
         return None
-    left = budget - peak_allocated
-    return (f"caution: the plan leaves {left / 2**30:.2f} GiB ({100 * left / budget:.1f}%) "
+    left = budget_bytes - peak_allocated
+    return (f"caution: the plan leaves {left / 2**30:.2f} GiB ({100 * left / budget_bytes:.1f}%) "
             "of the budget unallocated at its peak; under a real cap, plans the replay "
             f"fitted have run out of memory with up to {100 * CAUTION_SHARE:.1f}% left "
             "(PyTorch's caching allocator near the cap): plan "
@@ -345,7 +346,7 @@ def layer_names(trace: Trace) -> str:
     return OP_LAYERS if any("module" in x.attrs for x in trace.layers) else "fx"
 
 
-def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
+def plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, plan: Plan,
                  predicted: dict[str, Any], allocator: Any = None) -> dict[str, Any]:
     if plan.trace is not None:  # the layers of the reshaped network
         trace = plan.trace
@@ -358,7 +359,7 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
             d["prefetch"] = trace.layers[plan.prefetch[i]].id
         layers.append(d)
     return {"format": FORMAT, "version": 1, "network": trace.name,
-            "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget,
+            "batch_size": trace.batch_size, "gpu": gpu.name, "budget_bytes": budget_bytes,
             "layer_names": layer_names(trace), "sync": plan.sync,
             # said where it is on (a plan without it reads as before)
             **({"optimizer_offload": True} if plan.optimizer_offload else {}),
@@ -395,10 +396,10 @@ def planned_allocator(allocator: Any) -> dict[str, Any]:
         "allocator": {"expandable_segments": settings.expandable_segments}}
 
 
-def block_plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: BlockPlan,
+def block_plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, plan: BlockPlan,
                        allocator: Any = None) -> dict[str, Any]:
     return {"format": BLOCK_FORMAT, "network": trace.name, "batch_size": trace.batch_size,
-            "gpu": gpu.name, "budget_bytes": budget, "optimizer": trace.optimizer,
+            "gpu": gpu.name, "budget_bytes": budget_bytes, "optimizer": trace.optimizer,
             "blocks": plan.blocks, "total_blocks": plan.total,
             "recompute_blocks": plan.recompute,
             "recompute_paths": recompute_paths(trace, plan.recompute, plan.blocks),

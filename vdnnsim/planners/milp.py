@@ -395,20 +395,20 @@ class _Builder:
                     row[k] = row.get(k, 0.0) - val
                 p.row(row, 0.0, np.inf)
 
-    def memory_rows(self, cap: float, margin: dict[tuple, float]
+    def memory_rows(self, budget_gib: float, margin: dict[tuple, float]
                     ) -> dict[tuple, tuple[int, float, int | None, float]]:
-        """A row per forward and backward point: its bytes within ``cap`` GiB."""
+        """A row per forward and backward point: its bytes within ``budget_gib``."""
         mem_rows: dict[tuple, tuple[int, float, int | None, float]] = {}
         for key in self.keys:
             if key[0] == "pre":
                 continue
             r = self.index[key]
-            hi = cap - margin.get(key, 0.0) / GIB - self.base[r]
+            hi = budget_gib - margin.get(key, 0.0) / GIB - self.base[r]
             mem_rows[key] = (self.p.row(dict(self.var_terms[r]), -np.inf, hi),
                              float(self.base[r]), None, 0.0)
         return mem_rows
 
-    def recompute_rows(self, cap: float, margin: dict[tuple, float],
+    def recompute_rows(self, budget_gib: float, margin: dict[tuple, float],
                        mem_rows: dict[tuple, tuple[int, float, int | None, float]]) -> None:
         """Recompute points: the moment before the segment's last layer's backward pass,
         plus what the recompute has made so far and its layer's workspace."""
@@ -444,12 +444,12 @@ class _Builder:
                 coefs[v] = coefs.get(v, 0.0) + big
                 key = ("recompute", j)
                 const = float(base[r]) + made + live + ws_const
-                hi = cap - margin.get(key, 0.0) / GIB - const + big
+                hi = budget_gib - margin.get(key, 0.0) / GIB - const + big
                 mem_rows[key] = (self.p.row(coefs, -np.inf, hi), const, v, big)
                 transient = {t: u for t, u in transient.items() if u > j}
 
 
-def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
+def build(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tuple[int, int], ...],
           margin: dict[tuple, float], optimizer_offload: bool = False) -> Built:
     """The program of NOTE [milp planner] for ``trace`` with checkpointable ``chunks``;
     ``margin``: bytes kept free at a point (lazy cuts), by point key;
@@ -460,14 +460,14 @@ def build(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ..
     b.checkpoints()
     b.offloads()
     b.times()
-    cap = budget / GIB
-    mem_rows = b.memory_rows(cap, margin)
-    b.recompute_rows(cap, margin, mem_rows)
+    budget_gib = budget_bytes / GIB
+    mem_rows = b.memory_rows(budget_gib, margin)
+    b.recompute_rows(budget_gib, margin, mem_rows)
     return Built(b.p, acc, b.algo_vars, b.chunk_vars, b.off_vars, b.cands, b.slot, mem_rows,
                  chunks)
 
 
-def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int, int], ...],
+def solve_structure(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tuple[int, int], ...],
                     split: tuple = (), time_limit_s: float = TIME_LIMIT_S,
                     rounds: int = ROUNDS, bound_ns: float = math.inf,
                     allocator: Any = None, optimizer_offload: bool = False) -> Solution:
@@ -481,7 +481,7 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
     lv = liveness(trace)
     chunk_at = {j: s for s, (f, l_) in enumerate(chunks) for j in range(f, l_ + 1)}
     last = Solution(None, math.inf, None, 0, False, "infeasible")
-    built = build(trace, gpu, budget, chunks, {}, optimizer_offload)  # a cut moves one
+    built = build(trace, gpu, budget_bytes, chunks, {}, optimizer_offload)  # a cut moves one
     # row's bound
     prog, algo_vars, chunk_vars = built.program, built.algo_vars, built.chunk_vars
     off_vars, cands, slot = built.off_vars, built.cands, built.slot
@@ -508,7 +508,7 @@ def solve_structure(trace: Trace, gpu: GPU, budget: int, chunks: tuple[tuple[int
             return Solution(None, objective, None, rnd, optimal,
                             "pruned: no faster than the best plan so far")
         checked = replace(plan, optimizer_offload=True) if optimizer_offload else plan
-        sim = replay(trace, gpu, checked, budget, lv, record_ops=False, stop_at_oom=True,
+        sim = replay(trace, gpu, checked, budget_bytes, lv, record_ops=False, stop_at_oom=True,
                      allocator=allocator)
         oom = sim.pool.oom
         if oom is None:
@@ -548,7 +548,7 @@ def grids(trace: Trace, start: int = 0) -> list[int]:
     return [k for k in ks if 2 <= k <= m]
 
 
-def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LIMIT_S,
+def milp_plan(trace: Trace, gpu: GPU, budget_bytes: int, time_limit_s: float = TIME_LIMIT_S,
               allocator: Any = None, optimizer_offload: bool = False
               ) -> tuple[Plan | None, int | None, Report]:
     """The fastest engine-checked answer over the structures, each
@@ -560,7 +560,7 @@ def milp_plan(trace: Trace, gpu: GPU, budget: int, time_limit_s: float = TIME_LI
 
     def consider(tag: str, tr: Trace, chunks, split=()):
         nonlocal best
-        sol = solve_structure(tr, gpu, budget, chunks, split, time_limit_s,
+        sol = solve_structure(tr, gpu, budget_bytes, chunks, split, time_limit_s,
                               bound_ns=best[1] if best else math.inf, allocator=allocator,
                               optimizer_offload=optimizer_offload)
         report.solutions.append((tag, sol))

@@ -2,36 +2,26 @@
 ``planned`` policy and the GPU runtimes read. Importable without torch or the engine.
 
 NOTE [plan files]
-There are two kinds, told apart by ``format`` (NOTE [file kinds]):
-- ``vdnnsim-plan``, a layer plan (NOTE [planner]): per layer of the trace its algorithm,
-  its offloads and the layer whose backward pass prefetches them; the batch splits (NOTE
-  [batch split]) and the checkpointed segments, by layer id; ``layer_names`` says whether
-  the ids are an fx graph's or an op-by-op trace's ATen ops (NOTE [plan layer names]).
-- ``vdnnsim-block-plan``, a block plan (NOTE [block plan]): how many blocks, from the
-  first, are offloaded, which are checkpointed (NOTE [block recompute]; after the
-  offloaded ones where both are, NOTE [block mix]), and the blocks by module path (NOTE
-  [blocks]).
-Each kind is one pydantic model below, the only parser of the file: ``read_plan_file`` is
-what every reader calls, ``write_plan_file`` what ``vdnnsim plan`` writes with (through the
-same model, so that what it writes is what the readers take). The models check what the
-file alone can tell (types, unknown keys, layer names that the file itself must hold);
-whether a plan fits a trace (its layers, algorithms and buffers) is checked by its reader
-against that trace (planner.plan_from_file) or model (the runtimes). Keys a plan file of an
-older vdnnsim left out have the meaning they had then: a layer plan without
-``layer_names`` names fx layers, a block plan without ``block_paths`` offloads the items of
-the model's largest ModuleList, without ``recompute_paths`` checkpoints nothing.
+A plan file is the contract between ``vdnnsim plan`` and what runs the plan (``vdnnsim
+measure --plan``, policy ``planned``, the GPU runtimes). Two kinds, told apart by
+``format``: ``vdnnsim-plan``, a layer plan (per layer its algorithm, offloads and
+prefetch; batch splits and checkpointed segments by layer id), and ``vdnnsim-block-plan``,
+a block plan (how many blocks, from the first, are offloaded, checkpointed after them,
+or keep their parameters on the host). Each kind is one pydantic model below, the only
+parser: what ``write_plan_file`` writes is what ``read_plan_file`` takes. The file alone is
+checked here; whether it fits a trace or a model, by its reader. Version 2 adds the run
+(model, dtype, sequence length, a layer plan's optimizer); a key an older file left out
+keeps the meaning it had then (no ``layer_names``: fx layers; no ``block_paths``: the
+model's largest ModuleList; no ``recompute_paths``: nothing checkpointed).
 
 NOTE [planned allocator]
 A plan is checked by replaying it under its budget with PyTorch's caching allocator as
 the run will have it: ``allocator`` says the settings it was planned under (``vdnnsim plan``
 takes them from the run config's ``allocator:`` or ``--allocator``; left out: PyTorch's
-defaults). Near the cap the settings decide whether a plan trains: the 3.4B Llama's plan
-for the 24 GB card's 22 GiB ran out of memory under the default allocator (0.40 GiB
-reserved but not allocated, in pieces the 126 MiB request could not use) and
-trained with expandable segments (traces/h200_offload/session25). ``vdnnsim measure
---plan`` runs a plan under its settings unless ``--allocator`` says otherwise (and then
-says that it differs); a replay of a layer plan under other settings (policy ``planned``)
-carries a note.
+defaults). Near the cap the settings decide whether a plan trains (docs/configs.md, under
+``vdnnsim plan``). ``vdnnsim measure --plan`` runs a plan under its settings, capped at its
+budget, unless ``--allocator`` (or ``--memory-cap``) says otherwise, and then says that it
+differs; a replay of a layer plan under other settings (policy ``planned``) carries a note.
 """
 
 from __future__ import annotations
@@ -64,13 +54,12 @@ class Predicted(_Strict):
 
     peak_memory_bytes: Count | None = Field(None, description="Peak allocated bytes.")
     iteration_time_ns: Count | None = Field(
-        None, description="Step time; null for a memory-only trace (NOTE [memory-only "
-        "traces]).")
+        None, description="Step time; null for a memory-only trace.")
 
 
 class PlanAllocator(_Strict):
-    """The caching allocator's settings a plan was checked under (NOTE [planned
-    allocator]): those the engine models (NOTE [allocator settings])."""
+    """The caching allocator's settings a plan was checked under, those the engine
+    models (NOTE [planned allocator])."""
 
     expandable_segments: StrictBool = Field(
         False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
@@ -104,36 +93,45 @@ class LayerRow(_Strict):
 
 
 class LayerPlanFile(_Strict):
-    """A ``vdnnsim-plan`` file (NOTE [plan files])."""
+    """A ``vdnnsim-plan`` file."""
 
     format: Literal["vdnnsim-plan"] = Field(description="Always 'vdnnsim-plan'.")
-    version: Annotated[Literal[1], BeforeValidator(whole)] = Field(
-        1, description="Format version; this reader knows 1.")
+    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype, "
+        "sequence length and optimizer of the run).")
     network: str = Field(description="The planned trace's network name.")
     batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
         description="The batch size it was planned for.")
     gpu: str = Field(description="The GPU preset it was planned on.")
     budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
         description="The memory budget it fits.")
+    optimizer: Name = Field("sgd", description="The optimizer of the planned step.")
+    # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
+    # asks for nothing the plan knows (left out where the planned trace does not say)
+    model: Name | None = Field(None, description="The model spec the trace was profiled "
+                               "from, e.g. hf:gpt2 or torchvision:vgg16.")
+    dtype: Literal["fp32", "fp16", "bf16", "autocast-bf16", "autocast-fp16"] | None = Field(
+        None, description="The precision it was profiled in.")
+    seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
+        None, description="An hf: language model's sequence length.")
     layer_names: Literal["fx", "ops"] = Field(
         "fx", description="fx: a torchvision or zoo trace's layers, which the vDNN runtime "
-        "finds in its fx graph; ops: an op-by-op trace's ATen ops, which it cannot (NOTE "
-        "[plan layer names]).")
+        "finds in its fx graph; ops: an op-by-op trace's ATen ops, which it cannot.")
     sync: StrictBool = Field(True, description="Each layer waits for its offloads and "
                              "prefetches, as the paper's runtime.")
     optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
-                                          "step on the CPU (NOTE [optimizer offload]).")
+                                          "step on the CPU.")
     allocator: PlanAllocator | None = Field(
-        None, description="The caching allocator's settings it was planned under (NOTE "
-        "[planned allocator]); left out: PyTorch's defaults.")
+        None, description="The caching allocator's settings it was planned under; left "
+        "out: PyTorch's defaults.")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
     split: list[tuple[Name, Name, Annotated[int, Field(ge=1), BeforeValidator(whole)]]] = \
         Field(default_factory=list, description="Batch splits as [first, last, parts], "
-              "by layer id of the trace before the split (NOTE [batch split]).")
+              "by layer id of the trace before the split.")
     recompute: list[tuple[Name, Name]] = Field(
         default_factory=list, description="Checkpointed segments as [first, last] layer "
-        "ids, in order and apart (NOTE [recompute]).")
+        "ids, in order and apart.")
     layers: list[LayerRow] = Field(min_length=1, description="Every layer of the trace "
                                    "(after its splits), in order.")
 
@@ -163,39 +161,48 @@ class LayerPlanFile(_Strict):
 
 
 class BlockPlanFile(_Strict):
-    """A ``vdnnsim-block-plan`` file (NOTE [plan files])."""
+    """A ``vdnnsim-block-plan`` file."""
 
     format: Literal["vdnnsim-block-plan"] = Field(description="Always 'vdnnsim-block-plan'.")
+    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype and "
+        "sequence length of the run).")
     network: str = Field(description="The planned trace's network name.")
     batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
         description="The batch size it was planned for.")
     gpu: str = Field(description="The GPU preset it was planned on.")
     budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
         description="The memory budget it fits.")
-    optimizer: Name = Field("sgd", description="The optimizer of the planned step (NOTE "
-                            "[optimizer state]).")
+    optimizer: Name = Field("sgd", description="The optimizer of the planned step.")
+    # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
+    # asks for nothing the plan knows (left out where the planned trace does not say)
+    model: Name | None = Field(None, description="The model spec the trace was profiled "
+                               "from, e.g. hf:gpt2 or torchvision:vgg16.")
+    dtype: Literal["fp32", "fp16", "bf16", "autocast-bf16", "autocast-fp16"] | None = Field(
+        None, description="The precision it was profiled in.")
+    seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
+        None, description="An hf: language model's sequence length.")
     blocks: Count = Field(description="Blocks offloaded, from the first on.")
     total_blocks: Count = Field(description="Blocks the model has.")
     recompute_blocks: Count = Field(0, description="Blocks checkpointed, from the first "
-                                    "after the offloaded ones on (NOTE [block recompute], "
-                                    "NOTE [block mix]).")
+                                    "after the offloaded ones on.")
     recompute_paths: list[Name] = Field(
         default_factory=list, description="The checkpointed blocks' module paths (those "
         "of the recompute_blocks that the runtime can wrap).")
     block_paths: list[Name] | None = Field(
-        None, description="Every block's module path, in order (NOTE [blocks]); null: the "
+        None, description="Every block's module path, in order; null: the "
         "items of the model's largest ModuleList (a plan of an older probe's trace).")
     optimizer_offload: StrictBool = Field(False, description="The optimizer's state and "
-                                          "step on the CPU (NOTE [optimizer offload]).")
+                                          "step on the CPU.")
     param_blocks: Count = Field(0, description="Blocks whose parameters live on the host, "
-                                "from the first on, fetched for each pass (NOTE [parameter "
-                                "offload]); needs optimizer_offload.")
+                                "from the first on, fetched for each pass; needs "
+                                "optimizer_offload.")
     optimizer_pinning: Literal["caching", "registered"] = Field(
-        "caching", description="Where the optimizer on the CPU keeps its host copies (NOTE "
-        "[optimizer pinning]); registered needs optimizer_offload.")
+        "caching", description="Where the optimizer on the CPU keeps its host copies; "
+        "registered needs optimizer_offload.")
     allocator: PlanAllocator | None = Field(
-        None, description="The caching allocator's settings it was planned under (NOTE "
-        "[planned allocator]); left out: PyTorch's defaults.")
+        None, description="The caching allocator's settings it was planned under; left "
+        "out: PyTorch's defaults.")
     predicted: Predicted = Field(default_factory=Predicted,
                                  description="The simulator's prediction for it.")
 
@@ -220,7 +227,7 @@ class BlockPlanFile(_Strict):
             if both:
                 raise ValueError(f"recompute_paths names {both[0]}, one of the {self.blocks} "
                                  f"offloaded blocks: a block is offloaded or checkpointed, "
-                                 f"not both (NOTE [block mix])")
+                                 f"not both")
         if self.block_paths is not None and len(self.block_paths) != self.total_blocks:
             raise ValueError(f"block_paths names {len(self.block_paths)} blocks, not the "
                              f"{self.total_blocks} of total_blocks")
@@ -234,7 +241,7 @@ MODELS: dict[str, type[LayerPlanFile] | type[BlockPlanFile]] = {
 
 def plan_from_data(data: Any, source: str | os.PathLike = "plan") -> PlanFile:
     """A plan file's loaded contents as its model, or a ConfigError naming ``source`` and
-    the key (NOTE [user errors])."""
+    the key."""
     model = MODELS.get(data.get("format")) if isinstance(data, dict) else None
     if model is None:
         raise ConfigError(misplaced(data, source, "a vdnnsim plan file", ("plan",)) or
@@ -244,7 +251,7 @@ def plan_from_data(data: Any, source: str | os.PathLike = "plan") -> PlanFile:
 
 
 def read_plan_file(path: str | os.PathLike) -> PlanFile:
-    """NOTE [plan files]: the plan file at ``path``, a layer or a block plan."""
+    """The plan file at ``path``, a layer or a block plan."""
     return plan_from_data(read_yaml(path, ConfigError), path)
 
 
@@ -254,17 +261,24 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
     if isinstance(plan, dict):
         plan = MODELS[plan["format"]].model_validate(plan)
     data = plan.model_dump(mode="json")
+    for key in ("model", "dtype", "seq_len"):  # version 2's, said where known
+        if data.get(key) is None:
+            del data[key]
+    if data["format"] == BLOCK_FORMAT and data.get("version") == 1:
+        del data["version"]  # a block plan of version 1 never said it
+    if data["format"] == FORMAT and data.get("optimizer") == "sgd" and data["version"] == 1:
+        del data["optimizer"]
     if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
         del data["optimizer_offload"]
-    if data.get("param_blocks") == 0:  # NOTE [parameter offload]: likewise
+    if data.get("param_blocks") == 0:  # likewise
         del data["param_blocks"]
-    if data.get("optimizer_pinning") == "caching":  # NOTE [optimizer pinning]: likewise
+    if data.get("optimizer_pinning") == "caching":  # likewise
         del data["optimizer_pinning"]
-    if not (data.get("allocator") or {}).get("expandable_segments"):  # NOTE [planned
-        data.pop("allocator", None)  # allocator]: the defaults go unsaid, as before
+    if not (data.get("allocator") or {}).get("expandable_segments"):
+        data.pop("allocator", None)  # the defaults go unsaid, as before
     return yaml.safe_dump(data, sort_keys=False)
 
 
 def write_plan_file(path: str | os.PathLike, plan: PlanFile | dict[str, Any]) -> None:
-    """NOTE [plan files]: ``plan`` written whole or not at all (yamlio.write_text_atomic)."""
+    """``plan`` written whole or not at all (yamlio.write_text_atomic)."""
     write_text_atomic(path, dumps_plan(plan))

@@ -215,13 +215,13 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
 def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
                  opts: dict[str, Any]) -> Plan:
     blocks = opts.pop("blocks", None)
-    budget = opts.pop("budget", None)
+    budget_bytes = opts.pop("budget", None)
     recompute = opts.pop("recompute", None)
     check_options("vdnn_blocks", opts, set())
-    if blocks is not None and budget is not None:
+    if blocks is not None and budget_bytes is not None:
         raise ConfigError("policy vdnn_blocks: give blocks or budget, not both")
     if recompute is not None:
-        if budget is not None:
+        if budget_bytes is not None:
             raise ConfigError("policy vdnn_blocks: recompute does not go with budget (the "
                               "budget's plan chooses both counts)")
         if isinstance(recompute, bool) or not isinstance(recompute, int) or \
@@ -234,12 +234,12 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None,
         return block_mixed_plan(trace, blocks, recompute)  # NOTE [block mix]
     regions = block_regions(trace)
     total = max(0, len(regions) - 2)
-    if budget is not None:
+    if budget_bytes is not None:
         try:
-            budget = _capacity(budget)
+            budget_bytes = _capacity(budget_bytes)
         except ValueError as exc:
             raise ConfigError(f"policy vdnn_blocks: option budget: {exc}") from None
-        p = plan_blocks(trace, gpu, budget,  # NOTE [planning allocator]
+        p = plan_blocks(trace, gpu, budget_bytes,  # NOTE [planning allocator]
                         allocator=planning_allocator())
         return block_mixed_plan(trace, p.blocks, p.recompute)
     if blocks is None:
@@ -306,11 +306,11 @@ def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
     return bool(trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host))
 
 
-def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
+def plan_blocks(trace: Trace, gpu: GPU, budget_bytes: Any,
                 optimizer_offload: bool | None = False, allocator: Any = None,
                 pinning: str = "caching") -> BlockPlan:
-    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
-    capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
+    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget_bytes`` (bytes, or
+    a size like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
     [block recompute]) if that is faster, or a mix of the first blocks offloaded and some
     after them checkpointed (NOTE [block mix]) if that is the fastest. ``optimizer_offload``: with the optimizer on
     the CPU (NOTE [optimizer offload]), or not; None: both ways, and the plan that fits
@@ -324,11 +324,11 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
     pinning]), which sets the host memory it needs."""
     if optimizer_offload is None:
         if not weighs_cpu_optimizer(trace, gpu):
-            return plan_blocks(trace, gpu, budget, False, allocator)
-        on_gpu = plan_blocks(trace, gpu, budget, False, allocator)
+            return plan_blocks(trace, gpu, budget_bytes, False, allocator)
+        on_gpu = plan_blocks(trace, gpu, budget_bytes, False, allocator)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against
             return on_gpu
-        on_cpu = plan_blocks(trace, gpu, budget, True, allocator, pinning)
+        on_cpu = plan_blocks(trace, gpu, budget_bytes, True, allocator, pinning)
         if on_gpu.fits != on_cpu.fits:
             return on_gpu if on_gpu.fits else on_cpu
         return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
@@ -337,7 +337,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         raise ConfigError(f"{trace.name}: no blocks to offload (its layers carry no block "
                           "tags: profile or trace it from a model)")
     try:
-        budget = _capacity(budget)
+        budget_bytes = _capacity(budget_bytes)
     except ValueError as exc:
         raise ConfigError(f"budget: {exc}") from None
     plans = {"blocks": block_plan, "recompute": block_recompute_plan}
@@ -359,7 +359,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
             plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
                            params=param_groups(trace, params))
         with paused_gc():  # NOTE [paused gc], as run_trace's replay
-            sim = replay(trace, gpu, plan, budget if capped else None, record_ops=False,
+            sim = replay(trace, gpu, plan, budget_bytes if capped else None, record_ops=False,
                          allocator=allocator, stop_at_oom=stop)
         r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
         del sim

@@ -1,33 +1,17 @@
 """The measurement harness: real training iterations on a CUDA GPU.
 
 NOTE [measurement]
-One training step is zero_grad(set_to_none=True), forward, the loss, backward and the
-optimizer step (SGD unless asked otherwise) on a random batch that stays on the GPU; the
-model, its batch, loss, precision and optimizer are a workload's (NOTE [workloads] in
-workload.py: CNNs, transformers models, any nn.Module factory). After warm-up steps
-(cudnn.benchmark autotunes there) the allocator's peak statistics are reset and several
-steps are timed with CUDA events; the median step time and the peak allocated and reserved
-bytes over the timed steps are reported. With a cap, the caching allocator's per-process
-memory fraction emulates a smaller card, and a run that raises OutOfMemoryError does not
-fit. Beside the GPU's time, the host's time to issue a step (from its start until its
-Python code returns; nothing inside synchronises unless the allocator must) and the
-allocator's counts of device allocations, frees and retries over the timed steps are
-recorded. The peak reserved over the timed steps keeps whatever segments the warm-up left
-cached (cuDNN's autotuner tries algorithms with their own workspaces there); one more step
-from an emptied cache (``torch.cuda.empty_cache()`` first) gives ``reserved_one_step_bytes``,
-what one iteration reserves on its own, which is what the simulator replays. With
-``history`` the allocator's history (``torch.cuda.memory._record_memory_history``, its
-ring buffer of HISTORY_ENTRIES entries, no stack traces: they cost host time a step would
-pay) is recorded over the timed steps and ``torch.cuda.memory._snapshot()`` taken after
-them is handed to ``history`` (a run that runs out of memory hands it the snapshot taken
-there: its segments and their blocks as the allocator left them after freeing its cache
-to retry, with the events recorded so far, none before the timed steps;
-``vdnnsim measure --memory-history FILE`` pickles it; NOTE
-[snapshot segments] in importers.py reads it); the record says so (``memory_history``), as
-those steps' times include the recording's cost. The allocator's settings
-(``allocator_conf``, NOTE [measured allocator settings]) are the caller's: PYTORCH_CUDA_ALLOC_CONF
-is read when CUDA first allocates, before this runs.
-``save_on_cpu`` is PyTorch's own torch.autograd.graph.save_on_cpu(pin_memory=True).
+One training step is a workload's (NOTE [workloads]): zero_grad, forward, the loss,
+backward and the optimizer step on a random batch that stays on the GPU. After warm-up
+steps (cudnn.benchmark autotunes there) the allocator's peak statistics are reset and
+several steps are timed with CUDA events: the median step time, the peak allocated and
+reserved bytes over the timed steps, the host's time to issue each step and the
+allocator's counts of device allocations, frees and retries. One more step from an
+emptied cache gives ``reserved_one_step_bytes``, what one iteration reserves on its own,
+which is what the simulator replays. A cap is the allocator's per-process memory
+fraction; a run that raises OutOfMemoryError does not fit. The allocator's settings are
+the caller's (PYTORCH_CUDA_ALLOC_CONF is read when CUDA first allocates). The details
+(the allocator's history, save_on_cpu): docs/gpu.md, "What a measurement records".
 """
 
 from __future__ import annotations
@@ -50,7 +34,7 @@ from ..runtime.vdnn import VDNN
 from ..model.workload import DTYPES, build_workload, training_step
 
 POLICIES = ("baseline", "vdnn_all", "vdnn_conv", "save_on_cpu", "planned")
-HISTORY_ENTRIES = 1_000_000  # NOTE [measurement]: the history's ring buffer
+HISTORY_ENTRIES = 1_000_000  # the history's ring buffer
 
 
 def _hand_over(history: Callable[[dict], Any], record: dict[str, Any], **what: Any) -> None:
@@ -63,6 +47,35 @@ def _hand_over(history: Callable[[dict], Any], record: dict[str, Any], **what: A
     record["memory_history"] = {"max_entries": HISTORY_ENTRIES, **what}
 
 
+class _Run:
+    """What a measurement builds, held so that it is released however the run ends."""
+
+    def __init__(self) -> None:
+        self.work: Any = None
+        self.runtime: Any = None
+        self.step: Any = None
+        self.offloaded: Any = None  # the optimizer on the CPU
+        self.params: Any = None  # the parameters on the host
+        self.probe: Any = None
+
+    def run_step(self) -> None:
+        self.step()
+        if self.runtime is not None:
+            self.runtime.end_iteration()
+
+    def release(self, dev: Any) -> None:
+        if isinstance(self.runtime, BlockOffload):
+            self.runtime.remove()
+        if self.params is not None:
+            self.params.remove(restore=False)
+        if self.offloaded is not None:  # its hooks hold the model
+            self.offloaded.close()
+        self.work = self.runtime = self.step = self.offloaded = self.params = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+
+
 def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             memory_cap_bytes: int | None = None, warmup: int = 3, iters: int = 5,
             dtype: str = "fp32", plan: PlanFile | dict[str, Any] | None = None,
@@ -73,35 +86,18 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             allocator_conf: dict[str, Any] | None = None,
             step_probe: bool = True, optimizer_offload: bool = False,
             optimizer_pinning: str = "caching") -> dict[str, Any]:
-    """NOTE [measurement]; ``plan``: a plan file (NOTE [plan files]: its model, or its
-    contents, read through the model), for policy 'planned';
-    ``dtype``: a precision of NOTE [workloads] (fp32, bf16, fp16, autocast-bf16,
-    autocast-fp16); ``history``: given the allocator's snapshot over the timed steps (or
-    where the run ran out of memory);
+    """NOTE [measurement]: its record. ``plan``: a plan file (its model, or its contents,
+    read through the model), for policy 'planned'; ``dtype``: a precision of NOTE
+    [workloads] (fp32, bf16, fp16, autocast-bf16, autocast-fp16); ``history``: given the
+    allocator's snapshot over the timed steps (or where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied
-    there as they are made (NOTE [optimizer offload]); ``optimizer_pinning``: where its
-    host copies live, NOTE [optimizer pinning])."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    if (policy == "planned") != (plan is not None):
-        raise ValueError("policy 'planned' takes a plan, and only it")
-    if isinstance(plan, dict):
-        plan = plan_from_data(plan)
-    if plan is not None and plan.optimizer_offload:
-        optimizer_offload = True  # NOTE [optimizer offload]: the plan runs it on the CPU
-    if getattr(plan, "optimizer_pinning", "caching") != "caching":
-        optimizer_pinning = plan.optimizer_pinning  # NOTE [optimizer pinning]: as planned
-    if optimizer_pinning != "caching" and not optimizer_offload:
-        raise ValueError("optimizer pinning goes with the optimizer on the CPU (--optimizer-"
-                         "offload, or a plan that puts it there)")
-    if optimizer_offload and dtype == "autocast-fp16":
-        raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
-                         "or autocast-bf16")
+    there as they are made; ``optimizer_pinning``: where its host copies live."""
+    plan, optimizer_offload, optimizer_pinning = _checked(
+        policy, plan, dtype, optimizer_offload, optimizer_pinning)
     dev = torch.device("cuda", torch.cuda.current_device())
     gc.collect()
     torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(dev).total_memory
     torch.backends.cudnn.benchmark = True
     record: dict[str, Any] = {"model": model_spec, "batch_size": batch_size, "policy": policy,
                               "memory_cap_bytes": memory_cap_bytes, "dtype": dtype,
@@ -117,136 +113,18 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                                                       "blocks", "block_paths",
                                                       "recompute_blocks", "recompute_paths",
                                                       "optimizer_offload", "param_blocks")}
-    work = runtime = step = offloaded = params = None
+    run = _Run()
     try:
         record["host_probe_ns"] = host_probe_ns(dev)  # NOTE [host probe]
         # and its tensor for the probes after the timed steps, made before the model: it
         # shares the first small-pool segment, which every model's small tensors need anyway
-        probe = StepProbe(dev) if step_probe else None
-        # NOTE [cap after setup]: with parameters on the host (a block plan's
-        # param_blocks) the cap starts once those blocks have left the GPU. The model is
-        # built whole on the GPU, and a 7B's fp32 weights alone (25 GiB) exceed a 24 GB
-        # card's cap before any block leaves: a real card of that size needs a runtime that
-        # builds the model off the GPU, which this one is not. What the cap then bounds is
-        # the training step, which is what the engine predicts; the record says so.
-        late_cap = isinstance(plan, BlockPlanFile) and bool(plan.param_blocks)
-        if memory_cap_bytes and not late_cap:
-            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_cap_bytes / total), dev)
-        with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
-            work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
-        record.update(input_kind=work.kind, input_shape=list(work.shape),
-                      parameters=sum(p.numel() for p in work.model.parameters()))
-        blocks = isinstance(plan, BlockPlanFile)
-        if policy not in ("baseline", "save_on_cpu") and not blocks and (
-                work.kind != "image" or work.hf_task):
-            raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
-                             "probes an image input); baseline, save_on_cpu and a block plan "
-                             "(vdnnsim plan of a profiled trace, NOTE [block runtime]) run "
-                             "any model")
-        ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
-            if policy == "save_on_cpu" else contextlib.nullcontext
-        work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
-        if policy.startswith("vdnn"):
-            runtime = VDNN(work.model, work.shape, policy)
-        elif blocks:  # NOTE [block runtime]
-            runtime = BlockOffload.from_plan(work.model, plan)
-        elif plan is not None:
-            runtime = VDNN(work.model, work.shape, policy, plan=plan)
-        step = training_step(work, batch_size, dev, dtype, optimizer,
-                             runner=None if blocks else runtime, context=ctx)
-        if optimizer_offload:  # NOTE [optimizer offload]
-            offloaded = step.optimizer = CPUOffloadOptimizer(work.model.parameters(),
-                                                             optimizer, optimizer_pinning)
-        if blocks and plan.param_blocks:  # NOTE [parameter offload]: after the optimizer,
-            params = ParamOffload.from_plan(work.model, plan, offloaded)  # whose hooks
-            gc.collect()  # come first; the GPU's copies given back, as never made
-            torch.cuda.empty_cache()
-            if memory_cap_bytes:  # NOTE [cap after setup]
-                torch.cuda.set_per_process_memory_fraction(
-                    min(1.0, memory_cap_bytes / total), dev)
-                record["memory_cap_after_setup"] = True
-
-        def run_step() -> None:
-            step()
-            if runtime is not None:
-                runtime.end_iteration()
-
-        for _ in range(warmup):
-            run_step()
-        torch.cuda.synchronize(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        before = torch.cuda.memory_stats(dev)
-        if history is not None:
-            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES,
-                                                     context=None)
-        times, host = [], []
-        for _ in range(iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
-            s.record()
-            run_step()
-            e.record()
-            host.append((time.perf_counter() - t0) * 1e3)
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-            if probe is not None:
-                probe()  # NOTE [host probe]: the host's speed right after the step
-        after = torch.cuda.memory_stats(dev)
-        if history is not None:
-            _hand_over(history, record, steps=iters)
-        # the allocator's own counts over the timed steps: how often it asked the driver for
-        # a segment, gave segments back, and freed its cache to retry (NOTE [measurement])
-        counts = {k: after.get(k, 0) - before.get(k, 0)
-                  for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
-        if probe is not None:
-            probe.close()
-            record.update(host_probe_steps_ns=probe.times,
-                          host_probe_between_ns=statistics.median(probe.times))
-        else:
-            record["step_probe"] = False
-        record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
-                      host_issue_ms=statistics.median(host), host_issue_ms_all=host,
-                      peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
-                      peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
-                      allocator=counts)
-        # NOTE [pinned pool]: what the pinned host allocator keeps (its blocks are never
-        # given back, so after the timed steps this is its peak)
-        host_stats = getattr(torch.cuda, "host_memory_stats", None)
-        if host_stats is not None:
-            record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
-        if offloaded is not None and offloaded.pinning == "registered":
-            # NOTE [optimizer pinning]: page-locked outside the pinned allocator
-            record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
-                                           + offloaded.pinned_bytes)
-        if offloaded is not None:  # NOTE [optimizer offload]: what the host holds for it
-            record.update(optimizer_pinned_bytes=offloaded.pinned_bytes,
-                          optimizer_state_bytes=offloaded.state_bytes())
-        # one more, untimed step, phase by phase: where the peak is; from an emptied cache,
-        # so that its reserved peak is one iteration's own (NOTE [measurement]); the step
-        # itself is NOTE [training step]'s, read at its marks
-        phases: dict[str, int] = {}
-        reserved: list[int] = []
-        def read(point: str, loss: Any) -> None:
-            if point == "zero_grad":
-                torch.cuda.synchronize(dev)
-                torch.cuda.empty_cache()
-                phases["start"] = torch.cuda.memory_allocated(dev)
-                torch.cuda.reset_peak_memory_stats(dev)
-            elif point in ("forward", "backward", "step"):
-                phases[f"{point}_peak"] = torch.cuda.max_memory_allocated(dev)
-                if point != "step":  # the update's reserved peak is read once it is done
-                    phases[f"after_{point}"] = torch.cuda.memory_allocated(dev)
-                    reserved.append(torch.cuda.max_memory_reserved(dev))
-                    torch.cuda.reset_peak_memory_stats(dev)
-
-        step(mark=read)
-        if runtime is not None:
-            runtime.end_iteration()
-        torch.cuda.synchronize(dev)
-        reserved.append(torch.cuda.max_memory_reserved(dev))
-        record["phases"] = phases
-        record["reserved_one_step_bytes"] = max(reserved)
-        for rt in (runtime, params):  # per step: warm-up, timed and the phase step
+        run.probe = StepProbe(dev) if step_probe else None
+        _build(run, dev, record, model_spec, batch_size, policy, memory_cap_bytes, dtype, plan,
+               optimizer, seq_len, input_spec, model_kwargs, optimizer_offload,
+               optimizer_pinning)
+        _timed(run, dev, record, warmup, iters, history)
+        _phase_step(run, dev, record)
+        for rt in (run.runtime, run.params):  # per step: warm-up, timed and the phase step
             if rt is not None:
                 record.update({k: v // (warmup + iters + 1) for k, v in rt.stats.items()})
     except torch.OutOfMemoryError as exc:
@@ -261,20 +139,173 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
         if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
                 and "modified by an inplace operation" in str(exc)):
             raise
-        # NOTE [block recompute]: autograd refusing what a plan does to this model (a
-        # checkpointed module whose input is written in place where the trace did not show
-        # it) is the plan's failure, said in one line
+        # autograd refusing what a plan does to this model (a checkpointed module whose
+        # input is written in place where the trace did not show it) is the plan's
+        # failure, said in one line
         text = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise ValueError(f"the plan does not run on this model: {text}") from None
     finally:
-        if isinstance(runtime, BlockOffload):
-            runtime.remove()
-        if params is not None:
-            params.remove(restore=False)
-        if offloaded is not None:  # NOTE [optimizer offload]: its hooks hold the model
-            offloaded.close()
-        del work, runtime, step, offloaded, params
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(1.0, dev)
+        run.release(dev)
     return record
+
+
+def _checked(policy: str, plan: Any, dtype: str, optimizer_offload: bool,
+             optimizer_pinning: str) -> tuple[PlanFile | None, bool, str]:
+    """The policy, plan and optimizer settings checked (ValueError), with the plan's
+    optimizer on the CPU and its pinning where it has them."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if (policy == "planned") != (plan is not None):
+        raise ValueError("policy 'planned' takes a plan, and only it")
+    if isinstance(plan, dict):
+        plan = plan_from_data(plan)
+    if plan is not None and plan.optimizer_offload:
+        optimizer_offload = True  # the plan runs it on the CPU
+    if getattr(plan, "optimizer_pinning", "caching") != "caching":
+        optimizer_pinning = plan.optimizer_pinning  # as planned
+    if optimizer_pinning != "caching" and not optimizer_offload:
+        raise ValueError("optimizer pinning goes with the optimizer on the CPU (--optimizer-"
+                         "offload, or a plan that puts it there)")
+    if optimizer_offload and dtype == "autocast-fp16":
+        raise ValueError("optimizer offload runs without a GradScaler: use fp32, bf16, fp16 "
+                         "or autocast-bf16")
+    return plan, optimizer_offload, optimizer_pinning
+
+
+def _cap(dev: Any, cap_bytes: int) -> None:
+    total = torch.cuda.get_device_properties(dev).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), dev)
+
+
+def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_size: int,
+           policy: str, cap_bytes: int | None, dtype: str, plan: Any, optimizer: str,
+           seq_len: int | None, input_spec: str | None, model_kwargs: dict[str, Any] | None,
+           optimizer_offload: bool, optimizer_pinning: str) -> None:
+    """The model, its runtime and its training step, on the GPU under the cap."""
+    # NOTE [cap after setup]
+    # With parameters on the host (a block plan's param_blocks) the cap starts once those
+    # blocks have left the GPU. The model is built whole on the GPU, and a 7B's fp32
+    # weights alone (25 GiB) exceed a 24 GB card's cap before any block leaves: a real card
+    # of that size needs a runtime that builds the model off the GPU, which this one is
+    # not. What the cap then bounds is the training step, which is what the engine
+    # predicts; the record says so (memory_cap_after_setup).
+    blocks = isinstance(plan, BlockPlanFile)
+    if cap_bytes and not (blocks and plan.param_blocks):
+        _cap(dev, cap_bytes)
+    with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
+        run.work = work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
+    record.update(input_kind=work.kind, input_shape=list(work.shape),
+                  parameters=sum(p.numel() for p in work.model.parameters()))
+    if policy not in ("baseline", "save_on_cpu") and not blocks and (
+            work.kind != "image" or work.hf_task):
+        raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
+                         "probes an image input); baseline, save_on_cpu and a block plan "
+                         "(vdnnsim plan of a profiled trace) run any model")
+    ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
+        if policy == "save_on_cpu" else contextlib.nullcontext
+    work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
+    if policy.startswith("vdnn"):
+        run.runtime = VDNN(work.model, work.shape, policy)
+    elif blocks:  # NOTE [block runtime]
+        run.runtime = BlockOffload.from_plan(work.model, plan)
+    elif plan is not None:
+        run.runtime = VDNN(work.model, work.shape, policy, plan=plan)
+    run.step = training_step(work, batch_size, dev, dtype, optimizer,
+                             runner=None if blocks else run.runtime, context=ctx)
+    if optimizer_offload:
+        run.offloaded = run.step.optimizer = CPUOffloadOptimizer(
+            work.model.parameters(), optimizer, optimizer_pinning)
+    if blocks and plan.param_blocks:  # after the optimizer, whose hooks come first
+        run.params = ParamOffload.from_plan(work.model, plan, run.offloaded)
+        gc.collect()  # the GPU's copies given back, as never made
+        torch.cuda.empty_cache()
+        if cap_bytes:
+            _cap(dev, cap_bytes)
+            record["memory_cap_after_setup"] = True
+
+
+def _timed(run: _Run, dev: Any, record: dict[str, Any], warmup: int, iters: int,
+           history: Callable[[dict[str, Any]], None] | None) -> None:
+    """The warm-up steps, then the timed ones: their times, peaks and allocator counts."""
+    for _ in range(warmup):
+        run.run_step()
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    before = torch.cuda.memory_stats(dev)
+    if history is not None:
+        torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, context=None)
+    times, host = [], []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        s.record()
+        run.run_step()
+        e.record()
+        host.append((time.perf_counter() - t0) * 1e3)
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+        if run.probe is not None:
+            run.probe()  # the host's speed right after the step
+    after = torch.cuda.memory_stats(dev)
+    if history is not None:
+        _hand_over(history, record, steps=iters)
+    # the allocator's own counts over the timed steps: how often it asked the driver for
+    # a segment, gave segments back, and freed its cache to retry
+    counts = {k: after.get(k, 0) - before.get(k, 0)
+              for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}
+    if run.probe is not None:
+        run.probe.close()
+        record.update(host_probe_steps_ns=run.probe.times,
+                      host_probe_between_ns=statistics.median(run.probe.times))
+    else:
+        record["step_probe"] = False
+    record.update(fits=True, iteration_ms=statistics.median(times), iteration_ms_all=times,
+                  host_issue_ms=statistics.median(host), host_issue_ms_all=host,
+                  peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+                  peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+                  allocator=counts)
+    _host_bytes(run, record)
+
+
+def _host_bytes(run: _Run, record: dict[str, Any]) -> None:
+    """What the pinned host allocator keeps (its blocks are never given back, so after the
+    timed steps this is its peak), and what the optimizer on the CPU holds."""
+    host_stats = getattr(torch.cuda, "host_memory_stats", None)
+    if host_stats is not None:
+        record["pinned_host_bytes"] = host_stats().get("allocated_bytes.current", 0)
+    if run.offloaded is not None and run.offloaded.pinning == "registered":
+        # page-locked outside the pinned allocator
+        record["pinned_host_bytes"] = (record.get("pinned_host_bytes", 0)
+                                       + run.offloaded.pinned_bytes)
+    if run.offloaded is not None:
+        record.update(optimizer_pinned_bytes=run.offloaded.pinned_bytes,
+                      optimizer_state_bytes=run.offloaded.state_bytes())
+
+
+def _phase_step(run: _Run, dev: Any, record: dict[str, Any]) -> None:
+    """One more, untimed step, phase by phase: where the peak is; from an emptied cache, so
+    that its reserved peak is one iteration's own; the step itself is read at its
+    marks (NOTE [training step])."""
+    phases: dict[str, int] = {}
+    reserved: list[int] = []
+
+    def read(point: str, loss: Any) -> None:
+        if point == "zero_grad":
+            torch.cuda.synchronize(dev)
+            torch.cuda.empty_cache()
+            phases["start"] = torch.cuda.memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        elif point in ("forward", "backward", "step"):
+            phases[f"{point}_peak"] = torch.cuda.max_memory_allocated(dev)
+            if point != "step":  # the update's reserved peak is read once it is done
+                phases[f"after_{point}"] = torch.cuda.memory_allocated(dev)
+                reserved.append(torch.cuda.max_memory_reserved(dev))
+                torch.cuda.reset_peak_memory_stats(dev)
+
+    run.step(mark=read)
+    if run.runtime is not None:
+        run.runtime.end_iteration()
+    torch.cuda.synchronize(dev)
+    reserved.append(torch.cuda.max_memory_reserved(dev))
+    record["phases"] = phases
+    record["reserved_one_step_bytes"] = max(reserved)

@@ -229,10 +229,10 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
 # to within a few MiB of it; whether it does is decided by the fragmentation of hundreds of
 # segments at one request. The engine replays that, and where it fits a run with less
 # than EDGE_SHARE of the cap to spare, measured runs have gone both ways: of the fourteen
-# measured capped runs it fits within 0.5% (nine CNNs of traces/h200 and
-# traces/h200_heldout; five Llama block runs and plans under 22 GiB, sessions 23-24),
+# measured capped runs it fits within 0.5% (nine CNNs of traces/h200_torchvision and
+# traces/h200_torchvision_heldout; five Llama block runs and plans under 22 GiB, sessions 23-24),
 # twelve trained and two ran out of memory, each by about 20 MiB
-# (traces/h200_issue28/session25, docs/validation.md). Such a
+# (traces/h200_reserved_heldout/remeasure_queue, docs/validation.md). Such a
 # result keeps its fit and carries a note saying so; expandable segments, under which the
 # measured runs at the cap trained, are left out (too few runs to say). The 0.5% was read
 # off these same fourteen runs (the widest spare among the Llama runs that went both ways,
@@ -280,7 +280,7 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching
 # the original: the same step on a host k times slower. `vdnnsim validate --scale-host`
 # replays a run so with k the ratio of the measuring process's probe between timed steps
 # to the trace's (NOTE [host probe]), where both have it. Evidence (session 20's test,
-# written down before it ran; traces/h200_issue28/session26, two H100 loans): over 120
+# written down before it ran; traces/h200_reserved_heldout/host_tests_h100, two H100 loans): over 120
 # trace-process pairs of three host-bound baselines, 8.4% -> 6.9% median |error|, 46.6%
 # -> 40.5% max; on one loan alone the median grew (6.2% -> 7.9%). So it is a choice, not
 # the default.

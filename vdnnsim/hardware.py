@@ -46,7 +46,7 @@ class Host:
     saved-tensor hooks, backward pre-hooks), per offloaded buffer (pinned host block,
     events, the copy's launch, record_stream) and per fetched buffer. Presets without a
     calibration have zeros: the host then never sets the pace. The h200 preset's numbers
-    are fitted on models kept apart from every validation set (traces/h200_calib/).
+    are fitted on models kept apart from every validation set (traces/h200_host_calibration/).
     ``launch_queue``: how many commands (kernels, memsets, copies) a stream's launch queue
     holds before the next launch blocks the host (NOTE [launch queue]), measured on the
     GPU; 0: no limit. ``segment_malloc_ns``/``segment_free_ns`` (plus ``*_per_gib`` for each

@@ -379,7 +379,7 @@ def for_gpu(gpu: Any, dtype: str = "fp32") -> KernelModel | None:
 
 # NOTE [spec rule]
 # A GPU with no calibration is timed from its specs: by the analytic cost model (what its
-# preset uses), or by ``predict_for`` below. docs/cost-model/spec_rule.py holds both
+# preset uses), or by ``predict_for`` below. experiments/kernel_model/spec_rule.py holds both
 # against data neither was fitted to (published cuDNN 5 timings of the K40 and Titan X;
 # the H200's own calibration): median errors of 17-62%, maxima up to 93%
 # (docs/cost-model.md, "How far either rule is from measurements"). A calibration is the

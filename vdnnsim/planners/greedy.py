@@ -321,8 +321,8 @@ OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (
 # segments a real run splits, gives back and makes again). Measured under a 22 GiB cap
 # with the default allocator, two plans that the replay fitted ran out of memory: the
 # 3.4B Llama's with 0.49 GiB (2.2% of the cap) unallocated at its predicted peak
-# (traces/h200_offload/session24) and the 1.1B's at batch 4 with 18 blocks offloaded with
-# 1.34 GiB (6.1%; traces/h200_issue28/session23); plans that left 0.89 and 1.45 GiB
+# (traces/h200_optimizer_offload/plans_3b) and the 1.1B's at batch 4 with 18 blocks offloaded with
+# 1.34 GiB (6.1%; traces/h200_reserved_heldout/llama_block_history); plans that left 0.89 and 1.45 GiB
 # trained. ``vdnnsim plan`` says so when a plan of a PyTorch trace leaves less than
 # CAUTION_SHARE of its budget (the largest of those misses); it does not change the plan.
 CAUTION_SHARE = 0.061

@@ -28,7 +28,7 @@ takes them from the run config's ``allocator:`` or ``--allocator``; left out: Py
 defaults). Near the cap the settings decide whether a plan trains: the 3.4B Llama's plan
 for the 24 GB card's 22 GiB ran out of memory under the default allocator (0.40 GiB
 reserved but not allocated, in pieces the 126 MiB request could not use) and
-trained with expandable segments (traces/h200_offload/session25). ``vdnnsim measure
+trained with expandable segments (traces/h200_optimizer_offload/plans_3b_expandable). ``vdnnsim measure
 --plan`` runs a plan under its settings unless ``--allocator`` says otherwise (and then
 says that it differs); a replay of a layer plan under other settings (policy ``planned``)
 carries a note.

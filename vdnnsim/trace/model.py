@@ -63,7 +63,7 @@ class Algo:
     # emptied cache a segment cut to the first cannot hold a larger second, and both stay
     # reserved (VGG-16 at 64 on the H200: 1568 and 1570 MiB for conv1_2, one step's
     # reserved 9.15 GiB measured, 9.12 replayed with both, 8.16 with the larger alone;
-    # experiments/h200_issue28/autotune_check.py). The engine allocates them in turn; the
+    # experiments/repeat_and_reserved/autotune_check.py). The engine allocates them in turn; the
     # profiler measures each of a Conv2d's backward calls alone (profile.py).
     bwd_workspaces: tuple[int, ...] = ()
 

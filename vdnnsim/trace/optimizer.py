@@ -22,7 +22,7 @@ launch per op either way, a few more ops). A trace that carries calibrated steps
 the optimizer's own GPU and host times from them instead. These are counts of the optimizer's code
 (torch 2.11), not fits; the H200 measurements that check them are in
 docs/validation.md ("Optimizers"). A measured fact they agree with: on every H200
-transformer run (traces/h200_hf), the memory before a step is 12 bytes a parameter (fp32
+transformer run (traces/h200_transformers), the memory before a step is 12 bytes a parameter (fp32
 weights and two moments) plus the batch and the framework's own, and the step adds
 exactly one parameter-sized temporary.
 """

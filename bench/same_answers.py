@@ -43,16 +43,21 @@ def _run(argv: list[str]) -> str:
 FRESH = "experiments/repeat_and_reserved/fresh_sets.txt"
 VALIDATE = [
     "traces/h200_torchvision traces/h200_torchvision/measurements.json",
-    "traces/h200_torchvision traces/h200_torchvision/measurements.json traces/h200_torchvision/repeats.json",
+    "traces/h200_torchvision traces/h200_torchvision/measurements.json "
+    "traces/h200_torchvision/repeats.json",
     "traces/h200_torchvision_heldout traces/h200_torchvision_heldout/measurements.json",
     "traces/h200_memcheck traces/h200_memcheck/measurements.json",
-    "traces/h200_backward_workspaces/torchvision traces/h200_backward_workspaces/torchvision_heldout traces/h200_torchvision/measurements.json "
-    "traces/h200_torchvision_heldout/measurements.json",
-    "--reserved one-step traces/h200_backward_workspaces/torchvision traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
     "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
-    "--scale-host traces/h200_backward_workspaces/torchvision traces/h200_backward_workspaces/torchvision_heldout "
+    "--reserved one-step traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
     "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
-    "traces/h200_backward_workspaces/torchvision traces/h200_backward_workspaces/torchvision_heldout "
+    "--scale-host traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
+    "traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
     "traces/h200_torchvision_heldout/wide_resnet50_2_b128.yaml FRESH",
 ]
 

@@ -10,7 +10,7 @@ measurement is the run's own repeatability.
     python experiments/transformers/profiled_check.py [main|heldout|extra|all] [--dir FOLDER]
     python experiments/transformers/profiled_check.py --reserved   (peak reserved, every set)
 
-``--dir session11``: the profiles in FOLDER/profiled (FOLDER under traces/h200_transformers) (the module profiler, NOTE [module
+``--dir heldout_module_profiler``: the profiles in FOLDER/profiled (FOLDER under traces/h200_transformers) (the module profiler, NOTE [module
 timing]) against the measurements made in their own processes, FOLDER/<set>.jsonl.
 """
 

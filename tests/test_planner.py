@@ -151,7 +151,7 @@ def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, l
     got = json.loads((root / f"h200_planner_12gib/{model}_{record}.json").read_text())
     assert got["fits"] and got["memory_cap_bytes"] == 12 * 2**30
     assert got["iteration_ms"] <= limit * base["iteration_ms"]
-    r = run_trace(load_trace(root / f"h200/{model}_b256.yaml"), resolve_gpu("h200"),
+    r = run_trace(load_trace(root / f"h200_torchvision/{model}_b256.yaml"), resolve_gpu("h200"),
                   "planned", {"file": str(root / f"h200_planner_12gib/{model}_b256_12GiB.{plan}.yaml")},
                   memory_bytes=12 * 2**30, record=False)
     assert r.fits
@@ -176,7 +176,7 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
     gpu = resolve_gpu("h200")
 
     def fits_with_headroom(model, plan):
-        t = scale_workspaces(load_trace(root / f"h200/{model}_b256.yaml"), 2)
+        t = scale_workspaces(load_trace(root / f"h200_torchvision/{model}_b256.yaml"), 2)
         p = plan_from_file(str(root / f"h200_planner_12gib/{model}_b256_12GiB.{plan}.yaml"), t, gpu)
         return replay(p.trace or t, gpu, p, 12 * GiB, record_ops=False).pool.oom \
             is None

@@ -14,11 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim, from any folder
 DATA = ROOT / "traces" / "h200_transformers"
+RECORDED_HELD = "traces/h200_hf/heldout/"  # the records name the folder as it was then
 
 
 def spec(model: str) -> str:
     """A record's model spec, a held-out model's file (``hf:traces/...``, from the
     repository root) made absolute."""
+    old = "hf:traces/h200_hf/"  # the records keep the folder's name when they were made
+    if model.startswith(old):
+        model = "hf:traces/h200_transformers/" + model[len(old):]
     return f"hf:{ROOT / model[3:]}" if model.startswith("hf:traces/") else model
 
 
@@ -53,7 +57,7 @@ def main() -> None:
     for name, r, got, want in rows(which):
         e = got / want - 1
         errs.setdefault(name, []).append(abs(e))
-        model = r["model"].removeprefix("hf:").replace("traces/h200_transformers/heldout/", "")
+        model = r["model"].removeprefix("hf:").replace(RECORDED_HELD, "")
         print(f"| {name} | {model.removesuffix('.yaml')} | {r['batch_size']} "
               f"| {r['seq_len'] or '-'} | {r['dtype']} | {got / 2**30:.2f} "
               f"| {want / 2**30:.2f} | {e:+.1%} |")

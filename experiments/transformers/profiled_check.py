@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # this checkout's vdnnsim, from any folder
 sys.path.insert(0, str(HERE))  # profile_all's key()
 DATA = HERE.parents[1] / "traces" / "h200_transformers"
+RECORDED_HELD = "traces/h200_hf/heldout/"  # the records name the folder as it was then
 
 SETS = ("main", "heldout", "extra")
 HOST_BOUND = 0.8  # a run whose host issue time is more than this share of its step
@@ -75,7 +76,7 @@ def reserved() -> None:
             continue
         e = sim.peak_footprint_bytes / mr - 1
         errs.append(abs(e))
-        model = r["model"].removeprefix("hf:").replace("traces/h200_transformers/heldout/", "")
+        model = r["model"].removeprefix("hf:").replace(RECORDED_HELD, "")
         print(f"| {name} | {model.removesuffix('.yaml')} | {r['batch_size']} "
               f"| {r['seq_len'] or '-'} | {r['dtype']} | {sim.peak_footprint_bytes / 2**30:.2f} "
               f"| {mr / 2**30:.2f} | {e:+.1%} |")
@@ -116,7 +117,7 @@ def main() -> None:
             e1 = pred / r1["iteration_ms"] - 1
             e["first"].append(abs(e1))
             first = f"| {r1['iteration_ms']:.1f} | {e1:+.1%} |"
-        model = r["model"].removeprefix("hf:").replace("traces/h200_transformers/heldout/", "")
+        model = r["model"].removeprefix("hf:").replace(RECORDED_HELD, "")
         print(f"| {name} | {model.removesuffix('.yaml')} | {r['batch_size']} "
               f"| {r['seq_len'] or '-'} | {r['dtype']} "
               f"| {sim.peak_memory_bytes / 2**30:.2f} | {r['peak_allocated_bytes'] / 2**30:.2f} "

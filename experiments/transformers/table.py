@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2] / "traces" / "h200_transformers"
+RECORDED_HELD = "traces/h200_hf/heldout/"  # the records name the folder as it was then
 
 
 def main() -> None:
@@ -15,7 +16,7 @@ def main() -> None:
         for line in (DATA / f"{name}.jsonl").read_text().splitlines():
             r = json.loads(line)
             ph = r["phases"]
-            model = r["model"].removeprefix("hf:").replace("traces/h200_transformers/heldout/", "")
+            model = r["model"].removeprefix("hf:").replace(RECORDED_HELD, "")
             print(f"| {name} | {model.removesuffix('.yaml')} | {r['parameters'] / 1e6:.0f}M "
                   f"| {r['batch_size']} | {r['seq_len'] or '-'} | {r['dtype']} "
                   f"| {r['iteration_ms']:.1f} | {r['host_issue_ms']:.1f} "

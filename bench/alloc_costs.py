@@ -7,7 +7,7 @@ Each size is timed REPS times in this process, each time from an emptied cache a
 GPU: a tensor of that size made (one cudaMalloc of a segment, checked by the allocator's
 own num_device_alloc), then freed to the cache, then the cache emptied (one cudaFree).
 Host wall time of each call; the median per size is written. A microbenchmark kept apart
-from the runs it is used to predict (the planned runs of traces/h200_timm/session11).
+from the runs it is used to predict (the planned runs of traces/h200_timm_heldout/measured_planned).
 """
 
 from __future__ import annotations

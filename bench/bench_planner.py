@@ -34,7 +34,7 @@ def cases():
     yield "K40 VGG-16 (256)", build_trace("vgg16", 256, k40), k40
     h200 = resolve_gpu("h200")
     for name in ("vgg16_b256", "resnet50_b256"):
-        yield f"H200 {name}", load_trace(ROOT / "traces/h200" / f"{name}.yaml"), h200
+        yield f"H200 {name}", load_trace(ROOT / "traces/h200_torchvision" / f"{name}.yaml"), h200
 
 
 def main(argv=None) -> int:
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                 ms = sim.end_ns / 1e6
             print(f"{label:22s} {method:7s} {statistics.median(walls):7.2f} {ms:9.1f}")
     if args.blocks:
-        trace = load_trace(ROOT / "traces/h200_offload/llama-3b_b1_s1024.yaml.gz")
+        trace = load_trace(ROOT / "traces/h200_optimizer_offload/llama-3b_b1_s1024.yaml.gz")
         h200 = resolve_gpu("h200")
         for label, alloc in (("default", None), ("expandable", {"expandable_segments": True})):
             walls = []

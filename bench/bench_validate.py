@@ -19,7 +19,7 @@ from bench_engine import median_ms  # this folder is on sys.path when run as a s
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.measured.validate import POLICY_MAP, load_traces, validate
 
-ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
+ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200_torchvision"
 
 
 def main(argv=None) -> int:

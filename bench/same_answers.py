@@ -39,20 +39,25 @@ def _run(argv: list[str]) -> str:
 
 # The committed validation sets, as the docs run them (traces, then measurements oldest
 # first); FRESH is the list of every fresh-process record of the torchvision sets.
-FRESH = "experiments/h200_issue28/fresh_sets.txt"
+FRESH = "experiments/repeat_and_reserved/fresh_sets.txt"
 VALIDATE = [
-    "traces/h200 traces/h200/measurements.json",
-    "traces/h200 traces/h200/measurements.json traces/h200/repeats.json",
-    "traces/h200_heldout traces/h200_heldout/measurements.json",
+    "traces/h200_torchvision traces/h200_torchvision/measurements.json",
+    "traces/h200_torchvision traces/h200_torchvision/measurements.json "
+    "traces/h200_torchvision/repeats.json",
+    "traces/h200_torchvision_heldout traces/h200_torchvision_heldout/measurements.json",
     "traces/h200_memcheck traces/h200_memcheck/measurements.json",
-    "traces/h200_bwdws/h200 traces/h200_bwdws/heldout traces/h200/measurements.json "
-    "traces/h200_heldout/measurements.json",
-    "--reserved one-step traces/h200_bwdws/h200 traces/h200_bwdws/heldout "
-    "traces/h200/measurements.json traces/h200_heldout/measurements.json",
-    "--scale-host traces/h200_bwdws/h200 traces/h200_bwdws/heldout "
-    "traces/h200/measurements.json traces/h200_heldout/measurements.json",
-    "traces/h200_bwdws/h200 traces/h200_bwdws/heldout "
-    "traces/h200_heldout/wide_resnet50_2_b128.yaml FRESH",
+    "traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
+    "--reserved one-step traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
+    "--scale-host traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_torchvision/measurements.json traces/h200_torchvision_heldout/measurements.json",
+    "traces/h200_backward_workspaces/torchvision "
+    "traces/h200_backward_workspaces/torchvision_heldout "
+    "traces/h200_torchvision_heldout/wide_resnet50_2_b128.yaml FRESH",
 ]
 
 

@@ -22,7 +22,7 @@ from vdnnsim.trace import load_trace
 from .conftest import HAS_HF, block_step_grads
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILED = ROOT / "traces" / "h200_hf" / "profiled"
+PROFILED = ROOT / "traces" / "h200_transformers" / "profiled"
 GiB = 2**30
 
 
@@ -218,7 +218,7 @@ def test_the_block_plan_checkpoints_where_that_is_faster():
     """On the H200 profile of cspresnet50 at batch 256 (session 11), a 12 GiB budget: the
     first 7 of 30 blocks offloaded fit at 4.7x the step; checkpointing 11 fits far faster,
     and the plan file says which (the runtime checkpoints those modules)."""
-    t = load_trace(ROOT / "traces/h200_timm/session11/plan256/cspresnet50.b256.yaml.gz")
+    t = load_trace(ROOT / "traces/h200_timm_heldout/measured_planned/plan256/cspresnet50.b256.yaml.gz")
     gpu = resolve_gpu("h200")
     p = plan_blocks(t, gpu, 12 * GiB)
     off = next(x for x in p.tried if x[1])

@@ -49,13 +49,13 @@ def test_the_host_costs_are_the_presets():
 
 def test_a_changed_measurement_shows_as_a_difference(tmp_path):
     """The check can fail: a calibration file edited by 10% moves the fit off the preset."""
-    src = ROOT / "traces" / "h200_alloc"
-    (tmp_path / "h200_alloc").mkdir()
+    src = ROOT / "traces" / "h200_allocator_costs"
+    (tmp_path / "h200_allocator_costs").mkdir()
     for n in (1, 2):
         d = json.loads((src / f"alloc_costs{n}.json").read_text())
         for s in d["sizes"]:
             s["malloc_us"] *= 1.1
-        (tmp_path / "h200_alloc" / f"alloc_costs{n}.json").write_text(json.dumps(d))
+        (tmp_path / "h200_allocator_costs" / f"alloc_costs{n}.json").write_text(json.dumps(d))
     fitted, _ = cf.segment_costs(tmp_path)
     diff = cf.differences("segments", fitted)
     assert [d.split(":")[0] for d in diff] == ["segment_malloc_ns", "segment_malloc_ns_per_gib"]
@@ -90,6 +90,6 @@ def test_the_command_checks_and_refuses_in_one_line(tmp_path):
     r = subprocess.run([*run, "kernels", "--traces", str(tmp_path)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert r.stderr.startswith("vdnnsim: error: ") and "h200_calib" in r.stderr
+    assert r.stderr.startswith("vdnnsim: error: ") and "h200_host_calibration" in r.stderr
     r = subprocess.run([*run, "segments", "--write"], capture_output=True, text=True)
     assert r.returncode == 2 and "--write is for published only" in r.stderr

@@ -204,7 +204,7 @@ def test_no_inline_allocation_while_a_deferred_free_is_pending(monkeypatch):
     from vdnnsim.api import run_trace
     from vdnnsim.engine.sim import Simulation
     from vdnnsim.trace.io import load_trace
-    trace = load_trace(ROOT / "traces" / "h200" / "mobilenet_v2_b128.yaml")
+    trace = load_trace(ROOT / "traces" / "h200_torchvision" / "mobilenet_v2_b128.yaml")
     gpu = resolve_gpu("a100")
     assert not (gpu.host.segment_malloc_ns or gpu.host.segment_free_ns)  # the inline path
     cap = run_trace(trace, gpu, "baseline_p", record=False).peak_footprint_bytes // 2
@@ -283,7 +283,7 @@ def test_a_key_retired_twice_before_its_first_event_gives_back_both_blocks():
 
 
 def test_the_llama_block_runs_lose_no_block_and_fit_as_measured():
-    """traces/h200_issue28/session23: the 12- and 22-block runs fit 22 GiB on the H200 with
+    """traces/h200_reserved_heldout/llama_block_history: the 12- and 22-block runs fit 22 GiB on the H200 with
     PyTorch's default allocator; with the fix above the engine fits them too (before it, it
     ran out of memory at AdamW's temporaries with 4 GiB of retired blocks lost)."""
     from pathlib import Path
@@ -291,8 +291,7 @@ def test_the_llama_block_runs_lose_no_block_and_fit_as_measured():
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.trace import load_trace
 
-    t = load_trace(Path(__file__).resolve().parents[1] / "traces" / "h200_llama24" /
-                   "session9a" / "llama-1b-b2-s2048-bf16.yaml.gz")
+    t = load_trace(Path(__file__).resolve().parents[1] / "traces" / "h200_llama_22gib" / "profiles_plans" / "llama-1b-b2-s2048-bf16.yaml.gz")
     for k in (12, 22):
         assert run_trace(t, resolve_gpu("h200"), "vdnn_blocks", {"blocks": k}, 22 << 30,
                          record=False).fits

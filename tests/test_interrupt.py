@@ -51,7 +51,7 @@ def _no_partial_files(folder: Path) -> list[str]:
 
 def test_ctrl_c_in_the_milp_solver(tmp_path):
     # ResNet-50 (256) as profiled on the H200: its MILP takes many seconds on any machine
-    trace = ROOT / "traces" / "h200_plans" / "resnet50_b256.yaml"
+    trace = ROOT / "traces" / "h200_planner_12gib" / "resnet50_b256.yaml"
     out = tmp_path / "plan.yaml"
     proc = _interrupt(["plan", str(trace), "--budget", "12GiB", "--method", "milp",
                        "-o", str(out)], 4.0, tmp_path)

@@ -108,7 +108,7 @@ def test_a_meta_device_trace_is_timed_by_the_kernel_model_and_its_memory_closes(
     assert all(len(x.algos) == 1 and x.algos[0].name == "calibrated" for x in trace.layers)
     assert trace.step_ns > 0  # the SGD step, from its class
     assert trace.resident_bytes >= gpu.cublas_workspace_bytes  # resnet50 has a Linear
-    meas = next(r for r in json.loads((ROOT / "traces/h200/measurements.json").read_text())
+    meas = next(r for r in json.loads((ROOT / "traces/h200_torchvision/measurements.json").read_text())
                 if r["model"] == "torchvision:resnet50" and r["batch_size"] == 64
                 and r["policy"] == "baseline" and not r["memory_cap_bytes"])
     res = run_trace(trace, gpu, "eager", record=False)
@@ -276,7 +276,7 @@ def test_the_spec_rules_committed_errors_are_what_the_rules_give():
     import importlib.util
     import statistics
     spec = importlib.util.spec_from_file_location("spec_rule",
-                                                  ROOT / "docs/cost-model/spec_rule.py")
+                                                  ROOT / "experiments/kernel_model/spec_rule.py")
     sr = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sr)
     data = json.loads((ROOT / "docs/cost-model/spec_rule.json").read_text())

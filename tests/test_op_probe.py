@@ -364,7 +364,7 @@ def _saved_on_cpu(model, x, loss):
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])  # cpu: the profiler's path (real tensors)
 def test_autograds_copy_of_an_in_place_ops_input_is_saved(device):
-    """timm's rexnet_100 (traces/h200_timm, batch 64): the probe dropped autograd's copies
+    """timm's rexnet_100 (traces/h200_timm_heldout, batch 64): the probe dropped autograd's copies
     of the inputs of its in-place SiLUs (a clone no later op reads), 18% of the measured
     peak (4.60 against 5.63 GiB; 5.62 with the copies). The saved bytes are now a CPU
     run's, the copies held until the in-place op's backward, with no gradient of their own."""
@@ -389,11 +389,11 @@ def test_autograds_copy_of_an_in_place_ops_input_is_saved(device):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_the_h200_transformer_runs_are_predicted_from_the_meta_device():
-    """experiments/h200_hf/meta_check.py on traces/h200_hf: issue 14's meta-device target
+    """experiments/transformers/meta_check.py on traces/h200_transformers: issue 14's meta-device target
     is 3% median and 8% max for peak allocated memory, met on both sets since autocast's
     cross-entropy is emulated as CUDA runs it (a 16-bit log_softmax; before, the masked LMs
     in bf16 were over by up to 8.9%). The worst run is Llama-style 1B in fp32 at 2048 tokens (-2.2%)."""
-    sys.path.insert(0, str(ROOT / "experiments" / "h200_hf"))
+    sys.path.insert(0, str(ROOT / "experiments" / "transformers"))
     try:
         import meta_check
     finally:

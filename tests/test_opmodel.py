@@ -184,12 +184,12 @@ def test_spec_rule_note_says_where_it_was_measured():
         assert "not measured" in other and opmodel.SPEC_RULE_ERROR not in other
 
 
-H100_CHECK = Path(__file__).resolve().parents[1] / "traces/h200_issue29/h100_s31/check.json"
+H100_CHECK = Path(__file__).resolve().parents[1] / "traces/h200_op_model_heldout/h100_sets12/check.json"
 
 
 def test_spec_rule_error_is_what_the_h100_comparison_gives():
     """What `vdnnsim trace` says of the rule (SPEC_RULE_ERROR) is the committed comparison's
-    (experiments/h200_issue29/h100_check.py), and that comparison is of every H100 run."""
+    (experiments/op_model/h100_check.py), and that comparison is of every H100 run."""
     import re
     import statistics
     rows = json.loads(H100_CHECK.read_text())
@@ -212,7 +212,7 @@ def test_h100_comparison_row_is_todays_rule():
     from vdnnsim.trace import trace_from_dict
     row = next(r for r in json.loads(H100_CHECK.read_text()) if r["run"] == "distilbert-fp32")
     gpu = resolve_gpu("h100")
-    d = memory_trace("hf:experiments/h200_issue29/distilbert-base.yaml", 32, gpu, "fp32", 256,
+    d = memory_trace("hf:experiments/op_model/distilbert-base.yaml", 32, gpu, "fp32", 256,
                      {}, None)
     r = run_trace(with_optimizer(trace_from_dict(d, "d"), "adamw"), gpu, "eager")
     assert r.iteration_time_ns / 1e6 == pytest.approx(row["rule_ms"], abs=0.01)

@@ -1,5 +1,5 @@
 """NOTE [optimizer state]: Adam/AdamW state and the step's temporary, by hand on a chain;
-in run configs; and against the committed H200 runs (traces/h200_optim)."""
+in run configs; and against the committed H200 runs (traces/h200_sgd_adamw)."""
 
 from __future__ import annotations
 
@@ -66,10 +66,10 @@ def test_run_configs_take_an_optimizer_and_reject_others():
 
 
 def test_the_h200_runs_with_adamw_are_predicted():
-    """traces/h200_optim (experiments/h200_optim/compare.py): peak allocated within 0.5%
+    """traces/h200_sgd_adamw (experiments/optimizer_state/compare.py): peak allocated within 0.5%
     with SGD and AdamW; time within 2% where the GPU, not the host, sets it (host issue time
     under 80% of the step)."""
-    sys.path.insert(0, str(ROOT / "experiments" / "h200_optim"))
+    sys.path.insert(0, str(ROOT / "experiments" / "optimizer_state"))
     try:
         import compare
     finally:
@@ -78,7 +78,7 @@ def test_the_h200_runs_with_adamw_are_predicted():
     assert len(rows) == 8
     for model, batch, opt, pp, mp, pt, mt in rows:
         assert abs(pp / mp - 1) <= 0.005, (model, opt)
-        rec = json.loads((ROOT / "traces/h200_optim" / f"{model}_b{batch}_{opt}.json")
+        rec = json.loads((ROOT / "traces/h200_sgd_adamw" / f"{model}_b{batch}_{opt}.json")
                          .read_text())
         if rec.get("host_issue_ms", 0) < 0.8 * rec["iteration_ms"]:
             assert abs(pt / mt - 1) <= 0.02, (model, opt)

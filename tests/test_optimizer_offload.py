@@ -217,7 +217,7 @@ def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
     from vdnnsim.trace import load_trace
 
     root = Path(__file__).resolve().parents[1]
-    t = with_optimizer(load_trace(root / "traces" / "h200_hf" / "profiled" /
+    t = with_optimizer(load_trace(root / "traces" / "h200_transformers" / "profiled" /
                                   "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"), "adamw")
     h200 = resolve_gpu("h200")
     cal = replace(h200, host=replace(h200.host, cpu_step_ns=20_000,
@@ -255,7 +255,7 @@ def test_the_block_planner_plans_with_the_registered_copies():
     from vdnnsim.trace import load_trace
 
     root = Path(__file__).resolve().parents[1]
-    t = with_optimizer(load_trace(root / "traces" / "h200_hf" / "profiled" /
+    t = with_optimizer(load_trace(root / "traces" / "h200_transformers" / "profiled" /
                                   "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"), "adamw")
     reg, cached = optimizer_host_bytes(t, "registered"), optimizer_host_bytes(t)
     assert reg < cached
@@ -284,12 +284,12 @@ def test_the_cpu_step_fit_recovers_a_known_host(tmp_path):
     recs = [{"dtype": dt, "numel": n, "tensors": k, "ns": k * (30_000 + n * slope)}
             for dt, slope in (("fp32", 0.25), ("bf16", 0.4))
             for n, k in ((4096, 64), (1 << 20, 8), (1 << 24, 2), (1 << 27, 1))]
-    (tmp_path / "h200_offload").mkdir()
-    (tmp_path / "h200_offload" / "cpu_steps.json").write_text(json.dumps({"records": recs}))
+    (tmp_path / "h200_optimizer_offload").mkdir()
+    (tmp_path / "h200_optimizer_offload" / "cpu_steps.json").write_text(json.dumps({"records": recs}))
     with pytest.raises(VdnnError, match="no contention"):
         cf.cpu_step(tmp_path)
     # NOTE [copy contention]: three processes, 5%, 10% and 20% slower with the copies back
-    call = tmp_path / "h200_offload" / "session24" / "call2"
+    call = tmp_path / "h200_optimizer_offload" / "plans_3b" / "planned_and_contention"
     call.mkdir(parents=True)
     for i, r in enumerate((1.05, 1.2, 1.1)):
         (call / f"contention{i}.json").write_text(
@@ -301,7 +301,7 @@ def test_the_cpu_step_fit_recovers_a_known_host(tmp_path):
     assert lines[2].endswith("1.050 1.100 1.200; median - 1 = 0.1000")
 
 
-# -- the committed H200 measurements (traces/h200_offload) ----------------------------------
+# -- the committed H200 measurements (traces/h200_optimizer_offload) ----------------------------------
 
 def test_the_h200_measurements_replay_as_documented():
     """docs/beyond-vdnn.md's table: peak allocated within 3%, every capped run's fit right
@@ -313,7 +313,7 @@ def test_the_h200_measurements_replay_as_documented():
 
     from vdnnsim.measured.validate import validate
 
-    d = Path(__file__).resolve().parents[1] / "traces" / "h200_offload"
+    d = Path(__file__).resolve().parents[1] / "traces" / "h200_optimizer_offload"
     recs = [json.loads(x) for x in (d / "runs.jsonl").read_text().splitlines()]
     assert all("model" in r for r in recs)
     df = validate(sorted(d.glob("*.yaml.gz")), d / "runs.jsonl")
@@ -336,7 +336,7 @@ def test_plan_says_when_the_host_cannot_hold_the_optimizer(tmp_path, capsys):
     from vdnnsim.cli import main
 
     root = Path(__file__).resolve().parents[1]
-    trace = root / "traces" / "h200_hf" / "profiled" / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"
+    trace = root / "traces" / "h200_transformers" / "profiled" / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"network: {trace}\nbatch_size: 8\noptimizer: adamw\npolicy: eager\n"
                    "gpu: {preset: h200, host_memory_bytes: 1 GiB}\n")

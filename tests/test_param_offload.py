@@ -230,7 +230,7 @@ def test_on_the_gpu_the_masters_are_the_same_and_the_peak_lower():
     assert s3["peak"] < s0["peak"] - block
 
 
-# -- the committed H200 measurements (traces/h200_offload/session23) -------------------------
+# -- the committed H200 measurements (traces/h200_optimizer_offload/parameter_offload) -------------------------
 
 def test_the_h200_measurements_replay_as_documented():
     """docs/beyond-vdnn.md's table: with every block's parameters on the host the 3.4B model
@@ -245,8 +245,8 @@ def test_the_h200_measurements_replay_as_documented():
 
     from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    mod = experiment("h200_offload/param_check.py")
-    df = mod.check(root / "traces/h200_offload/session23").set_index("run")
+    mod = experiment("offload_runs/param_check.py")
+    df = mod.check(root / "traces/h200_optimizer_offload/parameter_offload").set_index("run")
     assert set(df.index) == {"3b-plan-22g", "3b-save-on-cpu-22g", "3b-checkpoint-all-22g",
                              "3b-params26-22g", "1b-params22"}
     assert not df.loc["3b-plan-22g", "measured_fits"]
@@ -264,7 +264,7 @@ def test_the_h200_measurements_replay_as_documented():
 
 
 def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budget():
-    """NOTE [planned allocator], issue 31 (traces/h200_offload/session25, predictions
+    """NOTE [planned allocator], issue 31 (traces/h200_optimizer_offload/plans_3b_expandable, predictions
     written before the runs): the planner's plan for exactly 22 GiB under the default
     allocator ran out of memory there (the engine fits it: the miss of NOTE
     [fragmentation caution]); the same plan with expandable segments trained, and the
@@ -277,9 +277,9 @@ def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budg
 
     from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    mod = experiment("h200_offload/param_check.py")
-    s25 = root / "traces/h200_offload/session25"
-    df = mod.check(s25 / "call1").set_index("run")
+    mod = experiment("offload_runs/param_check.py")
+    s25 = root / "traces/h200_optimizer_offload/plans_3b_expandable"
+    df = mod.check(s25 / "prepared_runs").set_index("run")
     oom = df.loc["3b-plan24-22g-oom"]
     assert not oom.measured_fits and oom.predicted_fits  # the known miss, default allocator
     r = df.loc["3b-plan24-22g-expandable"]
@@ -287,7 +287,7 @@ def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budg
     assert abs(r.alloc_err) < 0.01 and abs(r.reserved_err) < 0.02 and abs(r.ms_err) < 0.02
     plan = read_plan_file(s25 / "plan-3b-22g-expandable.yaml")
     assert plan.allocator.expandable_segments and plan.budget_bytes == 22 << 30
-    r = mod.check(s25 / "call2").set_index("run").loc["3b-plan25-22g-expandable"]
+    r = mod.check(s25 / "expandable_plan").set_index("run").loc["3b-plan25-22g-expandable"]
     assert r.expandable and r.measured_fits and r.predicted_fits and r.cap_gib == 22
     assert abs(r.alloc_err) < 0.01 and abs(r.reserved_err) < 0.01 and abs(r.ms_err) < 0.01
     assert r.band_min <= r.predicted_ms <= r.band_max and r.host_err == 0

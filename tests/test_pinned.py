@@ -1,6 +1,6 @@
 """NOTE [pinned pool]: the host's pinned memory that offloads keep, as PyTorch's caching
 host allocator keeps it, and the committed H200 measurements of it
-(traces/h200_issue28/session13/snap: `torch.cuda.host_memory_stats()` after the timed
+(traces/h200_reserved_heldout/set_a/snap: `torch.cuda.host_memory_stats()` after the timed
 steps of nine offloading runs)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from vdnnsim.engine.pinned import PinnedPool, pinned_block
 from vdnnsim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAP = ROOT / "traces" / "h200_issue28" / "session13" / "snap"
+SNAP = ROOT / "traces" / "h200_reserved_heldout" / "set_a" / "snap"
 POLICY = {"vdnn_all": "vdnn_all_p", "vdnn_conv": "vdnn_conv_p"}  # as validate maps them
 
 
@@ -37,7 +37,7 @@ def test_blocks_are_powers_of_two_reused_by_size_and_never_returned():
 
 def test_a_pytorch_offload_run_pins_the_power_of_two_blocks_of_its_copies():
     gpu = resolve_gpu("h200")
-    trace = load_trace(ROOT / "traces" / "h200" / "vgg16_b64.yaml")  # PyTorch's runtime
+    trace = load_trace(ROOT / "traces" / "h200_torchvision" / "vgg16_b64.yaml")  # PyTorch's runtime
     r = run_trace(trace, gpu, "vdnn_conv_p")
     sizes = [op.size_bytes for op in r.ops if op.kind == "offload"]
     assert sizes and r.pinned_host_bytes == sum(pinned_block(s) for s in sizes)
@@ -59,7 +59,7 @@ def _snapshots():
 @pytest.mark.parametrize("name,rec", list(_snapshots()), ids=lambda x: x if isinstance(x, str) else "")
 def test_each_measured_run_offloads_what_the_replay_offloads(name, rec):
     net, batch = rec["model"].split(":")[1], rec["batch_size"]
-    trace = load_trace(ROOT / "traces" / "h200" / f"{net}_b{batch}.yaml")
+    trace = load_trace(ROOT / "traces" / "h200_torchvision" / f"{net}_b{batch}.yaml")
     r = run_trace(trace, resolve_gpu("h200"), POLICY[rec["policy"]], record=False)
     assert r.offloaded_bytes == rec["offloaded_bytes"]
 
@@ -69,11 +69,11 @@ def test_the_pinned_pool_against_the_h200():
     on VGG-16: each run kept one block (DenseNet-121 at 128: two) more than its copies
     needed at once, a block asked for while its size's last block was still in flight,
     which the pool does not model (NOTE [pinned pool]); with every step synchronised the
-    H200 held exactly the predicted blocks (session14/pinned)."""
+    H200 held exactly the predicted blocks (pinned_pool)."""
     errs = []
     for name, rec in _snapshots():
         net, batch = rec["model"].split(":")[1], rec["batch_size"]
-        trace = load_trace(ROOT / "traces" / "h200" / f"{net}_b{batch}.yaml")
+        trace = load_trace(ROOT / "traces" / "h200_torchvision" / f"{net}_b{batch}.yaml")
         r = run_trace(trace, resolve_gpu("h200"), POLICY[rec["policy"]], record=False)
         host = rec["host_memory_stats"]
         assert 1 <= host["allocations.current"] - rec["offloads"] <= 2
@@ -83,10 +83,10 @@ def test_the_pinned_pool_against_the_h200():
     assert len(errs) == 9
     assert statistics.median(abs(e) for e in errs) < 0.05
     assert max(abs(e) for e in errs) < 0.30
-    vgg = load_trace(ROOT / "traces" / "h200" / "vgg16_b64.yaml")
+    vgg = load_trace(ROOT / "traces" / "h200_torchvision" / "vgg16_b64.yaml")
     r = run_trace(vgg, resolve_gpu("h200"), "vdnn_conv_p", record=False)
     probe = [json.loads(x) for x in
-             (SNAP.parent.parent / "session14" / "pinned" / "pinned_probe.jsonl").open()]
+             (SNAP.parent.parent / "pinned_pool" / "pinned_probe.jsonl").open()]
     for p in probe:  # synchronised steps: exactly the prediction; unsynchronised: more
         if p["sync"]:
             assert (p["blocks"], p["pinned_bytes"]) == (12, r.pinned_host_bytes)

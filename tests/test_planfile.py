@@ -93,7 +93,7 @@ def _old_plan_from_file(data: dict, trace, gpu):
                 split=tuple((a, b, k) for a, b, k in splits))
 
 
-LAYER_PLANS = [p for p in PLAN_FILES if p.parent.name == "h200_plans"]
+LAYER_PLANS = [p for p in PLAN_FILES if p.parent.name == "h200_planner_12gib"]
 
 
 @pytest.mark.parametrize("path", LAYER_PLANS, ids=[p.name for p in LAYER_PLANS])
@@ -103,7 +103,7 @@ def test_the_committed_layer_plans_replay_as_before(path: Path):
     from vdnnsim.trace import load_trace
 
     model = path.name.split("_")[0]
-    trace = load_trace(ROOT / f"traces/h200/{model}_b256.yaml")
+    trace = load_trace(ROOT / f"traces/h200_torchvision/{model}_b256.yaml")
     gpu = resolve_gpu("h200")
     got = plan_from_file(str(path), trace, gpu)
     want = _old_plan_from_file(yaml.safe_load(path.read_text()), trace, gpu)
@@ -136,7 +136,7 @@ def test_vdnnsim_plan_writes_what_it_wrote_before(tmp_path):
     assert split.split and split.recompute
     assert any("offload" in r for r in d["layers"]) and any("prefetch" in r for r in d["layers"])
     assert any("offload" not in r for r in d["layers"])
-    block = yaml.safe_load((ROOT / "traces/h200_timm/session11/plan256/"
+    block = yaml.safe_load((ROOT / "traces/h200_timm_heldout/measured_planned/plan256/"
                             "plan_recompute.yaml").read_text())
     assert dumps_plan(block) == yaml.safe_dump(block, sort_keys=False)
 

@@ -111,7 +111,7 @@ def test_resnet50_256_in_12_gib_on_the_h200_recomputes_and_replays(tmp_path):
 
     from vdnnsim.trace import load_trace
     root = Path(__file__).resolve().parents[1]
-    trace = load_trace(root / "traces/h200/resnet50_b256.yaml")
+    trace = load_trace(root / "traces/h200_torchvision/resnet50_b256.yaml")
     gpu = resolve_gpu("h200")
     plan, search = search_plan(trace, gpu, 12 * GiB)
     assert plan is not None and plan.recompute
@@ -138,7 +138,7 @@ VGG_MILP_MISS = ("the MILP's VGG-16 plan made without the autotune headroom ran 
                  marks=pytest.mark.xfail(strict=True, reason=VGG_MILP_MISS))])
 def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, limit, plan,
                                                                          record):
-    """traces/h200_plans: each plan measured under a 12 GiB cap on the H200 (committed),
+    """traces/h200_planner_12gib: each plan measured under a 12 GiB cap on the H200 (committed),
     the greedy search's (``plan``) and the MILP's, with and without NOTE [autotune
     headroom]; the simulator replays the same plan file on the profiled trace."""
     import json
@@ -147,12 +147,12 @@ def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, l
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.trace import load_trace
     root = Path(__file__).resolve().parent.parent / "traces"
-    base = json.loads((root / f"h200_plans/{model}_baseline.json").read_text())
-    got = json.loads((root / f"h200_plans/{model}_{record}.json").read_text())
+    base = json.loads((root / f"h200_planner_12gib/{model}_baseline.json").read_text())
+    got = json.loads((root / f"h200_planner_12gib/{model}_{record}.json").read_text())
     assert got["fits"] and got["memory_cap_bytes"] == 12 * 2**30
     assert got["iteration_ms"] <= limit * base["iteration_ms"]
-    r = run_trace(load_trace(root / f"h200/{model}_b256.yaml"), resolve_gpu("h200"),
-                  "planned", {"file": str(root / f"h200_plans/{model}_b256_12GiB.{plan}.yaml")},
+    r = run_trace(load_trace(root / f"h200_torchvision/{model}_b256.yaml"), resolve_gpu("h200"),
+                  "planned", {"file": str(root / f"h200_planner_12gib/{model}_b256_12GiB.{plan}.yaml")},
                   memory_bytes=12 * 2**30, record=False)
     assert r.fits
     assert abs(r.peak_memory_bytes / got["peak_allocated_bytes"] - 1) <= 0.03
@@ -176,15 +176,15 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
     gpu = resolve_gpu("h200")
 
     def fits_with_headroom(model, plan):
-        t = scale_workspaces(load_trace(root / f"h200/{model}_b256.yaml"), 2)
-        p = plan_from_file(str(root / f"h200_plans/{model}_b256_12GiB.{plan}.yaml"), t, gpu)
+        t = scale_workspaces(load_trace(root / f"h200_torchvision/{model}_b256.yaml"), 2)
+        p = plan_from_file(str(root / f"h200_planner_12gib/{model}_b256_12GiB.{plan}.yaml"), t, gpu)
         return replay(p.trace or t, gpu, p, 12 * GiB, record_ops=False).pool.oom \
             is None
 
     assert not fits_with_headroom("vgg16", "milp-noheadroom")
     assert fits_with_headroom("vgg16", "plan") and fits_with_headroom("resnet50", "milp")
     assert fits_with_headroom("resnet50", "plan")
-    files = [yaml.safe_load((root / f"h200_plans/vgg16_b256_12GiB.{k}.yaml").read_text())
+    files = [yaml.safe_load((root / f"h200_planner_12gib/vgg16_b256_12GiB.{k}.yaml").read_text())
              for k in ("plan", "milp")]
     assert [{k: f[k] for k in ("split", "recompute", "layers")} for f in files] == \
         [{k: files[0][k] for k in ("split", "recompute", "layers")}] * 2

@@ -19,8 +19,8 @@ def _run(*args):
 @pytest.mark.parametrize("kind,inp,extra", [
     ("memory", ROOT / "configs" / "vgg16_b64.yaml", []),
     ("timeline", ROOT / "configs" / "alexnet.yaml", []),
-    ("validation", ROOT / "traces" / "h200",
-     ["--measurements", ROOT / "traces" / "h200" / "measurements.json"]),
+    ("validation", ROOT / "traces" / "h200_torchvision",
+     ["--measurements", ROOT / "traces" / "h200_torchvision" / "measurements.json"]),
 ])
 def test_plot_writes_a_png(tmp_path, kind, inp, extra):
     out = tmp_path / f"{kind}.png"
@@ -35,9 +35,9 @@ def test_validation_plot_of_measurement_sets(tmp_path):
     newer records are the ones drawn with their bands."""
     from vdnnsim.cli import main
     from vdnnsim.report import plots
-    traces = [ROOT / "traces" / "h200", ROOT / "traces" / "h200_heldout"]
-    meas = [ROOT / "traces" / "h200" / "measurements.json",
-            ROOT / "traces" / "h200_issue28" / "session27" / "queue" / "repeat.jsonl"]
+    traces = [ROOT / "traces" / "h200_torchvision", ROOT / "traces" / "h200_torchvision_heldout"]
+    meas = [ROOT / "traces" / "h200_torchvision" / "measurements.json",
+            ROOT / "traces" / "h200_reserved_heldout" / "launch_queue" / "queue" / "repeat.jsonl"]
     out = tmp_path / "v.png"
     r = _run("validation", *traces, "--measurements", meas[0], "--measurements", meas[1],
              "-o", out)
@@ -97,7 +97,7 @@ def test_sweep_plot_of_a_network_without_time(tmp_path):
 @pytest.mark.parametrize("args,match", [
     (["memory", ROOT / "configs" / "alexnet.yaml", "-o", "x.jpg"], "write .png, .pdf or .svg"),
     (["sweep", "nothere.csv", "-o", "x.png"], "no such file"),
-    (["validation", ROOT / "traces" / "h200", "-o", "x.png"], "--measurements"),
+    (["validation", ROOT / "traces" / "h200_torchvision", "-o", "x.png"], "--measurements"),
     (["memory", ROOT / "configs" / "alexnet.yaml", ROOT / "configs" / "vgg16_b64.yaml",
       "-o", "x.png"], "plot memory takes one input, not 2"),
 ])
@@ -189,7 +189,7 @@ def test_validation_scatter_marks_predicted_misfits():
     import matplotlib.pyplot as plt
     from vdnnsim.report import plots
     from vdnnsim.measured.validate import validate
-    df = validate(ROOT / "traces" / "h200", ROOT / "traces" / "h200" / "measurements.json")
+    df = validate(ROOT / "traces" / "h200_torchvision", ROOT / "traces" / "h200_torchvision" / "measurements.json")
     fig = plots.validation_scatter(df)
     for ax in fig.axes:
         labels = _labels(ax)

@@ -172,7 +172,7 @@ def test_profiled_gpt2_predicts_its_measurement(precision):
 
 @pytest.mark.slow
 def test_committed_profiles_predict_the_h200_runs():
-    """Issue 14's targets on the committed profiles (traces/h200_hf/profiled) against the
+    """Issue 14's targets on the committed profiles (traces/h200_transformers/profiled) against the
     runs measured after them: peak allocated memory 2% median / 5% max (met on every set);
     step time 5% median (met on the main set) / 15% max (missed on the host-bound runs,
     pinned here: docs/validation.md, "Transformers, profiled")."""
@@ -180,7 +180,7 @@ def test_committed_profiles_predict_the_h200_runs():
     import sys
     from pathlib import Path
 
-    here = Path(__file__).resolve().parents[1] / "experiments" / "h200_hf"
+    here = Path(__file__).resolve().parents[1] / "experiments" / "transformers"
     sys.path.insert(0, str(here))
     try:
         from profiled_check import rows

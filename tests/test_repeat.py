@@ -25,7 +25,7 @@ from vdnnsim.measured.validate import (allocator_supported, format_validation, l
                               summarize, validate)
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "traces" / "h200"
+H200 = ROOT / "traces" / "h200_torchvision"
 GiB = 2**30
 
 
@@ -117,14 +117,13 @@ def test_the_step_probe_times_launches_after_each_call_on_the_cpu():
 
 
 def test_a_hosts_speed_changes_between_processes_and_the_probe_between_steps_follows_it():
-    """traces/h200_issue28/session20/cores: eleven fresh processes of EfficientNet-B0 (32),
+    """traces/h200_reserved_heldout/host_speed/cores: eleven fresh processes of EfficientNet-B0 (32),
     five of ShuffleNetV2 (64), on one lent machine within four minutes: their host times
     spread 1.9x; the probe before the model hardly follows them, the probe after each step
     does, and dividing by it halves the spread (docs/validation.md, "How fast the host
     is")."""
     from statistics import correlation, mean, median, pstdev
-    recs = [json.loads(ln) for ln in (ROOT / "traces" / "h200_issue28" / "session20" / "cores"
-                                      / "cores.jsonl").read_text().splitlines()]
+    recs = [json.loads(ln) for ln in (ROOT / "traces" / "h200_reserved_heldout" / "host_speed" / "cores" / "cores.jsonl").read_text().splitlines()]
     assert len(recs) == 16 and not any("error" in r for r in recs)
     for model, n, spread, r_before, r_between, cv, cv_norm in (
             ("efficientnet_b0", 11, 1.90, 0.43, 0.87, 0.20, 0.11),
@@ -165,18 +164,18 @@ def test_validate_reads_records_one_a_line(tmp_path):
 
 
 def test_the_committed_sets_remeasured_in_fresh_processes():
-    """traces/h200_bwdws/repeat: twelve runs of the committed sets measured again by the
+    """traces/h200_backward_workspaces/repeat: twelve runs of the committed sets measured again by the
     protocol (three fresh processes each). Their old single-process reserved peaks were off
     by -19% to +42%; against the fresh-process medians the re-profiled traces predict
     reserved memory 2.0% median, 13.9% max, and step time 1.4% / 7.0% (the README's
     table, made before the engine's fix of twice-retired blocks, session 23, gave 1.8% /
     11.4%)."""
     from vdnnsim.measured.validate import summarize, validate
-    data = ROOT / "traces" / "h200_bwdws"
+    data = ROOT / "traces" / "h200_backward_workspaces"
     reps = load_measurements(data / "repeat" / "repeat.jsonl")
     assert len(reps) == 12 and all(r["iteration_ms_band"] for r in reps)
     old = {}
-    for f in (H200 / "measurements.json", ROOT / "traces" / "h200_heldout" / "measurements.json"):
+    for f in (H200 / "measurements.json", ROOT / "traces" / "h200_torchvision_heldout" / "measurements.json"):
         for r in json.loads(f.read_text()):
             if r["memory_cap_bytes"] is None:
                 old[(r["model"], r["batch_size"], r["policy"])] = r
@@ -184,7 +183,7 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
            / r["peak_reserved_bytes"] - 1 for r in reps]
     assert min(off) == pytest.approx(-0.187, abs=0.002)
     assert max(off) == pytest.approx(0.418, abs=0.002)
-    s = summarize(validate([data / "h200", data / "heldout"], data / "repeat" / "repeat.jsonl"))
+    s = summarize(validate([data / "torchvision", data / "torchvision_heldout"], data / "repeat" / "repeat.jsonl"))
     assert s["peak_reserved"]["n"] == 12
     assert s["peak_reserved"]["median_abs"] == pytest.approx(0.020, abs=0.001)
     assert s["peak_reserved"]["max_abs"] == pytest.approx(0.139, abs=0.001)
@@ -193,22 +192,22 @@ def test_the_committed_sets_remeasured_in_fresh_processes():
 
 
 def test_a_sample_by_rule_remeasured_in_fresh_processes():
-    """traces/h200_bwdws/middle: every model of the committed sets at its middle batch size
+    """traces/h200_backward_workspaces/middle: every model of the committed sets at its middle batch size
     under each policy (21 runs, chosen by that rule). Against the fresh-process medians
     the re-profiled traces are within issue 28's step-time target (5% / 15%) and not its
     reserved one (3% / 10%): the baselines' reserved peaks are within 3.1%, the vDNN runs'
     off by up to 13.7% either way (docs/validation.md). middle/superseded.jsonl: the
     ShuffleNetV2 run the runtime measured before it moved every buffer of its plan."""
     from vdnnsim.measured.validate import summarize, validate
-    data = ROOT / "traces" / "h200_bwdws"
+    data = ROOT / "traces" / "h200_backward_workspaces"
     src = data / "middle" / "repeat.jsonl"
     reps = load_measurements(src)
     assert len(reps) == 21 and all(r["repeat"]["processes"] == 3 for r in reps)
     runs = {(r["model"].split(":")[1], r["batch_size"], r["policy"]) for r in reps}
-    chosen = {ln for ln in (ROOT / "experiments" / "h200_issue28" / "remeasure_runs.txt")
+    chosen = {ln for ln in (ROOT / "experiments" / "repeat_and_reserved" / "remeasure_runs.txt")
               .read_text().splitlines() if ln and not ln.startswith("#")}
     assert {f"{m}:{b}:{p}" for m, b, p in runs} == chosen
-    rows = validate([data / "h200", data / "heldout"], src)
+    rows = validate([data / "torchvision", data / "torchvision_heldout"], src)
     s = summarize(rows)
     assert s["iteration_time"]["n"] == s["peak_reserved"]["n"] == 21
     assert s["iteration_time"]["median_abs"] == pytest.approx(0.016, abs=0.001)
@@ -228,22 +227,21 @@ def test_a_sample_by_rule_remeasured_in_fresh_processes():
 
 
 def test_a_second_sample_by_rule_on_a_slower_host():
-    """traces/h200_bwdws/smallest: the smallest batch sizes' runs, chosen by a rule committed
+    """traces/h200_backward_workspaces/smallest: the smallest batch sizes' runs, chosen by a rule committed
     before measuring; 19 of the 21 measured (the queue's last two not started). Reserved
     2.8% / 17.4%; every step time low (12.6% / 36.0%), on a loan whose host issued the same
     steps 1.76x (median) as slowly as the old records, where the sets of sessions 16 and 17
     were at 1.23x and 1.24x (NOTE [host probe]; the README there)."""
     import statistics
-    data = ROOT / "traces" / "h200_bwdws"
+    data = ROOT / "traces" / "h200_backward_workspaces"
     src = data / "smallest" / "repeat.jsonl"
     reps = load_measurements(src)
-    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
-                           "remeasure_runs_smallest.txt").read_text().splitlines()
+    queue = [ln for ln in (ROOT / "experiments" / "repeat_and_reserved" / "remeasure_runs_smallest.txt").read_text().splitlines()
              if ln and not ln.startswith("#")]
     assert [f"{r['model'].split(':')[1]}:{r['batch_size']}:{r['policy']}" for r in reps] \
         == queue[:19]
     assert all(r["repeat"]["processes"] == 3 for r in reps)
-    rows = validate([data / "h200", data / "heldout"], src)
+    rows = validate([data / "torchvision", data / "torchvision_heldout"], src)
     s = summarize(rows)
     assert s["peak_reserved"]["median_abs"] == pytest.approx(0.028, abs=0.001)
     assert s["peak_reserved"]["max_abs"] == pytest.approx(0.174, abs=0.001)
@@ -260,7 +258,7 @@ def test_a_second_sample_by_rule_on_a_slower_host():
         in format_validation(rows)
     assert (split["host"]["in_band"], split["gpu"]["in_band"]) == (3, 1)
     old = {}
-    for f in (H200 / "measurements.json", ROOT / "traces" / "h200_heldout" / "measurements.json"):
+    for f in (H200 / "measurements.json", ROOT / "traces" / "h200_torchvision_heldout" / "measurements.json"):
         for r in json.loads(f.read_text()):
             if r["memory_cap_bytes"] is None and not r.get("allocator_conf"):
                 old[(r["model"], r["batch_size"], r["policy"])] = r
@@ -278,32 +276,32 @@ def test_a_second_sample_by_rule_on_a_slower_host():
 
 
 def test_shufflenet_measured_again_with_the_fixed_runtime():
-    """traces/h200_bwdws/runtime_fix: ShuffleNetV2 (64) and (256) vdnn_all, whose older
+    """traces/h200_backward_workspaces/runtime_fix: ShuffleNetV2 (64) and (256) vdnn_all, whose older
     records measured the runtime before its fix, measured by the protocol: the runtime moves
     the replay's bytes to the byte at both sizes; the replay reserves 11.6% and 12.3% less
     than the GPU, outside the band (the README's table; the cause is not found)."""
-    data = ROOT / "traces" / "h200_bwdws"
+    data = ROOT / "traces" / "h200_backward_workspaces"
     src = data / "runtime_fix" / "repeat.jsonl"
     reps = load_measurements(src)
     assert [(r["batch_size"], r["repeat"]["processes"]) for r in reps] == [(64, 3), (256, 3)]
     from vdnnsim.trace import load_trace
     g = resolve_gpu("h200")
     for r in reps:
-        t = load_trace(data / "heldout" / f"shufflenet_v2_x1_0_b{r['batch_size']}.yaml")
+        t = load_trace(data / "torchvision_heldout" / f"shufflenet_v2_x1_0_b{r['batch_size']}.yaml")
         moved = run_trace(t, g, "vdnn_all_p", record=False).offloaded_bytes
         assert r["offloaded_bytes"] == moved
-    rows = validate([data / "h200", data / "heldout"], src)
+    rows = validate([data / "torchvision", data / "torchvision_heldout"], src)
     assert [round(e, 3) for e in rows.reserved_err] == [-0.116, -0.123]
     assert [round(e, 3) for e in rows.alloc_err] == [0.001, -0.001]
     assert [round(e, 3) for e in rows.time_err] == [0.117, -0.011]
 
 
 def test_the_runtimes_events_take_no_room_in_the_launch_queue():
-    """traces/h200_calib/queue_commands.json (NOTE [launch queue]): behind a busy stream
+    """traces/h200_host_calibration/queue_commands.json (NOTE [launch queue]): behind a busy stream
     the host issues 1,021 kernels, the h200 preset's depth, with or without an event record
     or wait after each, and half as many kernel-and-copy pairs: a copy takes a slot and an
     event does not, which is what the engine counts. The vDNN runtime's events are many."""
-    d = json.loads((ROOT / "traces" / "h200_calib" / "queue_commands.json").read_text())
+    d = json.loads((ROOT / "traces" / "h200_host_calibration" / "queue_commands.json").read_text())
     a = {k: v[1:] for k, v in d["part_a"].items()}  # (the first trial: see the README)
     depth = resolve_gpu("h200").host.launch_queue
     for k in ("kernel", "kernel+event_record", "kernel+wait_event", "kernel+wait_stream"):
@@ -319,14 +317,14 @@ def test_the_runtimes_events_take_no_room_in_the_launch_queue():
 
 
 def test_the_old_sets_offloaded_bytes_and_the_runtime_fix():
-    """docs/validation.md: the older measure behind traces/h200 and traces/h200_heldout
+    """docs/validation.md: the older measure behind traces/h200_torchvision and traces/h200_torchvision_heldout
     reported 8/7 of a step's offloaded bytes; at that, every vDNN record matches its
     replay to the byte but ShuffleNetV2's vdnn_all, which the runtime ran with 13 of its
     planned offloads undone (fixed since; tests/test_torch_cpu.py)."""
     from vdnnsim.trace import load_trace
     g = resolve_gpu("h200")
     exact, short = 0, []
-    for name in ("h200", "h200_heldout"):
+    for name in ("h200_torchvision", "h200_torchvision_heldout"):
         d = ROOT / "traces" / name
         for r in json.loads((d / "measurements.json").read_text()):
             if r["policy"] not in ("vdnn_all", "vdnn_conv") or r.get("offloaded_bytes") is None:
@@ -342,7 +340,7 @@ def test_the_old_sets_offloaded_bytes_and_the_runtime_fix():
                               round(moved * 8 / 7 / r["offloaded_bytes"] - 1, 4)))
     assert exact == 78
     # the replay, counted as the old measure counted, moves 15.9% more: 2.29 GiB against
-    # the 1.97 the runtime moved at batch 128 before the fix (traces/h200_bwdws/middle)
+    # the 1.97 the runtime moved at batch 128 before the fix (traces/h200_backward_workspaces/middle)
     assert sorted(short) == [("shufflenet_v2_x1_0", b, "vdnn_all", 0.1594)
                              for b in (64, 128, 256, 256)]
 
@@ -558,8 +556,8 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
     warned = [x for x in format_validation(df).splitlines() if "host issued" in x]
     assert len(warned) == 1 and warned[0].startswith("warning: vgg16 64 baseline: ")
     assert not [x for x in format_validation(plain).splitlines() if "host issued" in x]
-    held = validate(ROOT / "traces" / "h200_heldout",
-                    ROOT / "traces" / "h200_heldout" / "measurements.json")
+    held = validate(ROOT / "traces" / "h200_torchvision_heldout",
+                    ROOT / "traces" / "h200_torchvision_heldout" / "measurements.json")
     cnx = held[(held.model == "convnext_tiny") & (held.batch_size == 128) & held.cap_gib.isna()]
     assert len(cnx) == 3
     ratio = dict(zip(cnx.policy, cnx.predicted_host_ms / cnx.measured_host_ms))
@@ -568,7 +566,7 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
     assert ratio["vdnn_all"] < 1 / HOST_ISSUE_FACTOR  # not explained (docs/validation.md)
     # counted as the profile first did, every launch, the replayed host is held back
     import yaml
-    data = yaml.safe_load((ROOT / "traces" / "h200_heldout" / "convnext_tiny_b128.yaml")
+    data = yaml.safe_load((ROOT / "traces" / "h200_torchvision_heldout" / "convnext_tiny_b128.yaml")
                           .read_text())
     dw = [x for x in data["layers"] if x["id"] in {f"features_1_{k}_block_0" for k in range(3)}]
     assert [x["kernels_bwd"] for x in dw] == [4, 4, 4]
@@ -576,7 +574,7 @@ def test_a_replayed_host_unlike_the_measured_one_is_said(tmp_path):
         x["kernels_bwd"] = 1060
     old = tmp_path / "convnext_tiny_b128.yaml"
     old.write_text(yaml.safe_dump(data))
-    before = validate(old, ROOT / "traces" / "h200_heldout" / "measurements.json")
+    before = validate(old, ROOT / "traces" / "h200_torchvision_heldout" / "measurements.json")
     before = before[before.cap_gib.isna()]
     assert len(before) == 3
     assert (before.predicted_host_ms > HOST_ISSUE_FACTOR * before.measured_host_ms).all()
@@ -588,10 +586,10 @@ def test_scale_host_replays_a_run_at_the_measuring_host_s_speed(capsys):
     is replayed as profiled. The data: session 26's probe test (two H100 loans), a draw of
     one loan's traces against the other loan's records."""
     from vdnnsim.api import at_host_speed
-    d = ROOT / "traces" / "h200_issue28" / "session26" / "probe-h100"
-    traces = [d / "loan2" / f"{m}_2.yaml" for m in ("efficientnet_b0_b32", "mobilenet_v2_b64",
+    d = ROOT / "traces" / "h200_reserved_heldout" / "host_tests_h100" / "probe-h100"
+    traces = [d / "machine2" / f"{m}_2.yaml" for m in ("efficientnet_b0_b32", "mobilenet_v2_b64",
                                                      "shufflenet_v2_x1_0_b64")]
-    recs = d / "loan1" / "repeat.jsonl"
+    recs = d / "machine1" / "repeat.jsonl"
     plain = validate(traces, recs)
     scaled = validate(traces, recs, scale_host=True)
     g = resolve_gpu("h200")
@@ -612,9 +610,9 @@ def test_scale_host_replays_a_run_at_the_measuring_host_s_speed(capsys):
     assert slow.host_issue_time_ns == pytest.approx(2 * same.host_issue_time_ns, rel=0.02)
     with pytest.raises(ConfigError, match="positive number"):
         at_host_speed(t, g, 0)
-    # traces without the probe between steps (traces/h200) are replayed as profiled
-    new = ROOT / "traces" / "h200_issue28" / "session25" / "call1" / "repeat.jsonl"
-    both = validate([H200, ROOT / "traces" / "h200_heldout"], new, scale_host=True)
+    # traces without the probe between steps (traces/h200_torchvision) are replayed as profiled
+    new = ROOT / "traces" / "h200_reserved_heldout" / "remeasure_queue" / "part1" / "repeat.jsonl"
+    both = validate([H200, ROOT / "traces" / "h200_torchvision_heldout"], new, scale_host=True)
     assert both.host_scaled.isna().all()
     assert main(["validate", *map(str, traces), str(recs), "--scale-host"]) == 0
     assert "host costs scaled by the probes' ratio in 3 of 3 runs" in capsys.readouterr().out
@@ -744,7 +742,7 @@ def test_an_allocator_setting_in_the_environment_that_disagrees_is_one_line():
 
 @pytest.mark.parametrize("script", ["collect.py", "diagnose.py", "hostbound.py"])
 def test_the_experiments_gpu_scripts_print_their_help_on_a_cpu(script):
-    path = ROOT / "experiments" / "h200" / script
+    path = ROOT / "experiments" / "validation" / script
     p = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("usage: ")
@@ -811,35 +809,34 @@ def test_validate_replays_expandable_segments_where_they_were_measured(tmp_path)
 
 
 def test_session_20s_runs_judged_against_their_fresh_processes(tmp_path):
-    """traces/h200_issue28/session20: the first four runs of remeasure_runs_rest.txt
+    """traces/h200_reserved_heldout/host_speed: the first four runs of remeasure_runs_rest.txt
     (GPU-bound) are predicted within 1% in time and, but for ResNet-50 (256) vdnn_conv's
     reserved peak, within 1% in memory; the host-bound baselines measured beside them are
-    predicted 18-26% low from traces/h200_bwdws' traces and 10-30% high from traces profiled
+    predicted 18-26% low from traces/h200_backward_workspaces' traces and 10-30% high from traces profiled
     on the first machine itself (docs/validation.md, "How fast the host is")."""
-    data = ROOT / "traces" / "h200_issue28" / "session20"
+    data = ROOT / "traces" / "h200_reserved_heldout" / "host_speed"
     loans = {d: [json.loads(ln) for ln in (data / d / "repeat.jsonl").read_text().splitlines()]
-             for d in ("loan1", "loan2")}
-    recs = loans["loan1"] + loans["loan2"]
+             for d in ("machine1", "machine2")}
+    recs = loans["machine1"] + loans["machine2"]
     assert all(r["rc"] == 0 and r["repeat"]["processes"] == 3 for r in recs)
-    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
-                           "remeasure_runs_rest.txt").read_text().splitlines()
+    queue = [ln for ln in (ROOT / "experiments" / "repeat_and_reserved" / "remeasure_runs_rest.txt").read_text().splitlines()
              if ln and not ln.startswith("#")]
     gpu_bound = [r for r in recs if r["run"] in queue]
     assert [r["run"] for r in gpu_bound] == queue[:4]
     f = tmp_path / "m.json"
     f.write_text(json.dumps(gpu_bound))
-    bw = ROOT / "traces" / "h200_bwdws"
-    rows = validate([bw / "h200", bw / "heldout"], f).set_index(["model", "batch_size",
+    bw = ROOT / "traces" / "h200_backward_workspaces"
+    rows = validate([bw / "torchvision", bw / "torchvision_heldout"], f).set_index(["model", "batch_size",
                                                                  "policy"])
     assert rows.reserved_err.round(3).tolist() == [-0.018, 0.001, 0.098, 0.005]
     assert rows.time_err.round(3).tolist() == [0.002, -0.007, -0.004, -0.008]
     # the host-bound baselines: the old traces low, the traces profiled on the first loan high
-    for d, old, new in (("loan1", [-0.198, -0.179], [0.304, 0.134]),
-                        ("loan2", [-0.260, -0.203], [0.204, 0.102])):
+    for d, old, new in (("machine1", [-0.198, -0.179], [0.304, 0.134]),
+                        ("machine2", [-0.260, -0.203], [0.204, 0.102])):
         base = [r for r in loans[d] if r["policy"] == "baseline" and r["run"] not in queue]
         f.write_text(json.dumps(base))
-        assert validate([bw / "h200", bw / "heldout"], f).time_err.round(3).tolist() == old
-        assert validate([data / "loan1"], f).time_err.round(3).tolist() == new
+        assert validate([bw / "torchvision", bw / "torchvision_heldout"], f).time_err.round(3).tolist() == old
+        assert validate([data / "machine1"], f).time_err.round(3).tolist() == new
 
 
 def test_processes_that_spread_more_than_fresh_processes_repeat_are_said_to():
@@ -864,9 +861,9 @@ def test_host_bound_runs_spread_across_fresh_processes_on_every_loan():
     host is")."""
     import statistics
     host, gpu = [], []
-    sets = ("h200_bwdws/middle", "h200_bwdws/repeat", "h200_bwdws/runtime_fix",
-            "h200_bwdws/smallest", "h200_issue28/session13/b", "h200_issue28/session14/b",
-            "h200_issue28/session20/loan1", "h200_issue28/session20/loan2", "h200_repeat")
+    sets = ("h200_backward_workspaces/middle", "h200_backward_workspaces/repeat", "h200_backward_workspaces/runtime_fix",
+            "h200_backward_workspaces/smallest", "h200_reserved_heldout/set_b_part1", "h200_reserved_heldout/set_b_part2",
+            "h200_reserved_heldout/host_speed/machine1", "h200_reserved_heldout/host_speed/machine2", "h200_fresh_processes")
     for f in (ROOT / "traces" / s / "repeat.jsonl" for s in sets):
         for line in f.read_text().splitlines():
             r = json.loads(line)
@@ -880,12 +877,12 @@ def test_host_bound_runs_spread_across_fresh_processes_on_every_loan():
 
 
 def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path):
-    """experiments/h200_issue28/probe_scaling_check.py, written before its data: a process
+    """experiments/repeat_and_reserved/probe_scaling_check.py, written before its data: a process
     whose probe equals the trace's is predicted as profiled; one whose host probed 1.5x
     slower, slower (a host-bound step), by about the host's share; pairs without probes
     are left out."""
     import yaml
-    src = ROOT / "traces" / "h200_issue28" / "session20" / "loan1" / "efficientnet_b0_b32.yaml"
+    src = ROOT / "traces" / "h200_reserved_heldout" / "host_speed" / "machine1" / "efficientnet_b0_b32.yaml"
     d = yaml.safe_load(src.read_text())
     d["source"]["host_probe_between_ns"] = 8000.0
     loan = tmp_path / "loan"
@@ -897,8 +894,7 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
     (loan / "repeat.jsonl").write_text(json.dumps(
         {"model": "torchvision:efficientnet_b0", "batch_size": 32, "fits": True,
          "processes": procs}) + "\n")
-    p = subprocess.run([sys.executable, str(ROOT / "experiments" / "h200_issue28" /
-                                            "probe_scaling_check.py"), str(loan)],
+    p = subprocess.run([sys.executable, str(ROOT / "experiments" / "repeat_and_reserved" / "probe_scaling_check.py"), str(loan)],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr
@@ -908,8 +904,7 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
     assert same[0] == same[1]  # K = 1: the scaled replay is the plain one
     assert slow[0] == same[0] and slow[1] > slow[0] + 30  # host-bound: about 1.5x
     assert "all: 2 pairs" in p.stdout
-    q = subprocess.run([sys.executable, str(ROOT / "experiments" / "h200_issue28" /
-                                            "probe_scaling_check.py")],
+    q = subprocess.run([sys.executable, str(ROOT / "experiments" / "repeat_and_reserved" / "probe_scaling_check.py")],
                        capture_output=True, text=True, timeout=120)
     assert q.returncode == 2 and q.stderr.startswith("usage:")
 
@@ -917,8 +912,7 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
 def _queue_part_measured(srcs, part: slice) -> list[dict]:
     """The records of ``srcs`` are the runs of remeasure_runs_rest.txt's ``part``, in its
     order, each of three fresh processes that fitted."""
-    queue = [ln for ln in (ROOT / "experiments" / "h200_issue28" /
-                           "remeasure_runs_rest.txt").read_text().splitlines()
+    queue = [ln for ln in (ROOT / "experiments" / "repeat_and_reserved" / "remeasure_runs_rest.txt").read_text().splitlines()
              if ln and not ln.startswith("#")]
     reps = [r for src in srcs for r in load_measurements(src)]
     assert [f"{r['model'].split(':')[1]}:{r['batch_size']}:{r['policy']}" for r in reps] \
@@ -937,35 +931,35 @@ def _summary_is(rows, want: dict[str, tuple[float, float]]) -> None:
 
 
 def test_the_queue_s_next_runs_remeasured_in_session_25():
-    """traces/h200_issue28/session25 (call1, call2): the next seven runs of
+    """traces/h200_reserved_heldout/remeasure_queue (call1, call2): the next seven runs of
     remeasure_runs_rest.txt's queue (committed before any was measured), three fresh
     processes each after one discarded, GPU-bound (vDNN at the largest batch sizes):
-    against traces/h200 and traces/h200_heldout, allocated 0.1% / 2.1%, reserved 3.1% /
+    against traces/h200_torchvision and traces/h200_torchvision_heldout, allocated 0.1% / 2.1%, reserved 3.1% /
     7.3% (median / max |error|), step time 0.6% / 2.8% (0.4% before session 27's
     recount of ConvNeXt-T (128)'s commands on the compute stream, NOTE [kernel counts],
     moved its vdnn_conv run), every run fits as replayed."""
     import pandas as pd
-    s25 = ROOT / "traces" / "h200_issue28" / "session25"
-    srcs = [s25 / "call1" / "repeat.jsonl", s25 / "call2" / "repeat.jsonl"]
+    s25 = ROOT / "traces" / "h200_reserved_heldout" / "remeasure_queue"
+    srcs = [s25 / "part1" / "repeat.jsonl", s25 / "part2" / "repeat.jsonl"]
     _queue_part_measured(srcs, slice(4, 11))
-    rows = pd.concat([validate([H200, ROOT / "traces" / "h200_heldout"], src)
+    rows = pd.concat([validate([H200, ROOT / "traces" / "h200_torchvision_heldout"], src)
                       for src in srcs], ignore_index=True)
     _summary_is(rows, {"peak_allocated": (0.001, 0.021), "peak_reserved": (0.031, 0.073),
                        "iteration_time": (0.006, 0.028)})
 
 
 def test_the_queue_s_last_runs_remeasured_in_session_27():
-    """traces/h200_issue28/session27: the last fifteen runs of remeasure_runs_rest.txt,
+    """traces/h200_reserved_heldout/launch_queue: the last fifteen runs of remeasure_runs_rest.txt,
     three fresh processes each after one discarded, every one fitting. VGG-16's three
     save_on_cpu runs are measured for comparison and not predicted (369, 707, 1,385 ms);
-    the twelve others against traces/h200 and traces/h200_heldout: allocated 0.0% / 0.3%,
+    the twelve others against traces/h200_torchvision and traces/h200_torchvision_heldout: allocated 0.0% / 0.3%,
     reserved 1.9% / 19.8% (RegNetY-800MF (128) baseline; its re-profiled trace: -9.0%),
     step time 0.6% / 3.5%."""
-    src = ROOT / "traces" / "h200_issue28" / "session27" / "queue" / "repeat.jsonl"
+    src = ROOT / "traces" / "h200_reserved_heldout" / "launch_queue" / "queue" / "repeat.jsonl"
     reps = _queue_part_measured([src], slice(11, None))
     soc = [round(r["iteration_ms"]) for r in reps if r["policy"] == "save_on_cpu"]
     assert soc == [369, 707, 1385]
-    rows = validate([H200, ROOT / "traces" / "h200_heldout"], src)
+    rows = validate([H200, ROOT / "traces" / "h200_torchvision_heldout"], src)
     assert len(rows) == 12 and "save_on_cpu" not in set(rows.policy)
     _summary_is(rows, {"peak_allocated": (0.000, 0.003), "peak_reserved": (0.019, 0.198),
                        "iteration_time": (0.006, 0.035)})
@@ -977,17 +971,17 @@ def test_a_host_matched_replay_does_not_follow_a_vdnn_run_s_reserved_peak():
     2.85 and 2.83 GiB; replayed with the host matched to each (host_matched.py) the
     replay issues each step within 1% of it and reserves 2.59, 2.68 and 1.95 GiB: it
     follows the host's speed where the measurement does not."""
-    sys.path.insert(0, str(ROOT / "experiments" / "h200_issue28"))
+    sys.path.insert(0, str(ROOT / "experiments" / "repeat_and_reserved"))
     try:
         from host_matched import matched
     finally:
         sys.path.pop(0)
-    recs = [m for f in (ROOT / "experiments" / "h200_issue28" / "fresh_sets.txt")
+    recs = [m for f in (ROOT / "experiments" / "repeat_and_reserved" / "fresh_sets.txt")
             .read_text().split() for m in load_measurements(ROOT / f)
             if m["model"] == "torchvision:densenet121" and m["batch_size"] == 32
             and m["policy"] == "vdnn_all" and not m.get("memory_cap_bytes")]
     m = recs[-1]  # the newest record of the run, as validate judges it
-    trace = load_trace(ROOT / "traces" / "h200_bwdws" / "h200" / "densenet121_b32.yaml")
+    trace = load_trace(ROOT / "traces" / "h200_backward_workspaces" / "torchvision" / "densenet121_b32.yaml")
     g = resolve_gpu("h200")
     got = []
     for p in m["processes"]:

@@ -11,7 +11,7 @@ from vdnnsim.engine.caching import CachingPool
 from vdnnsim.trace import load_trace
 
 MiB = 1 << 20
-PLAN256 = "traces/h200_timm/session11/plan256/cspresnet50.b256.yaml.gz"
+PLAN256 = "traces/h200_timm_heldout/measured_planned/plan256/cspresnet50.b256.yaml.gz"
 
 
 def test_a_copy_streams_block_is_not_reused_by_the_compute_stream():

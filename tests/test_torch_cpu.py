@@ -109,7 +109,7 @@ def test_runtime_and_simulator_move_the_same_bytes(spec):
     buffer through ``x.chunk(2)``'s parts (a tuple of views): before the runtime followed
     a buffer through a tuple it moved 13 of the simulator's 130 buffers not at all (1.97
     GiB offloaded on the H200 at batch 128 against the 2.29 the simulator replayed,
-    traces/h200_bwdws/middle), gradients unchanged either way."""
+    traces/h200_backward_workspaces/middle), gradients unchanged either way."""
     torch.manual_seed(0)
     m, shape, _ = build_model(spec)
     x, y = torch.randn(4, *shape), torch.zeros(4, dtype=torch.long)

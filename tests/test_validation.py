@@ -1,5 +1,5 @@
 """The H200 validation tables, recomputed from the committed traces and measurements
-(traces/h200/, and the held-out set of issue 11 in traces/h200_heldout/). Targets the model meets must stay met; the misses are pinned to their
+(traces/h200_torchvision/, and the held-out set of issue 11 in traces/h200_torchvision_heldout/). Targets the model meets must stay met; the misses are pinned to their
 recorded values (tests/golden/validation.json) so that a change that moves them is seen.
 Regenerate after an intended change: python -m tests.golden.regen validation
 """
@@ -13,7 +13,7 @@ import pytest
 
 from vdnnsim.measured.validate import summarize, validate
 
-ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200"
+ROOT = Path(__file__).resolve().parents[1] / "traces" / "h200_torchvision"
 GOLDEN = Path(__file__).parent / "golden" / "validation.json"
 
 
@@ -67,7 +67,7 @@ def test_numbers_stay_as_recorded(summary):
             assert summary[metric]["target_met"], metric
 
 
-HELD = ROOT.parent / "h200_heldout"
+HELD = ROOT.parent / "h200_torchvision_heldout"
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +103,11 @@ def test_fits_and_reserved_memory_with_the_host_in_the_loop(which, summary, held
 
 def test_reserved_memory_against_one_steps_own_peak(tmp_path):
     """`validate --reserved one-step` holds the prediction against one step's reserved peak
-    from an emptied cache (traces/h200_reserved/); a record measured before that number
+    from an emptied cache (traces/h200_reserved_remeasured/); a record measured before that number
     existed is a one-line error (exit 2), not a traceback."""
     import subprocess
     import sys
-    res = ROOT.parent / "h200_reserved" / "measurements.json"
+    res = ROOT.parent / "h200_reserved_remeasured" / "measurements.json"
     one = validate(ROOT, res, reserved="one-step")
     timed = validate(ROOT, res)
     assert len(one) == len(timed) == 5  # the committed set's runs of that file
@@ -128,7 +128,7 @@ def test_the_capped_runs_that_ran_out_of_memory_did_so_by_tens_of_mib():
     """Issue 28's two capped-fit misses (the default allocator under 22 GiB: the 3.4B
     Llama's plan of session 24, the 1.1B's batch-4 plan of 18 offloaded blocks), measured
     again with the allocator's history from the process's start
-    (traces/h200_issue28/session25/call3-h100, on an H100: the same failures, to the MiB of
+    (traces/h200_reserved_heldout/remeasure_queue/capped_oom_h100, on an H100: the same failures, to the MiB of
     their error messages): each failing request needed a new segment that would have
     ended 18 and 22 MiB over the cap, where the engine fits the plan with 45 MiB to spare
     (0.2% of the cap): the miss is the reserved model's, by 0.3% of the cap."""
@@ -139,14 +139,14 @@ def test_the_capped_runs_that_ran_out_of_memory_did_so_by_tens_of_mib():
 
     from .conftest import experiment
     root = Path(__file__).resolve().parents[1]
-    mod = experiment("h200_issue28/oom_state.py")
-    d = root / "traces/h200_issue28/session25/call3-h100"
+    mod = experiment("repeat_and_reserved/oom_state.py")
+    d = root / "traces/h200_reserved_heldout/remeasure_queue/capped_oom_h100"
     gib = 2**30
     three = mod.state(str(d / "plan24-3b-22g-default-full.pickle.gz"), 22 * gib)
     one = mod.state(str(d / "llama1b-b4-k18-22g-default-full.pickle.gz"), 22 * gib)
     assert (three["request_mib"], one["request_mib"]) == (125.0, 1000.0)  # the logits
     assert 0 < three["over_cap_mib"] < 32 and 0 < one["over_cap_mib"] < 32
-    trace = load_trace(root / "traces/h200_offload/llama-3b_b1_s1024.yaml.gz")
+    trace = load_trace(root / "traces/h200_optimizer_offload/llama-3b_b1_s1024.yaml.gz")
     r = run_trace(trace, resolve_gpu("h200"), "vdnn_blocks", {"params": 3, "recompute": 7},
                   22 * gib, record=False, optimizer_offload=True)
     assert r.fits and 0 < 22 * gib - r.peak_footprint_bytes < 64 << 20
@@ -168,13 +168,13 @@ def test_a_fit_at_the_edge_of_its_cap_says_so():
 
     root = Path(__file__).resolve().parents[1]
     df = pd.concat([validate([root / d], root / d / "measurements.json")
-                    for d in ("traces/h200", "traces/h200_heldout")])
+                    for d in ("traces/h200_torchvision", "traces/h200_torchvision_heldout")])
     capped = df[df.cap_gib.notna() & df.predicted_fits]
     edge = capped[(capped.cap_gib - capped.predicted_reserved_gib) / capped.cap_gib < 0.005]
     assert len(edge) == 9 and edge.measured_fits.all()
     gpu, gib = resolve_gpu("h200"), 2**30
-    three = load_trace(root / "traces/h200_offload/llama-3b_b1_s1024.yaml.gz")
-    one = {b: load_trace(root / f"traces/h200_llama24/session9a/llama-1b-b{b}-s2048-bf16.yaml.gz")
+    three = load_trace(root / "traces/h200_optimizer_offload/llama-3b_b1_s1024.yaml.gz")
+    one = {b: load_trace(root / f"traces/h200_llama_22gib/profiles_plans/llama-1b-b{b}-s2048-bf16.yaml.gz")
            for b in (2, 4)}
     runs = {  # measured under 22 GiB, default allocator: trained?
         "3.4B plan24": (three, {"params": 3, "recompute": 7}, True, False),

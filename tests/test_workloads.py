@@ -171,7 +171,7 @@ def test_measure_rejects_bad_arguments_in_one_line(argv, frag):
 
 
 def _records(name):
-    return [json.loads(x) for x in (ROOT / "traces/h200_hf" / name).read_text().splitlines()]
+    return [json.loads(x) for x in (ROOT / "traces/h200_transformers" / name).read_text().splitlines()]
 
 
 def test_the_committed_h200_transformer_runs_are_the_set_the_readme_names():

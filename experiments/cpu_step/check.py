@@ -2,7 +2,7 @@
 vdnnsim's prediction from the host's sweep alone (NOTE [cpu step model]). Written before
 the second call's runs (the ``-t8`` ones: torch on 8 of the host's 16 threads) were made.
 
-    .venv/bin/python experiments/cpu_step/check.py [DATA]     (DATA: traces/cpu_step/h100_s32)
+    .venv/bin/python experiments/cpu_step/check.py [DATA]     (DATA: traces/h100_cpu_step/host_sweep)
 
 The host fields come from DATA/cpu_sweep.json (``vdnnsim calibrate --cpu-step``) through
 vdnnsim.costs.cpustep.fit, ``cpu_step_copy_share`` from DATA/contention*.json (the median
@@ -33,7 +33,7 @@ THREADS = {"t8": 8}
 
 
 def main() -> None:
-    data = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/cpu_step/h100_s32")
+    data = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/h100_cpu_step/host_sweep")
     sweep = json.loads((data / "cpu_sweep.json").read_text())
     fields, _ = fit(sweep)
     bw = {b["threads"]: b["bytes_per_s"] for b in sweep["bandwidth"]}

@@ -1,8 +1,8 @@
 """Issue 31, session 32: the notebook's 7B question run on the lent H100 machine (calls 3-5
-of traces/cpu_step/h100_s32), against what the engine predicts (make_7b.py printed the
+of traces/h100_cpu_step/host_sweep), against what the engine predicts (make_7b.py printed the
 same predictions before each ran: predicted_7b.txt).
 
-    .venv/bin/python experiments/cpu_step/check_7b.py [DATA]    (DATA: traces/cpu_step/h100_s32)
+    .venv/bin/python experiments/cpu_step/check_7b.py [DATA]    (DATA: traces/h100_cpu_step/host_sweep)
 
 Each 7b-* line of DATA/runs.jsonl is one fresh process (vdnnsim measure without --repeat,
 after a discarded warm-up process in the same call); the lines of one run are made one by
@@ -32,7 +32,7 @@ PLANS = {"7b-plan-22g": "plan-7b-22g-expandable.yaml",
 
 
 def main() -> None:
-    data = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/cpu_step/h100_s32")
+    data = Path(sys.argv[1] if len(sys.argv) > 1 else "traces/h100_cpu_step/host_sweep")
     runs: dict[str, list[dict]] = {}
     for line in (data / "runs.jsonl").read_text().splitlines():
         r = json.loads(line)

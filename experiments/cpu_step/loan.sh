@@ -4,8 +4,8 @@
 # the CPU, to hold the model fitted from the sweep alone against them:
 #   DEADLINE=EPOCH bash experiments/cpu_step/loan.sh OUT STEP...
 # STEP: host (lscpu, free), sweep (vdnnsim calibrate --cpu-step), h200proto (the CPU step's
-# microbenchmark as traces/h200_offload/cpu_steps.json ran it, on torch's default threads),
-# contention (experiments/h200_offload/cpu_contention.py in three fresh processes, NOTE
+# microbenchmark as traces/h200_optimizer_offload/cpu_steps.json ran it, on torch's default threads),
+# contention (experiments/offload_runs/cpu_contention.py in three fresh processes, NOTE
 # [copy contention]), warmup (a discarded process), or a run NAME below (vdnnsim measure --repeat 3, record in OUT/runs.jsonl).
 # No step starts after DEADLINE, a run still going at END is stopped; OUT is packed into
 # OUT/out.tgz after each step.
@@ -36,9 +36,9 @@ declare -A RUN=(
   # copies registered in one buffer (NOTE [optimizer pinning]): one process each, the step
   # named again for each fresh process (the records aggregated afterwards)
   [7b-offload]="$L7 --optimizer-offload --optimizer-pinning registered"
-  [7b-plan-22g]="$L7 --plan $ROOT/traces/cpu_step/h100_s32/plan-7b-22g-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
+  [7b-plan-22g]="$L7 --plan $ROOT/traces/h100_cpu_step/host_sweep/plan-7b-22g-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
   # after it ran out of memory: the plan for the budget the planner's caution keeps
-  [7b-margin]="$L7 --plan $ROOT/traces/cpu_step/h100_s32/plan-7b-margin-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
+  [7b-margin]="$L7 --plan $ROOT/traces/h100_cpu_step/host_sweep/plan-7b-margin-expandable.yaml --memory-cap 22GiB --optimizer-pinning registered"
   [1b-offload-t8]="$L1 --optimizer-offload $R3"
   [3b-offload-t8]="$L3 --optimizer-offload $R3"
 )
@@ -59,7 +59,7 @@ import json, sys, torch
 from vdnnsim.gpu.runtime.cpu_optimizer import time_cpu_steps
 json.dump({'software': {'torch': torch.__version__}, 'records': time_cpu_steps('adamw', ('fp32', 'bf16'))}, open(sys.argv[1], 'w'))
 " "$WORK/cpu_steps.json" 2> "$WORK/h200proto.err"; rc=$? ;;
-    contention) rc=0; for i in 1 2 3; do python3 "$ROOT/experiments/h200_offload/cpu_contention.py" "$WORK/contention$i.json" 6 >> "$WORK/contention.txt" 2>&1 || rc=$?; done ;;
+    contention) rc=0; for i in 1 2 3; do python3 "$ROOT/experiments/offload_runs/cpu_contention.py" "$WORK/contention$i.json" 6 >> "$WORK/contention.txt" 2>&1 || rc=$?; done ;;
     warmup) python3 -m vdnnsim measure --model torchvision:resnet50 --batch 64 --json > "$WORK/warmup.json" 2>/dev/null; rc=$? ;;
     *)
       # shellcheck disable=SC2086

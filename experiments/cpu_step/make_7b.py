@@ -3,10 +3,10 @@ H100 machine, predicted on a CPU before it runs (run from the repository root:
 `.venv/bin/python experiments/cpu_step/make_7b.py`). Llama-2-7B's shape at 1 x 2048, bf16
 autocast, AdamW, traced on the meta device for the h100 preset (the op model by the spec
 rule, NOTE [op spec rule]; the h100 preset's host: its CPU step from
-traces/cpu_step/h100_s32, NOTE [cpu step model]). The optimizer's host copies registered in
+traces/h100_cpu_step/host_sweep, NOTE [cpu step model]). The optimizer's host copies registered in
 one buffer (NOTE [optimizer pinning]): PyTorch's pinned allocator would take 116.2 GiB of
 the machine's 125, this 100.4. Writes the 24 GB card's block plan (planned under 22 GiB
-with expandable segments, as the notebook's answer) to traces/cpu_step/h100_s32/ and prints
+with expandable segments, as the notebook's answer) to traces/h100_cpu_step/host_sweep/ and prints
 what the engine predicts for each run of experiments/cpu_step/loan.sh's 7b-* steps."""
 
 import subprocess
@@ -20,7 +20,7 @@ from vdnnsim.trace import load_trace
 
 GiB = 2**30
 EXPANDABLE = {"expandable_segments": True}
-PLAN = "traces/cpu_step/h100_s32/plan-7b-22g-expandable.yaml"
+PLAN = "traces/h100_cpu_step/host_sweep/plan-7b-22g-expandable.yaml"
 g = resolve_gpu("h100")
 with tempfile.TemporaryDirectory() as tmp:
     subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", "hf:llama-7b", "-b",
@@ -60,7 +60,7 @@ for pinning in ("caching", "registered"):
 # budget unallocated), run under the same 22 GiB cap.
 from vdnnsim.planners.greedy import CAUTION_SHARE  # noqa: E402
 
-MARGIN = "traces/cpu_step/h100_s32/plan-7b-margin-expandable.yaml"
+MARGIN = "traces/h100_cpu_step/host_sweep/plan-7b-margin-expandable.yaml"
 budget = int(cap * (1 - CAUTION_SHARE))
 q = plan_blocks(t, g, budget, None, EXPANDABLE)
 write_plan_file(MARGIN, block_plan_to_dict(t, g, budget, q, EXPANDABLE))

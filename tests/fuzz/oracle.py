@@ -873,10 +873,7 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
             data = _load(cfg_path)
             cfg_dir = os.path.dirname(cfg_path)
             if args.chrome_trace and os.path.isfile(os.path.join(folder, args.chrome_trace)):
-                try:
-                    json.loads(Path(folder, args.chrome_trace).read_text())
-                except ValueError as exc:
-                    f.append(Finding("output", "chrome trace is not JSON", str(exc)))
+                f += chrome_problems(Path(folder, args.chrome_trace))
             if not args.json:
                 if not o.stdout.strip():
                     f.append(Finding("output", "run printed no table"))
@@ -904,6 +901,8 @@ def check_command(case: Case, args: Any, o: Outcome, folder: str) -> list[Findin
                 for problem in check_record(r, e):
                     f.append(Finding("wrong", f"wrong: {_template(problem)}",
                                      f"{r.get('policy')}: {problem}"))
+            f += [Finding("wrong", f"wrong: {title}", detail)
+                  for title, detail in dyn_problems(records)]
             if case.index % DIFFERENTIAL_EVERY == 0:
                 f += differential(folder, args.config, records)
         elif cmd == "sweep":
@@ -986,6 +985,61 @@ COMPARED = ("network", "batch_size", "dtype", "gpu", "policy", "fits", "capacity
             "peak_memory_bytes", "peak_footprint_bytes", "avg_memory_bytes", "weight_bytes",
             "iteration_time_s", "oracle_time_s", "offloaded_bytes", "prefetched_bytes",
             "stall_time_s", "oom_tensor", "notes")
+
+
+def chrome_problems(path: Path) -> list[Finding]:
+    """A --chrome-trace file: strict JSON (no NaN), a list of events (or an object holding
+    one as ``traceEvents``), each with a phase ``ph`` and finite, non-negative ``ts`` and
+    ``dur`` where it has them."""
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"non-finite number {name}")
+    try:
+        data = json.loads(path.read_text(), parse_constant=no_constant)
+    except ValueError as exc:
+        return [Finding("output", "chrome trace is not JSON", str(exc))]
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        return [Finding("output", "chrome trace holds no list of events")]
+    for e in events:
+        if not isinstance(e, dict) or "ph" not in e:
+            return [Finding("output", "chrome trace event without a phase", str(e)[:80])]
+        for k in ("ts", "dur"):
+            v = e.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                return [Finding("output", f"chrome trace event with a bad {k}", repr(v))]
+    return []
+
+
+def dyn_problems(records: list[Any]) -> list[tuple[str, str]]:
+    """docs/policies.md, vdnn_dyn, held against the other policies of the same run: it fits
+    exactly when vdnn_all_m fits; when it fits, step 2 takes the first of no offload
+    (eager), vdnn_conv_p and vdnn_all_p that fits, with that policy's numbers."""
+    by = {r.get("policy"): r for r in records if isinstance(r, dict)}
+    dyn, allm = by.get("vdnn_dyn"), by.get("vdnn_all_m")
+    if not dyn or not allm:
+        return []
+    if dyn.get("fits") != allm.get("fits"):
+        return [("vdnn_dyn and vdnn_all_m disagree on fitting",
+                 f"vdnn_dyn fits={dyn.get('fits')}, vdnn_all_m fits={allm.get('fits')} "
+                 f"({dyn.get('notes')!r})")]
+    if not allm.get("fits"):
+        return []
+    for cand, what in (("eager", "offload none"), ("vdnn_conv_p", "offload conv"),
+                       ("vdnn_all_p", "offload all")):
+        c = by.get(cand)
+        if c is None:
+            return []
+        if c.get("fits"):
+            want = f"step 2: fastest algorithms, {what}"
+            if dyn.get("notes") != want:
+                return [("vdnn_dyn skips the first step-2 plan that fits",
+                         f"{cand} fits, so vdnn_dyn should say {want!r}, not {dyn.get('notes')!r}")]
+            if (c.get("iteration_time_s"), c.get("peak_memory_bytes")) != (
+                    dyn.get("iteration_time_s"), dyn.get("peak_memory_bytes")):
+                return [("vdnn_dyn's step-2 numbers differ from the plan it took",
+                         f"vdnn_dyn took {what}, its numbers differ from {cand}'s")]
+            return []
+    return []
 
 
 def differential(folder: str, config: str, records: list[dict[str, Any]]) -> list[Finding]:

@@ -43,8 +43,8 @@ def figure_cell_records(cells) -> dict:
 def validation_summary() -> dict:
     from vdnnsim.measured.validate import summarize, validate
 
-    h200 = ROOT / "traces" / "h200"
-    held = ROOT / "traces" / "h200_heldout"
+    h200 = ROOT / "traces" / "h200_torchvision"
+    held = ROOT / "traces" / "h200_torchvision_heldout"
     return {**summarize(validate(h200, h200 / "measurements.json")),
             "heldout": summarize(validate(held, held / "measurements.json"))}
 

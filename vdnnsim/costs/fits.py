@@ -3,18 +3,18 @@ The fits that make constants the package ships, run on measurements committed un
 repository's ``traces/`` (each data set's README.md says how it was made):
 
 - ``host``: the h200 preset's host costs (``layer_*``,
-  ``view_*``, ``step_*``, ``runtime_*``), from traces/h200_calib/ (hostcal.json,
+  ``view_*``, ``step_*``, ``runtime_*``), from traces/h200_host_calibration/ (hostcal.json,
   hostcal2.json, measured.json, profiles/). Needs torchvision, for the calibration models'
   parameter tensors (built on the meta device).
 - ``segments``: its ``segment_malloc_*``/``segment_free_*``, from
-  traces/h200_alloc/ (numpy only).
+  traces/h200_allocator_costs/ (numpy only).
 - ``kernels``: its ``launch_queue`` and ``layer_kernels_fwd``/``_bwd``, from
-  traces/h200_calib/kernels.json (standard library only).
+  traces/h200_host_calibration/kernels.json (standard library only).
 - ``cpu_step``: its ``cpu_step_*``, from
-  traces/h200_offload/cpu_steps.json, and ``cpu_step_copy_share`` from
-  traces/h200_offload/session24/call2/contention*.json (numpy only).
+  traces/h200_optimizer_offload/cpu_steps.json, and ``cpu_step_copy_share`` from
+  traces/h200_optimizer_offload/plans_3b/planned_and_contention/contention*.json (numpy only).
 - ``cpu_sweep``: the h100 preset's CPU step and its roofline, from
-  traces/cpu_step/h100_s32/cpu_sweep.json (``vdnnsim calibrate --cpu-step`` on the lent
+  traces/h100_cpu_step/host_sweep/cpu_sweep.json (``vdnnsim calibrate --cpu-step`` on the lent
   H100 machine's host), and its ``cpu_step_copy_share`` from contention*.json there
   (numpy only).
 - ``published``: the K40's and Titan X's scales
@@ -78,7 +78,7 @@ def segment_costs(traces: Path | None = None) -> tuple[dict[str, int], Lines]:
     alloc_costs2.json (bench/alloc_costs.py in two processes): ns, and ns per GiB."""
     import numpy as np
 
-    here = _folder(traces, "h200_alloc")
+    here = _folder(traces, "h200_allocator_costs")
     x, m, f = [], [], []
     for n in (1, 2):
         for s in _read_json(here / f"alloc_costs{n}.json")["sizes"]:
@@ -115,8 +115,8 @@ def _param_tensors(name: str) -> int:
 
 def host_costs(traces: Path | None = None,
                param_tensors: Callable[[str], int] | None = None) -> tuple[dict[str, int], Lines]:
-    """The h200 preset's host costs, fitted on the calibration runs of traces/h200_calib/,
-    all made on the H200 with models kept apart from traces/h200 and traces/h200_heldout:
+    """The h200 preset's host costs, fitted on the calibration runs of traces/h200_host_calibration/,
+    all made on the H200 with models kept apart from traces/h200_torchvision and traces/h200_torchvision_heldout:
 
     1. Eager PyTorch, per layer and pass (used only by traces synthesized on the meta
        device): the host's time to issue a pass over the layer count, pooled over the runs
@@ -139,12 +139,12 @@ def host_costs(traces: Path | None = None,
 
     The per-pass harness measures the runtime dearer than measure's harness does on the
     same models (resnet101 (16) vdnn_all: 99 ms against 73 ms of extra host time,
-    traces/h200_calib/README.md); step 2 takes measure's, the harness the validation
+    traces/h200_host_calibration/README.md); step 2 takes measure's, the harness the validation
     measurements come from."""
     import numpy as np
     import yaml
 
-    here = _folder(traces, "h200_calib")
+    here = _folder(traces, "h200_host_calibration")
     lines: Lines = []
     rows = [dict(r, round=k) for k, name in enumerate(("hostcal.json", "hostcal2.json"), 1)
             for r in _read_json(here / name)]
@@ -219,12 +219,12 @@ def host_costs(traces: Path | None = None,
 # -- kernels ---------------------------------------------------------------------------------
 
 def kernel_counts(traces: Path | None = None) -> tuple[dict[str, float], Lines]:
-    """From traces/h200_calib/kernels.json: ``launch_queue``, the median over the probe's
+    """From traces/h200_host_calibration/kernels.json: ``launch_queue``, the median over the probe's
     trials of how many kernels the host launched onto a busy stream before a launch
     blocked; ``layer_kernels_fwd``/``_bwd`` (for traces without counts: the meta device's),
     the mean commands per layer and pass over the calibration models only (the
     `calibration` group), never over a validation model."""
-    data = _read_json(_folder(traces, "h200_calib") / "kernels.json")
+    data = _read_json(_folder(traces, "h200_host_calibration") / "kernels.json")
     q = data["launch_queue"]
     depth = statistics.median(x for x in q["same_stream"] if x is not None)
     cal = [m for m in data["models"] if m["group"] == "calibration"]
@@ -325,14 +325,14 @@ def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
 
 def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     """The h200 preset's ``cpu_step_*``: the CPU optimizer's step as CPUOffloadOptimizer runs
-    it (one fused AdamW per tensor), from traces/h200_offload/cpu_steps.json
+    it (one fused AdamW per tensor), from traces/h200_optimizer_offload/cpu_steps.json
     (``time_cpu_steps``: ``tensors`` tensors of ``numel`` elements stepped one after
     another, the median of five steps). Least squares of ns = tensors x (cpu_step_ns +
     numel x per element), the fixed part from the fp32 records, the per-element slope of the
     16-bit records with that fixed part (numpy only)."""
     import numpy as np
 
-    recs = _read_json(_folder(traces, "h200_offload") / "cpu_steps.json")["records"]
+    recs = _read_json(_folder(traces, "h200_optimizer_offload") / "cpu_steps.json")["records"]
     lines: Lines = []
     by = {dt: [r for r in recs if r["dtype"] == dt] for dt in ("fp32", "bf16")}
     if not by["fp32"] or not by["bf16"]:
@@ -350,9 +350,9 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     lines.append("cpu_step bf16: fitted against measured per size: " + " ".join(
         f"{100 * (p - r['ns']) / r['ns']:+.0f}%" for p, r in zip(pred, b)))
     # the runtime's step with the parameters copied back after each
-    # tensor against without, per fresh process (session24/call2/contention*.json); the share
+    # tensor against without, per fresh process (plans_3b/planned_and_contention/contention*.json); the share
     # is the median process's slowdown (every step but the first runs beside a copy)
-    share, ratios = copy_share(_folder(traces, "h200_offload") / "session24" / "call2")
+    share, ratios = copy_share(_folder(traces, "h200_optimizer_offload") / "plans_3b" / "planned_and_contention")
     lines.append("cpu_step_copy_share: the step with copies back / without, per process: "
                  + " ".join(f"{r:.3f}" for r in ratios) + f"; median - 1 = {share:.4f}")
     return {"cpu_step_ns": round(float(coef[0])),
@@ -362,7 +362,7 @@ def cpu_step(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
 
 
 def copy_share(folder: Path) -> tuple[float, list[float]]:
-    """The share, from experiments/h200_offload/cpu_contention.py's
+    """The share, from experiments/offload_runs/cpu_contention.py's
     records in ``folder`` (contention*.json, one a fresh process): the median process's
     step with the copies back over without, less 1; and each process's ratio."""
     import numpy as np
@@ -376,10 +376,10 @@ def copy_share(folder: Path) -> tuple[float, list[float]]:
 
 def cpu_sweep(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
     """The h100 preset's CPU step: ``vdnnsim calibrate --cpu-step``'s
-    sweep on the lent H100 machine's host, traces/cpu_step/h100_s32/cpu_sweep.json, fitted
+    sweep on the lent H100 machine's host, traces/h100_cpu_step/host_sweep/cpu_sweep.json, fitted
     by vdnnsim.costs.cpustep.fit (numpy only)."""
     from .cpustep import fit, format_fit
-    data = _folder(traces, "cpu_step") / "h100_s32"
+    data = _folder(traces, "h100_cpu_step") / "host_sweep"
     fields, rows = fit(_read_json(data / "cpu_sweep.json"))
     lines = format_fit(fields, rows).split("\n")[:len(rows) + 2]
     # as cpu_step's share, from the same experiment on this host

@@ -24,7 +24,7 @@ So the first step leaves a cache unlike one step's from an emptied cache: each t
 convolution empties the cache in the middle of the step, and the segments made after it
 are cut to that moment's requests; the next steps allocate around what survived. The trial
 workspace itself leaves nothing: its segment is free when the cache is emptied (in the
-allocator's histories of twelve traces/h200 runs, ``traces/h200_issue28/session13/snap``,
+allocator's histories of twelve traces/h200_torchvision runs, ``traces/h200_reserved_heldout/set_a/snap``,
 every release in the first step gives back exactly the fully free segments, the trial's
 among them, and no trial segment is reserved at the timed peak). The replay therefore
 models step 2, the empty_cache, and not the trial's size, which the traces do not have
@@ -46,14 +46,14 @@ HALF = ("fp16", "autocast-fp16")  # the precisions whose depthwise convs may go 
 # workspaces]), which the replayed step needs: each of a tuned conv's backward calls
 # empties the cache before allocating its own workspace, and from the emptied cache each
 # needs a segment of its own. With the cuBLAS workspaces made where the first step makes
-# them (NOTE [cublas workspaces]), traces/h200_bwdws's VGG-16 and ResNet-50 at 64 replay
+# them (NOTE [cublas workspaces]), traces/h200_backward_workspaces's VGG-16 and ResNet-50 at 64 replay
 # their timed reserved peaks at 3.2% / 21.3% (median / max, 6 runs; 7.0% / 22.2% with one
-# step), 0.8% / 6.7% against the fresh-process medians of traces/h200_repeat (4.4% /
+# step), 0.8% / 6.7% against the fresh-process medians of traces/h200_fresh_processes (4.4% /
 # 14.4%), VGG-16's baseline in the GPU's segments but for 68 MiB (10.72 GiB against 10.66;
 # 9.12 without the first step). A trace with only the largest backward workspace per conv
 # (``bwd_workspaces`` empty: every trace profiled before them) is replayed without: its
 # replayed second step lacks the other call's segments and follows the real one less well
-# than one step does (traces/h200: peak reserved 3.8% / 23.5% without, 4.4% / 19.7% with;
+# than one step does (traces/h200_torchvision: peak reserved 3.8% / 23.5% without, 4.4% / 19.7% with;
 # held-out 4.6% / 28.2% against 6.3% / 26.0%). True or False: every trace or none
 # (experiments: snap_reserved.py, autotune_check.py, reserved_segments.py).
 REPLAY: bool | None = None

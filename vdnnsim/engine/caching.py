@@ -28,7 +28,7 @@ release (``remade``), and their bytes; the engine charges the host ``segment_fre
 ``segment_malloc_ns_per_gib`` for each GiB (NOTE [host costs]: per preset, a line through
 bench/alloc_costs.py's medians) and makes it wait for every stream before a release. On the H200 at a
 12 GiB cap, a planned cspresnet50 step retried four times and called cudaMalloc and
-cudaFree about 110 times each (traces/h200_timm/session11/plan256: 559 ms where the same
+cudaFree about 110 times each (traces/h200_timm_heldout/measured_planned/plan256: 559 ms where the same
 plan without the cap took 457).
 
 NOTE [stream pools]

@@ -151,7 +151,7 @@ def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
     segment made for something else, which they then hold for good: under cuDNN's
     autotuner (NOTE [cudnn benchmark]) every empty_cache of the first step keeps that
     segment, and the next step allocates around it. In the allocator histories of the
-    eight default-allocator runs of ``traces/h200_issue28/session13/snap`` (VGG-16,
+    eight default-allocator runs of ``traces/h200_reserved_heldout/set_a/snap`` (VGG-16,
     ResNet-50, DenseNet-121, MobileNetV2) the only blocks of the first step that are never
     freed are these three, 32 MiB and 1 MiB at the forward's first Linear and 32 MiB at
     the backward's; VGG-16 (64) puts the two 32 MiB blocks into a 206 MiB segment made for
@@ -192,11 +192,11 @@ def steady_state(trace: Trace, sem: "Semantics") -> int:
     left reserved). So such a run replays one warm-up iteration on the same caching
     allocator (its state made at its step, its gradients freed by ``zero_grad`` after it)
     and reports the next, whose books start as the reset starts them (``next_iteration``).
-    On traces/h200_hf's 46 AdamW runs (calibration) the reserved error falls from 3.1% /
+    On traces/h200_transformers's 46 AdamW runs (calibration) the reserved error falls from 3.1% /
     10.3% (median / max) to 0.6% / 9.2%. A run whose warm-up does not fit is reported as
     that iteration. Runs without optimizer state (SGD) replay one iteration, as before:
     their measured reserved peak over the timed steps and one step's from an emptied cache
-    agree (baselines of traces/h200 within 2%), and the engine's second iteration of a
+    agree (baselines of traces/h200_torchvision within 2%), and the engine's second iteration of a
     vDNN run reserves 15-38% more than its first, which the measurements do not show (an
     unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
     Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: by default for a trace

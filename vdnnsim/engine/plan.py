@@ -97,7 +97,7 @@ def _liveness(trace: Trace) -> Liveness:
     # the forward pass (the measured and profiled steps run the model and its loss under
     # autocast, the backward pass outside it). So nothing frees such a cast earlier: not
     # torch.utils.checkpoint (a checkpointed block's casts are all live at the forward's
-    # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_offload/session24),
+    # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_optimizer_offload/plans_3b),
     # and no offload (the copy would free nothing). In a trace a cast of a weight is an op
     # ``_to_copy`` that reads no traced tensor (its source is a parameter, NOTE [op probe])
     # and whose output needs a gradient; a frozen weight's cast is not cached. (Not

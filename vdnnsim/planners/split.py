@@ -14,7 +14,7 @@ graph):
 - each layer of the segment becomes ``parts`` layers ``{layer}_part{p}``, every tensor of
   it ``1/parts`` of its size, its times and workspaces ``1/parts`` of the whole batch's
   (the H200 traces at batch 128 and 256 agree with that to within 2% for VGG-16's first
-  block: traces/h200/vgg16_b{128,256}.yaml), its host times and kernel counts unchanged
+  block: traces/h200_torchvision/vgg16_b{128,256}.yaml), its host times and kernel counts unchanged
   (each slice issues the same commands). Its weights are counted once, on the last part:
   autograd runs that part's backward pass first (its nodes are the newest), so it creates
   the weight gradient and the earlier parts add into it;

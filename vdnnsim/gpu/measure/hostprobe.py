@@ -3,7 +3,7 @@
 NOTE [host probe]
 The lent machines' hosts are not equally fast: on 2026-12-04 two loans a quarter of an
 hour apart issued the same host-bound steps 1.15x and 1.76x as slowly as the committed
-records (traces/h200_bwdws/README.md, session 18), and three fresh processes on one machine
+records (traces/h200_backward_workspaces/README.md, session 18), and three fresh processes on one machine
 cannot see that. So `vdnnsim measure` records, and `vdnnsim profile` writes into the
 trace's source, ``host_probe_ns``: the median over PROBE_TRIALS of the host's time per
 launch of PROBE_OPS back-to-back ``x.add_(1)`` on a one-element tensor of the device (each
@@ -14,7 +14,7 @@ HOST_PROBE_TOLERANCE (vdnnsim/measured/validate.py): a host-bound run's time the
 hosts. The simulator does not scale its host costs by it (a replay's vDNN reserved peak
 moves with the host's speed too, docs/validation.md).
 
-Measured on 2026-12-05 (traces/h200_issue28/session20/, docs/validation.md, "How fast the
+Measured on 2026-12-05 (traces/h200_reserved_heldout/host_speed/, docs/validation.md, "How fast the
 host is"): a lent machine's host changes speed from one process to the next by up to 1.9x
 within minutes (KVM guests; the same host-bound step 21-41 ms in eleven processes, each
 steady within itself), and the probe taken once before the model hardly follows it
@@ -32,7 +32,7 @@ after its repetitions, none between them: the host model's calibration is a draw
 host's speed too); `vdnnsim validate` compares a trace's and a record's where both
 exist, else the probes before the model (and says which). No cost is scaled by a probe
 unless asked: `vdnnsim validate --scale-host` (NOTE [host speed] in api.py). Tried in
-session 26 on two lent H100 machines (traces/h200_issue28/session26, the test
+session 26 on two lent H100 machines (traces/h200_reserved_heldout/host_tests_h100, the test
 written down in session 20): replaying a host-bound trace with its host costs times the
 ratio of a measuring process's probe to the trace's took the median error over 120
 trace-process pairs from 8.4% to 6.9% (max 46.6% to 40.5%), but not on one loan alone. Whether the probe between two timed

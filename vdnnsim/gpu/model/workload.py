@@ -205,7 +205,7 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
 # (NOTE [measurement]; the last reads the allocator at the marks), the profilers' plain,
 # profiled and memory steps (NOTE [module timing]), the per-layer profiler's timed steps
 # (NOTE [layer timing]), the kernel counter's (NOTE [kernel counts]) and the experiments'
-# GPU scripts (experiments/h200: collect.py's host calibration and cuBLAS check,
+# GPU scripts (experiments/validation: collect.py's host calibration and cuBLAS check,
 # diagnose.py, hostbound.py). What they add goes through the step's options, not a copy
 # of it:
 # - ``mark(point, loss)``: called at the start, then after each phase, at POINTS ("start",

@@ -12,7 +12,7 @@ so only those whose GPU activity ran on the compute stream count (the stream of 
 step's first kernel, memset or copy; ``off_stream``): a library that forks work onto
 streams of its own fills their queues, not the compute stream's. cuDNN's FFT engine does:
 ConvNeXt-T's depthwise backward at batch 128 on the H200 launched 1,060 commands, 4 on the
-compute stream and 1,056 on eight streams of cuDNN's (traces/h200_issue28/session27), and
+compute stream and 1,056 on eight streams of cuDNN's (traces/h200_reserved_heldout/launch_queue), and
 counted whole they held the replayed host back (594 ms to issue a vDNN_all step the H200's
 host issued in 198; NOTE [host issue]). Event records and stream waits take no slot in the queue
 (measured there too) and are not counted.

@@ -319,7 +319,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     cuda = torch.device(device).type == "cuda"
     # the step vdnnsim measure runs (NOTE [measurement]): cuDNN autotuned. Without it the
     # profile timed cuDNN's heuristic algorithms, slower than measure's on every timm CNN
-    # of traces/h200_timm (session10: the profiles' own plain steps 0-12% over the
+    # of traces/h200_timm_heldout (session10: the profiles' own plain steps 0-12% over the
     # measurements), which its check, against the same process's plain steps, cannot see
     torch.backends.cudnn.benchmark = True
     probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built

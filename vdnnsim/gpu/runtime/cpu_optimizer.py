@@ -248,7 +248,7 @@ def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
 # streams, 3.8 GB fp32 at each size) is many times any host's last-level cache, as a
 # model's step over all its tensors is. (Session 32's first sweep stepped two tensors of
 # 16M elements, 0.9 GB, again and again: on a host with a 300 MiB cache its slope came out
-# 22% under the 64M tensor's, traces/cpu_step/h100_s32/first_sweep.)
+# 22% under the 64M tensor's, traces/h100_cpu_step/host_sweep/first_sweep.)
 CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))
 BANDWIDTH_ELEMENTS = 1 << 26  # two fp32 tensors of 256 MiB: past any host's last cache
 

@@ -1,0 +1,59 @@
+"""NOTE [block mix]: where offloading the first blocks and checkpointing the ones after
+them beats both pure block plans, predicted (no GPU run yet): three models the op probe
+traces on the meta device and the H200's op model times, each under a budget below its
+step's peak. For each: the step without a cap, the fewest offloaded blocks that fit and their step, the fewest
+checkpointed, and the plan ``vdnnsim plan`` chooses (offloaded / checkpointed after them).
+
+    .venv/bin/python experiments/beyond_vdnn/block_mix.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+
+from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.planners.greedy import plan_blocks
+from vdnnsim.trace import load_trace
+
+GiB = 2**30
+CASES = (  # name, vdnnsim trace's arguments, budget as a share of the step's peak
+    ("VGG-16 (32), fp32", ["--model", "torchvision.models:vgg16", "--input",
+                           "image:3,224,224", "-b", "32", "--dtype", "fp32"], 0.8),
+    ("ResNet-50 (256), fp32", ["--model", "torchvision.models:resnet50", "--input",
+                               "image:3,224,224", "-b", "256", "--dtype", "fp32"], 0.5),
+    ("Llama 1B (4 x 2048), bf16", ["--model", "hf:llama-1b", "-b", "4", "--seq-len", "2048",
+                                   "--dtype", "autocast-bf16", "--optimizer", "adamw"], 0.6),
+)
+
+
+def fewest(tried):
+    ok = [(k, ns) for k, fits, _, ns in tried if fits]
+    return f"{ok[0][0]:2d} at {ok[0][1] / 1e6:6.1f} ms" if ok else "does not fit"
+
+
+def main() -> int:
+    gpu = resolve_gpu("h200")
+    print(f"{'H200, op model':26s} {'step':>8s} {'budget':>9s}  {'offloaded alone':15s}  "
+          f"{'checkpointed alone':18s}  plan (offloaded / checkpointed)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args, share in CASES:
+            path = f"{tmp}/t.json"
+            subprocess.run([sys.executable, "-m", "vdnnsim", "trace", *args, "--gpu", "h200",
+                            "-o", path], check=True, capture_output=True)
+            trace = load_trace(path)
+            eager = run_trace(trace, gpu, "eager", record=False)
+            peak = eager.peak_memory_bytes
+            p = plan_blocks(trace, gpu, int(share * peak))
+            pure = [ns for _, ok, _, ns in p.tried + p.tried_recompute if ok]
+            gain = f", {min(pure) / p.iteration_time_ns:.2f}x faster" if pure and \
+                p.blocks and p.recompute else ""
+            print(f"{name:26s} {eager.iteration_time_ns / 1e6:5.1f} ms {share * peak / GiB:5.2f} GiB  {fewest(p.tried):15s}  "
+                  f"{fewest(p.tried_recompute):18s}  {p.blocks} / {p.recompute} at "
+                  f"{p.iteration_time_ns / 1e6:.1f} ms{gain}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -47,7 +47,8 @@ from typing import Any
 
 import torch
 
-from ..probe.aten import OUTSIDE, probe_ops
+from ..probe.aten import probe_ops
+from ..probe.blocks import OUTSIDE
 from ..measure.hostprobe import StepProbe, host_probe_ns
 from .layers import _Clock, assemble, resident_bytes, software
 from ..model.workload import DTYPES, PRECISIONS, build_workload, training_step

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ...planners.planfile import BlockPlanFile
-from ..probe.aten import block_output, find_blocks
+from ..probe.blocks import block_output, find_blocks
 
 
 def _weight_cast(t: torch.Tensor) -> bool:

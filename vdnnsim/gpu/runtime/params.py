@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from ...planners.planfile import BlockPlanFile
-from ..probe.aten import block_output, find_blocks
+from ..probe.blocks import block_output, find_blocks
 from .cpu_optimizer import CPUOffloadOptimizer
 
 

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..profile.layers import DTYPES, software
+from ..model.workload import DTYPES
+from ..profile.assemble import software
 
 FORMAT = "vdnnsim-calibration"
 VERSION = 1

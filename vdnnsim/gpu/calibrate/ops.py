@@ -61,7 +61,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .kernels import _Clock, _weights
 from ..probe.opfeatures import op_features
-from ..profile.layers import DTYPES, software
+from ..model.workload import DTYPES
+from ..profile.assemble import software
 
 FORMAT = "vdnnsim-op-calibration"
 VERSION = 1

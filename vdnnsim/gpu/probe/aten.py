@@ -350,7 +350,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     the meta device: every op a layer, its memory as PyTorch's on CUDA would be, its times
     0 (a memory trace). ``precision``: fp32, bf16/fp16 (pure) or autocast-bf16/fp16."""
     from ...errors import ConfigError
-    from ..profile.layers import assemble
+    from ..profile.assemble import assemble
     from ..model.workload import DTYPES, PRECISIONS, autocast_dtype, build_workload
 
     if precision not in PRECISIONS:
@@ -376,7 +376,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     else:  # NOTE [op model]
         from ...costs.ops import MODEL, SPEC_MODEL
         from .op_times import pooled_note, time_probe
-        from ..profile.layers import software
+        from ..profile.assemble import software
         params = [q for q in work.model.parameters() if q.requires_grad]
         variant = "autocast" if precision.startswith("autocast") else dtype
         ot = time_probe(p, om, sum(q.numel() * q.element_size() for q in params), len(params),

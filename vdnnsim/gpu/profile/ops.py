@@ -50,7 +50,9 @@ import torch
 from ..probe.aten import probe_ops
 from ..probe.blocks import OUTSIDE
 from ..measure.hostprobe import StepProbe, host_probe_ns
-from .layers import _Clock, assemble, resident_bytes, software
+from .assemble import assemble, software
+from .layers import resident_bytes
+from .timing import _Clock
 from ..model.workload import DTYPES, PRECISIONS, build_workload, training_step
 
 MATMUL_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

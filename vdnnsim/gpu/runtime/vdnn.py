@@ -51,7 +51,7 @@ from ...policies.plan import find_prefetch_schedule, liveness, offload_sets
 from ...planners.split import chunk_name, part_name
 from ...trace import trace_from_dict
 from ..probe.fx import fetch_attr, probe, trace_module
-from ..profile.layers import _rename, assemble
+from ..profile.assemble import _rename, assemble
 
 
 def _sid(t: torch.Tensor) -> int:

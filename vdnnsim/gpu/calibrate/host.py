@@ -41,7 +41,7 @@ def _sync(dev: torch.device) -> None:
 
 
 def _link(kind: str, i: int, mods: dict[str, nn.Module]) -> Callable[[torch.Tensor], Any]:
-    """One link of a host chain (NOTE [op calibration]): ``kind``'s op on ``t``, its layer
+    """One link of a host chain: ``kind``'s op on ``t``, its layer
     ``mods[kind]`` (a linear, layer norm, conv or batch norm module)."""
     if kind == "linear":
         return mods["linear"]
@@ -104,18 +104,18 @@ def _time_chain(chain: Callable[[], torch.Tensor], ctx: Callable[[], Any], dev: 
 
 def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None
                 ) -> list[dict[str, Any]]:
-    """The host's cost per op (NOTE [op calibration]): 64-op chains on small tensors, as
+    """The host's cost per op: 64-op chains on small tensors, as
     functions and as modules, forward (graph recorded) and backward; ``autocast``: fp32
     tensors and weights under torch.autocast to that dtype, as autocast training runs."""
     from ..measure.hostprobe import StepProbe
     n = 64
     recs = []
-    probe = StepProbe(dev)  # NOTE [host probe]: the host's speed beside each chain's reps
+    probe = StepProbe(dev)  # the host's speed beside each chain's reps
     ctx = _autocast(dev, autocast)
     for kind in HOST_CHAINS:
         for modules in (False, True):
             x0 = _chain_input(kind, dev, dt)
-            layers = _layers(dev, dt)  # one layer for all the links (NOTE [host mixes])
+            layers = _layers(dev, dt)  # one layer for all the links
             links = [_link(kind, i, layers) for i in range(n)]
 
             class One(nn.Module):
@@ -144,14 +144,14 @@ def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None
     return recs
 
 
-# NOTE [host mixes]: the kinds of links a mixed chain of each family draws from
+# the kinds of links a mixed chain of each family draws from
 MIX_FAMILIES = {"transformer": ["linear", "pointwise", "layer_norm", "sdpa", "view", "cast"],
                 "cnn": ["conv", "batch_norm", "pointwise"]}
 
 
 def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None,
                sequences: int = 12, length: int = 192, seed: int = 0) -> list[dict[str, Any]]:
-    """NOTE [host mixes]: per family, ``sequences`` chains of ``length`` links of random
+    """Per family, ``sequences`` chains of ``length`` links of random
     kinds in random proportions, each link with its own layer, timed as the host chains
     are: the host's time of a real model's mix of ops beside the chains of one op. A
     record's ``counts`` are its links per kind, casts as dispatched (``_to_copy``: a cast

@@ -172,7 +172,7 @@ def cases(seed: int = 0, scale: float = 1.0) -> list[dict[str, Any]]:
 
 class _Clock:
     """GPU time of back-to-back calls: a sleep kernel holds the stream while the host
-    queues them (NOTE [calibration])."""
+    queues them."""
 
     def __init__(self, dev: torch.device):
         self.dev = dev

@@ -63,7 +63,7 @@ CLASSES = ("all", "transformer", "cnn", "norms")
 # Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
 # and U-Net's first stage) and 112 x 128 (VGG's second), session 29, after VGG-16's
 # 64-channel 224 x 224 convolutions ran at 94 TFLOP/s against the 220 the model
-# extrapolated: grid 1 had 224 only for stems (NOTE [op calibration])
+# extrapolated: grid 1 had 224 only for stems
 _STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
              (7, [160, 320, 512, 960, 1280, 2048])]
@@ -118,7 +118,7 @@ def op_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]
 
 def cnn_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
               ) -> list[dict[str, Any]]:
-    """The CNN grid (NOTE [op calibration]): ``10 n_each`` dense and ``4 n_each`` depthwise
+    """The CNN grid: ``10 n_each`` dense and ``4 n_each`` depthwise
     convolutions in each memory format, each 4-D streaming op ``n_each`` times."""
     e = 4 if dtype == "fp32" else 2
     out: list[dict[str, Any]] = []
@@ -172,14 +172,14 @@ def _feature_map_cases(rng: random.Random, ops: list[str], n: int, grid: int = G
 
 def norm_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
                ) -> list[dict[str, Any]]:
-    """The norms grid (NOTE [op calibration]): batch and group norm ``5 n_each`` times each,
+    """The norms grid: batch and group norm ``5 n_each`` times each,
     feature maps of CNN stages."""
     return _feature_map_cases(rng, ["batch_norm", "group_norm"], 5 * n_each, grid)
 
 
 def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
                 fwd_bwd: Callable[..., dict[str, Callable]]) -> dict[str, Callable]:
-    """The forward and backward calls of a CNN case (NOTE [op calibration])."""
+    """The forward and backward calls of a CNN case."""
     op, b, c, h = case["op"], case["batch"], case["c"], case["h"]
     if op == "conv":
         k, g = case["kh"], case["groups"]
@@ -212,7 +212,7 @@ def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
 
 def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
             ) -> dict[str, Callable[[], Any]]:
-    """The forward and backward calls of one case (NOTE [op calibration])."""
+    """The forward and backward calls of one case."""
     op = case["op"]
     g = torch.Generator(device=dev).manual_seed(0)
 
@@ -288,7 +288,7 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
         return fwd_bwd(lambda t: t.mean(-1, keepdim=True), x)
     if op == "softmax":
         return fwd_bwd(lambda t: torch.softmax(t, -1), x)
-    if op == "log_softmax":  # the loss's, in fp32 under autocast too (NOTE [op probe])
+    if op == "log_softmax":  # the loss's, in fp32 under autocast too
         return fwd_bwd(lambda t: torch.log_softmax(t, -1), rand(r, c, dtype=torch.float32))
     if op == "nll_loss":
         lp = torch.log_softmax(x.detach().float(), -1).requires_grad_()
@@ -319,7 +319,7 @@ def _record_ops(fn: Callable[[], Any]) -> list[dict[str, Any]]:
 
 def host_only(progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``vdnnsim calibrate --ops --host-only``: the host chains alone, in fp32, bf16 and fp32
-    under bf16 autocast (a second process on a warm machine: NOTE [op calibration])."""
+    under bf16 autocast (a second process on a warm machine)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     variants = ((torch.float32, None), (torch.bfloat16, None), (torch.float32, torch.bfloat16))
     chains = [c for dt, ac in variants for c in host_chains(dev, dt, ac)]
@@ -354,7 +354,7 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
                   progress: Callable[[str], None] | None = None, dev: torch.device | None = None,
                   clock: Any = None, classes: str = "all") -> dict[str, Any]:
     """Run every case of ``classes`` (all, transformer or cnn); returns the op calibration
-    file's content (NOTE [op calibration]). ``dev`` and ``clock``: a CUDA GPU and its
+    file's content. ``dev`` and ``clock``: a CUDA GPU and its
     ``_Clock`` unless given (the tests run the harness on the CPU with a stand-in clock)."""
     dev = dev or torch.device("cuda", torch.cuda.current_device())
     dt = DTYPES[dtype]

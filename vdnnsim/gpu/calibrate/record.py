@@ -12,7 +12,7 @@ from ..probe.opfeatures import op_features
 
 
 class _Ops(TorchDispatchMode):
-    """Records the ATen ops a call issues (NOTE [op calibration])."""
+    """Records the ATen ops a call issues."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -48,13 +48,13 @@ import time
 
 import torch
 
-PROBE_OPS, PROBE_TRIALS = 2000, 5  # NOTE [host probe]
-STEP_PROBE_OPS = 300  # after each timed step: about 3 ms (NOTE [host probe])
+PROBE_OPS, PROBE_TRIALS = 2000, 5
+STEP_PROBE_OPS = 300  # after each timed step: about 3 ms
 
 
 def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
                   trials: int = PROBE_TRIALS) -> float:
-    """NOTE [host probe]: the host's median time per ``x.add_(1)`` launch on ``device``."""
+    """The host's median time per ``x.add_(1)`` launch on ``device``."""
     x = torch.zeros(1, device=device)
     x.add_(1)  # the first launch loads the kernel
     if x.is_cuda:
@@ -74,7 +74,7 @@ def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
 
 
 class StepProbe:
-    """NOTE [host probe]: the host's time per ``x.add_(1)`` launch, taken after each timed
+    """The host's time per ``x.add_(1)`` launch, taken after each timed
     step on a one-element tensor of ``device`` kept from construction to ``close``."""
 
     def __init__(self, device: "torch.device | str", ops: int = STEP_PROBE_OPS) -> None:

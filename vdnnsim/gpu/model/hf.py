@@ -35,7 +35,7 @@ def shipped() -> list[str]:
 
 
 def load_spec(name: str) -> dict[str, Any]:
-    """NOTE [hf models]: the spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
+    """The spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
     import yaml
 
     path = Path(name) if name.endswith((".yaml", ".yml")) else DATA / f"{name.replace('/', '__')}.yaml"

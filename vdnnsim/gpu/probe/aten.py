@@ -51,7 +51,7 @@ from .values import VALUE_LIMIT, VALUE_OPS, _ValueError, _Values  # noqa: F401
 
 
 # ops whose backward reads their own output (``result`` in PyTorch's derivatives.yaml):
-# a pack of that output right after them is theirs (NOTE [op probe]); other outputs
+# a pack of that output right after them is theirs; other outputs
 # (layer norm's statistics, dropout's mask, attention's log-sum-exp) always are
 SAVES_RESULT = frozenset({
     "_log_softmax", "_softmax", "_safe_softmax", "tanh", "sigmoid", "exp", "relu",
@@ -63,14 +63,14 @@ SAVES_RESULT = frozenset({
 
 
 class _Recorder(TorchDispatchMode):
-    values: _Values | None = None  # NOTE [op values]: on the meta device, set by probe_ops
+    values: _Values | None = None  # on the meta device, set by probe_ops
     name = ""  # the model's, for the message
     failed: str | None = None  # the message, once a value was asked for in vain
 
     def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
-        self.module = OUTSIDE  # NOTE [module paths]: the innermost module now running
+        self.module = OUTSIDE  # the innermost module now running
         self.finalizers: list[weakref.finalize] = []
         self.params = params  # storage -> bytes
         self.act: dict[int, str] = dict(data)  # storage -> tensor id
@@ -123,10 +123,10 @@ class _Recorder(TorchDispatchMode):
                     node.inputs.append(tid)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1  # every op the host dispatches, layer or not (NOTE [op model])
+        self.calls += 1  # every op the host dispatches, layer or not
         if self.values is None:
             out = func(*args, **(kwargs or {}))
-        else:  # NOTE [op values]
+        else:
             try:
                 out = self.values.run(func, args, kwargs or {}, self.name)
             except _ValueError as exc:
@@ -157,17 +157,17 @@ class _Recorder(TorchDispatchMode):
         if alias is not None and alias not in inputs:
             alias = None  # a storage made before and not read here: treat as new
         op = func.__name__.split(".")[0]
-        # a view shares its base's gradient as flatten does (NOTE [pytorch semantics]); an
+        # a view shares its base's gradient as flatten does; an
         # in-place op's backward writes a new one
         kind = "flatten" if alias is not None and not op.endswith("_") else op
         node = ProbeNode(name, kind, str(func), inputs,
                          self.size[alias] if alias else _nbytes(main), tuple(main.shape),
                          grad, alias)
-        node.attrs["_reads"] = reads  # NOTE [op probe]: _live gives their bytes
-        node.attrs["module"] = self.module  # NOTE [module paths]
+        node.attrs["_reads"] = reads  # _live gives their bytes
+        node.attrs["module"] = self.module
         node.attrs["_bytes"] = sum(_nbytes(a) for a in ins) + sum(_nbytes(o) for o in outs)
         node.attrs["_dtype"] = main.dtype
-        node.attrs["_f"] = op_features(func, args, kwargs, out)  # NOTE [op features]
+        node.attrs["_f"] = op_features(func, args, kwargs, out)
         node.attrs["_seq"] = self.calls
         counter = flop_registry.get(getattr(func, "overloadpacket", None))
         if counter is not None:
@@ -178,7 +178,7 @@ class _Recorder(TorchDispatchMode):
         here = {_sid(a) for a in ins}
         before, mine = [], []
         given: set[int] = set()
-        for p in self.pending:  # NOTE [op probe]: whose pack is it?
+        for p in self.pending:  # whose pack is it?
             prev_out = p[0] in self.last_outs
             if prev_out and p[0] not in given and (p[0] != self.last_main
                                                    or self.last_op in SAVES_RESULT):
@@ -188,7 +188,7 @@ class _Recorder(TorchDispatchMode):
                 mine.append(p)
             elif p[0] == self.last_main and self.last_op == "clone" and alias is not None \
                     and op.endswith("_") and self.nodes:
-                # NOTE [op probe]: autograd's copy of an in-place op's input (original_self)
+                # autograd's copy of an in-place op's input (original_self)
                 mine.append(p)
                 self.nodes[-1].requires_grad = False  # no gradient flows into the copy
                 self.grad[self.nodes[-1].name] = False
@@ -214,13 +214,13 @@ class _Recorder(TorchDispatchMode):
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
               autocast: torch.dtype | None = None,
               values: dict[str, torch.Tensor] | None = None) -> Probe:
-    """NOTE [op probe]: ``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
-    profiler, NOTE [module timing]: nothing emulated, autocast real); ``loss_fn(model,
+    """``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
+    profiler: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
     ``attrs['block']`` is its region among the blocks chosen from what the probe saw
-    (NOTE [blocks], ``Probe.blocks``).
-    ``values``: on the meta device, the batch's own values on the CPU, by key (NOTE [op
-    values]); a model that reads a value the probe cannot know is a ConfigError."""
+    (``Probe.blocks``).
+    ``values``: on the meta device, the batch's own values on the CPU, by key; a model
+    that reads a value the probe cannot know is a ConfigError."""
     from ...errors import ConfigError
     params = {}
     for p in model.parameters():
@@ -240,7 +240,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()
         emulate = contextlib.nullcontext()
-    calls: list[tuple[str, int]] = []  # NOTE [blocks]: every module call, and its caller
+    calls: list[tuple[str, int]] = []  # every module call, and its caller
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
@@ -248,7 +248,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
                 loss = loss_fn(model, batch)
     except ConfigError:
         raise
-    except Exception as exc:  # NOTE [op values]: whatever the model made of it, one line
+    except Exception as exc:  # whatever the model made of it, one line
         if rec.failed:
             raise ConfigError(rec.failed) from None
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
@@ -281,10 +281,10 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
                  blocks=blocks)
 
 
-# NOTE [op values]: who raised it. An exception from the model's own code, or from a torch
+# who raised it. An exception from the model's own code, or from a torch
 # function it called with arguments it refuses (timm's assert that the image is the size
 # the model was built for), is the user's input: one line. One from vdnnsim's own code, its
-# stand-ins for CUDA (NOTE [op probe]: SDPA, dropout, the autocast loss) or the recorder's
+# stand-ins for CUDA (SDPA, dropout, the autocast loss) or the recorder's
 # bookkeeping, is vdnnsim's bug and keeps its traceback; the frames that only pass an op on
 # (the dispatch and autocast modes, the module hooks) do not count.
 _PASSING = frozenset({"__torch_dispatch__", "run", "__torch_function__", "hook", "post",
@@ -307,7 +307,7 @@ def _from_vdnnsim(tb) -> bool:
 
 def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
           ) -> tuple[list[ProbeNode], int]:
-    """NOTE [op probe]: the ops the loss depends on or whose outputs autograd keeps, and
+    """The ops the loss depends on or whose outputs autograd keeps, and
     the bytes of the weights that none of them reads (resident: no gradient, no optimizer
     state). An output nothing reads is freed at once in PyTorch, where the trace would hold
     it as a network output until the backward pass. An in-place op (``alias_of``, not a
@@ -337,8 +337,8 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
 
 
 def op_model_for(gpu: Any) -> Any:
-    """NOTE [op model]: the GPU's op-level model, else one from its specs and a calibrated
-    preset's (NOTE [op spec rule]), else None (then a memory trace)."""
+    """The GPU's op-level model, else one from its specs and a calibrated
+    preset's, else None (then a memory trace)."""
     from ...costs.ops import for_gpu, predict_for
     return for_gpu(gpu) or predict_for(gpu)
 
@@ -346,7 +346,7 @@ def op_model_for(gpu: Any) -> Any:
 def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                  seq_len: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  input_spec: str | None = None) -> dict[str, Any]:
-    """NOTE [op probe]: the trace file (a dict) of a workload (NOTE [workloads]) built on
+    """The trace file (a dict) of a workload built on
     the meta device: every op a layer, its memory as PyTorch's on CUDA would be, its times
     0 (a memory trace). ``precision``: fp32, bf16/fp16 (pure) or autocast-bf16/fp16."""
     from ...errors import ConfigError
@@ -359,7 +359,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     pure = DTYPES.get(precision, torch.float32)
     work.model.to(pure).train()
-    values = work.batch(batch_size, "cpu", pure)  # NOTE [op values]: the batch's values
+    values = work.batch(batch_size, "cpu", pure)  # the batch's values
     moved: dict[int, torch.Tensor] = {}  # a tensor under two keys (ids as labels) stays one
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
@@ -373,7 +373,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
             "kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
             "note": f"memory only (NOTE [op probe]): every layer 0 ns; {spec}, {precision}"
                     + extra})
-    else:  # NOTE [op model]
+    else:
         from ...costs.ops import MODEL, SPEC_MODEL
         from .op_times import pooled_note, time_probe
         from ..profile.assemble import software
@@ -395,5 +395,5 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
     d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \
-        p.resident_weight_bytes  # NOTE [op probe]: held, no gradient, no optimizer state
+        p.resident_weight_bytes  # held, no gradient, no optimizer state
     return d

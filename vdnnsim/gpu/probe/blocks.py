@@ -25,10 +25,10 @@ OUTSIDE = "<outside>"
 
 
 def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> list[Any]:
-    """NOTE [module paths]: call ``enter(path)`` whenever the innermost running module
+    """Call ``enter(path)`` whenever the innermost running module
     changes (``OUTSIDE`` once the model's forward pass has returned); append each module
-    call to ``calls`` as (path, index in ``calls`` of the call it ran in, -1 for none)
-    (NOTE [blocks]). Returns the hook handles."""
+    call to ``calls`` as (path, index in ``calls`` of the call it ran in, -1 for none).
+    Returns the hook handles."""
     stack: list[tuple[str, int]] = []
 
     def pre(path: str):
@@ -54,7 +54,7 @@ def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> li
 
 
 # NOTE [blocks]
-# The unit of block offload (NOTE [block offload]), of block plans and of the block runtime
+# The unit of block offload, of block plans and of the block runtime
 # is a *block*: a module the forward pass calls once, in sequence with the other blocks,
 # named by its module path. They are chosen from what the probe saw (``choose_blocks``):
 # every module call (``module_paths`` records them) and the ops each ran. A transformer's
@@ -73,7 +73,7 @@ def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> li
 # (``attrs['block_path']``), which block plans carry and the runtime hooks by
 # (``get_submodule``). The blocks' order is the order the probe saw them called in, so a
 # block runs in the runtime where it ran in the probe. An op of a module shared with an
-# earlier block (named by its first path, NOTE [module paths]) stays in the region running
+# earlier block (named by its first path) stays in the region running
 # when it ran: regions never go back. Time is measured per module (NOTE
 # [module timing]); blocks are only the unit of offload.
 MIN_BLOCKS = 3  # fewer units offload nothing worth a plan
@@ -82,7 +82,7 @@ BLOCK_SHARE = 16  # a unit with more than 1/16 of the ops is opened into its cal
 
 def choose_blocks(model: torch.nn.Module, calls: list[tuple[str, int]],
                   nodes: list[ProbeNode]) -> list[str]:
-    """NOTE [blocks]: the blocks' paths in call order; ``calls`` is every module call of
+    """The blocks' paths in call order; ``calls`` is every module call of
     the step as (path, index of the call it was made in, -1 for none)."""
     count = Counter(path for path, _ in calls)
     kids: dict[int, list[int]] = {}
@@ -140,12 +140,12 @@ def _largest_module_list(model: torch.nn.Module) -> tuple[list[str], int]:
 
 def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The items of the model's ModuleList with the most parameters: the blocks of a plan
-    written before NOTE [blocks] chose them by call (it names no paths)."""
+    written before blocks were chosen by call (it names no paths)."""
     return [model.get_submodule(p) for p in _largest_module_list(model)[0]]
 
 
 def tag_blocks(nodes: list[ProbeNode], paths: list[str]) -> None:
-    """NOTE [blocks]: each op's region by the module path it ran in, and each block's path
+    """Each op's region by the module path it ran in, and each block's path
     on the first op of its region."""
     where = {p: k + 1 for k, p in enumerate(paths)}
     last = 0
@@ -171,7 +171,7 @@ def tag_blocks(nodes: list[ProbeNode], paths: list[str]) -> None:
 
 
 def block_output(out: Any) -> torch.Tensor | None:
-    """NOTE [blocks]: the hidden state a block returns (a tensor, a tuple's first
+    """The hidden state a block returns (a tensor, a tuple's first
     tensor, a model output's ``last_hidden_state``)."""
     if isinstance(out, torch.Tensor):
         return out

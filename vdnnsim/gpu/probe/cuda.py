@@ -38,7 +38,7 @@ def _math_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
 
 @contextlib.contextmanager
 def _as_cuda(rec: Any = None):
-    """NOTE [op probe]: dropout and attention as CUDA runs them. On a CUDA tensor PyTorch's
+    """Dropout and attention as CUDA runs them. On a CUDA tensor PyTorch's
     dropout is the fused ``native_dropout`` (a bool mask, saved for backward); on the meta
     device it takes the generic path (a float mask and a multiply), four times the mask's
     bytes. SDPA on the meta device always takes the math path; where CUDA takes it too
@@ -56,7 +56,7 @@ def _as_cuda(rec: Any = None):
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
-        # NOTE [op probe]: the kernel CUDA's SDPA picks on an H100/H200 (PyTorch 2.11,
+        # the kernel CUDA's SDPA picks on an H100/H200 (PyTorch 2.11,
         # in priority order): flash (16-bit, no mask), memory-efficient (any float dtype,
         # masks, no grouped-query heads), else the math path (the meta device's own, which
         # keeps the score matrices). Both fused kernels take only 4-D q, k and v of one
@@ -76,7 +76,7 @@ def _as_cuda(rec: Any = None):
         if fused and low and attn_mask is None and dq == dk == dv <= 256 \
                 and not (is_causal and q.shape[-2] != k.shape[-2]):
             if gqa:  # flash reads the shared key/value heads in place: repeat them
-                # unrecorded, as views of the originals (NOTE [op probe])
+                # unrecorded, as views of the originals
                 from torch.utils._python_dispatch import _disable_current_modes
                 n = q.shape[-3] // k.shape[-3]
                 with _disable_current_modes():
@@ -93,7 +93,7 @@ def _as_cuda(rec: Any = None):
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
         if dropout_p > 0 and q.dtype == torch.float32 and (scale is None or scale > 0):
-            # the math path's dropout as CUDA runs it (NOTE [op probe]; fp32 only: a 16-bit
+            # the math path's dropout as CUDA runs it (fp32 only: a 16-bit
             # math path computes in fp32 with casts this emulation does not make)
             return _math_sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         return plain_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
@@ -108,7 +108,7 @@ def _as_cuda(rec: Any = None):
         F.scaled_dot_product_attention = plain_sdpa
 
 
-# NOTE [op probe]: CUDA autocast's op lists (PyTorch's autocast_mode.cpp), the part that
+# CUDA autocast's op lists (PyTorch's autocast_mode.cpp), the part that
 # transformer and CNN training reach: run in the low-precision dtype, or in fp32
 AUTOCAST_LOW = frozenset({
     "linear", "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "mv", "einsum",
@@ -122,7 +122,7 @@ AUTOCAST_FP32 = frozenset({
 
 
 class _Autocast(torch.overrides.TorchFunctionMode):
-    """NOTE [op probe]: CUDA's autocast, which the meta device (and a machine without a
+    """CUDA's autocast, which the meta device (and a machine without a
     GPU) does not run: each listed function's floating-point tensor arguments are cast
     (``.to``, differentiable, as autocast's casts are), the low-precision casts of
     parameters cached for the forward pass as autocast caches them."""
@@ -143,7 +143,7 @@ class _Autocast(torch.overrides.TorchFunctionMode):
         return super().__exit__(*exc)
 
     def _cross_entropy(self, func, args: tuple, kwargs: dict) -> Any:
-        """NOTE [op probe]: autocast has no policy for cross_entropy, a composite op; it
+        """Autocast has no policy for cross_entropy, a composite op; it
         sees the ops inside: log_softmax, called with the input's own dtype (which
         autocast's fp32_set_opt_dtype policy leaves alone), runs in bf16/fp16, and
         nll_loss (an fp32 op) casts the log-probabilities to fp32 (a 16-bit logits tensor:

@@ -79,8 +79,8 @@ class Probe:
     data_shape: tuple[int, ...]
     nodes: list[ProbeNode]
     output: str
-    resident_weight_bytes: int = 0  # NOTE [op probe]: weights no layer reads (no gradient)
-    blocks: list[str] = field(default_factory=list)  # NOTE [blocks]: their paths, in order
+    resident_weight_bytes: int = 0  # weights no layer reads (no gradient)
+    blocks: list[str] = field(default_factory=list)  # their paths, in order
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:

@@ -37,11 +37,11 @@ VALUE_OPS = frozenset({  # ops that exist to read values: the message says so
 
 
 class _ValueError(Exception):
-    """NOTE [op values]: the probe cannot go on; the message is the user's line."""
+    """The probe cannot go on; the message is the user's line."""
 
 
 class _Values:
-    """NOTE [op values]: CPU copies beside the meta tensors whose values are known."""
+    """CPU copies beside the meta tensors whose values are known."""
 
     def __init__(self, known: dict[torch.Tensor, torch.Tensor]):
         self.of: dict[int, torch.Tensor] = {}  # id(meta tensor) -> its values on the CPU
@@ -83,7 +83,7 @@ class _Values:
         except (RuntimeError, NotImplementedError) as exc:
             if not known:
                 raise _ValueError(self._why(func, exc, name)) from None
-            # NOTE [op values]: an op the meta device cannot run, answered on the CPU
+            # an op the meta device cannot run, answered on the CPU
             try:
                 cpu_out = func(*cpu_args, **cpu_kwargs)
             except (RuntimeError, NotImplementedError, ValueError, IndexError) as cpu_exc:
@@ -126,8 +126,8 @@ class _Values:
                                                      "nonzero")):
             return (f"{name}: its forward pass reads a tensor's value (aten::{op}: .item(), "
                     "an if on a tensor, nonzero or a boolean mask) that the meta device "
-                    "does not have, as it comes from the weights or the activations (NOTE "
-                    "[op values]); trace it on a GPU with vdnnsim profile, or change the "
+                    "does not have, as it comes from the weights or the activations; trace "
+                    "it on a GPU with vdnnsim profile, or change the "
                     "model to take the value from its config")
         return (f"{name}: the meta device cannot run aten::{op} ({msg}); trace it on a "
                 "GPU with vdnnsim profile")

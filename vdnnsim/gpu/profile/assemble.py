@@ -62,14 +62,14 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
             if fw or bw:  # one measured algorithm with its own forward/backward workspace
                 layer["algos"] = [dict(name="profiled", fwd_ns=f, bwd_ns=b,
                                        fwd_workspace_bytes=fw, bwd_workspace_bytes=bw)]
-                if split and split[0] and max(split[0]) == bw:  # NOTE [backward workspaces]
+                if split and split[0] and max(split[0]) == bw:
                     layer["algos"][0]["bwd_workspaces"] = list(split[0])
             else:
                 layer.update(fwd_ns=f, bwd_ns=b)
         hf, hb = (hosts or {}).get(n.name, (0, 0))
-        if hf or hb:  # NOTE [host timing]
+        if hf or hb:
             layer.update(host_fwd_ns=hf, host_bwd_ns=hb)
-        if kernels and n.name in kernels:  # NOTE [kernel counts]
+        if kernels and n.name in kernels:
             layer.update(kernels_fwd=kernels[n.name][0], kernels_bwd=kernels[n.name][1])
         attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_") and v != {}}
         attrs["flops"] = n.flops

@@ -55,7 +55,7 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2,
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
     backward issue, in a training step after ``warmup`` steps; and the optimizer step's.
     ``left_out``: a list to which the number of commands left out as another stream's is
-    appended (NOTE [kernel counts])."""
+    appended."""
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]
     index = {name: k for k, name in enumerate(names)}
@@ -75,10 +75,10 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2,
         return out
 
     instrument(gm, index, start, after)
-    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)  # NOTE [training step]
+    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)
     dev = train.batch["x"].device
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+    def at(point: str, loss: Any) -> None:  # the training step's points
         if point == "forward":
             mark(f"f:{n}")
             if loss.grad_fn is not None:
@@ -124,7 +124,7 @@ def _correlation(e: dict) -> Any:
 
 
 def off_stream(events: list[dict]) -> set:
-    """NOTE [kernel counts]: the correlation ids of the commands whose GPU activity ran on
+    """The correlation ids of the commands whose GPU activity ran on
     a stream other than the step's compute stream (the stream of its first kernel, memset
     or copy that names one): a library's own streams (cuDNN's FFT engines fork theirs)
     queue them, not the compute stream's launch queue. Empty without GPU activities that
@@ -144,7 +144,7 @@ def off_stream(events: list[dict]) -> set:
 
 def split_commands(events: list[dict], names: list[str], left_out: list[int] | None = None
                    ) -> tuple[dict[str, tuple[int, int]], int]:
-    """NOTE [kernel counts] on a Chrome trace's events: each host thread's commands, in
+    """The kernel counts on a Chrome trace's events: each host thread's commands, in
     time order, belong to the marker before them; those whose GPU activity ran on another
     stream than the compute stream are left out (their number appended to ``left_out``)."""
     n = len(names)
@@ -198,7 +198,7 @@ def split_commands(events: list[dict], names: list[str], left_out: list[int] | N
 
 def launch_queue_depth(launches: int = 8192, trials: int = 3,
                        block_ns: int = 200_000) -> dict[str, Any]:
-    """NOTE [kernel counts]: how many kernels the host can launch onto a busy stream before
+    """How many kernels the host can launch onto a busy stream before
     a launch blocks, per trial; and the same with the launches on a second, idle stream."""
     x = torch.zeros(1, device="cuda")
     side = torch.cuda.Stream()

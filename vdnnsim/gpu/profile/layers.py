@@ -64,7 +64,7 @@ from .workspaces import OUT_OF_PLACE, _workspace, conv_backward_calls  # noqa: F
 
 
 def resident_bytes(model: nn.Module) -> int:
-    """NOTE [resident memory]: what the framework holds all run long beyond the weights and
+    """What the framework holds all run long beyond the weights and
     the input, measured after training steps have run: the module buffers (batch-norm
     running statistics) and the cuBLAS workspaces, one per (handle, stream) that ran a
     matmul; PyTorch gives the backward pass its own thread and so its own handle. They are
@@ -86,7 +86,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     if torch.device(device).type == "cuda" and torch.device(device).index is not None:
         with torch.cuda.device(torch.device(device)):  # events and statistics: that GPU's
             return profile_model(model_spec, batch_size, dtype, trials, "cuda")
-    probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built
+    probe_ns = host_probe_ns(device)  # before the model is built
     model, shape, name = build_model(model_spec)
     names = _rename(model)
     cuda = torch.device(device).type == "cuda"

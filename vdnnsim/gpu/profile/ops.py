@@ -59,16 +59,16 @@ MATMUL_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 
 
 def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
-    """NOTE [module timing]: ``trials`` plain training steps, nothing hooked or profiled:
+    """``trials`` plain training steps, nothing hooked or profiled:
     each step's span on the GPU's clock (its wall time on a CPU) and the host's time to
     issue its forward pass, backward pass and the rest (zero_grad, the optimizer)."""
     clock = _Clock(cuda)
     host = time.perf_counter_ns
     out: dict[str, list[float]] = {k: [] for k in ("step", "fwd", "bwd", "hf", "hb", "hs")}
     t: dict[str, Any] = {}
-    between = StepProbe("cuda") if cuda else None  # NOTE [host probe]: after each step
+    between = StepProbe("cuda") if cuda else None  # after each step
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+    def at(point: str, loss: Any) -> None:  # the training step's points
         if point == "start":
             t["h0"] = host()
             t["s"] = clock.mark()
@@ -107,7 +107,7 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
 
 def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
                  warmup: int = 3) -> dict[str, Any]:
-    """NOTE [module timing]: per module path the median forward and backward GPU and host
+    """Per module path the median forward and backward GPU and host
     ns of ``trials`` training steps profiled by torch.profiler (GPU time with its queued
     gaps), the optimizer's, what could not be placed, the gaps' sum, and the plain steps
     measured beside them."""
@@ -174,7 +174,7 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
 
 
 def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
-    """NOTE [module timing]: ``time_modules``' per-module times as ``split_times``' regions
+    """``time_modules``' per-module times as ``split_times``' regions
     (a module path each): the time of a path without ops of its own in the probe (a module
     whose work is all views, or ops the probe does not record) goes to its nearest enclosing
     path that has some, and so on up to the model ("") and what ran outside it; the host
@@ -207,7 +207,7 @@ def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
 
 def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block"
                 ) -> tuple[dict[str, tuple[int, int, int, int]], dict[str, tuple[int, int]]]:
-    """NOTE [module timing]: each region's measured times (``t``'s lists by region index,
+    """Each region's measured times (``t``'s lists by region index,
     or mappings by region) over its ops, in proportion to a roofline estimate (GPU) and
     equally (host); an op's region is ``attrs[key]``."""
     def cost(n: Any) -> float:
@@ -241,11 +241,11 @@ def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block
 
 
 def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
-    """NOTE [module timing]: the bytes of the optimizer's state on the device, and the
+    """The bytes of the optimizer's state on the device, and the
     step's temporaries (the allocator's peak during it beyond what it started with)."""
     before = [0]
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]: before the optimizer
+    def at(point: str, loss: Any) -> None:  # before the optimizer
         if point == "backward":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -255,7 +255,7 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
     temp = torch.cuda.max_memory_allocated() - before[0] if cuda else None
     state = sum(t.numel() * t.element_size() for s in step.optimizer.state.values()
                 for t in s.values() if isinstance(t, torch.Tensor) and t.device.type != "cpu")
-    if temp is None:  # NOTE [optimizer state]'s count
+    if temp is None:  # the optimizer state's count
         from ...trace.optimizer import ADAM_TEMP
         temp = ADAM_TEMP * sum(p.numel() * p.element_size()
                                for p in step.workload.model.parameters()) if state else 0
@@ -282,7 +282,7 @@ CHECK_FLOOR = 0.10
 
 
 def check_profile(d: dict[str, Any], t: dict[str, Any], gpu: Any, cuda: bool) -> str | None:
-    """NOTE [profile check]: None if the profile accounts for the step, else why not."""
+    """None if the profile accounts for the step, else why not."""
     total = t["device_total_ns"] + t["outside_steps_ns"]
     lost = t["unattributed_ns"] + t["outside_steps_ns"]
     if total and lost > (1 - ATTRIBUTED) * total:
@@ -309,10 +309,10 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                      model_kwargs: dict[str, Any] | None = None, trials: int = 5,
                      device: str = "cuda", gpu: Any = None, optimizer: str = "sgd",
                      check: bool = True) -> dict[str, Any]:
-    """NOTE [module timing]: the trace (a dict) of one training step of any workload (NOTE
-    [workloads]), profiled on ``device`` by torch.profiler; ``gpu`` the preset whose
+    """The trace (a dict) of one training step of any workload, profiled on ``device`` by
+    torch.profiler; ``gpu`` the preset whose
     roofline splits a module's time over its ops and that replays the profile for its
-    check (default h200; NOTE [profile check])."""
+    check (default h200)."""
     from ...api import resolve_gpu
     from ...errors import ConfigError
 
@@ -320,12 +320,12 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     gpu = gpu or resolve_gpu("h200")
     cuda = torch.device(device).type == "cuda"
-    # the step vdnnsim measure runs (NOTE [measurement]): cuDNN autotuned. Without it the
+    # the step vdnnsim measure runs: cuDNN autotuned. Without it the
     # profile timed cuDNN's heuristic algorithms, slower than measure's on every timm CNN
     # of traces/h200_timm (session10: the profiles' own plain steps 0-12% over the
     # measurements), which its check, against the same process's plain steps, cannot see
     torch.backends.cudnn.benchmark = True
-    probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built
+    probe_ns = host_probe_ns(device)  # before the model is built
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)
@@ -334,7 +334,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast)
     regions = module_regions(p.nodes, t)
     host_step_ns = t["host_rest_ms"] * 1e6  # zero_grad and the optimizer, as the plain
-    # steps issued them (NOTE [module timing])
+    # steps issued them
     if not cuda:  # a CPU runs each op as it is called: its wall clock is the op's time
         for k in ("host_fwd_ms", "host_bwd_ms"):
             regions[k] = {r: 0.0 for r in regions[k]}
@@ -343,7 +343,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     pure = DTYPES.get(precision, torch.float32)
     resident = (resident_bytes(work.model) if cuda else
                 sum(b.numel() * b.element_size() for b in work.model.buffers())) + \
-        p.resident_weight_bytes  # NOTE [op probe]: weights no kept op reads
+        p.resident_weight_bytes  # weights no kept op reads
     name = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
     gaps = t["gap_ns"] / t["device_total_ns"] if t["device_total_ns"] else 0

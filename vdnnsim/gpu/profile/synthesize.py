@@ -29,13 +29,13 @@ _VIEW_OPS = frozenset({"permute", "transpose", "getitem", "view", "reshape", "ex
 
 
 def _flat(numel: int) -> dict[str, int]:
-    """A streaming class's parameters for ``numel`` elements (NOTE [kernel model])."""
+    """A streaming class's parameters for ``numel`` elements."""
     return {"batch": 1, "c": numel, "h": 1, "w": 1}
 
 
 def _calibrated(n: ProbeNode, km: Any, dtype: str) -> tuple[int, int, int, int]:
     """(fwd_ns, bwd_ns, fwd_ws, bwd_ws) of one layer from the calibrated kernel model:
-    the sum of the ops PyTorch runs for it (NOTE [kernel model]). A layer of a kind the
+    the sum of the ops PyTorch runs for it. A layer of a kind the
     calibration has no class for is timed as the 'relu' class over its bytes."""
     ins = [a for a in n.args if isinstance(a, torch.Tensor)]
     if n.args and isinstance(n.args[0], (list, tuple)):
@@ -149,7 +149,7 @@ def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[di
 
 def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32") -> dict:
     """The same layer graph on the meta device, timed for ``gpu`` by its calibrated kernel
-    model (NOTE [kernel model]) where the preset has one, else by the analytic cost model."""
+    model where the preset has one, else by the analytic cost model."""
     from ...costs.analytic import COST_MODEL
     from ...costs.kernel import MODEL, for_gpu
 
@@ -166,13 +166,13 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
     algos = analytic_algos(p, gpu, dtype)
     src = {"kind": "synthesized", "gpu": gpu.name, "cost_model": COST_MODEL,
            "software": software(), "note": f"vdnnsim trace --model {model_spec}: meta device"}
-    host = getattr(gpu, "host", None)  # NOTE [host costs]: the preset's, per layer
+    host = getattr(gpu, "host", None)  # the preset's, per layer
     hosts = {n.name: (host.layer_fwd_ns, host.layer_bwd_ns) for n in p.nodes} if host else None
     return assemble(p, algos=algos, names=names, source=src, dtype=dtype, hosts=hosts)
 
 
 def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, tuple[int, int]]:
-    """NOTE [gradient sums]: a tensor that k layers read gets k gradients in the backward
+    """A tensor that k layers read gets k gradients in the backward
     pass, and autograd adds them: k - 1 elementwise adds of the tensor's size (a residual
     connection's input, DenseNet's concatenated features, a squeeze-and-excitation block's
     input). No layer's own ops include them; they are charged to the backward of the layer
@@ -207,7 +207,7 @@ def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype:
            "software": software(),
            "note": f"vdnnsim trace --model {model_spec}: meta device, kernel model fitted to "
                    f"{gpu.calibration} ({km.source})"}
-    host = gpu.host  # NOTE [host costs]: the preset's, per layer, per gradient sum, per step
+    host = gpu.host  # the preset's, per layer, per gradient sum, per step
     hosts, host_step = None, 0
     if host.layer_fwd_ns or host.layer_bwd_ns:
         launch = km.fitted.get("launch", {}).get("host_launch_ns", 0.0)
@@ -230,7 +230,7 @@ def _synthesize_calibrated(model: nn.Module, p: Probe, km: Any, gpu: Any, dtype:
             layer["algos"][0]["name"] = "calibrated"
     has_matmul = any(isinstance(m, nn.Linear) for m in model.modules())
     resident = sum(b.numel() * b.element_size() for b in model.buffers()) \
-        + (gpu.cublas_workspace_bytes if has_matmul else 0)  # NOTE [resident memory]
+        + (gpu.cublas_workspace_bytes if has_matmul else 0)
     if resident:
         data["resident_bytes"] = resident
     return data

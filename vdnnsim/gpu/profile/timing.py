@@ -35,7 +35,7 @@ class _Clock:
 
 
 def _mark_cost_ms(clock: _Clock, host: Any, k: int = 200) -> float:
-    """NOTE [layer timing]: the median cost of one mark (a timestamp on each clock and the
+    """The median cost of one mark (a timestamp on each clock and the
     append of the pair), in ms, from ``k`` marks made back to back."""
     marks: list[Any] = []
     costs = []
@@ -48,7 +48,7 @@ def _mark_cost_ms(clock: _Clock, host: Any, k: int = 200) -> float:
 
 def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
                  warmup: int = 3) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    """Per-layer (forward, backward) ns inside whole training steps (NOTE [layer timing]),
+    """Per-layer (forward, backward) ns inside whole training steps,
     and the step's own times: ``step_ns`` (the optimizer), ``instrumented_ns`` and
     ``plain_ns`` (a whole step with and without the timestamps), ``mark_fwd_ns`` and
     ``mark_bwd_ns`` (what one timestamp costs, taken off each layer's time)."""
@@ -57,7 +57,7 @@ def time_in_situ(model: nn.Module, p: Probe, trials: int, cuda: bool = True,
     step, hooked = _timed_step(model, p, names, clock)
     for _ in range(warmup):
         step(True)
-    between = StepProbe("cuda") if cuda else None  # NOTE [host probe]: after each step
+    between = StepProbe("cuda") if cuda else None  # after each step
     s = _trials(step, trials, len(names), clock, cuda, between)
     hooked.clear()
     times, meta = _medians(s, names, clock, cuda)
@@ -78,7 +78,7 @@ def _timed_step(model: nn.Module, p: Probe, names: list[str], clock: _Clock
     bwd_marks: list[tuple[int, Any]] = []
     hooked: dict[int, Any] = {}  # id -> node; holding it keeps the ids unique
 
-    host = time.perf_counter_ns  # NOTE [host timing]: the host's clock beside each mark
+    host = time.perf_counter_ns  # the host's clock beside each mark
 
     def start() -> None:
         if on[0]:
@@ -91,7 +91,7 @@ def _timed_step(model: nn.Module, p: Probe, names: list[str], clock: _Clock
         return out
 
     instrument(gm, index, start, after)
-    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)  # NOTE [training step]
+    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)
     loss_k = len(names)  # the loss is the last layer
 
     def step(timed: bool) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def _timed_step(model: nn.Module, p: Probe, names: list[str], clock: _Clock
         hooked.clear()
         t: dict[str, Any] = {}
 
-        def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+        def at(point: str, loss: Any) -> None:  # the training step's points
             if point == "start":
                 t["h0"] = host()
             elif point == "zero_grad":
@@ -184,13 +184,13 @@ def _medians(s: SimpleNamespace, names: list[str], clock: _Clock, cuda: bool
     n_bwd, opt_ms = s.n_bwd, s.opt_ms
     m = {k: statistics.median(v) for k, v in s.phases.items()}
     if cuda:
-        # NOTE [layer timing]: what the marks themselves cost, per mark, on the GPU's timeline
+        # what the marks themselves cost, per mark, on the GPU's timeline
         over_f = max(0.0, m["inst_f"] - m["plain_f"]) / (n + 1)
         over_b = max(0.0, m["inst_b"] - m["plain_b"]) / max(1, statistics.median(n_bwd))
-        # NOTE [host timing]: and on the host's clock
+        # and on the host's clock
         h_over_f = max(0.0, m["h_inst_f"] - m["h_plain_f"]) / (n + 1)
         h_over_b = max(0.0, m["h_inst_b"] - m["h_plain_b"]) / max(1, statistics.median(n_bwd))
-    else:  # NOTE [layer timing]: on a CPU the wall clock is both clocks; timed directly
+    else:  # on a CPU the wall clock is both clocks; timed directly
         over_f = over_b = h_over_f = h_over_b = _mark_cost_ms(clock, time.perf_counter_ns)
 
     def med(v: list[float], over: float = 0.0) -> int:

@@ -17,7 +17,7 @@ OUT_OF_PLACE = {operator.iadd: operator.add}
 
 def conv_backward_calls(mod: nn.Module, x: torch.Tensor, grad: torch.Tensor
                         ) -> list[Any]:
-    """NOTE [backward workspaces]: the calls a Conv2d's backward pass makes one after the
+    """The calls a Conv2d's backward pass makes one after the
     other, each alone (``aten.convolution_backward`` with one output: backward data where
     the input needs a gradient, then backward filter; ATen's cuDNN convolution allocates a
     workspace in each and frees it before the next); [] where the conv is not a plain one
@@ -36,7 +36,7 @@ def conv_backward_calls(mod: nn.Module, x: torch.Tensor, grad: torch.Tensor
 
 
 def _backward_workspaces(mod: nn.Module, x: Any, grad: torch.Tensor) -> tuple[int, ...]:
-    """NOTE [backward workspaces]: each of :func:`conv_backward_calls`' workspaces, measured
+    """Each of :func:`conv_backward_calls`' workspaces, measured
     as the pass's (the peak beyond what stays allocated), after a warm-up call."""
     if not isinstance(x, torch.Tensor):
         return ()
@@ -54,7 +54,7 @@ def _backward_workspaces(mod: nn.Module, x: Any, grad: torch.Tensor) -> tuple[in
 def _workspace(n: ProbeNode) -> tuple[int, int, tuple[int, ...]]:
     """A layer's forward and backward workspace on CUDA: the allocator's peak during the
     pass beyond what stays allocated after it, on a call after a warm-up call; and a
-    convolution's backward workspaces one by one (NOTE [backward workspaces]), ()
+    convolution's backward workspaces one by one, ()
     elsewhere."""
     mod = n.module
     restore = None
@@ -93,7 +93,7 @@ def _workspace(n: ProbeNode) -> tuple[int, int, tuple[int, ...]]:
             bws = max(0, torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated())
             del held
             split = _backward_workspaces(mod, args[0] if args else None, g)
-            if split:  # their largest is the backward's workspace (NOTE [backward workspaces])
+            if split:  # their largest is the backward's workspace
                 bws = max(split)
         return fws, bws, split
     finally:

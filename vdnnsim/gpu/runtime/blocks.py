@@ -40,7 +40,7 @@ from ..probe.blocks import block_output, find_blocks
 
 def _weight_cast(t: torch.Tensor) -> bool:
     """A cast of a parameter (autocast's): its cache holds it to the end of the forward
-    pass, so offloading it would free nothing (NOTE [block offload] skips it too)."""
+    pass, so offloading it would free nothing (the block planner skips it too)."""
     fn = t.grad_fn
     if fn is None or fn.name() != "ToCopyBackward0":
         return False
@@ -63,13 +63,13 @@ class _Entry:
 
 
 class BlockOffload:
-    """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
+    """Offload the first ``offload`` blocks of ``model``."""
 
     def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None,
                  recompute: list[str] = ()):
         if paths is None:  # a plan of an older probe: the largest ModuleList's items
             self.blocks = find_blocks(model)
-        else:  # NOTE [blocks]: by the paths the plan's trace chose
+        else:  # by the paths the plan's trace chose
             self.blocks = []
             for p in paths:
                 try:
@@ -82,7 +82,7 @@ class BlockOffload:
                              "layers) to offload")
         if not 0 <= offload <= len(self.blocks):
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
-        # NOTE [block mix]: the offloaded blocks and the checkpointed ones are apart (an
+        # the offloaded blocks and the checkpointed ones are apart (an
         # offloaded block's hooks would pack what its checkpoint runs again)
         offloaded = {id(b) for b in self.blocks[:offload]}
         for p in recompute:
@@ -99,7 +99,7 @@ class BlockOffload:
         # streams only where something moves: a plan that only recomputes runs on a CPU
         self.d2h = torch.cuda.Stream() if offload else None
         self.h2d = torch.cuda.Stream() if offload else None
-        # NOTE [block recompute]: the ``recompute`` blocks' (paths) forward under
+        # the ``recompute`` blocks' (paths) forward under
         # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
         self._wrapped: list[tuple[nn.Module, Any]] = []
         wrap = []
@@ -129,7 +129,7 @@ class BlockOffload:
         self._ctx: Any = None
         self._hooked: dict[int, Any] = {}
         self.handles = []
-        # NOTE [block mix]: the checkpointed blocks after the offloaded ones, whose inputs
+        # the checkpointed blocks after the offloaded ones, whose inputs
         # their checkpoints keep on the GPU
         wrapped = {id(b) for b, _ in self._wrapped}
         self._keeps = {k for k, b in enumerate(self.blocks) if k >= offload and id(b) in wrapped}
@@ -141,7 +141,7 @@ class BlockOffload:
 
     @classmethod
     def from_plan(cls, model: nn.Module, plan: BlockPlanFile) -> "BlockOffload":
-        """NOTE [block runtime] for a block plan file (NOTE [plan files]): its offloaded
+        """The block runtime for a block plan file: its offloaded
         count, its blocks by path (the largest ModuleList's where it names none) and its
         checkpointed blocks."""
         if not isinstance(plan, BlockPlanFile):
@@ -172,8 +172,8 @@ class BlockOffload:
             return t
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        # a parameter (by its storage, or as a leaf that needs a gradient: NOTE [parameter
-        # offload] gives it a new storage at each fetch) stays
+        # a parameter (by its storage, or as a leaf that needs a gradient: parameter offload
+        # gives it a new storage at each fetch) stays
         if key in self.params or (t.is_leaf and t.requires_grad) or storage.nbytes() == 0 \
                 or _weight_cast(t):
             return t
@@ -196,7 +196,7 @@ class BlockOffload:
                 t.device)
 
     def _keep(self, args: tuple, kwargs: dict) -> None:
-        """NOTE [block mix]: a checkpointed block's inputs stay on the GPU (its checkpoint
+        """A checkpointed block's inputs stay on the GPU (its checkpoint
         keeps them), so an offloaded block's copy of one is never fetched back: its entry
         takes the live storage as its GPU copy, ready now (the engine's plan offloads no
         input of a checkpoint; the copy out, issued when the offloaded block saved it, is
@@ -277,7 +277,7 @@ class BlockOffload:
 
 
 def _checkpointed(forward: Any) -> Any:
-    """NOTE [block recompute]: ``forward`` run under torch.utils.checkpoint when autograd
+    """``forward`` run under torch.utils.checkpoint when autograd
     records (in no_grad it runs as it is)."""
     from torch.utils.checkpoint import checkpoint
 

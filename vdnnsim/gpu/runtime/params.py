@@ -43,7 +43,7 @@ from .cpu_optimizer import CPUOffloadOptimizer
 
 
 class ParamOffload:
-    """NOTE [parameter offload]: the parameters of the first ``count`` of ``blocks`` on
+    """The parameters of the first ``count`` of ``blocks`` on
     the host, their masters ``optimizer``'s pinned copies."""
 
     def __init__(self, model: nn.Module, blocks: list[nn.Module], count: int,
@@ -96,7 +96,7 @@ class ParamOffload:
     @classmethod
     def from_plan(cls, model: nn.Module, plan: BlockPlanFile,
                   optimizer: CPUOffloadOptimizer) -> "ParamOffload":
-        """NOTE [parameter offload] for a block plan file: its ``param_blocks``, its blocks
+        """The parameter offload for a block plan file: its ``param_blocks``, its blocks
         by path (the largest ModuleList's where it names none)."""
         paths = plan.block_paths
         blocks = find_blocks(model) if paths is None else [model.get_submodule(p)

@@ -84,7 +84,7 @@ class _Packed:
 
 class VDNN(nn.Module):
     """Wraps ``model``; ``policy`` is 'vdnn_all' or 'vdnn_conv' ('baseline': no hooks), or
-    'planned' with ``plan``, a layer plan file (NOTE [planned runtime]; NOTE [plan files]: its
+    'planned' with ``plan``, a layer plan file (its
     model, or its contents, read through the model)."""
 
     def __init__(self, model: nn.Module, input_shape: tuple[int, ...], policy: str = "vdnn_conv",
@@ -99,7 +99,7 @@ class VDNN(nn.Module):
             plan = plan_from_data(plan)
         if plan is not None and not isinstance(plan, LayerPlanFile):
             raise ValueError(f"the vDNN runtime runs a layer plan ({plan.format} is the "
-                             "block runtime's, NOTE [block runtime])")
+                             "block runtime's)")
         self.model = model
         self.gm = trace_module(model)
         self.policy, self.sync = policy, sync
@@ -123,10 +123,10 @@ class VDNN(nn.Module):
             self.schedule = find_prefetch_schedule(trace, self.offload) if prefetch \
                 else (-1,) * n
         self.candidates = {b for o in self.offload for b in o}
-        # NOTE [vdnn runtime]: the caller holds the input batch, so moving it frees nothing
+        # the caller holds the input batch, so moving it frees nothing
         self.candidates.discard("data")
         n = len(self.offload)
-        # NOTE [planned runtime]: a backward hook only where a prefetch starts, or where a
+        # a backward hook only where a prefetch starts, or where a
         # synchronised prefetch is waited for
         self.hooked = {i for i in range(n) if self.schedule[i] >= 0
                        or (i + 1 < n and self.schedule[i + 1] >= 0)}
@@ -135,7 +135,7 @@ class VDNN(nn.Module):
         self._reset()
 
     def _from_plan(self, plan: LayerPlanFile) -> None:
-        """NOTE [planned runtime]: the plan file's splits applied to the graph, its offloads,
+        """The plan file's splits applied to the graph, its offloads,
         prefetches and checkpointed segments by layer id."""
         graph = self.gm.graph
         for first, last, parts in plan.split:
@@ -162,7 +162,7 @@ class VDNN(nn.Module):
     # -- per iteration state -----------------------------------------------------------------
     def _reset(self) -> None:
         # Storage addresses are reused once a storage is freed, so a saved tensor is named
-        # only against the running layer's own inputs (NOTE [vdnn runtime]).
+        # only against the running layer's own inputs.
         self._inputs: dict[int, str] = {}  # storage id -> buffer, for the running layer
         self._handles: dict[str, _Handle] = {}
         self._new: dict[int, _Handle] = {}  # handles of storages the running layer made
@@ -298,7 +298,7 @@ class VDNN(nn.Module):
                     self._backward_start(i)
                 break
             seg = self.segments.get(self.lid[node])
-            if seg is not None:  # NOTE [planned runtime]: checkpointed
+            if seg is not None:  # checkpointed
                 self._run_segment(seg[1])
                 skip_to = seg[1][-1]
                 if node is skip_to:
@@ -314,8 +314,8 @@ class VDNN(nn.Module):
         return out
 
     def _run_node(self, node: fx.Node, recompute: bool = False) -> None:
-        """One node of the graph: its offloads after it, its backward hook (NOTE [vdnn
-        runtime]); the saved-tensor hooks only where a saved buffer can move."""
+        """One node of the graph: its offloads after it, its backward hook; the saved-tensor
+        hooks only where a saved buffer can move."""
         gm, env, buf = self.gm, self._env, self._buf
         if node.op == "get_attr":
             env[node] = fetch_attr(gm, node.target)
@@ -368,7 +368,7 @@ class VDNN(nn.Module):
                         torch.cuda.current_stream().wait_event(ev)
 
     def _run_segment(self, nodes: list[fx.Node]) -> None:
-        """NOTE [planned runtime]: ``nodes`` under torch.utils.checkpoint (non-reentrant):
+        """``nodes`` under torch.utils.checkpoint (non-reentrant):
         what they save is dropped and made again before their backward pass."""
         env, buf = self._env, self._buf
         ext, outs = _boundary(nodes)
@@ -413,7 +413,7 @@ def _tensors(x: Any) -> bool:
 def _storages(node: fx.Node, env: dict[fx.Node, Any], buf: dict[fx.Node, str]
               ) -> dict[int, str]:
     """Storage id -> buffer, for what ``node`` reads: its tensor inputs, and each part of
-    an input that is a tuple of views (NOTE [vdnn runtime]: ``x1, x2 = x.chunk(2)`` reads
+    an input that is a tuple of views (``x1, x2 = x.chunk(2)`` reads
     x's buffer through either part, as the probe's trace has it)."""
     out: dict[int, str] = {}
     for a in node.all_input_nodes:
@@ -448,7 +448,7 @@ def _call(gm: fx.GraphModule, node: fx.Node, args: Any, kwargs: Any) -> Any:
 
 def _split_graph(gm: fx.GraphModule, lid: dict[fx.Node, str], first: str, last: str,
                  parts: int) -> None:
-    """NOTE [batch split]: run the nodes ``first..last`` on ``parts`` slices of the batch,
+    """Run the nodes ``first..last`` on ``parts`` slices of the batch,
     named as vdnnsim.planners.split names the layers of the trace it reshapes."""
     graph = gm.graph
     order = list(graph.nodes)

@@ -2,20 +2,19 @@
 (``vdnnsim calibrate --ops``, ``--host-only``).
 
 NOTE [host mixes]
-A chain of one op, 64 times over on one layer, is the host's best case: the same code,
-the same weights, every branch predicted, the caches warm. A model's step is not: its ops
-come in a varied order, each layer with its own weights (a graph node and a gradient to
-accumulate each), and the host's time per op is longer (session 29: the op model's host
-time fell 32-48% short of the measured on host-bound torchvision CNNs, whose Python
-between ops is little, and 5-28% on host-bound autocast transformers). So ``--host-only`` also times mixed chains: per
-family (a transformer's links: linear, pointwise, layer norm, attention, view, a cast
-there and back; a CNN's: conv, batch norm, pointwise), 12 chains of 192 links of random
-kinds in random proportions (a flat Dirichlet draw, seeded), each link with its own
-layer, timed forward and backward as the chains are, beside the chains of one op in the
-same process. The op model's host cost of an op is its chain's times the factor of the
-model's family (a model with a convolution is a CNN): the mixed chains' time over what the
-same process's one-op chains give for their ops (median over chains and processes, per
-precision and pass; NOTE [op model]).
+A chain of one op, 64 times over on one layer, is the host's best case; a model's step
+mixes its ops, each layer with its own weights, and takes longer per op. So
+``--host-only`` also times mixed chains: per family (a transformer's links: linear,
+pointwise, layer norm, attention, view, a cast there and back; a CNN's: conv, batch norm,
+pointwise), 12 chains of 192 links of random kinds in random proportions (a flat Dirichlet
+draw, seeded), each link with its own layer, timed forward and backward beside the chains
+of one op in the same process. The op model's host cost of an op is its chain's times the
+factor of the model's family (a model with a convolution is a CNN): the mixed chains'
+time over what the same process's one-op chains give for their ops (median over chains
+and processes, per precision and pass).
+
+Why: without the factor the op model's host time fell 32-48% short of the measured on
+host-bound torchvision CNNs and 5-28% on host-bound autocast transformers (docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ is ``native_layer_norm``; ``F.linear`` without bias is ``mm``); a case whose for
 more than its one op is recorded with all of them and fitted on its main op. Then the GPU
 time of its forward and of its backward (``torch.autograd.grad`` of the inputs that take a
 gradient), each back to back behind a sleep kernel (NOTE [calibration]), and the host's
-time per call. In fp32, matmuls run as PyTorch's default leaves them (no TF32,
+time per call.
+
+In fp32, matmuls run as PyTorch's default leaves them (no TF32,
 ``float32_matmul_precision`` 'highest'; recorded); bf16 is what autocast dispatches a
 matmul, an attention or a norm to. The host's costs per op come from chains of 64 small
 ops (GPU time negligible beside the host's), forward and backward, as plain functions and
@@ -19,8 +21,8 @@ as one module per op: the host's cost per op and per module call. The optimizer'
 timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 parameters).
 
 The CNN classes (``--classes cnn``; ``all`` runs both grids) come from a grid of CNN-stage
-shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the transformer grid of a seed is unchanged by them): 2-D
-convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
+shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the
+transformer grid of a seed is unchanged by them): 2-D convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
 each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
 ``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
 recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm, max and
@@ -61,9 +63,8 @@ OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax"
 CLASSES = ("all", "transformer", "cnn", "norms")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
 # Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
-# and U-Net's first stage) and 112 x 128 (VGG's second), session 29, after VGG-16's
-# 64-channel 224 x 224 convolutions ran at 94 TFLOP/s against the 220 the model
-# extrapolated: grid 1 had 224 only for stems
+# and U-Net's first stage) and 112 x 128 (VGG's second), where grid 1 had 224 only for
+# stems (docs/gpu.md, "The op calibration's CNN grid")
 _STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
              (7, [160, 320, 512, 960, 1280, 2048])]

@@ -13,9 +13,8 @@ Model specs:
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
   cross-entropy of the output's last dimension against random labels (one per image, or
-  one per token); the model returns one tensor (else a one-line error). Built for the
-  meta device, a factory whose construction reads a tensor's value is built on the CPU
-  and moved there (``_call_factory``).
+  one per token); the model returns one tensor (else a one-line error). A factory whose
+  construction reads a tensor's value is built on the CPU (``_call_factory``).
 
 Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
 ("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
@@ -73,7 +72,7 @@ class Workload:
         if self.hf_task:
             return runner(**batch).loss
         out = runner(batch["x"])
-        if not isinstance(out, torch.Tensor):  # issue 26: which of its outputs is the loss's
+        if not isinstance(out, torch.Tensor):  # which of its outputs is the loss's
             raise ConfigError(f"{self.name}: the model returned {type(out).__name__}, not a "
                               "tensor of logits, and the loss (cross-entropy over the output's "
                               "last dimension) needs one; make it return one (torchvision's "
@@ -201,12 +200,14 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
 # the loss (under the step's context and, where the precision asks, torch.autocast), the
 # backward pass (of the loss scaled by the GradScaler where there is one) and the optimizer
 # step (through the scaler, which unscales the gradients and updates its scale). Everything
-# that runs a step runs this one: measure's warm-up, timed and last, phase-by-phase steps
-# (the last reads the allocator at the marks), the profilers' plain, profiled and memory
-# steps, the per-layer profiler's timed steps, the kernel counter's and the experiments'
-# GPU scripts (experiments/h200: collect.py's host calibration and cuBLAS check,
-# diagnose.py, hostbound.py). What they add goes through the step's options, not a copy
-# of it:
+# that runs a step runs this one; what it adds goes through the step's options below, not
+# a copy of it.
+#
+# Who runs it: measure's warm-up, timed and last, phase-by-phase steps (the last reads the
+# allocator at the marks), the profilers' plain, profiled and memory steps, the per-layer
+# profiler's timed steps, the kernel counter's and the experiments' GPU scripts
+# (experiments/h200: collect.py's host calibration and cuBLAS check, diagnose.py,
+# hostbound.py). The options:
 # - ``mark(point, loss)``: called at the start, then after each phase, at POINTS ("start",
 #   "zero_grad", "forward", "backward", "step"); at "forward" with the loss, so that a
 #   profiler can hook its autograd node before the backward pass; by "backward" the step

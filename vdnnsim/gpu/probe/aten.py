@@ -1,33 +1,24 @@
 """A layer graph of any model, observed op by op on the meta device (``probe_ops``).
 
 NOTE [op probe]
-torch.fx cannot trace most transformers models (their forward passes branch on
-configuration and shapes, and transformers 5 ships no tracer of its own), so this probe
-runs one forward pass and its loss under a TorchDispatchMode on the meta device and makes
-every ATen op that returns a tensor a layer: the unit is the op, not the module (a GPT-2
-step is some 700 of them). As in NOTE [probe], tensors are matched by storage: an op's
-output that shares an input's storage (a view, an in-place op) is an alias and keeps its
-base's name, so later ops read the base; what autograd saves comes from saved-tensor hooks.
-Only the ops the loss depends on stay (``_live``): an output nothing reads is freed at once
-by PyTorch. An in-place op (``x.add_(y)``, an LSTM cell's gates, a ``pos_embed`` added in
-place) stays, with its operands' producers, when a later op reads its base: that op reads
-what it wrote. A parameter is no tensor but the ``weight_bytes`` of the first op that reads
-it among those that stay (tied weights count once). A parameter no such op reads (read only
-by dropped ops, or by none) is resident on CUDA all the same, with no gradient and no
-optimizer state (the loss does not depend on it: its ``.grad`` stays None and AdamW keeps no
-moments for it), so its bytes go to the trace's ``resident_bytes``
-(``Probe.resident_weight_bytes``), not to a layer, whose ``weight_bytes`` the engine would
-also give a gradient and an optimizer's state. Autograd packs an op's inputs before
-the op runs and its outputs after, so a pack is given to the next op when that op reads
-it, else to the op before; but an in-place op whose backward needs its input as it was
+One forward pass and its loss run under a TorchDispatchMode (on the meta device; on a GPU
+for the profiler), and every ATen op that returns a tensor is a layer: the unit is the op,
+not the module. Tensors are matched by storage, as in the fx probe: an output that shares
+an input's storage (a view, an in-place op) is an alias and keeps its base's name. What
+autograd saves comes from saved-tensor hooks; a pack goes to the next op when that op
+reads it, else to the op before. Only the ops the loss depends on stay (``_live``), and an
+in-place op whose base a later op reads. A parameter is the ``weight_bytes`` of the first
+kept op that reads it (tied weights once); one that no kept op reads is the trace's
+``resident_bytes``: held on the GPU, with no gradient and no optimizer state.
+
+Why ops: torch.fx cannot trace most transformers models (their forward passes branch on
+configuration and shapes). An in-place op whose backward needs its input as it was
 (``silu_``, ``hardswish_``, ``x.mul_(gate)``) has autograd clone that input first
-(``original_self``): a ``clone`` nothing reads, packed before the op, which is given to the
-op (held until its backward) and has no gradient (timm's rexnet_100: 18% of its peak was
-these copies). Secondary outputs (layer norm's statistics, attention's
-log-sum-exp) exist only where saved, as ``extra`` tensors of their op. What this leaves
-out: the times (every layer is 0 ns: a memory trace; NOTE [op probe] is not yet in the
-kernel model), the temporaries inside a backward kernel, and which SDPA kernel the GPU
-would pick (the meta device runs PyTorch's choice for meta tensors).
+(``original_self``): a ``clone`` nothing reads, packed before the op, given to the op (held
+until its backward), with no gradient. Secondary outputs (layer norm's statistics,
+attention's log-sum-exp) exist only where saved, as ``extra`` tensors of their op. Not
+seen: the temporaries inside a backward kernel. The times are the op-level kernel model's
+(op_times.py) where the GPU has one, else 0 (a memory trace).
 """
 
 from __future__ import annotations

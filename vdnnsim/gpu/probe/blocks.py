@@ -54,28 +54,24 @@ def module_paths(model: torch.nn.Module, enter, calls: list | None = None) -> li
 
 
 # NOTE [blocks]
-# The unit of block offload, of block plans and of the block runtime
-# is a *block*: a module the forward pass calls once, in sequence with the other blocks,
-# named by its module path. They are chosen from what the probe saw (``choose_blocks``):
-# every module call (``module_paths`` records them) and the ops each ran. A transformer's
-# blocks are the items of its largest ModuleList when that list holds at least half the
-# model's parameters (GPT-2's ``h``, Llama's ``layers``; two items are enough there), each
-# item called once and in order. Any other model (a CNN built by a
-# factory, a DLA tree; a list that holds less, like res2net's per-block ``convs``) is cut
-# along its call tree: start from the calls the root makes; while the unit with the most
-# ops holds more than 1/BLOCK_SHARE of the step's ops, open it into the calls it makes,
-# provided each of those modules is called once in the whole step (a module called twice,
-# such as a shared activation or ALBERT's one layer, cannot be hooked as one block); units
-# with no op are dropped. Fewer than MIN_BLOCKS units: no blocks. Each op is then tagged
-# with its region (``attrs['block']``: 0 before the first block, block k's ops and
-# whatever runs after them before the next block region k + 1, the head and the loss
-# after the last block N + 1) and the first op of a region with its block's path
-# (``attrs['block_path']``), which block plans carry and the runtime hooks by
-# (``get_submodule``). The blocks' order is the order the probe saw them called in, so a
-# block runs in the runtime where it ran in the probe. An op of a module shared with an
-# earlier block (named by its first path) stays in the region running
-# when it ran: regions never go back. Time is measured per module (NOTE
-# [module timing]); blocks are only the unit of offload.
+# The unit of block offload, block plans and the block runtime is a *block*: a module the
+# forward pass calls once, in sequence with the other blocks, named by its module path and
+# chosen from the module calls the probe saw (``choose_blocks``). A transformer's blocks
+# are the items of its largest ModuleList when that list holds at least half the model's
+# parameters, each item called once and in order. Any other model is cut along its call
+# tree: from the root's calls, the unit with the most ops is opened into its calls while it
+# holds more than 1/BLOCK_SHARE of the step's ops and each of those modules is called once
+# in the step; units with no op are dropped; fewer than MIN_BLOCKS: no blocks. Each op is
+# tagged with its region (``attrs['block']``: 0 before the first block, k + 1 from block k
+# on, N + 1 after the last) and a region's first op with its block's path
+# (``attrs['block_path']``); regions never go back.
+#
+# Examples: GPT-2's ``h`` and Llama's ``layers`` are lists of blocks; a CNN built by a
+# factory, a DLA tree or res2net (whose per-block ``convs`` list holds little) are cut along
+# the call tree; a module called twice (a shared activation, ALBERT's one layer) cannot be
+# hooked as one block. An op of a module shared with an earlier block (named by its first
+# path) stays in the region running when it ran. Time is measured per module; blocks are
+# only the unit of offload.
 MIN_BLOCKS = 3  # fewer units offload nothing worth a plan
 BLOCK_SHARE = 16  # a unit with more than 1/16 of the ops is opened into its calls
 

@@ -6,7 +6,9 @@ the features a fit saw are the features a prediction gets.
 NOTE [op features]
 Per op: ``op`` (the ATen name without overload), ``dt`` (the output's dtype: fp32, bf16,
 fp16, or what else), ``bytes`` (every tensor argument's and output's storage bytes, as the
-op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
+op probe counts them), and by kind (below). The op model keys on these and nothing else.
+
+By kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
 ``b, m, n, k`` (batch, rows, columns, reduction); scaled-dot-product attention its
 ``B, H, S, L, D`` (batch, query heads, query and key length, head size), ``causal`` and
 ``mask`` (an additive bias given); a binary op's ``form`` where it is not elementwise

@@ -11,24 +11,19 @@ from .fx import _sid
 
 
 # NOTE [op values]
-# The meta device has shapes and no values, so a model whose forward pass reads a value
-# (``.item()``, a Python ``if`` on a tensor, ``nonzero``, a boolean mask: transformers' OPT
-# asks whether its all-ones attention mask is all ones before it picks SDPA's causal path)
-# cannot run there as it is. On the meta device the probe keeps real values beside the
-# tensors whose values it can know: the batch (made on the CPU, then moved), anything
-# made on the CPU, what a factory op makes (``ones``, ``arange``), and whatever an op
-# makes from tensors that all have values. Each such op runs a second time on those CPU
-# copies, after its meta run and unrecorded, for outputs of at most VALUE_LIMIT elements
-# (a B x S mask, not a B x H x S x S one), so it costs little: a transformer's mask and
-# position arithmetic, never its weights or activations, which have no values (random
-# weights on the meta device). An op the meta device cannot run (``item``, ``nonzero``,
-# ``equal``...) is then answered from the copies, its tensor outputs moved to the meta
-# device; an in-place op that writes a tensor with values from one without drops the
-# values of every tensor on that storage. A value the probe cannot know (one that comes
-# from the weights or the activations) ends the probe in one line naming the op and what
-# to do instead (run the model for real on a GPU: ``vdnnsim profile``), as does an op the
-# meta device has no kernel for. Random values (the batch's tokens, dropout) are as a
-# seeded run's on the CPU: another sample, the same shapes.
+# The meta device has shapes and no values, so a forward pass that reads a value
+# (``.item()``, an ``if`` on a tensor, ``nonzero``, a boolean mask) cannot run there as it
+# is. The probe keeps CPU copies beside the tensors whose values it can know: the batch,
+# anything made on the CPU or by a factory op, and what an op makes from tensors that all
+# have values, re-run on the copies for outputs of at most VALUE_LIMIT elements (masks and
+# positions, never weights or activations). An op the meta device cannot run is answered
+# from the copies; an in-place write from a tensor without values drops that storage's
+# values. A value the probe cannot know, or an op with no meta kernel, ends the probe in one
+# line naming the op and what to do instead (``vdnnsim profile`` on a GPU).
+#
+# Random values (the batch's tokens, dropout) are as a seeded run's on the CPU: another
+# sample, the same shapes. Example: transformers' OPT asks whether its all-ones attention
+# mask is all ones before it picks SDPA's causal path.
 VALUE_LIMIT = 1 << 22  # elements of a tensor whose values the probe keeps (16 MiB in fp32)
 VALUE_OPS = frozenset({  # ops that exist to read values: the message says so
     "_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim",

@@ -1,21 +1,19 @@
 """How many GPU commands each layer puts on its stream, and how deep the launch queue is.
 
 NOTE [kernel counts]
-A layer's forward and backward each issue some kernels (a convolution's backward: data and
-filter gradients, maybe a bias reduction; a view: none). ``count_kernels`` runs whole
-training steps of the model, as the profiler's timing does (NOTE [layer timing]), with a
-marker (a ``record_function`` range) after each layer's forward and from a pre-hook on
-each layer's autograd node, under torch.profiler; each kernel launch, memset and memcpy
-that the host's threads make between two markers belongs to the layer whose marker came
-first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/host.py),
-so only those whose GPU activity ran on the compute stream count (the stream of the
-step's first kernel, memset or copy; ``off_stream``): a library that forks work onto
-streams of its own fills their queues, not the compute stream's. cuDNN's FFT engine does:
-ConvNeXt-T's depthwise backward at batch 128 on the H200 launched 1,060 commands, 4 on the
-compute stream and 1,056 on eight streams of cuDNN's (traces/h200_issue28/session27), and
-counted whole they held the replayed host back (594 ms to issue a vDNN_all step the H200's
-host issued in 198; NOTE [host issue]). Event records and stream waits take no slot in the queue
-(measured there too) and are not counted.
+``count_kernels`` runs whole training steps of the model, as the profiler's timing does,
+under torch.profiler, with a marker (a ``record_function`` range) after each layer's
+forward and from a pre-hook on each layer's autograd node; each kernel launch, memset and
+memcpy that the host's threads make between two markers belongs to the layer whose marker
+came first. They are what the launch queue holds (NOTE [launch queue] in
+vdnnsim/engine/host.py), so only those whose GPU activity ran on the compute stream (the
+stream of the step's first command; ``off_stream``) count: a library that forks work onto
+streams of its own fills their queues, not the compute stream's. Event records and stream
+waits take no slot in the queue and are not counted.
+
+Example: cuDNN's FFT engine forks. ConvNeXt-T's depthwise backward at batch 128 on the H200
+launched 1,060 commands, 4 on the compute stream; counted whole they held the replayed host
+back (594 ms to issue a vDNN_all step the H200's host issued in 198).
 
 ``launch_queue_depth`` measures that queue: a long ``torch.cuda._sleep`` keeps the stream
 busy while the host launches tiny kernels one after the other; the first launch that

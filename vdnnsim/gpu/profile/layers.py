@@ -1,37 +1,23 @@
 """The profiler: a probe (NOTE [probe]) plus per-layer times, written as a trace.
 
 NOTE [layer timing]
-Layers are timed where they run: inside whole training steps (forward, cross-entropy loss,
-backward, SGD step: ``probe_step``, NOTE [training step]) of the fx-traced model, after
-warm-up steps (cudnn.benchmark picks each conv's algorithm there). A CUDA event is
-recorded after every layer of the forward pass and
-from a pre-hook on every layer's autograd node in the backward pass; a layer's time is the
-span from its mark to the next one, so the nodes that belong to no layer (AccumulateGrad,
-a transpose) and any wait for the host's kernel launches count for the layer before them.
-The per-layer times thus sum to the instrumented step, as the GPU saw it: a layer that is
-too small to keep the GPU busy costs what it costs in eager PyTorch, not its kernel time.
-Each time is the median over several steps.
-The marks are not free: recording an event and hooking an autograd node costs the host
-tens of microseconds, which shows on the GPU's timeline wherever the host, not the GPU,
-sets the pace (DenseNet-121 at batch 64 on the H200: 113 ms per step with the marks, 71 ms
-without). Instrumented and plain steps alternate, and the cost of one mark is estimated
-per pass as (instrumented - plain time of the pass) / (marks in the pass) and taken off
-every layer's time of that pass (not below zero). Where the GPU sets the pace that
-difference is about zero and nothing changes; where the host does, each layer gives back
-what its mark added. Either way the layers sum to the plain step. This uses only the
-profile's own steps, never a measurement the validation compares with.
-(The isolated timing this replaced, each layer alone with torch.autograd.grad per call,
-overcounted small layers by the engine's per-call work: up to +90% on DenseNet-121.)
-The workspace of a layer is measured alone, on the probe's own tensors: the allocator's
-peak during a pass beyond what stays allocated after it, on a call after a warm-up call
-(the first call of a conv runs cuDNN's autotuner, whose trial workspaces are far larger
-than the chosen algorithm's); a Conv2d's backward calls (backward data, backward filter)
-are also measured alone, one workspace each (NOTE [backward workspaces]). On the meta
-device there is no time: the cost model times each layer for a GPU preset instead. On a CPU device (tests) the wall clock stands in for
-the events, and the marks' cost is timed directly instead: K back-to-back marks, the
-median of each's cost. There the difference of two passes is the machine's noise, not the
-marks (a loaded two-core machine: whole passes differ by tens of milliseconds between
-steps, and that difference spread over the layers took every millisecond of a conv).
+Layers are timed where they run: inside whole training steps (``probe_step``) of the
+fx-traced model, after warm-up steps. A CUDA event is recorded after every layer of the
+forward pass and from a pre-hook on every layer's autograd node in the backward pass; a
+layer's time is the span from its mark to the next, so work that belongs to no layer and
+any wait for the host's launches count for the layer before. Each time is the median over
+the steps. Instrumented and plain steps alternate; the cost of one mark is estimated per
+pass as (instrumented - plain time of the pass) / (marks in the pass) and taken off every
+layer's time of that pass (not below zero), so the layers sum to the plain step. On a CPU
+(tests) the wall clock stands in for the events and the marks' cost is timed directly.
+
+Workspaces (workspaces.py) are measured per layer alone, on the probe's own tensors: the
+allocator's peak during a pass beyond what stays allocated after it, on a call after a
+warm-up call (the first call of a conv runs cuDNN's autotuner, whose trial workspaces are
+far larger than the chosen algorithm's); a Conv2d's backward calls (backward data,
+backward filter) one workspace each (NOTE [backward workspaces]). On the meta device there
+is no time: a cost model times each layer for a GPU preset (synthesize.py).
+
 NOTE [host timing]
 Beside each mark the host's clock (perf_counter_ns) is read: a layer's host time is the
 span from its mark to the next on the host, the Python, dispatch and kernel launches that
@@ -39,9 +25,9 @@ issue it (in the backward pass, on autograd's thread, from node pre-hook to pre-
 host's cost of one mark is estimated per pass as for the GPU (instrumented minus plain
 host time of the pass, over the marks) and taken off. ``host_step_ns`` is the host's time
 for zero_grad and the optimizer step. Within a step nothing synchronises, so these are the
-host's own costs; where the GPU is far behind, a launch queue that fills up (about a
-thousand kernels) would make the host wait and its times too long, which costs nothing in
-a replay, where the GPU sets that pace anyway.
+host's own costs; where the GPU is far behind, a launch queue that fills up would make the
+host wait and its times too long, which costs nothing in a replay, where the GPU sets that
+pace anyway.
 """
 
 from __future__ import annotations
@@ -64,12 +50,15 @@ from .workspaces import OUT_OF_PLACE, _workspace, conv_backward_calls  # noqa: F
 
 
 def resident_bytes(model: nn.Module) -> int:
-    """What the framework holds all run long beyond the weights and
-    the input, measured after training steps have run: the module buffers (batch-norm
-    running statistics) and the cuBLAS workspaces, one per (handle, stream) that ran a
-    matmul; PyTorch gives the backward pass its own thread and so its own handle. They are
-    read as the allocated bytes that clearing the workspaces returns, so the number holds
-    in a process that profiled other models before."""
+    """The resident bytes of ``model`` on the current GPU, after training steps have run.
+
+    NOTE [resident memory]
+    What the framework holds all run long beyond the weights and the input: the module
+    buffers (batch-norm running statistics) and the cuBLAS workspaces, one per (handle,
+    stream) that ran a matmul; PyTorch gives the backward pass its own thread and so its
+    own handle. They are read as the allocated bytes that clearing the workspaces returns,
+    so the number holds in a process that profiled other models before.
+    """
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
     if clear is None or not torch.cuda.is_available():

@@ -3,40 +3,33 @@ the op probe run on the GPU for memory, training steps timed by torch.profiler p
 
 NOTE [module timing]
 Memory: the op probe (NOTE [op probe]) runs the step's forward pass and loss once on the
-GPU itself, on the real batch, so nothing is emulated: CUDA's dropout, the SDPA kernel the
-GPU picks and autocast's casts and weight cache are the real ones. Its recorder holds only
-what autograd saves; an output that dies leaves its storage's entry (a finalizer), so the
-probe needs no more memory than the step. Each op carries the path of the module it ran
-in (NOTE [module paths]).
-Time: after warm-up, ``trials`` plain steps (nothing hooked) are measured, then ``trials``
-steps under torch.profiler with a ``record_function`` range around every module call
-(NOTE [kineto attribution] in kineto.py): each GPU kernel's time goes to the module whose
-call launched it in the forward pass, and in the backward pass to the module of the
-forward op that made the autograd node (their sequence numbers), so every model's backward
-pass is timed module by module, whether or not it keeps its blocks in a ModuleList (the
-block profiler before it lost the backward pass of those that do not). A kernel's time
-includes its queued gap (the device idle before it once it was issued: dispatch after a
-queued kernel, launch latency on an idle stream), because kernel durations alone replayed
-GPU-bound models 3.6-5.8% short of their plain steps: the modules', the loss's, the
-optimizer's and the unattributed time all carry their kernels' gaps, so NOTE [profile
-check]'s shares are of GPU time with gaps on both sides, and the note says what share of
-the GPU time was gaps. The optimizer step and zero_grad are the trace's step; the loss and
-what runs outside the model is the probe's ops outside it. A module's median time over the
-steps is spread over its ops by a roofline estimate (max(flops / peak, bytes / bandwidth)
-of the op's dtype on the trace's GPU preset; a view gets nothing; in the backward pass an
-op with flops counts twice, an op that needs no gradient not at all): for a CNN almost
-every module is one op, a transformer's attention or MLP a few. A module the probe saw no
-op of (its work all views) gives its time to the nearest enclosing module that has some.
-Host time per module is the profiler's (a module's range, the backward ops of its nodes)
-scaled so that each pass's total is what the host took to issue it in the plain steps (the
-profiler's ranges add about a microsecond an op and miss the autograd engine's work
-between backward ops: the total is the plain steps', the profiler says how it divides);
-the optimizer's host time is the plain steps' too. The optimizer step is the workload's
-own (``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
-(AdamW's moments, into ``resident_bytes``) and the allocator's peak while it runs beyond
-what it started with (``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer
-state] counts it), so the trace is that optimizer's. Workspaces inside a kernel are not
-measured (the op probe sees none). The profile then checks itself (NOTE [profile check]).
+GPU itself, on the real batch, so CUDA's dropout, SDPA kernel and autocast are the real
+ones. Time: after warm-up, ``trials`` plain steps, then ``trials`` steps under
+torch.profiler with a ``record_function`` range around every module call (NOTE [kineto
+attribution] in kineto.py): each GPU kernel's time, with its queued gap, goes to the
+module that launched it, in the backward pass to the module of the forward op that made
+its autograd node. A module's median time is spread over its ops by a roofline estimate; a
+module with no op of its own gives it to the nearest enclosing one that has some. Host
+times are the profiler's per module, scaled so each pass's total is the plain steps'. The
+optimizer is the workload's own: its times, state bytes and step workspace. The profile
+then checks itself (NOTE [profile check]).
+
+Details. The recorder holds only what autograd saves; an output that dies leaves its
+storage's entry (a finalizer), so the probe needs no more memory than the step. Every
+model's backward pass is timed module by module, whether or not it keeps its blocks in a
+ModuleList. A kernel's queued gap is the device idle before it once issued (dispatch after
+a queued kernel, launch latency on an idle stream); the modules', the loss's, the
+optimizer's and the unattributed time all carry their kernels' gaps, so the profile
+check's shares are of GPU time with gaps on both sides, and the note says what share of
+the GPU time was gaps. The roofline estimate is max(flops / peak, bytes / bandwidth) of
+the op's dtype on the trace's GPU preset (a view gets nothing; in the backward pass an op
+with flops counts twice, an op that needs no gradient not at all). The profiler's ranges
+add about a microsecond an op and miss the autograd engine's work between backward ops:
+the total is the plain steps', the profiler says how it divides. The optimizer's state
+(AdamW's moments) goes into ``resident_bytes``, the allocator's peak while it runs beyond
+what it started with into ``step_workspace_bytes`` (on a CPU, counted as the optimizer
+state's rule counts it). Workspaces inside a kernel are not measured (the op probe sees
+none).
 """
 
 from __future__ import annotations
@@ -265,8 +258,7 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
 
 # NOTE [profile check]
 # A profile checks itself before it is written, so that a trace that lost part of the step
-# (the backward pass of a model whose blocks the block profiler did not find lost 17-68%
-# of its time, silently) cannot be written. Two checks: the attribution must place at
+# cannot be written. Two checks: the attribution must place at
 # least ATTRIBUTED of the GPU time of the profiled steps (what no rule could place is
 # counted, never dropped; placed and lost time alike count their kernels' queued gaps:
 # NOTE [kineto attribution]), and on a GPU the trace, replayed by the engine as it is
@@ -275,8 +267,11 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
 # measured in the same process: the plain steps' spread (max - min over the median), and
 # no less than CHECK_FLOOR. A profile that fails either is an error naming both numbers
 # (vdnnsim profile exits 2 and writes nothing); ``check=False`` (``--no-check``) writes it
-# anyway, with the failure in its note. On a CPU only the first check applies: there the
-# wall clock of a shared machine is the op's time and the replay has no GPU to be true to.
+# anyway, with the failure in its note. On a CPU only the first check applies.
+#
+# Why: the block profiler before it lost 17-68% of the backward pass of models whose blocks
+# it did not find, silently. On a CPU the wall clock of a shared machine is the op's time
+# and the replay has no GPU to be true to.
 ATTRIBUTED = 0.98
 CHECK_FLOOR = 0.10
 
@@ -320,10 +315,9 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     gpu = gpu or resolve_gpu("h200")
     cuda = torch.device(device).type == "cuda"
-    # the step vdnnsim measure runs: cuDNN autotuned. Without it the
-    # profile timed cuDNN's heuristic algorithms, slower than measure's on every timm CNN
-    # of traces/h200_timm (session10: the profiles' own plain steps 0-12% over the
-    # measurements), which its check, against the same process's plain steps, cannot see
+    # the step vdnnsim measure runs: cuDNN autotuned. Without it the profile timed cuDNN's
+    # heuristic algorithms, slower than measure's (the profile check, against the same
+    # process's plain steps, cannot see that; docs/gpu.md)
     torch.backends.cudnn.benchmark = True
     probe_ns = host_probe_ns(device)  # before the model is built
     with torch.device(device):

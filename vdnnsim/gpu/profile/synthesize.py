@@ -172,13 +172,16 @@ def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32")
 
 
 def _gradient_sums(p: Probe, km: Any, dtype: str) -> dict[str, tuple[int, int]]:
-    """A tensor that k layers read gets k gradients in the backward
-    pass, and autograd adds them: k - 1 elementwise adds of the tensor's size (a residual
-    connection's input, DenseNet's concatenated features, a squeeze-and-excitation block's
-    input). No layer's own ops include them; they are charged to the backward of the layer
-    that made the tensor, timed by the calibrated 'add' class, each add also one kernel
-    launch for the host (DenseNet-201 has about 1,800 of them a step). Per producing
-    layer: (GPU ns, adds)."""
+    """Per producing layer: (GPU ns, adds) of its gradient sums.
+
+    NOTE [gradient sums]
+    A tensor that k layers read gets k gradients in the backward pass, and autograd adds
+    them: k - 1 elementwise adds of the tensor's size (a residual connection's input,
+    DenseNet's concatenated features, a squeeze-and-excitation block's input). No layer's
+    own ops include them; they are charged to the backward of the layer that made the
+    tensor, timed by the calibrated 'add' class, each add also one kernel launch for the
+    host (DenseNet-201 has about 1,800 of them a step).
+    """
     readers: dict[str, int] = {}
     for n in p.nodes:
         for t in dict.fromkeys(n.inputs):

@@ -1,29 +1,23 @@
 """vDNN for any block-structured model on the GPU: whole blocks offloaded.
 
 NOTE [block runtime]
-The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
-(NOTE [op probe]). This one needs only the model's blocks (NOTE [blocks], by the module
-paths the plan names; ``find_blocks`` for a plan without them) and autograd's
-saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
-it (a parameter, autocast's cast of one or a CPU tensor excepted; the batch is read before
-the first block, so no block saves it) is copied whole, its storage
-once however many views of it are saved, to pinned host memory on a side stream that
-first waits for the compute stream; the GPU tensor is marked as used by that stream
-(``record_stream``), so the caching allocator reuses its memory only once the copy is done,
-and once nothing else holds it. In the backward pass, when the backward of block k begins
-(a pre-hook on the autograd node of block k's output), the storages of block k - 1 are
-prefetched on a second side stream (vDNN's prefetch, one block ahead) and block k's own
-if they are not back yet; unpacking a saved tensor makes the compute stream wait for its
-copy and rebuilds the view on the prefetched storage. A storage is known by its address
-and, since a freed address is soon reused within a block, by a weak reference to it (the
-first version keyed by address alone and gave a new tensor an old tensor's copy: wrong
-gradients, caught by the bit-identity test). The copies move the bytes exactly,
-so gradients are bit-identical to a step without offload wherever the kernels themselves
-are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
-them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
-plan]), and the blocks named by ``recompute`` (paths) checkpointed (NOTE [block
-recompute]; after the offloaded ones where a plan does both, NOTE [block mix]). Not done:
-offloading the regions outside the blocks, offloading a chosen set.
+While an offloaded block runs forward, every tensor autograd saves in it (but a parameter,
+autocast's cast of one, or a CPU tensor) is copied whole, once per storage however many
+views of it are saved, to pinned host memory on a side stream that first waits for the
+compute stream; ``record_stream`` lets the allocator reuse the GPU memory only once the
+copy is done. When the backward of block k begins (a pre-hook on the autograd node of its
+output), block k - 1's storages are prefetched on a second side stream and block k's own
+if not back yet; unpacking a saved tensor waits for its copy and rebuilds the view on the
+prefetched storage. A storage is known by its address and a weak reference to it (a freed
+address is soon reused). The copies are exact, so gradients are bit-identical to a step
+without offload. Which blocks: the first ``offload`` (NOTE [block offload]), and those
+named by ``recompute`` checkpointed after them (NOTE [block mix]).
+
+The fx-based runtime (vdnn.py) needs a model torch.fx can trace; this one needs only the
+model's blocks (by the module paths the plan names; ``find_blocks`` for a plan without
+them) and autograd's saved-tensor hooks, so it runs transformers. The batch is read before
+the first block, so no block saves it. Not done: offloading the regions outside the
+blocks, offloading a chosen set.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ accumulated (``register_post_accumulate_grad_hook``), a side stream that has wai
 the compute stream copies it to the host, an event marks the copy, and the GPU gradient is
 released to the side stream (``record_stream``; the caching allocator reuses it once the
 copy has run): the GPU never holds the optimizer's state, and holds a gradient only until
-its copy. ``step()`` takes the parameters in the order their gradients came: it waits for
+its copy.
+
+``step()`` takes the parameters in the order their gradients came: it waits for
 each one's copy (the event), runs its optimizer's step on the CPU (AdamW ``fused=True``,
 one multi-threaded kernel per tensor) and copies the updated parameter back on the side
 stream, so the CPU steps the next while the link carries the last; the compute stream then
@@ -246,7 +248,7 @@ def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
 # the sweep's grid: small tensors many times for the fixed cost, and
 # for the slope large ones whose working set (the parameters, gradients and moments a step
 # streams, 3.8 GB fp32 at each size) is many times any host's last-level cache, as a
-# model's step over all its tensors is. (Session 32's first sweep stepped two tensors of
+# model's step over all its tensors is. (The first sweep stepped two tensors of
 # 16M elements, 0.9 GB, again and again: on a host with a 300 MiB cache its slope came out
 # 22% under the 64M tensor's, traces/cpu_step/h100_s32/first_sweep.)
 CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))

@@ -2,25 +2,22 @@
 forward, prefetch them back ahead of backward.
 
 NOTE [vdnn runtime]
-The model runs node by node (torch.fx), as the probe saw it; the plan is the simulator's own
-(``offload_sets`` and ``find_prefetch_schedule`` over the probe's trace), so the runtime and
-the simulator move the same buffers at the same layers.
-- Forward: every storage that a plan offloads is wrapped in one handle, however many ops
-  save it (an in-place ReLU's output that is also the next conv's input moves once). A
-  buffer is followed through views, in-place ops and the parts of a tuple of views
-  (``x1, x2 = x.chunk(2)``: either part reads x's buffer), as the probe's trace names it;
-  a part not followed would be saved under its own name and its buffer never moved. After
-  layer i is launched, its offloads are copied to pinned host memory on a side stream that
-  waits only for what layer i reads, so the copy overlaps layer i. The GPU copy is dropped
-  from the handle; the allocator reuses it once the copy is done (record_stream) and the
-  interpreter has released the layer's inputs. With ``sync`` the compute stream then waits
-  for the copies, as the paper's end-of-layer synchronisation.
-- Backward: a pre-hook on each layer's last autograd node runs findPrefetchLayer's choice:
-  the chosen layer's buffers are copied back on the side stream. With ``sync`` the next
-  layer's backward waits for that prefetch. A buffer no prefetch brought back is fetched on
-  demand when autograd unpacks it. A fetched buffer is dropped after its last unpack.
-- The copies are bit-exact: gradients equal the baseline's.
-On a CPU device the same logic runs with plain copies and no streams (for tests).
+The model runs node by node (torch.fx), as the probe saw it; the plan is the simulator's
+own (``offload_sets`` and ``find_prefetch_schedule`` over the probe's trace), so the runtime
+and the simulator move the same buffers at the same layers. Forward: every storage a plan
+offloads is one handle however many ops save it, followed through views, in-place ops and
+the parts of a tuple of views; after layer i is launched its offloads are copied to pinned
+host memory on a side stream that waits only for what layer i reads, and the GPU copy is
+dropped (reused once the copy is done: record_stream). Backward: a pre-hook on each layer's
+last autograd node starts findPrefetchLayer's prefetch; a buffer no prefetch brought back
+is fetched when autograd unpacks it, and dropped after its last unpack. With ``sync`` the
+streams wait as the paper's end-of-layer synchronisation. The copies are bit-exact.
+
+Details: an in-place ReLU's output that is also the next conv's input moves once; in
+``x1, x2 = x.chunk(2)`` either part reads x's buffer (a part not followed would be saved
+under its own name and its buffer never moved). The GPU copy is freed once the
+interpreter has released the layer's inputs too. On a CPU device the same logic runs with
+plain copies and no streams (for tests).
 
 NOTE [planned runtime]
 ``policy='planned'`` runs a plan file from ``vdnnsim plan`` (``vdnnsim measure --plan``):

@@ -12,7 +12,8 @@ kernel holds the stream while the host queues ``reps`` calls between two events,
 kernels run back to back as they do in a GPU-bound step. A conv pass's workspace is the
 peak allocated during one call beyond what it returns.
 
-The launch cost is measured too: the GPU time of a one-element kernel queued back to back, and the host's time to launch
+The launch cost is measured too: the GPU time of a one-element kernel queued back to
+back, and the host's time to launch
 one. Nothing here is fitted; vdnnsim/costs/kernel.py fits the kernel-time model to the file
 this writes (docs/cost-model.md).
 """

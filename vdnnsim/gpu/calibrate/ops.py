@@ -22,7 +22,8 @@ timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 paramete
 
 The CNN classes (``--classes cnn``; ``all`` runs both grids) come from a grid of CNN-stage
 shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the
-transformer grid of a seed is unchanged by them): 2-D convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
+transformer grid of a seed is unchanged by them): 2-D convolutions, dense (1x1, k x k,
+strided, a stem on the image, grouped) and depthwise,
 each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
 ``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
 recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm, max and
@@ -64,7 +65,7 @@ CLASSES = ("all", "transformer", "cnn", "norms")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
 # Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
 # and U-Net's first stage) and 112 x 128 (VGG's second), where grid 1 had 224 only for
-# stems (docs/gpu.md, "The op calibration's CNN grid")
+# stems (docs/gpu.md, "Evidence behind the GPU side")
 _STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
              (7, [160, 320, 512, 960, 1280, 2048])]

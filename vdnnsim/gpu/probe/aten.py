@@ -362,7 +362,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
     if om is None:
         d = assemble(p, dtype=dtype, source={
             "kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
-            "note": f"memory only (NOTE [op probe]): every layer 0 ns; {spec}, {precision}"
+            "note": f"memory only: every layer 0 ns; {spec}, {precision}"
                     + extra})
     else:
         from ...costs.ops import MODEL, SPEC_MODEL
@@ -380,7 +380,7 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                          "note": f"{spec}, {precision}: meta device, op-level kernel model "
                                  + (f"fitted to {gpu.op_calibration} ({om.source})"
                                     if gpu.op_calibration else
-                                    f"{om.source} (NOTE [op spec rule])")
+                                    f"{om.source}")
                                  + pooled_note(ot.pooled) + extra})
         d["optimizer_steps"] = ot.steps
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())

@@ -83,8 +83,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
     p = probe(model, shape, batch_size, device, DTYPES[dtype], name)
     inner, meta = time_in_situ(model, p, trials, cuda)
     left_out: list[int] = []
-    counts = count_kernels(model, p, left_out=left_out)[0] if cuda else None  # NOTE
-    # [kernel counts]
+    counts = count_kernels(model, p, left_out=left_out)[0] if cuda else None
     spaces = {n.name: _workspace(n) if cuda else (0, 0, ()) for n in p.nodes}
     resident = resident_bytes(model) if cuda else 0
     times = {k: (*inner[k], *spaces[k]) for k in spaces}
@@ -94,7 +93,7 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
            **({"host_probe_between_ns": round(meta["host_probe_between_ns"], 1)}
               if "host_probe_between_ns" in meta else {}),
            "note": f"vdnnsim profile --model {model_spec} --batch {batch_size}; per-layer "
-                   f"median of {trials} whole steps (NOTE [layer timing]); one step took "
+                   f"median of {trials} whole steps; one step took "
                    f"{meta['instrumented_ns'] / 1e6:.2f} ms with the timestamps, "
                    f"{meta['plain_ns'] / 1e6:.2f} ms without; per layer, "
                    f"{meta['mark_fwd_ns'] / 1e3:.1f} us (forward) and "
@@ -102,10 +101,10 @@ def profile_model(model_spec: str, batch_size: int, dtype: str = "fp32", trials:
                    f"taken off; the host issued the forward pass in "
                    f"{meta['host_fwd_pass_ns'] / 1e6:.2f} ms and the backward in "
                    f"{meta['host_bwd_pass_ns'] / 1e6:.2f} ms, "
-                   f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off (NOTE [host timing])"
+                   f"{meta['host_mark_ns'] / 1e3:.1f} us per mark taken off"
                    + (f"; {left_out[0]} commands ran on a library's own streams, not the "
-                      "compute stream's, and are not in the layers' kernel counts (NOTE "
-                      "[kernel counts])" if left_out and left_out[0] else "")}
+                      "compute stream's, and are not in the layers' kernel counts"
+                      if left_out and left_out[0] else "")}
     step = meta["step_ns"]
     data = assemble(p, times=times, names=names, source=src, step_ns=step, dtype=dtype,
                     hosts=meta["hosts"], host_step_ns=meta["host_step_ns"], kernels=counts)

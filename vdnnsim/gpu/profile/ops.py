@@ -5,9 +5,9 @@ NOTE [module timing]
 Memory: the op probe (NOTE [op probe]) runs the step's forward pass and loss once on the
 GPU itself, on the real batch, so CUDA's dropout, SDPA kernel and autocast are the real
 ones. Time: after warm-up, ``trials`` plain steps, then ``trials`` steps under
-torch.profiler with a ``record_function`` range around every module call (NOTE [kineto
-attribution] in kineto.py): each GPU kernel's time, with its queued gap, goes to the
-module that launched it, in the backward pass to the module of the forward op that made
+torch.profiler with a ``record_function`` range around every module call
+(NOTE [kineto attribution] in kineto.py): each GPU kernel's time, with its queued gap, goes
+to the module that launched it, in the backward pass to the module of the forward op that made
 its autograd node. A module's median time is spread over its ops by a roofline estimate; a
 module with no op of its own gives it to the nearest enclosing one that has some. Host
 times are the profiler's per module, scaled so each pass's total is the plain steps'. The
@@ -348,8 +348,8 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "
-                   f"memory op by op on the GPU, time by module from torch.profiler (NOTE "
-                   f"[module timing]), {len(t['modules'])} module paths, {placed:.1%} of the "
+                   f"memory op by op on the GPU, time by module from torch.profiler, "
+                   f"{len(t['modules'])} module paths, {placed:.1%} of the "
                    f"GPU time placed ({gaps:.1%} of it idle gaps between kernels), "
                    f"medians of {trials} steps; a plain step took "
                    f"{t['plain_ms']:.2f} ms ({t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}; "
@@ -368,8 +368,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     why = check_profile(d, t, gpu, cuda)
     if why:
         if check:
-            raise ConfigError(f"{spec}: the profile does not account for the step (NOTE "
-                              f"[profile check]): {why}; nothing written (--no-check writes "
-                              "it anyway)")
+            raise ConfigError(f"{spec}: the profile does not account for the step: {why}; "
+                              "nothing written (--no-check writes it anyway)")
         d["source"]["note"] += f"; NOT CHECKED: {why}"
     return d

@@ -248,9 +248,7 @@ def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
 # the sweep's grid: small tensors many times for the fixed cost, and
 # for the slope large ones whose working set (the parameters, gradients and moments a step
 # streams, 3.8 GB fp32 at each size) is many times any host's last-level cache, as a
-# model's step over all its tensors is. (The first sweep stepped two tensors of
-# 16M elements, 0.9 GB, again and again: on a host with a 300 MiB cache its slope came out
-# 22% under the 64M tensor's, traces/cpu_step/h100_s32/first_sweep.)
+# model's step over all its tensors is (docs/gpu.md, "Evidence behind the GPU side").
 CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))
 BANDWIDTH_ELEMENTS = 1 << 26  # two fp32 tensors of 256 MiB: past any host's last cache
 

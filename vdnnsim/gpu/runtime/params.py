@@ -1,8 +1,8 @@
 """Parameters on the host, fetched block by block: the runtime of NOTE [parameter offload].
 
 The engine's model of it is vdnnsim/engine/params.py (NOTE [parameter offload]); this is
-what runs on the GPU. With the optimizer on the CPU (``CPUOffloadOptimizer``, NOTE
-[optimizer offload]) every parameter has a pinned master copy on the host, which the CPU
+what runs on the GPU. With the optimizer on the CPU (``CPUOffloadOptimizer``:
+NOTE [optimizer offload]) every parameter has a pinned master copy on the host, which the CPU
 step updates. For the parameters of the first ``count`` blocks (NOTE [blocks]) the GPU
 keeps no copy between the passes that read them: each such parameter's ``data`` is an
 empty tensor, except while its block runs.

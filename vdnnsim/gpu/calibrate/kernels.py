@@ -10,8 +10,10 @@ they are (cuDNN convolutions may use TF32 on Ampere and later; matmuls do not un
 asked; both flags are recorded). A pass's time is the GPU's, not the host's: a sleep
 kernel holds the stream while the host queues ``reps`` calls between two events, so the
 kernels run back to back as they do in a GPU-bound step. A conv pass's workspace is the
-peak allocated during one call beyond what it returns. The launch cost is measured too:
-the GPU time of a one-element kernel queued back to back, and the host's time to launch
+peak allocated during one call beyond what it returns.
+
+The launch cost is measured too: the GPU time of a one-element kernel queued back to
+back, and the host's time to launch
 one. Nothing here is fitted; vdnnsim/costs/kernel.py fits the kernel-time model to the file
 this writes (docs/cost-model.md).
 """
@@ -27,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..profile.layers import DTYPES, software
+from ..model.workload import DTYPES
+from ..profile.assemble import software
 
 FORMAT = "vdnnsim-calibration"
 VERSION = 1
@@ -171,7 +174,7 @@ def cases(seed: int = 0, scale: float = 1.0) -> list[dict[str, Any]]:
 
 class _Clock:
     """GPU time of back-to-back calls: a sleep kernel holds the stream while the host
-    queues them (NOTE [calibration])."""
+    queues them."""
 
     def __init__(self, dev: torch.device):
         self.dev = dev

@@ -11,7 +11,9 @@ is ``native_layer_norm``; ``F.linear`` without bias is ``mm``); a case whose for
 more than its one op is recorded with all of them and fitted on its main op. Then the GPU
 time of its forward and of its backward (``torch.autograd.grad`` of the inputs that take a
 gradient), each back to back behind a sleep kernel (NOTE [calibration]), and the host's
-time per call. In fp32, matmuls run as PyTorch's default leaves them (no TF32,
+time per call.
+
+In fp32, matmuls run as PyTorch's default leaves them (no TF32,
 ``float32_matmul_precision`` 'highest'; recorded); bf16 is what autocast dispatches a
 matmul, an attention or a norm to. The host's costs per op come from chains of 64 small
 ops (GPU time negligible beside the host's), forward and backward, as plain functions and
@@ -19,8 +21,9 @@ as one module per op: the host's cost per op and per module call. The optimizer'
 timed on parameter sets of 20-320 tensors (AdamW and SGD, foreach, fp32 parameters).
 
 The CNN classes (``--classes cnn``; ``all`` runs both grids) come from a grid of CNN-stage
-shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the transformer grid of a seed is unchanged by them): 2-D
-convolutions, dense (1x1, k x k, strided, a stem on the image, grouped) and depthwise,
+shapes (STAGES_CNN: feature maps of 224 down to 7 a side) of their own seed (the
+transformer grid of a seed is unchanged by them): 2-D convolutions, dense (1x1, k x k,
+strided, a stem on the image, grouped) and depthwise,
 each in NCHW and in channels-last (NHWC, input and weight), under ``cudnn.benchmark`` as
 ``vdnnsim measure`` runs (cuDNN's TF32 for fp32 convolutions left as PyTorch sets it,
 recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm, max and
@@ -28,40 +31,25 @@ average pooling, global average pooling, constant padding, hardtanh (ReLU6), ReL
 norms grid (``--classes norms``, in ``all`` too; its own seed) times batch norm and group
 norm five times as often, over the same stages and batch sizes: the CNN grid's six batch
 norms a precision could not tell a per-channel reduction from a stream. Nothing here is
-fitted; vdnnsim/costs/ops.py fits the file this writes.
-
-NOTE [host mixes]
-A chain of one op, 64 times over on one layer, is the host's best case: the same code,
-the same weights, every branch predicted, the caches warm. A model's step is not: its ops
-come in a varied order, each layer with its own weights (a graph node and a gradient to
-accumulate each), and the host's time per op is longer (session 29: the op model's host
-time fell 32-48% short of the measured on host-bound torchvision CNNs, whose Python
-between ops is little, and 5-28% on host-bound autocast transformers). So ``--host-only`` also times mixed chains: per
-family (a transformer's links: linear, pointwise, layer norm, attention, view, a cast
-there and back; a CNN's: conv, batch norm, pointwise), 12 chains of 192 links of random
-kinds in random proportions (a flat Dirichlet draw, seeded), each link with its own
-layer, timed forward and backward as the chains are, beside the chains of one op in the
-same process. The op model's host cost of an op is its chain's times the factor of the
-model's family (a model with a convolution is a CNN): the mixed chains' time over what the
-same process's one-op chains give for their ops (median over chains and processes, per
-precision and pass; NOTE [op model]).
+fitted; vdnnsim/costs/ops.py fits the file this writes. The host's chains: host.py
+(NOTE [host mixes]).
 """
 
 from __future__ import annotations
 
 import random
-import statistics
 import time
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .host import HOST_CHAINS, MIX_FAMILIES, host_chains, host_mixes  # noqa: F401
 from .kernels import _Clock, _weights
-from ..probe.opfeatures import op_features
-from ..profile.layers import DTYPES, software
+from .record import _Ops
+from ..model.workload import DTYPES
+from ..profile.assemble import software
 
 FORMAT = "vdnnsim-op-calibration"
 VERSION = 1
@@ -73,14 +61,11 @@ UNARY = ["gelu", "gelu_tanh", "silu", "tanh", "neg", "rsqrt", "pow", "exp", "sig
 BINARY = ["add", "mul", "sub", "div", "mul_row", "add_row", "where"]
 OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax",
          "log_softmax", "nll_loss", "embedding", "cat", "clone"]
-HOST_CHAINS = ["linear", "pointwise", "layer_norm", "sdpa", "cast", "view", "conv",
-               "batch_norm"]
 CLASSES = ("all", "transformer", "cnn", "norms")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
 # Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
-# and U-Net's first stage) and 112 x 128 (VGG's second), session 29, after VGG-16's
-# 64-channel 224 x 224 convolutions ran at 94 TFLOP/s against the 220 the model
-# extrapolated: grid 1 had 224 only for stems (NOTE [op calibration])
+# and U-Net's first stage) and 112 x 128 (VGG's second), where grid 1 had 224 only for
+# stems (docs/gpu.md, "Evidence behind the GPU side")
 _STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
              (28, [40, 64, 128, 192, 256, 512]), (14, [80, 112, 160, 256, 384, 512, 1024]),
              (7, [160, 320, 512, 960, 1280, 2048])]
@@ -88,20 +73,6 @@ STAGES_CNN = {1: _STAGES_1, 2: [(224, [32, 64]), (112, [16, 32, 64, 128])] + _ST
 GRID = 2  # the CNN and norms grids' version a calibration now draws (recorded as "grid")
 CNN_STREAMING = ["batch_norm", "group_norm", "max_pool", "avg_pool", "adaptive_avg_pool",
                  "pad", "hardtanh", "relu4d"]
-
-
-class _Ops(TorchDispatchMode):
-    """Records the ATen ops a call issues (NOTE [op calibration])."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[dict[str, Any]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if any(isinstance(o, torch.Tensor) for o in torch.utils._pytree.tree_leaves(out)):
-            self.ops.append(op_features(func, args, kwargs, out))
-        return out
 
 
 def _rows(rng: random.Random, lo: int = 8, hi: int = 17) -> int:
@@ -149,7 +120,7 @@ def op_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]
 
 def cnn_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
               ) -> list[dict[str, Any]]:
-    """The CNN grid (NOTE [op calibration]): ``10 n_each`` dense and ``4 n_each`` depthwise
+    """The CNN grid: ``10 n_each`` dense and ``4 n_each`` depthwise
     convolutions in each memory format, each 4-D streaming op ``n_each`` times."""
     e = 4 if dtype == "fp32" else 2
     out: list[dict[str, Any]] = []
@@ -203,14 +174,14 @@ def _feature_map_cases(rng: random.Random, ops: list[str], n: int, grid: int = G
 
 def norm_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
                ) -> list[dict[str, Any]]:
-    """The norms grid (NOTE [op calibration]): batch and group norm ``5 n_each`` times each,
+    """The norms grid: batch and group norm ``5 n_each`` times each,
     feature maps of CNN stages."""
     return _feature_map_cases(rng, ["batch_norm", "group_norm"], 5 * n_each, grid)
 
 
 def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
                 fwd_bwd: Callable[..., dict[str, Callable]]) -> dict[str, Callable]:
-    """The forward and backward calls of a CNN case (NOTE [op calibration])."""
+    """The forward and backward calls of a CNN case."""
     op, b, c, h = case["op"], case["batch"], case["c"], case["h"]
     if op == "conv":
         k, g = case["kh"], case["groups"]
@@ -243,7 +214,7 @@ def _cnn_passes(case: dict[str, Any], rand: Callable[..., torch.Tensor],
 
 def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
             ) -> dict[str, Callable[[], Any]]:
-    """The forward and backward calls of one case (NOTE [op calibration])."""
+    """The forward and backward calls of one case."""
     op = case["op"]
     g = torch.Generator(device=dev).manual_seed(0)
 
@@ -319,7 +290,7 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
         return fwd_bwd(lambda t: t.mean(-1, keepdim=True), x)
     if op == "softmax":
         return fwd_bwd(lambda t: torch.softmax(t, -1), x)
-    if op == "log_softmax":  # the loss's, in fp32 under autocast too (NOTE [op probe])
+    if op == "log_softmax":  # the loss's, in fp32 under autocast too
         return fwd_bwd(lambda t: torch.log_softmax(t, -1), rand(r, c, dtype=torch.float32))
     if op == "nll_loss":
         lp = torch.log_softmax(x.detach().float(), -1).requires_grad_()
@@ -348,174 +319,9 @@ def _record_ops(fn: Callable[[], Any]) -> list[dict[str, Any]]:
     return mode.ops
 
 
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def _link(kind: str, i: int, mods: dict[str, nn.Module]) -> Callable[[torch.Tensor], Any]:
-    """One link of a host chain (NOTE [op calibration]): ``kind``'s op on ``t``, its layer
-    ``mods[kind]`` (a linear, layer norm, conv or batch norm module)."""
-    if kind == "linear":
-        return mods["linear"]
-    if kind == "pointwise":  # one op a link (a tuple would issue all four)
-        return (lambda t: t * 0.5) if i % 4 == 0 else (lambda t: t + 1.0) if i % 4 == 1 \
-            else F.gelu if i % 4 == 2 else torch.tanh
-    if kind in ("layer_norm", "conv", "batch_norm"):
-        return mods[kind]
-    if kind == "sdpa":
-        return lambda t: F.scaled_dot_product_attention(t, t, t)
-    if kind == "view":  # launches nothing: the host's cost of a view
-        return (lambda t: t.transpose(1, 2)) if i % 2 == 0 else (lambda t: t.view(t.shape))
-    return lambda t: t.to(torch.float32 if t.dtype == torch.bfloat16 else torch.bfloat16)
-
-
-def _layers(dev: torch.device, dt: torch.dtype) -> dict[str, nn.Module]:
-    """A link's layers: what a linear, layer norm, conv or batch-norm link calls."""
-    return {"linear": nn.Linear(64, 64).to(dev, dt), "layer_norm": nn.LayerNorm(64).to(dev, dt),
-            "conv": nn.Conv2d(16, 16, 3, padding=1, bias=False).to(dev, dt),
-            "batch_norm": nn.BatchNorm2d(16).to(dev, dt)}
-
-
-def _chain_input(kind_or_family: str, dev: torch.device, dt: torch.dtype) -> torch.Tensor:
-    """A chain's input: a feature map of 4 images of 16 x 8 x 8 for the CNN ops, else
-    8 x 4 x 16 x 64 (a batch of heads' rows)."""
-    if kind_or_family in ("conv", "batch_norm", "cnn"):
-        return torch.randn(4, 16, 8, 8, device=dev, dtype=dt, requires_grad=True)
-    return torch.randn(8, 4, 16, 64, device=dev, dtype=dt, requires_grad=True)
-
-
-def _autocast(dev: torch.device, autocast: torch.dtype | None) -> Callable[[], Any]:
-    """A chain's context: torch.autocast to ``autocast`` on ``dev``, or none."""
-    import contextlib
-    return (lambda: torch.autocast(dev.type, dtype=autocast)) if autocast is not None \
-        else contextlib.nullcontext
-
-
-def _time_chain(chain: Callable[[], torch.Tensor], ctx: Callable[[], Any], dev: torch.device,
-                reps: int = 12) -> tuple[float, float]:
-    """The host's median time (ns) of ``chain``'s forward (graph recorded, under ``ctx``)
-    and of its backward, over ``reps`` runs after two discarded."""
-    fwd, bwd = [], []
-    for rep in range(reps):
-        _sync(dev)
-        t0 = time.perf_counter()
-        with ctx():
-            y = chain()
-        t1 = time.perf_counter()
-        s = y.float().sum()
-        _sync(dev)
-        t2 = time.perf_counter()
-        s.backward()
-        t3 = time.perf_counter()
-        _sync(dev)
-        if rep >= 2:
-            fwd.append((t1 - t0) * 1e9)
-            bwd.append((t3 - t2) * 1e9)
-    return sorted(fwd)[len(fwd) // 2], sorted(bwd)[len(bwd) // 2]  # as the first files took it
-
-
-def host_chains(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None
-                ) -> list[dict[str, Any]]:
-    """The host's cost per op (NOTE [op calibration]): 64-op chains on small tensors, as
-    functions and as modules, forward (graph recorded) and backward; ``autocast``: fp32
-    tensors and weights under torch.autocast to that dtype, as autocast training runs."""
-    from ..measure.hostprobe import StepProbe
-    n = 64
-    recs = []
-    probe = StepProbe(dev)  # NOTE [host probe]: the host's speed beside each chain's reps
-    ctx = _autocast(dev, autocast)
-    for kind in HOST_CHAINS:
-        for modules in (False, True):
-            x0 = _chain_input(kind, dev, dt)
-            layers = _layers(dev, dt)  # one layer for all the links (NOTE [host mixes])
-            links = [_link(kind, i, layers) for i in range(n)]
-
-            class One(nn.Module):
-                def __init__(self, i: int) -> None:
-                    super().__init__()
-                    self.i = i
-
-                def forward(self, t: torch.Tensor) -> torch.Tensor:
-                    return links[self.i](t)
-            mods = [One(i) for i in range(n)]
-
-            def chain() -> torch.Tensor:
-                t = x0
-                for i in range(n):
-                    t = mods[i](t) if modules else links[i](t)
-                return t
-            probes = [probe()]  # before and after the repetitions, not between them
-            f, b = _time_chain(chain, ctx, dev)
-            recs.append({"chain": kind, "modules": modules, "ops": n,
-                         "dtype": str(dt).replace("torch.", ""),
-                         "autocast": str(autocast).replace("torch.", "") if autocast else None,
-                         "host_fwd_ns": round(f / n, 1), "host_bwd_ns": round(b / n, 1),
-                         "host_probe_between_ns": round(statistics.median(probes + [probe()]),
-                                                        1)})
-    probe.close()
-    return recs
-
-
-# NOTE [host mixes]: the kinds of links a mixed chain of each family draws from
-MIX_FAMILIES = {"transformer": ["linear", "pointwise", "layer_norm", "sdpa", "view", "cast"],
-                "cnn": ["conv", "batch_norm", "pointwise"]}
-
-
-def host_mixes(dev: torch.device, dt: torch.dtype, autocast: torch.dtype | None = None,
-               sequences: int = 12, length: int = 192, seed: int = 0) -> list[dict[str, Any]]:
-    """NOTE [host mixes]: per family, ``sequences`` chains of ``length`` links of random
-    kinds in random proportions, each link with its own layer, timed as the host chains
-    are: the host's time of a real model's mix of ops beside the chains of one op. A
-    record's ``counts`` are its links per kind, casts as dispatched (``_to_copy``: a cast
-    link's two, and under autocast each link's own weight's)."""
-    from ..measure.hostprobe import StepProbe
-    rng = random.Random(seed)
-    recs = []
-    probe = StepProbe(dev)
-    ctx = _autocast(dev, autocast)
-    for family, kinds in MIX_FAMILIES.items():
-        for _ in range(sequences):
-            w = [rng.expovariate(1.0) for _ in kinds]  # a flat Dirichlet draw
-            seq = rng.choices(kinds, weights=w, k=length)
-            links: list[Callable[[torch.Tensor], Any]] = []
-            counts = dict.fromkeys(kinds, 0)
-            for i, kind in enumerate(seq):
-                if kind == "cast":  # there and back: the next link's layer keeps its dtype
-                    links += [_link(kind, i, {}), _link(kind, i, {})]
-                elif kind == "view":  # a view that keeps the map contiguous (a transposed
-                    links.append(lambda t: t.view(t.shape))  # one would add copies)
-                else:
-                    links.append(_link(kind, i, _layers(dev, dt)))
-                counts[kind] += 1
-            x0 = _chain_input(family, dev, dt)
-
-            def chain() -> torch.Tensor:
-                t = x0
-                for f in links:
-                    t = f(t)
-                return t
-            # the casts as dispatched: under autocast each link's own weights' too, as in a
-            # model (where the probe records each as a cast op)
-            with _Ops() as seen, ctx():
-                chain()
-            if "cast" in counts or autocast is not None:
-                counts["cast"] = sum(o["op"] == "_to_copy" for o in seen.ops)
-            probes = [probe()]
-            f, b = _time_chain(chain, ctx, dev)
-            recs.append({"family": family, "counts": counts, "ops": sum(counts.values()),
-                         "dtype": str(dt).replace("torch.", ""),
-                         "autocast": str(autocast).replace("torch.", "") if autocast else None,
-                         "host_fwd_ns": round(f, 1), "host_bwd_ns": round(b, 1),
-                         "host_probe_between_ns": round(statistics.median(probes + [probe()]),
-                                                        1)})
-    probe.close()
-    return recs
-
-
 def host_only(progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``vdnnsim calibrate --ops --host-only``: the host chains alone, in fp32, bf16 and fp32
-    under bf16 autocast (a second process on a warm machine: NOTE [op calibration])."""
+    under bf16 autocast (a second process on a warm machine)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     variants = ((torch.float32, None), (torch.bfloat16, None), (torch.float32, torch.bfloat16))
     chains = [c for dt, ac in variants for c in host_chains(dev, dt, ac)]
@@ -550,7 +356,7 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
                   progress: Callable[[str], None] | None = None, dev: torch.device | None = None,
                   clock: Any = None, classes: str = "all") -> dict[str, Any]:
     """Run every case of ``classes`` (all, transformer or cnn); returns the op calibration
-    file's content (NOTE [op calibration]). ``dev`` and ``clock``: a CUDA GPU and its
+    file's content. ``dev`` and ``clock``: a CUDA GPU and its
     ``_Clock`` unless given (the tests run the harness on the CPU with a stand-in clock)."""
     dev = dev or torch.device("cuda", torch.cuda.current_device())
     dt = DTYPES[dtype]

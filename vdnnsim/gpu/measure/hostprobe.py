@@ -1,44 +1,21 @@
 """How fast this machine's host is (NOTE [host probe]).
 
 NOTE [host probe]
-The lent machines' hosts are not equally fast: on 2026-12-04 two loans a quarter of an
-hour apart issued the same host-bound steps 1.15x and 1.76x as slowly as the committed
-records (traces/h200_backward_workspaces/README.md, session 18), and three fresh processes on one machine
-cannot see that. So `vdnnsim measure` records, and `vdnnsim profile` writes into the
-trace's source, ``host_probe_ns``: the median over PROBE_TRIALS of the host's time per
-launch of PROBE_OPS back-to-back ``x.add_(1)`` on a one-element tensor of the device (each
-a dispatch and, on a GPU, a kernel launch; the GPU is idle, so the launch queue never
-fills), taken before the model is built. ``--repeat`` keeps its median and band; `vdnnsim
-validate` says where a measurement's host and its trace's differ by more than
-HOST_PROBE_TOLERANCE (vdnnsim/measured/validate.py): a host-bound run's time then compares two
-hosts. The simulator does not scale its host costs by it (a replay's vDNN reserved peak
-moves with the host's speed too, docs/validation.md).
+The lent machines' hosts are not equally fast, and one host changes speed from one process
+to the next. So `vdnnsim measure` records, and `vdnnsim profile` writes into the trace's
+source, ``host_probe_ns``: the median over PROBE_TRIALS of the host's time per launch of
+PROBE_OPS back-to-back ``x.add_(1)`` on a one-element tensor of the device, taken before
+the model is built; and ``StepProbe`` times STEP_PROBE_OPS launches after each timed step
+(measure: ``host_probe_steps_ns`` and their median ``host_probe_between_ns``; profile: the
+trace's ``host_probe_between_ns``; calibrate --ops: beside each host chain's repetitions).
+`vdnnsim validate` compares a trace's and a record's probes where both exist, else the
+probes before the model, and says where they differ by more than HOST_PROBE_TOLERANCE. No
+cost is scaled by a probe unless asked (`vdnnsim validate --scale-host`).
 
-Measured on 2026-12-05 (traces/h200_reserved_heldout/host_speed/, docs/validation.md, "How fast the
-host is"): a lent machine's host changes speed from one process to the next by up to 1.9x
-within minutes (KVM guests; the same host-bound step 21-41 ms in eleven processes, each
-steady within itself), and the probe taken once before the model hardly follows it
-(Pearson's r 0.43 and -0.02 with the step's host time over two models' processes), while
-a short probe after each timed step does (r 0.87, 0.82). So `vdnnsim measure` also times
-STEP_PROBE_OPS launches after each timed step (``StepProbe``: on a one-element tensor made
-before the model and kept, so no cache is emptied between steps; it sits in the first
-small-pool segment, which the model's small tensors use too: 512 bytes more allocated)
-and records them
-(``host_probe_steps_ns``) and their median (``host_probe_between_ns``), and `vdnnsim
-profile` takes it after each of its plain timed steps (``host_probe_between_ns`` in the
-trace's source), and `vdnnsim calibrate --ops` beside each host chain's repetitions
-(``host_probe_between_ns`` in each chain's record, the mean of a probe before and one
-after its repetitions, none between them: the host model's calibration is a draw of the
-host's speed too); `vdnnsim validate` compares a trace's and a record's where both
-exist, else the probes before the model (and says which). No cost is scaled by a probe
-unless asked: `vdnnsim validate --scale-host` (NOTE [host speed] in api.py). Tried in
-session 26 on two lent H100 machines (traces/h200_reserved_heldout/host_tests_h100, the test
-written down in session 20): replaying a host-bound trace with its host costs times the
-ratio of a measuring process's probe to the trace's took the median error over 120
-trace-process pairs from 8.4% to 6.9% (max 46.6% to 40.5%), but not on one loan alone. Whether the probe between two timed
-steps changes the host time of the next (its 300 dispatches and two synchronisations
-come after the step's end is recorded, so GPU times are untouched) is not yet measured:
-an A/B of measure with and without it is the next loan's first check.
+The step probe's tensor is made before the model and kept, so no cache is emptied between
+steps (it sits in the first small-pool segment: 512 bytes more allocated). The evidence
+(how much hosts differ, how well each probe follows the step's host time) is in
+docs/gpu.md, "How fast the host is".
 """
 
 from __future__ import annotations
@@ -48,13 +25,13 @@ import time
 
 import torch
 
-PROBE_OPS, PROBE_TRIALS = 2000, 5  # NOTE [host probe]
-STEP_PROBE_OPS = 300  # after each timed step: about 3 ms (NOTE [host probe])
+PROBE_OPS, PROBE_TRIALS = 2000, 5
+STEP_PROBE_OPS = 300  # after each timed step: about 3 ms
 
 
 def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
                   trials: int = PROBE_TRIALS) -> float:
-    """NOTE [host probe]: the host's median time per ``x.add_(1)`` launch on ``device``."""
+    """The host's median time per ``x.add_(1)`` launch on ``device``."""
     x = torch.zeros(1, device=device)
     x.add_(1)  # the first launch loads the kernel
     if x.is_cuda:
@@ -74,7 +51,7 @@ def host_probe_ns(device: "torch.device | str", ops: int = PROBE_OPS,
 
 
 class StepProbe:
-    """NOTE [host probe]: the host's time per ``x.add_(1)`` launch, taken after each timed
+    """The host's time per ``x.add_(1)`` launch, taken after each timed
     step on a one-element tensor of ``device`` kept from construction to ``close``."""
 
     def __init__(self, device: "torch.device | str", ops: int = STEP_PROBE_OPS) -> None:

@@ -10,8 +10,9 @@ the same form: ``name``, ``task`` (``causal_lm``, ``masked_lm`` or
 ``AutoModelFor<task>.from_config`` with random weights, with PyTorch's SDPA attention
 (``attn_implementation='sdpa'``) unless the config names another; a model class without an
 SDPA path (a CNN such as BiT or MobileNet, or a model whose attention transformers writes
-out) is built with ``'eager'``, the library's own. The task sets the
-example batch and the loss: token ids of ``seq_len`` over the vocabulary with the ids as
+out) is built with ``'eager'``, the library's own.
+
+The task sets the example batch and the loss: token ids of ``seq_len`` over the vocabulary with the ids as
 labels (the model shifts them for a causal LM; a masked LM is scored at every position),
 or images of the config's size (224 x 224 where it names none: a CNN takes any) with
 class labels; the loss is the model's own
@@ -35,7 +36,7 @@ def shipped() -> list[str]:
 
 
 def load_spec(name: str) -> dict[str, Any]:
-    """NOTE [hf models]: the spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
+    """The spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
     import yaml
 
     path = Path(name) if name.endswith((".yaml", ".yml")) else DATA / f"{name.replace('/', '__')}.yaml"

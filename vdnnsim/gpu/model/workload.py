@@ -13,9 +13,8 @@ Model specs:
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
   cross-entropy of the output's last dimension against random labels (one per image, or
-  one per token); the model returns one tensor (else a one-line error). Built for the
-  meta device, a factory whose construction reads a tensor's value is built on the CPU
-  and moved there (``_call_factory``).
+  one per token); the model returns one tensor (else a one-line error). A factory whose
+  construction reads a tensor's value is built on the CPU (``_call_factory``).
 
 Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
 ("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
@@ -49,14 +48,14 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 @dataclass
 class Workload:
-    """NOTE [workloads]: a model, what a batch of it is, and its loss."""
+    """A model, what a batch of it is, and its loss."""
 
     model: nn.Module
     name: str
     kind: str  # 'image' or 'tokens'
     shape: tuple[int, ...]  # per sample: (C, H, W) or (seq_len,)
     classes: int  # classes (image) or vocabulary (tokens)
-    hf_task: str | None = None  # NOTE [hf models]
+    hf_task: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def batch(self, n: int, device, dtype: torch.dtype = torch.float32,
@@ -73,7 +72,7 @@ class Workload:
         if self.hf_task:
             return runner(**batch).loss
         out = runner(batch["x"])
-        if not isinstance(out, torch.Tensor):  # issue 26: which of its outputs is the loss's
+        if not isinstance(out, torch.Tensor):  # which of its outputs is the loss's
             raise ConfigError(f"{self.name}: the model returned {type(out).__name__}, not a "
                               "tensor of logits, and the loss (cross-entropy over the output's "
                               "last dimension) needs one; make it return one (torchvision's "
@@ -105,7 +104,7 @@ def parse_input(text: str) -> tuple[str, tuple[int, ...], int]:
 
 def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None = None,
                    model_kwargs: dict[str, Any] | None = None) -> Workload:
-    """NOTE [workloads]: the model of ``spec`` with its batch and loss."""
+    """The model of ``spec`` with its batch and loss."""
     kind, _, name = spec.partition(":")
     if kind in ("zoo", "torchvision"):
         from .build import build_model
@@ -201,13 +200,14 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
 # the loss (under the step's context and, where the precision asks, torch.autocast), the
 # backward pass (of the loss scaled by the GradScaler where there is one) and the optimizer
 # step (through the scaler, which unscales the gradients and updates its scale). Everything
-# that runs a step runs this one: measure's warm-up, timed and last, phase-by-phase steps
-# (NOTE [measurement]; the last reads the allocator at the marks), the profilers' plain,
-# profiled and memory steps (NOTE [module timing]), the per-layer profiler's timed steps
-# (NOTE [layer timing]), the kernel counter's (NOTE [kernel counts]) and the experiments'
-# GPU scripts (experiments/validation: collect.py's host calibration and cuBLAS check,
-# diagnose.py, hostbound.py). What they add goes through the step's options, not a copy
-# of it:
+# that runs a step runs this one; what it adds goes through the step's options below, not
+# a copy of it.
+#
+# Who runs it: measure's warm-up, timed and last, phase-by-phase steps (the last reads the
+# allocator at the marks), the profilers' plain, profiled and memory steps, the per-layer
+# profiler's timed steps, the kernel counter's and the experiments' GPU scripts
+# (experiments/validation: collect.py's host calibration and cuBLAS check, diagnose.py,
+# hostbound.py). The options:
 # - ``mark(point, loss)``: called at the start, then after each phase, at POINTS ("start",
 #   "zero_grad", "forward", "backward", "step"); at "forward" with the loss, so that a
 #   profiler can hook its autograd node before the backward pass; by "backward" the step
@@ -221,14 +221,14 @@ POINTS = ("start", "zero_grad", "forward", "backward", "step")
 
 
 def logits_loss(runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """NOTE [training step]: the per-layer profiler's loss, cross-entropy of the logits as
+    """The per-layer profiler's loss, cross-entropy of the logits as
     the model returns them against ``batch["labels"]``."""
     return F.cross_entropy(runner(batch["x"]), batch["labels"])
 
 
 @dataclass
 class Step:
-    """NOTE [training step]: one training step, ready to run: ``step()``, or its phases
+    """One training step, ready to run: ``step()``, or its phases
     one by one."""
 
     runner: Callable
@@ -264,7 +264,7 @@ class Step:
 
     def __call__(self, mark: Callable[[str, torch.Tensor | None], Any] | None = None,
                  update: bool = True) -> None:
-        """NOTE [training step]: the phases in order, ``mark`` at each of POINTS."""
+        """The phases in order, ``mark`` at each of POINTS."""
         if mark is not None:
             mark("start", None)
         self.zero_grad()
@@ -284,7 +284,7 @@ class Step:
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
-    """NOTE [workloads]: the dtype ``precision`` runs the forward pass under autocast in, or
+    """The dtype ``precision`` runs the forward pass under autocast in, or
     None (fp32 and the pure precisions)."""
     return DTYPES[precision.split("-")[1]] if precision.startswith("autocast") else None
 
@@ -292,8 +292,8 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 def training_step(workload: Workload, batch_size: int, device, precision: str = "fp32",
                   optimizer: str = "sgd", runner: Callable | None = None,
                   context: Callable[[], Any] = contextlib.nullcontext) -> Step:
-    """NOTE [workloads]: move the model to ``device`` in ``precision`` and make its step
-    (NOTE [training step]); ``runner`` wraps the model (the vDNN runtime) where given."""
+    """Move the model to ``device`` in ``precision`` and make its step; ``runner`` wraps
+    the model (the vDNN runtime) where given."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     if optimizer not in OPTIMIZERS:
@@ -311,8 +311,8 @@ def training_step(workload: Workload, batch_size: int, device, precision: str = 
 
 def probe_step(model: nn.Module, batch_size: int, shape: tuple[int, ...],
                dtype: torch.dtype) -> Step:
-    """NOTE [training step]: the per-layer profiler's step of an fx-traced image model
-    (NOTE [layer timing], NOTE [kernel counts]), on the device its parameters are on: SGD
+    """The per-layer profiler's step of an fx-traced image model, on the device its
+    parameters are on: SGD
     (``make_optimizer``) over its trainable parameters, a random batch of ``batch_size``
     samples of ``shape`` in ``dtype`` made there, class 0 for every target, and
     ``logits_loss``; no autocast."""

@@ -79,8 +79,8 @@ class Probe:
     data_shape: tuple[int, ...]
     nodes: list[ProbeNode]
     output: str
-    resident_weight_bytes: int = 0  # NOTE [op probe]: weights no layer reads (no gradient)
-    blocks: list[str] = field(default_factory=list)  # NOTE [blocks]: their paths, in order
+    resident_weight_bytes: int = 0  # weights no layer reads (no gradient)
+    blocks: list[str] = field(default_factory=list)  # their paths, in order
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:
@@ -216,24 +216,7 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
         if alias is None:
             owner[sid] = tid
         in_sids = {_sid(t): tensor_of[a] for a, t in zip(in_nodes, in_tensors)}
-        saved: list[Saved] = []
-        seen: set[int] = set()
-        for k, t in enumerate(saved_raw):
-            s = _sid(t)
-            if s in params or s in seen:
-                continue
-            seen.add(s)
-            keep.append(t)
-            if s == sid:
-                saved.append(Saved(tid, _nbytes(t), "output"))
-            elif s in in_sids:
-                saved.append(Saved(in_sids[s], _nbytes(t), "input"))
-            elif s in owner:  # an earlier layer's output reached by another path
-                saved.append(Saved(owner[s], _nbytes(t), "input"))
-            else:
-                ex = f"{tid}:saved{k}"
-                owner[s] = ex
-                saved.append(Saved(ex, _nbytes(t), "extra"))
+        saved = _saved_of(saved_raw, tid, sid, params, in_sids, owner, keep)
         wbytes = sum(p.numel() * p.element_size() for p in (mod.parameters(recurse=False)
                                                              if mod is not None else ()))
         attrs: dict[str, Any] = {"op": op, "out_shape": list(result.shape)}
@@ -250,29 +233,63 @@ def probe(model: nn.Module, input_shape: tuple[int, ...], batch_size: int,
         raise ConfigError("the model's output is not a single tensor")
     output = tensor_of[out_node]
     if with_loss:
-        logits = env[out_node]
-        target = torch.zeros(batch_size, dtype=torch.long, device=dev)
-        current.append([])
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            loss = F.cross_entropy(logits, target)
-        raw = current.pop()
-        saved = []
-        seen = set()
-        for k, t in enumerate(raw):
-            s = _sid(t)
-            if s in seen:
-                continue
-            seen.add(s)
-            keep.append(t)
-            if s in owner:
-                saved.append(Saved(owner[s], _nbytes(t), "input"))
-            else:
-                owner[s] = f"loss:saved{k}"
-                saved.append(Saved(f"loss:saved{k}", _nbytes(t), "extra"))
-        nodes.append(ProbeNode("loss", "loss", "cross_entropy", [output], _nbytes(loss),
-                               tuple(loss.shape), True, None, saved, 0,
-                               None, lambda z, tg=target: F.cross_entropy(z, tg), (logits,),
-                               0, logits.numel() * 4, {"op": "cross_entropy"}))
+        nodes.append(_loss_node(env[out_node], output, batch_size, dev, (pack, unpack), current,
+                                owner, keep))
         output = "loss"
     return Probe(name, batch_size, dtype, _nbytes(x), tuple(x.shape), nodes, output)
+
+
+def _saved_of(saved_raw: list[torch.Tensor], tid: str, sid: int, params: dict[int, Any],
+              in_sids: dict[int, str], owner: dict[int, str], keep: list[torch.Tensor]
+              ) -> list[Saved]:
+    """What autograd saved for the layer ``tid`` (output storage ``sid``): its output, an
+    input (or an earlier layer's output), else an extra tensor of its own; weights skipped."""
+    saved: list[Saved] = []
+    seen: set[int] = set()
+    for k, t in enumerate(saved_raw):
+        s = _sid(t)
+        if s in params or s in seen:
+            continue
+        seen.add(s)
+        keep.append(t)
+        if s == sid:
+            saved.append(Saved(tid, _nbytes(t), "output"))
+        elif s in in_sids:
+            saved.append(Saved(in_sids[s], _nbytes(t), "input"))
+        elif s in owner:  # an earlier layer's output reached by another path
+            saved.append(Saved(owner[s], _nbytes(t), "input"))
+        else:
+            ex = f"{tid}:saved{k}"
+            owner[s] = ex
+            saved.append(Saved(ex, _nbytes(t), "extra"))
+    return saved
+
+
+def _loss_node(logits: torch.Tensor, output: str, batch_size: int, dev: torch.device,
+               hooks: tuple[Callable[..., Any], Callable[..., Any]],
+               current: list[list[torch.Tensor]], owner: dict[int, str],
+               keep: list[torch.Tensor]) -> ProbeNode:
+    """The cross-entropy loss of ``logits`` (the layer ``output``) as the last layer."""
+    target = torch.zeros(batch_size, dtype=torch.long, device=dev)
+    current.append([])
+    with torch.autograd.graph.saved_tensors_hooks(*hooks):
+        loss = F.cross_entropy(logits, target)
+    raw = current.pop()
+    saved = []
+    seen = set()
+    for k, t in enumerate(raw):
+        s = _sid(t)
+        if s in seen:
+            continue
+        seen.add(s)
+        keep.append(t)
+        if s in owner:
+            saved.append(Saved(owner[s], _nbytes(t), "input"))
+        else:
+            owner[s] = f"loss:saved{k}"
+            saved.append(Saved(f"loss:saved{k}", _nbytes(t), "extra"))
+    return ProbeNode("loss", "loss", "cross_entropy", [output], _nbytes(loss),
+                     tuple(loss.shape), True, None, saved, 0,
+                     None, lambda z, tg=target: F.cross_entropy(z, tg), (logits,),
+                     0, logits.numel() * 4, {"op": "cross_entropy"})
 

@@ -14,7 +14,7 @@ from .fx import Probe
 @dataclass
 class OpTimes:
     """Per layer (GPU fwd, GPU bwd, 0, 0), host (fwd, bwd) and kernel counts; the step's
-    SGD times (NOTE [optimizer state]) and what the trace's note says of the model."""
+    SGD times and what the trace's note says of the model."""
 
     times: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     hosts: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -27,13 +27,13 @@ class OpTimes:
 
 def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
                variant: str = "fp32") -> OpTimes:
-    """NOTE [op model] over every layer of the probe ``p``; ``param_bytes`` and
+    """The op model over every layer of the probe ``p``; ``param_bytes`` and
     ``param_tensors``: the trainable parameters the optimizer steps over; ``variant``: the
     host's costs of fp32, bf16 or autocast."""
     out = OpTimes()
     mod_fwd = om.module_ns[0]
     family = "cnn" if any((n.attrs.get("_f") or {}).get("op") == "convolution"
-                          for n in p.nodes) else "transformer"  # NOTE [host mixes]
+                          for n in p.nodes) else "transformer"
     readers: Counter = Counter()
     for n in p.nodes:
         for t in dict.fromkeys(n.inputs):
@@ -65,7 +65,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
             bwd, _ = om.time_ns(f, "bwd")
             kb = (2 + (f["op"] in ("addmm", "baddbmm"))) if f["op"] in GEMMS else \
                 2 if f["op"] == "convolution" else 1  # a conv: its data and weight gradients
-            extra = readers.get(n.name, 0) - 1  # NOTE [gradient sums]
+            extra = readers.get(n.name, 0) - 1
             if extra > 0:
                 add = {"op": "add", "dt": f["dt"], "bytes": 3 * n.out_nbytes}
                 bwd += extra * om.time_ns(add, "fwd")[0]
@@ -75,7 +75,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         out.hosts[n.name] = (round(hf + mod_f + host_unseen),
                              round(hb) if n.requires_grad else 0)
         out.kernels[n.name] = (1, kb)
-    for opt in ("sgd", "adam", "adamw"):  # NOTE [optimizer state]: calibrated, each
+    for opt in ("sgd", "adam", "adamw"):  # calibrated, each
         g, hs = om.step_ns(opt, param_bytes, param_tensors)
         out.steps[opt] = [round(g), round(hs)]
     out.step_ns, out.host_step_ns = out.steps["sgd"]
@@ -89,6 +89,6 @@ def pooled_note(pooled: Counter) -> str:
     top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
     return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
             f"of their own, timed by a stand-in (a convolution by its other memory format's class "
-            f"or, without one, as an implicit GEMM; any other by the median streaming class; "
-            f"NOTE [op model]): {top}")
+            f"or, without one, as an implicit GEMM; any other by the median streaming class)"
+            f": {top}")
 

@@ -6,7 +6,9 @@ the features a fit saw are the features a prediction gets.
 NOTE [op features]
 Per op: ``op`` (the ATen name without overload), ``dt`` (the output's dtype: fp32, bf16,
 fp16, or what else), ``bytes`` (every tensor argument's and output's storage bytes, as the
-op probe counts them), and by kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
+op probe counts them), and by kind (below). The op model keys on these and nothing else.
+
+By kind: a GEMM (``mm``, ``addmm``, ``bmm``, ``baddbmm``) its
 ``b, m, n, k`` (batch, rows, columns, reduction); scaled-dot-product attention its
 ``B, H, S, L, D`` (batch, query heads, query and key length, head size), ``causal`` and
 ``mask`` (an additive bias given); a binary op's ``form`` where it is not elementwise
@@ -38,7 +40,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[str, Any]:
-    """NOTE [op features] of one dispatched ATen op."""
+    """The op features of one dispatched ATen op."""
     kwargs = kwargs or {}
     op = func.__name__.split(".")[0]
     ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
@@ -73,7 +75,7 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             f.update(B=int(q.shape[0]), H=int(q.shape[1]), S=int(q.shape[2]),
                      L=int(k.shape[2]), D=int(q.shape[3]), causal=bool(causal),
                      mask=bool(mask), kernel=SDPA[op])
-        elif op == "convolution" and outs:  # as an implicit GEMM (NOTE [op model])
+        elif op == "convolution" and outs:  # as an implicit GEMM
             x, w, y = args[0], args[1], outs[0]
             groups = int(args[8]) if len(args) > 8 else 1
             f.update(b=groups, m=int(y.shape[0]) * int(y[0, 0].numel()),

@@ -1,21 +1,19 @@
 """How many GPU commands each layer puts on its stream, and how deep the launch queue is.
 
 NOTE [kernel counts]
-A layer's forward and backward each issue some kernels (a convolution's backward: data and
-filter gradients, maybe a bias reduction; a view: none). ``count_kernels`` runs whole
-training steps of the model, as the profiler's timing does (NOTE [layer timing]), with a
-marker (a ``record_function`` range) after each layer's forward and from a pre-hook on
-each layer's autograd node, under torch.profiler; each kernel launch, memset and memcpy
-that the host's threads make between two markers belongs to the layer whose marker came
-first. They are what the launch queue holds (NOTE [launch queue] in vdnnsim/engine/host.py),
-so only those whose GPU activity ran on the compute stream count (the stream of the
-step's first kernel, memset or copy; ``off_stream``): a library that forks work onto
-streams of its own fills their queues, not the compute stream's. cuDNN's FFT engine does:
-ConvNeXt-T's depthwise backward at batch 128 on the H200 launched 1,060 commands, 4 on the
-compute stream and 1,056 on eight streams of cuDNN's (traces/h200_reserved_heldout/launch_queue), and
-counted whole they held the replayed host back (594 ms to issue a vDNN_all step the H200's
-host issued in 198; NOTE [host issue]). Event records and stream waits take no slot in the queue
-(measured there too) and are not counted.
+``count_kernels`` runs whole training steps of the model, as the profiler's timing does,
+under torch.profiler, with a marker (a ``record_function`` range) after each layer's
+forward and from a pre-hook on each layer's autograd node; each kernel launch, memset and
+memcpy that the host's threads make between two markers belongs to the layer whose marker
+came first. They are what the launch queue holds (NOTE [launch queue] in
+vdnnsim/engine/host.py), so only those whose GPU activity ran on the compute stream (the
+stream of the step's first command; ``off_stream``) count: a library that forks work onto
+streams of its own fills their queues, not the compute stream's. Event records and stream
+waits take no slot in the queue and are not counted.
+
+Example: cuDNN's FFT engine forks. ConvNeXt-T's depthwise backward at batch 128 on the H200
+launched 1,060 commands, 4 on the compute stream; counted whole they held the replayed host
+back (594 ms to issue a vDNN_all step the H200's host issued in 198).
 
 ``launch_queue_depth`` measures that queue: a long ``torch.cuda._sleep`` keeps the stream
 busy while the host launches tiny kernels one after the other; the first launch that
@@ -55,7 +53,7 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2,
     """Per layer (the probe's names, and 'loss'), the commands its forward and its
     backward issue, in a training step after ``warmup`` steps; and the optimizer step's.
     ``left_out``: a list to which the number of commands left out as another stream's is
-    appended (NOTE [kernel counts])."""
+    appended."""
     gm = trace_module(model)
     names = [n.name for n in p.nodes if n.name != "loss"]
     index = {name: k for k, name in enumerate(names)}
@@ -75,10 +73,10 @@ def count_kernels(model: nn.Module, p: Probe, warmup: int = 2,
         return out
 
     instrument(gm, index, start, after)
-    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)  # NOTE [training step]
+    train = probe_step(gm, p.batch_size, p.data_shape[1:], p.dtype)
     dev = train.batch["x"].device
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+    def at(point: str, loss: Any) -> None:  # the training step's points
         if point == "forward":
             mark(f"f:{n}")
             if loss.grad_fn is not None:
@@ -124,7 +122,7 @@ def _correlation(e: dict) -> Any:
 
 
 def off_stream(events: list[dict]) -> set:
-    """NOTE [kernel counts]: the correlation ids of the commands whose GPU activity ran on
+    """The correlation ids of the commands whose GPU activity ran on
     a stream other than the step's compute stream (the stream of its first kernel, memset
     or copy that names one): a library's own streams (cuDNN's FFT engines fork theirs)
     queue them, not the compute stream's launch queue. Empty without GPU activities that
@@ -144,7 +142,7 @@ def off_stream(events: list[dict]) -> set:
 
 def split_commands(events: list[dict], names: list[str], left_out: list[int] | None = None
                    ) -> tuple[dict[str, tuple[int, int]], int]:
-    """NOTE [kernel counts] on a Chrome trace's events: each host thread's commands, in
+    """The kernel counts on a Chrome trace's events: each host thread's commands, in
     time order, belong to the marker before them; those whose GPU activity ran on another
     stream than the compute stream are left out (their number appended to ``left_out``)."""
     n = len(names)
@@ -198,7 +196,7 @@ def split_commands(events: list[dict], names: list[str], left_out: list[int] | N
 
 def launch_queue_depth(launches: int = 8192, trials: int = 3,
                        block_ns: int = 200_000) -> dict[str, Any]:
-    """NOTE [kernel counts]: how many kernels the host can launch onto a busy stream before
+    """How many kernels the host can launch onto a busy stream before
     a launch blocks, per trial; and the same with the launches on a second, idle stream."""
     x = torch.zeros(1, device="cuda")
     side = torch.cuda.Stream()

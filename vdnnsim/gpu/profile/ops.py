@@ -3,40 +3,33 @@ the op probe run on the GPU for memory, training steps timed by torch.profiler p
 
 NOTE [module timing]
 Memory: the op probe (NOTE [op probe]) runs the step's forward pass and loss once on the
-GPU itself, on the real batch, so nothing is emulated: CUDA's dropout, the SDPA kernel the
-GPU picks and autocast's casts and weight cache are the real ones. Its recorder holds only
-what autograd saves; an output that dies leaves its storage's entry (a finalizer), so the
-probe needs no more memory than the step. Each op carries the path of the module it ran
-in (NOTE [module paths]).
-Time: after warm-up, ``trials`` plain steps (nothing hooked) are measured, then ``trials``
-steps under torch.profiler with a ``record_function`` range around every module call
-(NOTE [kineto attribution] in kineto.py): each GPU kernel's time goes to the module whose
-call launched it in the forward pass, and in the backward pass to the module of the
-forward op that made the autograd node (their sequence numbers), so every model's backward
-pass is timed module by module, whether or not it keeps its blocks in a ModuleList (the
-block profiler before it lost the backward pass of those that do not). A kernel's time
-includes its queued gap (the device idle before it once it was issued: dispatch after a
-queued kernel, launch latency on an idle stream), because kernel durations alone replayed
-GPU-bound models 3.6-5.8% short of their plain steps: the modules', the loss's, the
-optimizer's and the unattributed time all carry their kernels' gaps, so NOTE [profile
-check]'s shares are of GPU time with gaps on both sides, and the note says what share of
-the GPU time was gaps. The optimizer step and zero_grad are the trace's step; the loss and
-what runs outside the model is the probe's ops outside it. A module's median time over the
-steps is spread over its ops by a roofline estimate (max(flops / peak, bytes / bandwidth)
-of the op's dtype on the trace's GPU preset; a view gets nothing; in the backward pass an
-op with flops counts twice, an op that needs no gradient not at all): for a CNN almost
-every module is one op, a transformer's attention or MLP a few. A module the probe saw no
-op of (its work all views) gives its time to the nearest enclosing module that has some.
-Host time per module is the profiler's (a module's range, the backward ops of its nodes)
-scaled so that each pass's total is what the host took to issue it in the plain steps (the
-profiler's ranges add about a microsecond an op and miss the autograd engine's work
-between backward ops: the total is the plain steps', the profiler says how it divides);
-the optimizer's host time is the plain steps' too. The optimizer step is the workload's
-own (``optimizer``): its GPU and host times, the bytes of the state it keeps on the GPU
-(AdamW's moments, into ``resident_bytes``) and the allocator's peak while it runs beyond
-what it started with (``step_workspace_bytes``; on a CPU, counted as NOTE [optimizer
-state] counts it), so the trace is that optimizer's. Workspaces inside a kernel are not
-measured (the op probe sees none). The profile then checks itself (NOTE [profile check]).
+GPU itself, on the real batch, so CUDA's dropout, SDPA kernel and autocast are the real
+ones. Time: after warm-up, ``trials`` plain steps, then ``trials`` steps under
+torch.profiler with a ``record_function`` range around every module call
+(NOTE [kineto attribution] in kineto.py): each GPU kernel's time, with its queued gap, goes
+to the module that launched it, in the backward pass to the module of the forward op that made
+its autograd node. A module's median time is spread over its ops by a roofline estimate; a
+module with no op of its own gives it to the nearest enclosing one that has some. Host
+times are the profiler's per module, scaled so each pass's total is the plain steps'. The
+optimizer is the workload's own: its times, state bytes and step workspace. The profile
+then checks itself (NOTE [profile check]).
+
+Details. The recorder holds only what autograd saves; an output that dies leaves its
+storage's entry (a finalizer), so the probe needs no more memory than the step. Every
+model's backward pass is timed module by module, whether or not it keeps its blocks in a
+ModuleList. A kernel's queued gap is the device idle before it once issued (dispatch after
+a queued kernel, launch latency on an idle stream); the modules', the loss's, the
+optimizer's and the unattributed time all carry their kernels' gaps, so the profile
+check's shares are of GPU time with gaps on both sides, and the note says what share of
+the GPU time was gaps. The roofline estimate is max(flops / peak, bytes / bandwidth) of
+the op's dtype on the trace's GPU preset (a view gets nothing; in the backward pass an op
+with flops counts twice, an op that needs no gradient not at all). The profiler's ranges
+add about a microsecond an op and miss the autograd engine's work between backward ops:
+the total is the plain steps', the profiler says how it divides. The optimizer's state
+(AdamW's moments) goes into ``resident_bytes``, the allocator's peak while it runs beyond
+what it started with into ``step_workspace_bytes`` (on a CPU, counted as the optimizer
+state's rule counts it). Workspaces inside a kernel are not measured (the op probe sees
+none).
 """
 
 from __future__ import annotations
@@ -47,25 +40,28 @@ from typing import Any
 
 import torch
 
-from ..probe.aten import OUTSIDE, probe_ops
+from ..probe.aten import probe_ops
+from ..probe.blocks import OUTSIDE
 from ..measure.hostprobe import StepProbe, host_probe_ns
-from .layers import _Clock, assemble, resident_bytes, software
+from .assemble import assemble, software
+from .layers import resident_bytes
+from .timing import _Clock
 from ..model.workload import DTYPES, PRECISIONS, build_workload, training_step
 
 MATMUL_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
-    """NOTE [module timing]: ``trials`` plain training steps, nothing hooked or profiled:
+    """``trials`` plain training steps, nothing hooked or profiled:
     each step's span on the GPU's clock (its wall time on a CPU) and the host's time to
     issue its forward pass, backward pass and the rest (zero_grad, the optimizer)."""
     clock = _Clock(cuda)
     host = time.perf_counter_ns
     out: dict[str, list[float]] = {k: [] for k in ("step", "fwd", "bwd", "hf", "hb", "hs")}
     t: dict[str, Any] = {}
-    between = StepProbe("cuda") if cuda else None  # NOTE [host probe]: after each step
+    between = StepProbe("cuda") if cuda else None  # after each step
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]'s points
+    def at(point: str, loss: Any) -> None:  # the training step's points
         if point == "start":
             t["h0"] = host()
             t["s"] = clock.mark()
@@ -104,7 +100,7 @@ def _plain_steps(step: Any, trials: int, cuda: bool) -> dict[str, Any]:
 
 def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
                  warmup: int = 3) -> dict[str, Any]:
-    """NOTE [module timing]: per module path the median forward and backward GPU and host
+    """Per module path the median forward and backward GPU and host
     ns of ``trials`` training steps profiled by torch.profiler (GPU time with its queued
     gaps), the optimizer's, what could not be placed, the gaps' sum, and the plain steps
     measured beside them."""
@@ -171,7 +167,7 @@ def time_modules(step: Any, model: torch.nn.Module, trials: int, cuda: bool,
 
 
 def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
-    """NOTE [module timing]: ``time_modules``' per-module times as ``split_times``' regions
+    """``time_modules``' per-module times as ``split_times``' regions
     (a module path each): the time of a path without ops of its own in the probe (a module
     whose work is all views, or ops the probe does not record) goes to its nearest enclosing
     path that has some, and so on up to the model ("") and what ran outside it; the host
@@ -204,7 +200,7 @@ def module_regions(nodes: list[Any], t: dict[str, Any]) -> dict[str, Any]:
 
 def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block"
                 ) -> tuple[dict[str, tuple[int, int, int, int]], dict[str, tuple[int, int]]]:
-    """NOTE [module timing]: each region's measured times (``t``'s lists by region index,
+    """Each region's measured times (``t``'s lists by region index,
     or mappings by region) over its ops, in proportion to a roofline estimate (GPU) and
     equally (host); an op's region is ``attrs[key]``."""
     def cost(n: Any) -> float:
@@ -238,11 +234,11 @@ def split_times(nodes: list[Any], t: dict[str, Any], gpu: Any, key: str = "block
 
 
 def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
-    """NOTE [module timing]: the bytes of the optimizer's state on the device, and the
+    """The bytes of the optimizer's state on the device, and the
     step's temporaries (the allocator's peak during it beyond what it started with)."""
     before = [0]
 
-    def at(point: str, loss: Any) -> None:  # NOTE [training step]: before the optimizer
+    def at(point: str, loss: Any) -> None:  # before the optimizer
         if point == "backward":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -252,7 +248,7 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
     temp = torch.cuda.max_memory_allocated() - before[0] if cuda else None
     state = sum(t.numel() * t.element_size() for s in step.optimizer.state.values()
                 for t in s.values() if isinstance(t, torch.Tensor) and t.device.type != "cpu")
-    if temp is None:  # NOTE [optimizer state]'s count
+    if temp is None:  # the optimizer state's count
         from ...trace.optimizer import ADAM_TEMP
         temp = ADAM_TEMP * sum(p.numel() * p.element_size()
                                for p in step.workload.model.parameters()) if state else 0
@@ -262,8 +258,7 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
 
 # NOTE [profile check]
 # A profile checks itself before it is written, so that a trace that lost part of the step
-# (the backward pass of a model whose blocks the block profiler did not find lost 17-68%
-# of its time, silently) cannot be written. Two checks: the attribution must place at
+# cannot be written. Two checks: the attribution must place at
 # least ATTRIBUTED of the GPU time of the profiled steps (what no rule could place is
 # counted, never dropped; placed and lost time alike count their kernels' queued gaps:
 # NOTE [kineto attribution]), and on a GPU the trace, replayed by the engine as it is
@@ -272,14 +267,17 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
 # measured in the same process: the plain steps' spread (max - min over the median), and
 # no less than CHECK_FLOOR. A profile that fails either is an error naming both numbers
 # (vdnnsim profile exits 2 and writes nothing); ``check=False`` (``--no-check``) writes it
-# anyway, with the failure in its note. On a CPU only the first check applies: there the
-# wall clock of a shared machine is the op's time and the replay has no GPU to be true to.
+# anyway, with the failure in its note. On a CPU only the first check applies.
+#
+# Why: the block profiler before it lost 17-68% of the backward pass of models whose blocks
+# it did not find, silently. On a CPU the wall clock of a shared machine is the op's time
+# and the replay has no GPU to be true to.
 ATTRIBUTED = 0.98
 CHECK_FLOOR = 0.10
 
 
 def check_profile(d: dict[str, Any], t: dict[str, Any], gpu: Any, cuda: bool) -> str | None:
-    """NOTE [profile check]: None if the profile accounts for the step, else why not."""
+    """None if the profile accounts for the step, else why not."""
     total = t["device_total_ns"] + t["outside_steps_ns"]
     lost = t["unattributed_ns"] + t["outside_steps_ns"]
     if total and lost > (1 - ATTRIBUTED) * total:
@@ -306,10 +304,10 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                      model_kwargs: dict[str, Any] | None = None, trials: int = 5,
                      device: str = "cuda", gpu: Any = None, optimizer: str = "sgd",
                      check: bool = True) -> dict[str, Any]:
-    """NOTE [module timing]: the trace (a dict) of one training step of any workload (NOTE
-    [workloads]), profiled on ``device`` by torch.profiler; ``gpu`` the preset whose
+    """The trace (a dict) of one training step of any workload, profiled on ``device`` by
+    torch.profiler; ``gpu`` the preset whose
     roofline splits a module's time over its ops and that replays the profile for its
-    check (default h200; NOTE [profile check])."""
+    check (default h200)."""
     from ...api import resolve_gpu
     from ...errors import ConfigError
 
@@ -317,12 +315,11 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     gpu = gpu or resolve_gpu("h200")
     cuda = torch.device(device).type == "cuda"
-    # the step vdnnsim measure runs (NOTE [measurement]): cuDNN autotuned. Without it the
-    # profile timed cuDNN's heuristic algorithms, slower than measure's on every timm CNN
-    # of traces/h200_timm_heldout (session10: the profiles' own plain steps 0-12% over the
-    # measurements), which its check, against the same process's plain steps, cannot see
+    # the step vdnnsim measure runs: cuDNN autotuned. Without it the profile timed cuDNN's
+    # heuristic algorithms, slower than measure's (the profile check, against the same
+    # process's plain steps, cannot see that; docs/gpu.md)
     torch.backends.cudnn.benchmark = True
-    probe_ns = host_probe_ns(device)  # NOTE [host probe]: before the model is built
+    probe_ns = host_probe_ns(device)  # before the model is built
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
     step = training_step(work, batch_size, device, precision, optimizer)
@@ -331,7 +328,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast)
     regions = module_regions(p.nodes, t)
     host_step_ns = t["host_rest_ms"] * 1e6  # zero_grad and the optimizer, as the plain
-    # steps issued them (NOTE [module timing])
+    # steps issued them
     if not cuda:  # a CPU runs each op as it is called: its wall clock is the op's time
         for k in ("host_fwd_ms", "host_bwd_ms"):
             regions[k] = {r: 0.0 for r in regions[k]}
@@ -340,7 +337,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     pure = DTYPES.get(precision, torch.float32)
     resident = (resident_bytes(work.model) if cuda else
                 sum(b.numel() * b.element_size() for b in work.model.buffers())) + \
-        p.resident_weight_bytes  # NOTE [op probe]: weights no kept op reads
+        p.resident_weight_bytes  # weights no kept op reads
     name = torch.cuda.get_device_name() if cuda else f"cpu ({device})"
     placed = 1 - t["unattributed_ns"] / t["device_total_ns"] if t["device_total_ns"] else 1
     gaps = t["gap_ns"] / t["device_total_ns"] if t["device_total_ns"] else 0
@@ -351,8 +348,8 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
            "note": f"vdnnsim profile --model {spec} --batch {batch_size} "
                    f"--dtype {precision}{f' --seq-len {seq_len}' if seq_len else ''} "
                    f"--optimizer {optimizer}: "
-                   f"memory op by op on the GPU, time by module from torch.profiler (NOTE "
-                   f"[module timing]), {len(t['modules'])} module paths, {placed:.1%} of the "
+                   f"memory op by op on the GPU, time by module from torch.profiler, "
+                   f"{len(t['modules'])} module paths, {placed:.1%} of the "
                    f"GPU time placed ({gaps:.1%} of it idle gaps between kernels), "
                    f"medians of {trials} steps; a plain step took "
                    f"{t['plain_ms']:.2f} ms ({t['plain_min_ms']:.2f}-{t['plain_max_ms']:.2f}; "
@@ -371,8 +368,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     why = check_profile(d, t, gpu, cuda)
     if why:
         if check:
-            raise ConfigError(f"{spec}: the profile does not account for the step (NOTE "
-                              f"[profile check]): {why}; nothing written (--no-check writes "
-                              "it anyway)")
+            raise ConfigError(f"{spec}: the profile does not account for the step: {why}; "
+                              "nothing written (--no-check writes it anyway)")
         d["source"]["note"] += f"; NOT CHECKED: {why}"
     return d

@@ -1,29 +1,23 @@
 """vDNN for any block-structured model on the GPU: whole blocks offloaded.
 
 NOTE [block runtime]
-The fx-based runtime (runtime.py) needs a model torch.fx can trace; transformers cannot be
-(NOTE [op probe]). This one needs only the model's blocks (NOTE [blocks], by the module
-paths the plan names; ``find_blocks`` for a plan without them) and autograd's
-saved-tensor hooks. While an offloaded block runs forward, every tensor autograd saves in
-it (a parameter, autocast's cast of one or a CPU tensor excepted; the batch is read before
-the first block, so no block saves it) is copied whole, its storage
-once however many views of it are saved, to pinned host memory on a side stream that
-first waits for the compute stream; the GPU tensor is marked as used by that stream
-(``record_stream``), so the caching allocator reuses its memory only once the copy is done,
-and once nothing else holds it. In the backward pass, when the backward of block k begins
-(a pre-hook on the autograd node of block k's output), the storages of block k - 1 are
-prefetched on a second side stream (vDNN's prefetch, one block ahead) and block k's own
-if they are not back yet; unpacking a saved tensor makes the compute stream wait for its
-copy and rebuilds the view on the prefetched storage. A storage is known by its address
-and, since a freed address is soon reused within a block, by a weak reference to it (the
-first version keyed by address alone and gave a new tensor an old tensor's copy: wrong
-gradients, caught by the bit-identity test). The copies move the bytes exactly,
-so gradients are bit-identical to a step without offload wherever the kernels themselves
-are deterministic (tests/test_block_offload.py). Which blocks: the first ``offload`` of
-them (NOTE [block offload], the plan of ``vdnnsim plan`` on a profiled trace: NOTE [block
-plan]), and the blocks named by ``recompute`` (paths) checkpointed (NOTE [block
-recompute]; after the offloaded ones where a plan does both, NOTE [block mix]). Not done:
-offloading the regions outside the blocks, offloading a chosen set.
+While an offloaded block runs forward, every tensor autograd saves in it (but a parameter,
+autocast's cast of one, or a CPU tensor) is copied whole, once per storage however many
+views of it are saved, to pinned host memory on a side stream that first waits for the
+compute stream; ``record_stream`` lets the allocator reuse the GPU memory only once the
+copy is done. When the backward of block k begins (a pre-hook on the autograd node of its
+output), block k - 1's storages are prefetched on a second side stream and block k's own
+if not back yet; unpacking a saved tensor waits for its copy and rebuilds the view on the
+prefetched storage. A storage is known by its address and a weak reference to it (a freed
+address is soon reused). The copies are exact, so gradients are bit-identical to a step
+without offload. Which blocks: the first ``offload`` (NOTE [block offload]), and those
+named by ``recompute`` checkpointed after them (NOTE [block mix]).
+
+The fx-based runtime (vdnn.py) needs a model torch.fx can trace; this one needs only the
+model's blocks (by the module paths the plan names; ``find_blocks`` for a plan without
+them) and autograd's saved-tensor hooks, so it runs transformers. The batch is read before
+the first block, so no block saves it. Not done: offloading the regions outside the
+blocks, offloading a chosen set.
 """
 
 from __future__ import annotations
@@ -35,12 +29,12 @@ import torch
 from torch import nn
 
 from ...planners.planfile import BlockPlanFile
-from ..probe.aten import block_output, find_blocks
+from ..probe.blocks import block_output, find_blocks
 
 
 def _weight_cast(t: torch.Tensor) -> bool:
     """A cast of a parameter (autocast's): its cache holds it to the end of the forward
-    pass, so offloading it would free nothing (NOTE [block offload] skips it too)."""
+    pass, so offloading it would free nothing (the block planner skips it too)."""
     fn = t.grad_fn
     if fn is None or fn.name() != "ToCopyBackward0":
         return False
@@ -63,13 +57,13 @@ class _Entry:
 
 
 class BlockOffload:
-    """NOTE [block runtime]: offload the first ``offload`` blocks of ``model``."""
+    """Offload the first ``offload`` blocks of ``model``."""
 
     def __init__(self, model: nn.Module, offload: int, paths: list[str] | None = None,
                  recompute: list[str] = ()):
         if paths is None:  # a plan of an older probe: the largest ModuleList's items
             self.blocks = find_blocks(model)
-        else:  # NOTE [blocks]: by the paths the plan's trace chose
+        else:  # by the paths the plan's trace chose
             self.blocks = []
             for p in paths:
                 try:
@@ -82,7 +76,7 @@ class BlockOffload:
                              "layers) to offload")
         if not 0 <= offload <= len(self.blocks):
             raise ValueError(f"offload {offload} blocks: the model has {len(self.blocks)}")
-        # NOTE [block mix]: the offloaded blocks and the checkpointed ones are apart (an
+        # the offloaded blocks and the checkpointed ones are apart (an
         # offloaded block's hooks would pack what its checkpoint runs again)
         offloaded = {id(b) for b in self.blocks[:offload]}
         for p in recompute:
@@ -99,7 +93,7 @@ class BlockOffload:
         # streams only where something moves: a plan that only recomputes runs on a CPU
         self.d2h = torch.cuda.Stream() if offload else None
         self.h2d = torch.cuda.Stream() if offload else None
-        # NOTE [block recompute]: the ``recompute`` blocks' (paths) forward under
+        # the ``recompute`` blocks' (paths) forward under
         # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
         self._wrapped: list[tuple[nn.Module, Any]] = []
         wrap = []
@@ -129,7 +123,7 @@ class BlockOffload:
         self._ctx: Any = None
         self._hooked: dict[int, Any] = {}
         self.handles = []
-        # NOTE [block mix]: the checkpointed blocks after the offloaded ones, whose inputs
+        # the checkpointed blocks after the offloaded ones, whose inputs
         # their checkpoints keep on the GPU
         wrapped = {id(b) for b, _ in self._wrapped}
         self._keeps = {k for k, b in enumerate(self.blocks) if k >= offload and id(b) in wrapped}
@@ -141,7 +135,7 @@ class BlockOffload:
 
     @classmethod
     def from_plan(cls, model: nn.Module, plan: BlockPlanFile) -> "BlockOffload":
-        """NOTE [block runtime] for a block plan file (NOTE [plan files]): its offloaded
+        """The block runtime for a block plan file: its offloaded
         count, its blocks by path (the largest ModuleList's where it names none) and its
         checkpointed blocks."""
         if not isinstance(plan, BlockPlanFile):
@@ -172,8 +166,8 @@ class BlockOffload:
             return t
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        # a parameter (by its storage, or as a leaf that needs a gradient: NOTE [parameter
-        # offload] gives it a new storage at each fetch) stays
+        # a parameter (by its storage, or as a leaf that needs a gradient: parameter offload
+        # gives it a new storage at each fetch) stays
         if key in self.params or (t.is_leaf and t.requires_grad) or storage.nbytes() == 0 \
                 or _weight_cast(t):
             return t
@@ -196,7 +190,7 @@ class BlockOffload:
                 t.device)
 
     def _keep(self, args: tuple, kwargs: dict) -> None:
-        """NOTE [block mix]: a checkpointed block's inputs stay on the GPU (its checkpoint
+        """A checkpointed block's inputs stay on the GPU (its checkpoint
         keeps them), so an offloaded block's copy of one is never fetched back: its entry
         takes the live storage as its GPU copy, ready now (the engine's plan offloads no
         input of a checkpoint; the copy out, issued when the offloaded block saved it, is
@@ -277,7 +271,7 @@ class BlockOffload:
 
 
 def _checkpointed(forward: Any) -> Any:
-    """NOTE [block recompute]: ``forward`` run under torch.utils.checkpoint when autograd
+    """``forward`` run under torch.utils.checkpoint when autograd
     records (in no_grad it runs as it is)."""
     from torch.utils.checkpoint import checkpoint
 

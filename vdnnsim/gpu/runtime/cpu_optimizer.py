@@ -10,7 +10,9 @@ accumulated (``register_post_accumulate_grad_hook``), a side stream that has wai
 the compute stream copies it to the host, an event marks the copy, and the GPU gradient is
 released to the side stream (``record_stream``; the caching allocator reuses it once the
 copy has run): the GPU never holds the optimizer's state, and holds a gradient only until
-its copy. ``step()`` takes the parameters in the order their gradients came: it waits for
+its copy.
+
+``step()`` takes the parameters in the order their gradients came: it waits for
 each one's copy (the event), runs its optimizer's step on the CPU (AdamW ``fused=True``,
 one multi-threaded kernel per tensor) and copies the updated parameter back on the side
 stream, so the CPU steps the next while the link carries the last; the compute stream then
@@ -39,7 +41,7 @@ from ...errors import ConfigError
 
 
 def _cpu_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """NOTE [optimizer offload]: the CPU step, PyTorch's defaults but lr 1e-3 as
+    """The CPU step, PyTorch's defaults but lr 1e-3 as
     workload.make_optimizer; Adam and AdamW fused (one kernel per tensor)."""
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-3, fused=True)
@@ -63,7 +65,7 @@ def _cpu_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimiz
 
 
 def _unregister(buf: torch.Tensor, device: torch.device) -> None:
-    """NOTE [optimizer pinning]: unlock the registered buffer once no copy uses it."""
+    """Unlock the registered buffer once no copy uses it."""
     torch.cuda.synchronize(device)
     err = torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
     if int(err) != 0:
@@ -71,7 +73,7 @@ def _unregister(buf: torch.Tensor, device: torch.device) -> None:
 
 
 class CPUOffloadOptimizer:
-    """NOTE [optimizer offload]: ``optimizer`` over ``params``, its state and its step on
+    """``optimizer`` over ``params``, its state and its step on
     the CPU; the gradients leave the GPU as they are made. On a CPU device the copies are
     plain copies (the tests' case)."""
 
@@ -91,13 +93,13 @@ class CPUOffloadOptimizer:
         self.queue: dict[torch.Tensor, Any] = {}  # parameter -> its gradient copy's event
         self.hooks = []
         self._registered: torch.Tensor | None = None
-        # the parameters whose GPU copy the step updates (NOTE [parameter offload]: the
+        # the parameters whose GPU copy the step updates (the
         # others live on the host between the passes, the master their only copy)
         self.resident: set[torch.Tensor] = set(self.params)
         stats = getattr(torch.cuda, "host_memory_stats", None) if self.cuda else None
         before = stats().get("allocated_bytes.current", 0) if stats else 0
         self._unregister = None
-        if pinning == "registered":  # NOTE [optimizer pinning]
+        if pinning == "registered":
             copies = self._registered_copies()
         try:
             for p in self.params:
@@ -123,7 +125,7 @@ class CPUOffloadOptimizer:
                                           for p in self.params))
 
     def _registered_copies(self) -> dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """NOTE [optimizer pinning]: one pageable buffer holding every parameter's host copy
+        """One pageable buffer holding every parameter's host copy
         and gradient buffer, each at a 64-byte boundary, page-locked as a whole
         (cudaHostRegister; on a CPU device it stays pageable)."""
         sizes = [registered_bytes(p.numel() * p.element_size()) for p in self.params]
@@ -212,7 +214,7 @@ CPU_STEP_SIZES = ((4_096, 64), (65_536, 32), (1_048_576, 8), (4_194_304, 4),
 def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
                    sizes=CPU_STEP_SIZES, reps: int = 5,
                    threads: int | None = None) -> list[dict[str, Any]]:
-    """NOTE [optimizer offload]: the host's time for the CPU optimizer's step, as
+    """The host's time for the CPU optimizer's step, as
     CPUOffloadOptimizer runs it (one optimizer per tensor, stepped one after another), for
     ``count`` tensors of ``numel`` elements each: the median of ``reps`` steps after one
     that makes the state. One record per (dtype, size). Nothing here is fitted."""
@@ -243,18 +245,16 @@ def time_cpu_steps(optimizer: str = "adamw", dtypes: Iterable[str] = ("fp32",),
     return out
 
 
-# NOTE [cpu step model]: the sweep's grid: small tensors many times for the fixed cost, and
+# the sweep's grid: small tensors many times for the fixed cost, and
 # for the slope large ones whose working set (the parameters, gradients and moments a step
 # streams, 3.8 GB fp32 at each size) is many times any host's last-level cache, as a
-# model's step over all its tensors is. (Session 32's first sweep stepped two tensors of
-# 16M elements, 0.9 GB, again and again: on a host with a 300 MiB cache its slope came out
-# 22% under the 64M tensor's, traces/h100_cpu_step/host_sweep/first_sweep.)
+# model's step over all its tensors is (docs/gpu.md, "Evidence behind the GPU side").
 CPU_SWEEP_SIZES = ((4_096, 64), (65_536, 32), (16_777_216, 8), (67_108_864, 2))
 BANDWIDTH_ELEMENTS = 1 << 26  # two fp32 tensors of 256 MiB: past any host's last cache
 
 
 def time_memory_bandwidth(elements: int | None = None, reps: int = 5) -> float:
-    """NOTE [cpu step model]: the host memory's bandwidth on torch's current threads, in
+    """The host memory's bandwidth on torch's current threads, in
     bytes per second: an in-place streaming add (``a += b``: two reads and a write of an
     fp32 element, all to lines it reads, as the optimizer's in-place step), the median of
     ``reps`` after one."""
@@ -280,7 +280,7 @@ def sweep_threads(counts: Iterable[int] | None = None) -> list[int]:
 
 def calibrate_cpu_step(optimizer: str = "adamw", threads: Iterable[int] | None = None,
                        progress=None) -> dict[str, Any]:
-    """``vdnnsim calibrate --cpu-step`` (NOTE [cpu step model]): on each thread count, the
+    """``vdnnsim calibrate --cpu-step``: on each thread count, the
     memory's bandwidth and the CPU optimizer's step (``time_cpu_steps`` over
     ``CPU_SWEEP_SIZES``, fp32 and bf16). Raw records; ``vdnnsim.costs.cpustep.fit`` fits them."""
     import os

@@ -1,8 +1,8 @@
 """Parameters on the host, fetched block by block: the runtime of NOTE [parameter offload].
 
 The engine's model of it is vdnnsim/engine/params.py (NOTE [parameter offload]); this is
-what runs on the GPU. With the optimizer on the CPU (``CPUOffloadOptimizer``, NOTE
-[optimizer offload]) every parameter has a pinned master copy on the host, which the CPU
+what runs on the GPU. With the optimizer on the CPU (``CPUOffloadOptimizer``:
+NOTE [optimizer offload]) every parameter has a pinned master copy on the host, which the CPU
 step updates. For the parameters of the first ``count`` blocks (NOTE [blocks]) the GPU
 keeps no copy between the passes that read them: each such parameter's ``data`` is an
 empty tensor, except while its block runs.
@@ -38,12 +38,12 @@ import torch
 from torch import nn
 
 from ...planners.planfile import BlockPlanFile
-from ..probe.aten import block_output, find_blocks
+from ..probe.blocks import block_output, find_blocks
 from .cpu_optimizer import CPUOffloadOptimizer
 
 
 class ParamOffload:
-    """NOTE [parameter offload]: the parameters of the first ``count`` of ``blocks`` on
+    """The parameters of the first ``count`` of ``blocks`` on
     the host, their masters ``optimizer``'s pinned copies."""
 
     def __init__(self, model: nn.Module, blocks: list[nn.Module], count: int,
@@ -96,7 +96,7 @@ class ParamOffload:
     @classmethod
     def from_plan(cls, model: nn.Module, plan: BlockPlanFile,
                   optimizer: CPUOffloadOptimizer) -> "ParamOffload":
-        """NOTE [parameter offload] for a block plan file: its ``param_blocks``, its blocks
+        """The parameter offload for a block plan file: its ``param_blocks``, its blocks
         by path (the largest ModuleList's where it names none)."""
         paths = plan.block_paths
         blocks = find_blocks(model) if paths is None else [model.get_submodule(p)

@@ -2,25 +2,22 @@
 forward, prefetch them back ahead of backward.
 
 NOTE [vdnn runtime]
-The model runs node by node (torch.fx), as the probe saw it; the plan is the simulator's own
-(``offload_sets`` and ``find_prefetch_schedule`` over the probe's trace), so the runtime and
-the simulator move the same buffers at the same layers.
-- Forward: every storage that a plan offloads is wrapped in one handle, however many ops
-  save it (an in-place ReLU's output that is also the next conv's input moves once). A
-  buffer is followed through views, in-place ops and the parts of a tuple of views
-  (``x1, x2 = x.chunk(2)``: either part reads x's buffer), as the probe's trace names it;
-  a part not followed would be saved under its own name and its buffer never moved. After
-  layer i is launched, its offloads are copied to pinned host memory on a side stream that
-  waits only for what layer i reads, so the copy overlaps layer i. The GPU copy is dropped
-  from the handle; the allocator reuses it once the copy is done (record_stream) and the
-  interpreter has released the layer's inputs. With ``sync`` the compute stream then waits
-  for the copies, as the paper's end-of-layer synchronisation.
-- Backward: a pre-hook on each layer's last autograd node runs findPrefetchLayer's choice:
-  the chosen layer's buffers are copied back on the side stream. With ``sync`` the next
-  layer's backward waits for that prefetch. A buffer no prefetch brought back is fetched on
-  demand when autograd unpacks it. A fetched buffer is dropped after its last unpack.
-- The copies are bit-exact: gradients equal the baseline's.
-On a CPU device the same logic runs with plain copies and no streams (for tests).
+The model runs node by node (torch.fx), as the probe saw it; the plan is the simulator's
+own (``offload_sets`` and ``find_prefetch_schedule`` over the probe's trace), so the runtime
+and the simulator move the same buffers at the same layers. Forward: every storage a plan
+offloads is one handle however many ops save it, followed through views, in-place ops and
+the parts of a tuple of views; after layer i is launched its offloads are copied to pinned
+host memory on a side stream that waits only for what layer i reads, and the GPU copy is
+dropped (reused once the copy is done: record_stream). Backward: a pre-hook on each layer's
+last autograd node starts findPrefetchLayer's prefetch; a buffer no prefetch brought back
+is fetched when autograd unpacks it, and dropped after its last unpack. With ``sync`` the
+streams wait as the paper's end-of-layer synchronisation. The copies are bit-exact.
+
+Details: an in-place ReLU's output that is also the next conv's input moves once; in
+``x1, x2 = x.chunk(2)`` either part reads x's buffer (a part not followed would be saved
+under its own name and its buffer never moved). The GPU copy is freed once the
+interpreter has released the layer's inputs too. On a CPU device the same logic runs with
+plain copies and no streams (for tests).
 
 NOTE [planned runtime]
 ``policy='planned'`` runs a plan file from ``vdnnsim plan`` (``vdnnsim measure --plan``):
@@ -51,7 +48,7 @@ from ...policies.plan import find_prefetch_schedule, liveness, offload_sets
 from ...planners.split import chunk_name, part_name
 from ...trace import trace_from_dict
 from ..probe.fx import fetch_attr, probe, trace_module
-from ..profile.layers import _rename, assemble
+from ..profile.assemble import _rename, assemble
 
 
 def _sid(t: torch.Tensor) -> int:
@@ -84,7 +81,7 @@ class _Packed:
 
 class VDNN(nn.Module):
     """Wraps ``model``; ``policy`` is 'vdnn_all' or 'vdnn_conv' ('baseline': no hooks), or
-    'planned' with ``plan``, a layer plan file (NOTE [planned runtime]; NOTE [plan files]: its
+    'planned' with ``plan``, a layer plan file (its
     model, or its contents, read through the model)."""
 
     def __init__(self, model: nn.Module, input_shape: tuple[int, ...], policy: str = "vdnn_conv",
@@ -99,7 +96,7 @@ class VDNN(nn.Module):
             plan = plan_from_data(plan)
         if plan is not None and not isinstance(plan, LayerPlanFile):
             raise ValueError(f"the vDNN runtime runs a layer plan ({plan.format} is the "
-                             "block runtime's, NOTE [block runtime])")
+                             "block runtime's)")
         self.model = model
         self.gm = trace_module(model)
         self.policy, self.sync = policy, sync
@@ -123,10 +120,10 @@ class VDNN(nn.Module):
             self.schedule = find_prefetch_schedule(trace, self.offload) if prefetch \
                 else (-1,) * n
         self.candidates = {b for o in self.offload for b in o}
-        # NOTE [vdnn runtime]: the caller holds the input batch, so moving it frees nothing
+        # the caller holds the input batch, so moving it frees nothing
         self.candidates.discard("data")
         n = len(self.offload)
-        # NOTE [planned runtime]: a backward hook only where a prefetch starts, or where a
+        # a backward hook only where a prefetch starts, or where a
         # synchronised prefetch is waited for
         self.hooked = {i for i in range(n) if self.schedule[i] >= 0
                        or (i + 1 < n and self.schedule[i + 1] >= 0)}
@@ -135,7 +132,7 @@ class VDNN(nn.Module):
         self._reset()
 
     def _from_plan(self, plan: LayerPlanFile) -> None:
-        """NOTE [planned runtime]: the plan file's splits applied to the graph, its offloads,
+        """The plan file's splits applied to the graph, its offloads,
         prefetches and checkpointed segments by layer id."""
         graph = self.gm.graph
         for first, last, parts in plan.split:
@@ -162,7 +159,7 @@ class VDNN(nn.Module):
     # -- per iteration state -----------------------------------------------------------------
     def _reset(self) -> None:
         # Storage addresses are reused once a storage is freed, so a saved tensor is named
-        # only against the running layer's own inputs (NOTE [vdnn runtime]).
+        # only against the running layer's own inputs.
         self._inputs: dict[int, str] = {}  # storage id -> buffer, for the running layer
         self._handles: dict[str, _Handle] = {}
         self._new: dict[int, _Handle] = {}  # handles of storages the running layer made
@@ -298,7 +295,7 @@ class VDNN(nn.Module):
                     self._backward_start(i)
                 break
             seg = self.segments.get(self.lid[node])
-            if seg is not None:  # NOTE [planned runtime]: checkpointed
+            if seg is not None:  # checkpointed
                 self._run_segment(seg[1])
                 skip_to = seg[1][-1]
                 if node is skip_to:
@@ -314,8 +311,8 @@ class VDNN(nn.Module):
         return out
 
     def _run_node(self, node: fx.Node, recompute: bool = False) -> None:
-        """One node of the graph: its offloads after it, its backward hook (NOTE [vdnn
-        runtime]); the saved-tensor hooks only where a saved buffer can move."""
+        """One node of the graph: its offloads after it, its backward hook; the saved-tensor
+        hooks only where a saved buffer can move."""
         gm, env, buf = self.gm, self._env, self._buf
         if node.op == "get_attr":
             env[node] = fetch_attr(gm, node.target)
@@ -368,7 +365,7 @@ class VDNN(nn.Module):
                         torch.cuda.current_stream().wait_event(ev)
 
     def _run_segment(self, nodes: list[fx.Node]) -> None:
-        """NOTE [planned runtime]: ``nodes`` under torch.utils.checkpoint (non-reentrant):
+        """``nodes`` under torch.utils.checkpoint (non-reentrant):
         what they save is dropped and made again before their backward pass."""
         env, buf = self._env, self._buf
         ext, outs = _boundary(nodes)
@@ -413,7 +410,7 @@ def _tensors(x: Any) -> bool:
 def _storages(node: fx.Node, env: dict[fx.Node, Any], buf: dict[fx.Node, str]
               ) -> dict[int, str]:
     """Storage id -> buffer, for what ``node`` reads: its tensor inputs, and each part of
-    an input that is a tuple of views (NOTE [vdnn runtime]: ``x1, x2 = x.chunk(2)`` reads
+    an input that is a tuple of views (``x1, x2 = x.chunk(2)`` reads
     x's buffer through either part, as the probe's trace has it)."""
     out: dict[int, str] = {}
     for a in node.all_input_nodes:
@@ -448,7 +445,7 @@ def _call(gm: fx.GraphModule, node: fx.Node, args: Any, kwargs: Any) -> Any:
 
 def _split_graph(gm: fx.GraphModule, lid: dict[fx.Node, str], first: str, last: str,
                  parts: int) -> None:
-    """NOTE [batch split]: run the nodes ``first..last`` on ``parts`` slices of the batch,
+    """Run the nodes ``first..last`` on ``parts`` slices of the batch,
     named as vdnnsim.planners.split names the layers of the trace it reshapes."""
     graph = gm.graph
     order = list(graph.nodes)

@@ -84,8 +84,8 @@ def test_a_trace_with_its_backward_workspaces_one_by_one_replays_the_tuning(monk
 def test_vgg16_baseline_reserves_what_its_first_step_leaves_cached():
     """traces/h200_backward_workspaces's VGG-16 (64) against its timed peak reserved in fresh processes
     (traces/h200_fresh_processes, run 4: 11444158464 bytes, the same in all three): the first step's
-    tuning (its empty_caches) and the cuBLAS workspaces made at its first matmuls (NOTE
-    [cublas workspaces]) leave the cache the timed steps grow from."""
+    tuning (its empty_caches) and the cuBLAS workspaces made at its first matmuls
+    (NOTE [cublas workspaces]) leave the cache the timed steps grow from."""
     root = Path(__file__).resolve().parents[1] / "traces"
     measured = next(r for r in map(json.loads, (root / "h200_fresh_processes" / "repeat.jsonl")
                                    .read_text().splitlines()) if r["run"] == 4)

@@ -1,5 +1,5 @@
-"""Every value of the paper's Figs. 11, 12, 14 and 15 held against vdnnsim (NOTE [figure
-cells], NOTE [paper memory scope] in vdnnsim/paper/cells.py).
+"""Every value of the paper's Figs. 11, 12, 14 and 15 held against vdnnsim
+(NOTE [figure cells], NOTE [paper memory scope] in vdnnsim/paper/cells.py).
 
 tests/golden/figure_cells.json records each cell: the paper's value, its tolerance,
 vdnnsim's value and whether it holds. A cell that holds there must keep holding; every

@@ -79,8 +79,8 @@ def test_the_account_is_the_engine_on_a_torch7_trace(case):
 
 
 def test_the_account_is_within_a_quarter_percent_under_the_caching_allocator():
-    """PyTorch semantics: the caching allocator's unsplit block rests (NOTE [caching
-    allocator]) are not in the account; they count as allocated."""
+    """PyTorch semantics: the caching allocator's unsplit block rests
+    (NOTE [caching allocator]) are not in the account; they count as allocated."""
     trace = load_trace(TRACES / "h200_torchvision" / "resnet50_b256.yaml")
     gpu = resolve_gpu("h200")
     n = len(trace.layers)

@@ -671,8 +671,8 @@ def test_opt_traces_on_the_meta_device(tmp_path, capsys):
 
 @pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 def test_an_hf_cnn_without_an_sdpa_path_is_built_eager_and_traced(tmp_path, capsys):
-    """A transformers CNN has no attention, and transformers refuses SDPA for it: NOTE [hf
-    models] builds such a class with its eager path unless the config names one (asking
+    """A transformers CNN has no attention, and transformers refuses SDPA for it:
+    NOTE [hf models] builds such a class with its eager path unless the config names one (asking
     for SDPA by name still fails in one line)."""
     from vdnnsim.cli import main
     from vdnnsim.gpu.model.hf import build

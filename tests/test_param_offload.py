@@ -266,8 +266,8 @@ def test_the_h200_measurements_replay_as_documented():
 def test_the_planner_s_plan_under_expandable_segments_trained_at_the_card_s_budget():
     """NOTE [planned allocator], issue 31 (traces/h200_optimizer_offload/plans_3b_expandable, predictions
     written before the runs): the planner's plan for exactly 22 GiB under the default
-    allocator ran out of memory there (the engine fits it: the miss of NOTE
-    [fragmentation caution]); the same plan with expandable segments trained, and the
+    allocator ran out of memory there (the engine fits it: the miss of
+    NOTE [fragmentation caution]); the same plan with expandable segments trained, and the
     plan the planner made under expandable segments (its file carries the setting,
     measured without --allocator) trained under 22 GiB: step, allocated and reserved
     peaks within 1% of the median of three fresh processes, the host's bytes exact."""

@@ -139,8 +139,8 @@ VGG_MILP_MISS = ("the MILP's VGG-16 plan made without the autotune headroom ran 
 def test_the_planned_h200_runs_are_predicted_and_meet_issue_13s_targets(model, limit, plan,
                                                                          record):
     """traces/h200_planner_12gib: each plan measured under a 12 GiB cap on the H200 (committed),
-    the greedy search's (``plan``) and the MILP's, with and without NOTE [autotune
-    headroom]; the simulator replays the same plan file on the profiled trace."""
+    the greedy search's (``plan``) and the MILP's, with and without
+    NOTE [autotune headroom]; the simulator replays the same plan file on the profiled trace."""
     import json
     from pathlib import Path
 
@@ -260,8 +260,8 @@ def _spy_replays(monkeypatch, modules) -> list:
 def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monkeypatch):
     """NOTE [planned allocator]: every replay a planner makes is under the settings given
     (the block planner's, the greedy search's and the MILP's), the plan file says them,
-    a reader takes them back, and the defaults go unsaid; the caution of NOTE
-    [fragmentation caution] is the default allocator's."""
+    a reader takes them back, and the defaults go unsaid; the caution of
+    NOTE [fragmentation caution] is the default allocator's."""
     from vdnnsim.engine import caching
     from vdnnsim.planners.planfile import plan_from_data
     from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution, plan_blocks,

@@ -1,6 +1,6 @@
 """NOTE [module timing]: the profiler of any model: the op probe on a real device, block
-regions, the split of measured module times over ops, the profile's own check (NOTE
-[profile check]), ``vdnnsim profile --model hf:...``.
+regions, the split of measured module times over ops, the profile's own check
+(NOTE [profile check]), ``vdnnsim profile --model hf:...``.
 On a CPU (the wall clock standing in for events) everywhere; the last test on a CUDA GPU
 only, against vdnnsim's own measurement harness."""
 

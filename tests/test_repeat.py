@@ -793,10 +793,10 @@ def test_validate_says_where_the_measuring_host_was_not_the_profiling_one(tmp_pa
 
 
 def test_validate_replays_expandable_segments_where_they_were_measured(tmp_path):
-    """A record measured with expandable segments is predicted with them (NOTE [allocator
-    settings]): its reserved prediction is the expandable pool's, not the default's (its
-    allocated bytes may differ a little: a block's unsplit tail counts as allocated, NOTE
-    [caching allocator], and where blocks fall differs)."""
+    """A record measured with expandable segments is predicted with them
+    (NOTE [allocator settings]): its reserved prediction is the expandable pool's, not the default's (its
+    allocated bytes may differ a little: a block's unsplit tail counts as allocated,
+    NOTE [caching allocator], and where blocks fall differs)."""
     from vdnnsim.measured.validate import validate
 
     def edit(recs):

@@ -85,8 +85,8 @@ def test_the_heldout_set_has_its_models_and_caps():
 
 @pytest.mark.parametrize("which", ["h200", "heldout"])
 def test_fits_and_reserved_memory_with_the_host_in_the_loop(which, summary, held_summary):
-    """Issue 11: peak reserved memory within 5% at the median on both sets (NOTE [deferred
-    free]); every capped run's fit right on the held-out set (vdnn_conv capped just above
+    """Issue 11: peak reserved memory within 5% at the median on both sets
+    (NOTE [deferred free]); every capped run's fit right on the held-out set (vdnn_conv capped just above
     and just below its measured reserved peak included). Both maxima (target 20%) are
     missed and pinned: see docs/validation.md."""
     s = summary if which == "h200" else held_summary

@@ -11,12 +11,12 @@ from typing import Any
 
 from . import limits
 from .costs.analytic import synthesize
-from .engine.allocator import aligned
-from .engine.caching import AllocatorSettings, allocator_settings
+from .engine import aligned
+from .engine import AllocatorSettings, allocator_settings
 from .engine import replay
-from .engine.compile import optimizer_host_bytes, optimizer_pinned_bytes
-from .engine.pinned import PINNINGS
-from .engine.optimizer_step import cpu_step_per_element
+from .engine import optimizer_host_bytes, optimizer_pinned_bytes
+from .engine import PINNINGS
+from .engine import cpu_step_per_element
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -328,27 +328,26 @@ def run_plan(trace: Trace, gpu: GPU, plan: Any, capacity: int, name: str = "plan
 
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
-            sim: Any, record: bool) -> RunResult:
+            sim: Replayed, record: bool) -> RunResult:
     oracle_ns = oracle_time_ns(trace, gpu)
-    pool = sim.pool
     return RunResult(
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
-        policy=policy, capacity_bytes=capacity, peak_memory_bytes=pool.peak_live_bytes,
-        peak_footprint_bytes=pool.peak_footprint_bytes,
-        avg_memory_bytes=pool.average_bytes(sim.end_ns),
+        policy=policy, capacity_bytes=capacity, peak_memory_bytes=sim.peak_live_bytes,
+        peak_footprint_bytes=sim.peak_footprint_bytes,
+        avg_memory_bytes=sim.avg_memory_bytes,
         weight_bytes=2 * aligned(trace.weight_bytes), iteration_time_ns=sim.end_ns,
         forward_time_ns=sim.fwd_end_ns, oracle_time_ns=oracle_ns,
         offloaded_bytes=sim.offloaded_bytes, prefetched_bytes=sim.prefetched_bytes,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
         host_bound_time_ns=sim.host_bound_ns,
-        peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
+        peak_breakdown=dict(sim.peak_breakdown), oom=sim.oom, notes=plan.notes,
         algos=algorithm_names(trace, plan.algos),
-        _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
-        _spans=tuple(pool.spans or ()) if record else (),
-        _layer_spans=tuple(sim.layer_spans),  # NOTE [layer average]
+        _ops=sim.ops if record else (), _mem=sim.memory_steps,
+        _spans=sim.spans if record else (),
+        _layer_spans=sim.layer_spans,  # NOTE [layer average]
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
         # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
-        pinned_host_bytes=pinned_host_bytes(sim) + (
+        pinned_host_bytes=sim.pinned_host_bytes + (
             optimizer_pinned_bytes(trace, plan.optimizer_pinning)
             if plan.optimizer_offload else 0),
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
@@ -363,14 +362,6 @@ def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
     names = trace.memo("algorithm names", lambda: [tuple(a.name for a in layer.algos)
                                                    for layer in trace.layers])
     return tuple(map(operator.getitem, names, algos))
-
-
-def pinned_host_bytes(sim: Any) -> int:
-    """NOTE [pinned pool]: PyTorch's pinned pool under its runtimes; the Torch7 runtime
-    pins each copy and frees it (its peak); a unified-memory run pins nothing."""
-    if sim.sem.paged:
-        return 0
-    return sim.pinned.reserved_bytes if sim.sem.caching_allocator else sim.peak_host_bytes
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:

@@ -11,8 +11,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engine.allocator import OutOfMemory
-from .engine.sim import Op
+from .engine import Op, OutOfMemory
 from .units import GB, ns_to_s
 
 NAN = float("nan")

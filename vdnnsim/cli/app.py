@@ -131,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                cfg.optimizer)
     from ..api import _allocator_for
     if args.allocator:  # NOTE [planned allocator]: the flag over the config's
-        from ..engine.allocconf import parse_pairs
+        from ..engine import parse_pairs
         settings = _allocator_for(trace, parse_pairs(args.allocator))
     else:
         with in_file(args.config, "allocator"):
@@ -209,7 +209,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _uncalibrated_cpu_step(gpu: Any) -> None:
     """A plan with the optimizer on the CPU: a note where the preset's host has no
     calibration of the CPU step, which the plan's time then leaves out."""
-    from ..engine.optimizer_step import cpu_step_calibrated
+    from ..engine import cpu_step_calibrated
     if not cpu_step_calibrated(gpu.host):
         print(f"note: {gpu.name}'s host has no calibration of the CPU optimizer step: the "
               "plan's time leaves it out (NOTE [optimizer offload])", file=sys.stderr)
@@ -270,7 +270,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
               + f": fits, peak {peak / GiB:.2f} GiB, {ns / 1e6:.1f} ms")
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
-        from ..engine.compile import optimizer_host_bytes
+        from ..engine import optimizer_host_bytes
         from ..policies.blocks import weighs_cpu_optimizer
         need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
         if (optimizer_offload is not False and weighs_cpu_optimizer(trace, gpu)
@@ -668,7 +668,7 @@ def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
     """NOTE [planned allocator]: the allocator settings a measurement of ``plan`` runs
     with: ``given`` (--allocator) where given, else the plan's own; a line on stderr where
     they differ (the plan was checked under its own)."""
-    from ..engine.allocconf import ALLOWED
+    from ..engine import ALLOWED
     own = plan.allocator.conf() if plan is not None and plan.allocator is not None else {}
     if not given:
         return own
@@ -682,7 +682,7 @@ def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
 
 def cmd_measure(args: argparse.Namespace) -> int:
     """NOTE [measurement]; with --repeat, NOTE [repeated measurement]."""
-    from ..engine.allocconf import ENV, effective, env_string, parse_pairs
+    from ..engine import ENV, effective, env_string, parse_pairs
     from ..errors import ConfigError
 
     cap = _memory_cap(args)  # before torch: a bad size needs no GPU to be told
@@ -1234,7 +1234,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]
-    from ..engine.invariants import InvariantViolation
+    from ..engine import InvariantViolation
     from ..yamlio import one_line
 
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from")  # matplotlib fonts

@@ -23,60 +23,12 @@ from __future__ import annotations
 
 import bisect
 import operator
-from dataclasses import dataclass
 
 from .invariants import InvariantViolation
-from .memory_model import NO_FAULTS, Faults
+from .memory_model import NO_FAULTS, Faults, Key, OutOfMemory, key_name, oom_record  # noqa: F401
 
 ALIGN_BYTES = 512  # CNMeM rounds every allocation up to 512 bytes
 _INF = 1 << 100  # 'unlimited': far past any byte count a trace can hold
-
-# NOTE [pool keys]
-# A buffer of the trace is allocated under its tensor id (a str); everything the engine
-# allocates on its own account (weights, gradients, workspaces, ...) under a tuple
-# (kind, name), e.g. ('grad', 'conv1') or ('weights', ''). A str never equals a tuple, so
-# no name in a trace can collide with the engine's: a tensor may be called 'weights' or
-# 'workspace:conv1'. Reports show a tuple as 'kind:name' (or 'kind' when name is empty).
-Key = str | tuple[str, str]
-
-
-def key_name(key: Key) -> str:
-    if isinstance(key, str):
-        return key
-    kind, name = key
-    return f"{kind}:{name}" if name else kind
-
-
-@dataclass(frozen=True)
-class OutOfMemory:
-    tensor: str  # key_name of what could not be placed
-    layer: str
-    phase: str
-    time_ns: int
-    requested_bytes: int
-    free_bytes: int
-    largest_free_bytes: int
-    kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
-    # 'host': an offload of ``tensor`` that the host's memory cannot hold (NOTE [host memory])
-
-    @property
-    def fragmented(self) -> bool:
-        return self.free_bytes >= self.requested_bytes
-
-    @property
-    def reason(self) -> str:
-        """'host memory', 'fragmentation' (enough free bytes, no block large enough) or
-        'capacity' (too few free bytes)."""
-        if self.kind == "host":
-            return "host memory"
-        return "fragmentation" if self.fragmented else "capacity"
-
-
-def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,
-               largest: int) -> OutOfMemory:
-    return OutOfMemory(key_name(key), layer, phase, now, requested, free, largest,
-                       "buffer" if isinstance(key, str) else key[0])
-
 
 def aligned(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES

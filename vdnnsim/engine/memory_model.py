@@ -18,10 +18,54 @@ when the run has ended, and writes ``times``, ``levels``, ``spans`` and ``oom`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
-if TYPE_CHECKING:
-    from .allocator import Key, OutOfMemory
+# NOTE [pool keys]
+# A buffer of the trace is allocated under its tensor id (a str); everything the engine
+# allocates on its own account (weights, gradients, workspaces, ...) under a tuple
+# (kind, name), e.g. ('grad', 'conv1') or ('weights', ''). A str never equals a tuple, so
+# no name in a trace can collide with the engine's: a tensor may be called 'weights' or
+# 'workspace:conv1'. Reports show a tuple as 'kind:name' (or 'kind' when name is empty).
+Key = str | tuple[str, str]
+
+
+def key_name(key: Key) -> str:
+    if isinstance(key, str):
+        return key
+    kind, name = key
+    return f"{kind}:{name}" if name else kind
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    tensor: str  # key_name of what could not be placed
+    layer: str
+    phase: str
+    time_ns: int
+    requested_bytes: int
+    free_bytes: int
+    largest_free_bytes: int
+    kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
+    # 'host': an offload of ``tensor`` that the host's memory cannot hold (NOTE [host memory])
+
+    @property
+    def fragmented(self) -> bool:
+        return self.free_bytes >= self.requested_bytes
+
+    @property
+    def reason(self) -> str:
+        """'host memory', 'fragmentation' (enough free bytes, no block large enough) or
+        'capacity' (too few free bytes)."""
+        if self.kind == "host":
+            return "host memory"
+        return "fragmentation" if self.fragmented else "capacity"
+
+
+def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,
+               largest: int) -> OutOfMemory:
+    return OutOfMemory(key_name(key), layer, phase, now, requested, free, largest,
+                       "buffer" if isinstance(key, str) else key[0])
 
 
 class Faults(NamedTuple):
@@ -42,7 +86,7 @@ Touch = tuple[Any, int, bool]
 class MemoryModel(Protocol):
     """What the executor calls on its memory (NOTE [memory interface])."""
 
-    oom: "OutOfMemory | None"  # the first failure to place a buffer (NOTE [out of memory])
+    oom: OutOfMemory | None  # the first failure to place a buffer (NOTE [out of memory])
     spans: list[tuple[str, str, int, int, int]] | None  # a list: lifetimes are recorded
     times: list[int]  # the curve of live bytes: a step to levels[k] at times[k]
     levels: list[int]
@@ -52,7 +96,7 @@ class MemoryModel(Protocol):
     peak_breakdown: dict[str, int]
     # the keys allocated now, as a mapping: ``key in memory.live`` is ``key in memory``
     # without a Python call (the executor asks it at every pass, NOTE [engine speed])
-    live: "Mapping[Key, object]"
+    live: Mapping[Key, object]
 
     def __contains__(self, key: "Key") -> bool: ...
 

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from ..trace.model import Trace
 from .params import ParamGroup, check_groups
+from .result import Replayed
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,9 @@ class Plan:
     # the plan runs under vdnnsim's vDNN runtime (its host costs, NOTE [host costs]), not
     # plain eager PyTorch; only PyTorch traces pay for it
     runtime: bool = False
-    # a simulation of exactly this plan that a policy already ran (vdnn_dyn's profiling
-    # pass), with record_ops=False: run_trace reuses it when it records no ops either
-    profiled: Any = field(default=None, compare=False, repr=False)
+    # the replay of exactly this plan that a policy already ran (vdnn_dyn's profiling
+    # pass): run_trace reuses it when it asks for no more than that pass recorded
+    profiled: Replayed | None = field(default=None, compare=False, repr=False)
     # memory == "uvm": the page-based unified memory's parameters (engine/uvm.py)
     uvm: Any = None
     # the CNMeM pool's placement: 'best' fit or 'first' fit (NOTE [placement])

@@ -19,6 +19,7 @@ from .plan import Liveness, Plan, liveness
 from . import autotune
 from .compile import steady_state
 from .semantics import semantics_for
+from .result import Replayed, replayed
 from .sim import Simulation
 
 if TYPE_CHECKING:
@@ -28,9 +29,9 @@ if TYPE_CHECKING:
 def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
            lv: Liveness | None = None, *, record_ops: bool = True, checks: bool = True,
            stop_at_oom: bool = False, allocator: "AllocatorSettings | None" = None
-           ) -> Simulation:
+           ) -> Replayed:
     """Replay ``plan`` on ``trace`` for ``gpu`` with ``capacity_bytes`` of device memory
-    (``None``: unlimited) and return the finished run. ``record_ops=False``: no op
+    (``None``: unlimited) and return the finished run's record. ``record_ops=False``: no op
     timeline or tensor lifetimes; ``checks=False``: no invariant checks (the benchmark's
     comparison only); ``stop_at_oom``: stop issuing at the first layer after an
     out-of-memory (a pass that only asks whether and where it runs out); ``allocator``:
@@ -51,9 +52,9 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
             # NOTE [steady state]: a run whose first iteration does not fit is that
             # iteration, replayed again to be recorded
             memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
-            return Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops,
-                              checks=checks, stop_at_oom=stop_at_oom, autotune=tune,
-                              first_step=True).run()
+            return replayed(Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops,
+                                       checks=checks, stop_at_oom=stop_at_oom, autotune=tune,
+                                       first_step=True).run())
         if warm:  # NOTE [uvm], [steady state]: the next iteration finds the memory where
             memory.next_iteration()  # type: ignore[attr-defined]  # this one left it
-    return sim
+    return replayed(sim)

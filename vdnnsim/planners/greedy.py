@@ -40,9 +40,9 @@ from typing import Any
 
 from . import milp
 from ..engine import replay
-from ..engine.caching import allocator_settings
-from ..engine.plan import Plan, liveness
-from ..engine.sim import Simulation, checkpoint_buffers, keepers
+from ..engine import allocator_settings
+from ..engine import Plan, liveness
+from ..engine import Replayed, checkpoint_buffers, keepers
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
@@ -80,7 +80,7 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
                 recompute=segs, trace=trace if segs or split else None, split=split)
 
 
-def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Simulation:
+def _run(trace: Trace, gpu: GPU, plan: Plan, budget: int, search: Search) -> Replayed:
     search.simulations += 1
     if search.optimizer_offload:
         plan = replace(plan, optimizer_offload=True, profiled=None)
@@ -220,7 +220,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
     for _ in range(max_steps):
         plan = _plan(trace, algos, chosen, cands, fixed, split=split)
         sim = _run(trace, gpu, plan, budget, search)
-        oom = sim.pool.oom
+        oom = sim.oom
         if oom is None:
             fits = (plan, sim.end_ns)
             break
@@ -248,7 +248,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
         for b in sorted(chosen, key=lambda x: lv.size[x]):
             trial = _plan(trace, algos, chosen - {b}, cands, fixed, split=split)
             sim = _run(trace, gpu, trial, budget, search)
-            if sim.pool.oom is None and sim.end_ns <= best:
+            if sim.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
                 plan, best = trial, sim.end_ns
                 search.steps.append(f"{prefix}keep {b} on the GPU: {best / 1e6:.1f} ms")
@@ -258,7 +258,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                 trial_algos[i] = fastest[i]
                 trial = _plan(trace, trial_algos, chosen, cands, fixed, split=split)
                 sim = _run(trace, gpu, trial, budget, search)
-                if sim.pool.oom is None and sim.end_ns <= best:
+                if sim.oom is None and sim.end_ns <= best:
                     algos = trial_algos
                     plan, best = trial, sim.end_ns
                     search.steps.append(f"{prefix}{trace.layers[i].id}: back to its fastest "
@@ -275,7 +275,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
             cp = replace(cp, policy="planned", runtime=True, trace=trace, split=split)
             sim = _run(trace, gpu, cp, budget, search)
-            if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
+            if sim.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
@@ -287,7 +287,7 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
         # optimizer on the CPU (which vdnn_dyn plans without) its plan is replayed again
         dsim = (dyn.profiled if not search.optimizer_offload else None) or \
             _run(trace, gpu, dyn, budget, search)
-        if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
+        if dsim.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
                                 f"taken")
             fits = (Plan("planned", dyn.memory, dyn.algos, dyn.offload, dyn.prefetch,

@@ -53,10 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine import replay
-from ..engine.caching import allocator_settings
-from ..engine.optimizer_step import cpu_step_calibrated
-from ..engine.params import ParamGroup
+from ..engine import ParamGroup, allocator_settings, cpu_step_calibrated, replay
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..trace.model import Trace
@@ -361,7 +358,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         with paused_gc():  # NOTE [paused gc], as run_trace's replay
             sim = replay(trace, gpu, plan, budget if capped else None, record_ops=False,
                          allocator=allocator, stop_at_oom=stop)
-        r = (sim.pool.oom is None, sim.pool.peak_live_bytes, sim.end_ns)
+        r = (sim.oom is None, sim.peak_live_bytes, sim.end_ns)
         del sim
         return r
 

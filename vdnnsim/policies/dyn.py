@@ -46,8 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import replay
-from ..engine.sim import Simulation
+from ..engine import Replayed, replay
 from ..errors import ConfigError
 from ..limits import short_repr
 from ..hardware import GPU
@@ -66,7 +65,7 @@ def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: 
     base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
                 placement=like.placement)
     return replay(trace, gpu, base, capacity, lv, record_ops=False, stop_at_oom=True,
-                  allocator=planning_allocator()).pool.oom is None  # NOTE [planning allocator]
+                  allocator=planning_allocator()).oom is None  # NOTE [planning allocator]
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
@@ -81,14 +80,14 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     check_options("vdnn_dyn", opts, {"no_offload_check"})
     lv = liveness(trace)
 
-    passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
-    seen: dict[tuple, Simulation] = {}  # (which, algos) -> its pass: step 3 starts where
+    passes: dict[str, tuple[Plan, Replayed]] = {}  # step 1's pass and the latest other
+    seen: dict[tuple, Replayed] = {}  # (which, algos) -> its pass: step 3 starts where
     # step 2 left off, with the fastest algorithms, and need not run that pass again
 
     def profile(plan: Plan, slot: str = "latest", key: tuple | None = None):
         if key in seen:
             passes[slot] = (plan, seen[key])
-            return seen[key].pool.oom
+            return seen[key].oom
         # only whether and where it runs out counts: a pass stops at its first OOM; one
         # that fits is the answer (step 1's excepted), so it records its timeline
         run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
@@ -98,7 +97,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim
-        return sim.pool.oom
+        return sim.oom
 
     def done(plan: Plan, note: str) -> Plan:
         sim = next((s for p, s in passes.values() if p is plan), None)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator
 
-from ..engine.plan import Liveness, Plan, liveness  # noqa: F401  (re-exported)
+from ..engine import Liveness, Plan, liveness  # noqa: F401  (re-exported)
 from ..trace.model import Trace
 
 # NOTE [planning allocator]

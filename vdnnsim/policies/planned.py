@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.caching import allocator_settings
+from ..engine import allocator_settings
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..engine.sim import checkpoint_buffers
+from ..engine import checkpoint_buffers
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.uvm import UvmParams
+from ..engine import UvmParams
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr

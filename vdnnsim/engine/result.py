@@ -1,0 +1,68 @@
+"""What a replay gives its caller: a frozen record of the finished run, not the
+simulation that made it (the simulation and its memory model are dropped with it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .memory_model import MemoryModel, OutOfMemory
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """One replayed iteration, as every caller of :func:`~.replay.replay` reads it.
+
+    Times are the GPU's (ns from the step's start); ``oom`` is the first failure to place
+    something (None: it fits). A pass stopped at its out-of-memory (``stopped``) has only
+    ``oom`` and the peaks it reached: ``memory_steps`` is None and ``avg_memory_bytes``
+    NaN. ``ops`` and ``spans`` are empty unless the run recorded ops."""
+
+    end_ns: int
+    fwd_end_ns: int
+    oom: OutOfMemory | None
+    stopped: bool
+    paged: bool  # the run's memory was unified memory's pager
+    record_ops: bool
+    peak_live_bytes: int
+    peak_footprint_bytes: int
+    peak_breakdown: dict[str, int]
+    avg_memory_bytes: float
+    offloaded_bytes: int
+    prefetched_bytes: int
+    peak_host_bytes: int
+    pinned_host_bytes: int  # what the runtime's pinned pool kept (NOTE [pinned pool])
+    param_fetched_bytes: int
+    stall_ns: int
+    host_bound_ns: int
+    host_issue_ns: int
+    memory_steps: tuple[tuple[int, ...], tuple[int, ...]] | None  # (times, live bytes)
+    ops: tuple[tuple, ...]  # Op's fields, in the order the ops ended
+    spans: tuple[tuple[str, str, int, int, int], ...]  # key, category, bytes, t0, t1
+    layer_spans: tuple[tuple[int, int], ...]  # each layer pass's (start, end) ns
+
+    @property
+    def fits(self) -> bool:
+        return self.oom is None
+
+
+def replayed(sim: Any) -> Replayed:
+    """The record of the finished simulation ``sim``."""
+    pool: MemoryModel = sim.pool
+    sem = sim.sem
+    end = sim.end_ns
+    if sem.paged:  # NOTE [pinned pool]: PyTorch's pool under its runtimes; the Torch7
+        pinned = 0  # runtime pins each copy and frees it (its peak); unified memory: none
+    else:
+        pinned = sim.pinned.reserved_bytes if sem.caching_allocator else sim.peak_host_bytes
+    times = pool.times
+    return Replayed(
+        end, sim.fwd_end_ns, pool.oom, sim.stopped, sem.paged, sim.record_ops,
+        pool.peak_live_bytes, pool.peak_footprint_bytes, dict(pool.peak_breakdown),
+        pool.average_bytes(end) if times is not None else float("nan"),
+        sim.offloaded_bytes, sim.prefetched_bytes, sim.peak_host_bytes, pinned,
+        sim.param_fetched_bytes, sim.stall_ns, sim.host_bound_ns, sim.host_issue_ns,
+        (tuple(times), tuple(pool.levels)) if times is not None else None,
+        tuple(sim.ops) if sim.record_ops else (),
+        tuple(pool.spans) if sim.record_ops and pool.spans else (),
+        tuple(sim.layer_spans))

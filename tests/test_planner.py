@@ -264,9 +264,10 @@ def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monke
     [fragmentation caution] is the default allocator's."""
     from vdnnsim.engine import caching
     from vdnnsim.planners.planfile import plan_from_data
-    from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution, plan_blocks,
-                                 plan_to_dict, search_plan)
-    from vdnnsim.policies import blocks as blocks_mod
+    from vdnnsim.planners.blocks import plan_blocks
+    from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution,
+                                         plan_to_dict, search_plan)
+    from vdnnsim.planners import blocks as blocks_mod
     from vdnnsim.planners import greedy as planner_mod
     from vdnnsim.planners import milp as milp_mod
 
@@ -306,7 +307,9 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
     100U cap this step does not fit even with everything offloaded; vdnn_dyn, planning
     under PyTorch's defaults, had chosen "offload none" for a run that then ran out of
     memory, and now says what the run shows."""
-    from vdnnsim.policies import blocks as blocks_mod, dyn as dyn_mod
+    from vdnnsim.planners import blocks as blocks_mod
+    from vdnnsim.policies import blocks as policy_mod, dyn as dyn_mod
+    from vdnnsim.policies.context import PolicyContext
 
     from .test_param_offload import CPU, U, blocks
 
@@ -323,8 +326,9 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
     seen.clear()
     run_trace(t, CPU, "vdnn_blocks", {"budget": 100 * U}, allocator=exp)
     assert seen and all(s is not None and s.expandable_segments for s in seen)
-    seen.clear()  # outside a run, a policy plans under the defaults
-    blocks_mod.vdnn_blocks(t, CPU, None, {"budget": 100 * U})
+    seen.clear()  # a context without settings: the policy plans under the defaults
+    policy_mod.vdnn_blocks(t, CPU, None, {"budget": 100 * U},
+                           PolicyContext(plan_blocks=blocks_mod.plan_blocks))
     assert seen and all(s is None or s.default for s in seen)
 
 

@@ -24,7 +24,8 @@ from .network.spec import is_network_file
 from .trace.optimizer import with_optimizer
 from .policies import get_policy, liveness
 from .policies.builtin import COMMON_OPTIONS
-from .policies.plan import planning_under
+from .planners.blocks import plan_blocks
+from .policies.context import PolicyContext
 from .results import RunResult
 from .trace import Trace, trace_from_dict
 from .yamlio import misplaced, paused_gc, read_yaml
@@ -195,8 +196,9 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
     settings = _allocator_for(trace, allocator)
-    with paused_gc(), planning_under(settings):  # NOTE [paused gc], [planning allocator]
-        plan = fn(trace, gpu, capacity, {**options, **fixed})
+    ctx = PolicyContext(settings, plan_blocks)  # NOTE [planning allocator]
+    with paused_gc():  # NOTE [paused gc]
+        plan = fn(trace, gpu, capacity, {**options, **fixed}, ctx)
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)
         elif optimizer_pinning != "caching":  # a plan file's optimizer on the CPU

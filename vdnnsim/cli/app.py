@@ -230,7 +230,8 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     ``settings``: the caching allocator's (NOTE [planned allocator])."""
     from ..api import run_trace
     from ..planners.planfile import write_plan_file
-    from ..planners.greedy import block_plan_to_dict, plan_blocks
+    from ..planners.blocks import plan_blocks
+    from ..planners.greedy import block_plan_to_dict
     from ..report.table import UNTIMED_NOTE, format_slowdown
 
     plan = plan_blocks(trace, gpu, budget, optimizer_offload, settings, pinning)
@@ -271,7 +272,7 @@ def _plan_blocks(args: argparse.Namespace, trace: Any, gpu: Any, budget: int,
     if not plan.fits:
         print(f"{head}: no plan found that fits, even with every block offloaded")
         from ..engine import optimizer_host_bytes
-        from ..policies.blocks import weighs_cpu_optimizer
+        from ..planners.blocks import weighs_cpu_optimizer
         need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
         if (optimizer_offload is not False and weighs_cpu_optimizer(trace, gpu)
                 and host is not None and need > host):

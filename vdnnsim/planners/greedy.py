@@ -46,14 +46,14 @@ from ..engine import Replayed, checkpoint_buffers, keepers
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
-from ..policies.blocks import (BlockPlan, block_regions, block_segments,  # noqa: F401
-                              plan_blocks)  # (BlockPlan, plan_blocks re-exported)
+from ..policies.blocks import block_regions, block_segments
 from ..policies.builtin import algo_choice
+from ..policies.context import PolicyContext
 from ..policies.dyn import vdnn_dyn
-from ..policies.plan import (downgrade, find_prefetch_schedule, offload_sets, planning_under,
-                           policy_marks)
+from ..policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
 from ..policies.planned import FORMAT, plan_from_file  # noqa: F401  (re-exported)
 from ..policies.recompute import sequential_segments, with_segments
+from .blocks import BlockPlan
 from .split import split_candidates, split_structures  # noqa: F401  (re-exported)
 from ..trace.model import Trace
 
@@ -280,8 +280,8 @@ def _search(trace: Trace, gpu: GPU, budget: int, max_steps: int, search: Search,
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
-        with planning_under(search.allocator):  # NOTE [planning allocator]
-            dyn = vdnn_dyn(trace, gpu, budget, {})  # 4. vdnn_dyn's answer is a candidate
+        # 4. vdnn_dyn's answer is a candidate (NOTE [planning allocator])
+        dyn = vdnn_dyn(trace, gpu, budget, {}, PolicyContext(search.allocator))
         search.simulations += 1
         # its profiling passes replayed under the search's allocator settings; with the
         # optimizer on the CPU (which vdnn_dyn plans without) its plan is replayed again
@@ -374,7 +374,7 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget: int, plan: Plan,
             "layers": layers}
 
 
-# A block plan's file (NOTE [block plan] in policies/blocks.py, where ``plan_blocks`` finds
+# A block plan's file (NOTE [block plan] in planners/blocks.py, where ``plan_blocks`` finds
 # the count).
 from .planfile import BLOCK_FORMAT  # noqa: E402  (the block plan file's format)
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
+from .context import NO_CONTEXT, PolicyContext
 from .plan import (PLACEMENTS, READINGS, Plan, find_prefetch_schedule, join_view, liveness,
                    offload_sets, policy_marks)
 from ..limits import short_repr, whole_number
@@ -87,7 +88,8 @@ def common_options(name: str, options: dict[str, Any], trace: Trace | None = Non
                   reading, distance, placement)
 
 
-def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+             ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     algo = opts.pop("algo")
     c = common_options(f"baseline_{algo}", opts, trace)  # one option set serves every policy
@@ -97,7 +99,8 @@ def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                 ((),) * n, (-1,) * n, placement=c.placement)
 
 
-def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+                ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     which, algo = opts.pop("which"), opts.pop("algo")
     name = f"vdnn_{which}_{algo}"
@@ -149,7 +152,8 @@ def distance_schedule(offload: tuple[tuple[str, ...], ...], k: int) -> tuple[int
     return tuple(schedule)
 
 
-def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+          ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     common_options("eager", opts, trace)
     check_options("eager", opts, set())

@@ -52,23 +52,25 @@ from ..limits import short_repr
 from ..hardware import GPU
 from ..trace.model import Trace
 from .builtin import algo_choice, check_options, common_options, vdnn_plan
-from .plan import Plan, downgrade, liveness, planning_allocator
+from .context import NO_CONTEXT, PolicyContext
+from .plan import Plan, downgrade, liveness
 
 
 NO_OFFLOAD_CHECKS = ("network_wide", "layer_wise")
 
 
 def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: int | None,
-                      lv, like: Plan) -> bool:
+                      lv, like: Plan, ctx: PolicyContext = NO_CONTEXT) -> bool:
     """NOTE [vdnn_dyn]: whether Torch's network-wide allocation with ``algos`` fits."""
     n = len(trace.layers)
     base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
                 placement=like.placement)
     return replay(trace, gpu, base, capacity, lv, record_ops=False, stop_at_oom=True,
-                  allocator=planning_allocator()).oom is None  # NOTE [planning allocator]
+                  allocator=ctx.allocator).oom is None  # NOTE [planning allocator]
 
 
-def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+             ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading
@@ -93,7 +95,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
         run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
         sim = replay(run, gpu, plan, capacity, lv if run is trace else liveness(run),
                      record_ops=slot != "step1", stop_at_oom=True,
-                     allocator=planning_allocator())  # NOTE [planning allocator]
+                     allocator=ctx.allocator)  # NOTE [planning allocator]
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim
@@ -109,7 +111,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading, **more)
-    if (check == "layer_wise" or network_wide_fits(trace, gpu, fastest, capacity, lv, plan)) \
+    if (check == "layer_wise" or network_wide_fits(trace, gpu, fastest, capacity, lv, plan, ctx)) \
             and profile(plan) is None:
         return done(plan, "step 2: fastest algorithms, offload none")
     step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading, **more)

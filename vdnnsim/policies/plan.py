@@ -4,39 +4,8 @@ The Plan and Liveness types live with the engine that replays them (engine/plan.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Iterator
-
 from ..engine import Liveness, Plan, liveness  # noqa: F401  (re-exported)
 from ..trace.model import Trace
-
-# NOTE [planning allocator]
-# A policy that decides by replaying (vDNN_dyn's profiling passes, vdnn_blocks' `budget`)
-# must replay under the allocator settings its run replays under: a run config with
-# `allocator: {expandable_segments: true}` whose vdnn_dyn or vdnn_blocks budget chose under
-# PyTorch's defaults chose for another allocator (until session 26 they did, and the run's
-# own replay, under the right settings, then judged a plan made for the wrong one).
-# run_trace sets the run's settings here while the policy plans (``planning_under``); a
-# policy's replays read them (``planning_allocator``: None outside a run, PyTorch's
-# defaults). A context variable, not an argument, because every policy shares one
-# signature (PolicyFn) and only these two replay.
-_PLANNING: ContextVar[Any] = ContextVar("planning_allocator", default=None)
-
-
-def planning_allocator() -> Any:
-    """NOTE [planning allocator]: the settings of the run being planned (None: defaults)."""
-    return _PLANNING.get()
-
-
-@contextmanager
-def planning_under(settings: Any) -> Iterator[None]:
-    """NOTE [planning allocator]: policies called inside plan under ``settings``."""
-    token = _PLANNING.set(settings)
-    try:
-        yield
-    finally:
-        _PLANNING.reset(token)
 
 
 def join_view(trace: Trace) -> Trace:

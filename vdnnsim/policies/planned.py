@@ -19,6 +19,7 @@ from ..planners.split import split_trace
 from ..trace.model import Trace
 from ..planners.planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
 from .builtin import check_options, common_options
+from .context import NO_CONTEXT, PolicyContext
 from .plan import Plan, liveness
 
 
@@ -69,7 +70,8 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
                 planned_allocator=conf)
 
 
-def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+            ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     common_options("planned", opts, trace)
     path = opts.pop("file", None)

@@ -20,6 +20,7 @@ from ..limits import short_repr
 from ..trace.model import Trace
 from .builtin import (algo_choice, check_options, common_options, distance_schedule,
                       vdnn_plan)
+from .context import NO_CONTEXT, PolicyContext
 from .plan import Plan, find_prefetch_schedule, liveness, policy_marks
 
 
@@ -32,7 +33,8 @@ def sequential_segments(n: int, segments: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + size - 1) for s in range(0, size * (segments - 1), size))
 
 
-def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+               ctx: PolicyContext = NO_CONTEXT) -> Plan:
     name = "checkpoint"
     opts = dict(options)
     c = common_options(name, opts, trace)

@@ -282,15 +282,7 @@ class Iteration:
                 elif b in self._in_flight:
                     need.append(self._in_flight[b])
             j = plan.prefetch[i]
-            fetches = []
-            if j >= 0:
-                for b in plan.offload[j]:
-                    if b in self._on_host:
-                        w = self._prefetch(b, layer.id)
-                        if w is not None:
-                            yield from w
-                        if b in self._in_flight:
-                            fetches.append(self._in_flight[b])
+            fetches = (yield from self._prefetch_layer(j, layer.id)) if j >= 0 else []
             h = hb[i] + self._h_fetch * (len(need) + len(fetches))
             if h:
                 self._spend(h, layer.id, st.bwd)
@@ -330,16 +322,7 @@ class Iteration:
                                                      s0, self._stamp(op, 1))):
                     held = yield from self._workspace_wait(ws, s0, op, layer.id, "backward")
             else:
-                for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
-                    if held:  # NOTE [backward workspaces]: the last call's, freed before
-                        pool.free(("workspace", layer.id), s0)
-                        held = False
-                    if tune:  # each cuDNN call of a tuned conv empties the cache first
-                        yield from self._empty_cache(layer.id)
-                    if ws:
-                        w = self._workspace(ws, s0, op, layer.id, "backward")
-                        if w is not None:
-                            held = yield from w
+                held = yield from self._bwd_workspaces(algo, tune, s0, op, layer.id)
             if checks:
                 on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
@@ -370,10 +353,44 @@ class Iteration:
                 elif op.end > self.host_ns:
                     self.host_ns = op.end
             if fetches and plan.sync:
-                if ahead:
-                    self._next_waits = tuple(fetches)
-                elif _known(fetches):
-                    self._synced(fetches, layer.id, "prefetch")
-                else:
-                    yield from self._sync(fetches, layer.id, "prefetch")
+                yield from self._sync_fetches(fetches, layer.id)
         return False
+
+    def _prefetch_layer(self, j: int, layer_id: str):
+        """Issue the prefetches of layer ``j``'s offloaded buffers from layer ``layer_id``'s
+        backward pass; the copies still in flight."""
+        fetches = []
+        for b in self.plan.offload[j]:
+            if b in self._on_host:
+                w = self._prefetch(b, layer_id)
+                if w is not None:
+                    yield from w
+                if b in self._in_flight:
+                    fetches.append(self._in_flight[b])
+        return fetches
+
+    def _bwd_workspaces(self, algo, tune: bool, s0: int, op, layer_id: str):
+        """A backward pass of several cuDNN calls (or a tuned conv's): each call's
+        workspace in turn; True where the last one is held for real (NOTE [transient])."""
+        held = False
+        for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
+            if held:  # NOTE [backward workspaces]: the last call's, freed before
+                self.pool.free(("workspace", layer_id), s0)
+                held = False
+            if tune:  # each cuDNN call of a tuned conv empties the cache first
+                yield from self._empty_cache(layer_id)
+            if ws:
+                w = self._workspace(ws, s0, op, layer_id, "backward")
+                if w is not None:
+                    held = yield from w
+        return held
+
+    def _sync_fetches(self, fetches: list, layer_id: str):
+        """The paper's synchronisation after a prefetching layer: the next layer waits for
+        its copies (a host that runs ahead), or the host does."""
+        if self.sem.host_ahead:
+            self._next_waits = tuple(fetches)
+        elif _known(fetches):
+            self._synced(fetches, layer_id, "prefetch")
+        else:
+            yield from self._sync(fetches, layer_id, "prefetch")

@@ -1,4 +1,4 @@
-"""The discrete-event engine: one entry, :func:`replay` (replay.py, NOTE [replay]), which
+"""The discrete-event engine: one entry, :func:`replay` (replay.py), which
 returns a frozen :class:`Replayed` record; the simulation (sim.py), its memory behind one
 interface (memory_model.py: the allocators of allocator.py and caching.py, unified
 memory's pager of uvm.py), the plan it replays (plan.py) and the invariant checker

@@ -8,7 +8,7 @@ then keeps going, placing the block above the capacity. The run still reports wh
 iteration *would* need (``peak_live_bytes``, ``peak_footprint_bytes``) and whether it fits
 (``oom is None``). Within capacity the pool never hands out an address past it. The
 engine records an offload that the host's memory cannot hold the same way, as the first
-failure if none came before (kind 'host', NOTE [host memory]); ``OutOfMemory.reason``
+failure if none came before (kind 'host'); ``OutOfMemory.reason``
 tells the three causes apart: 'capacity', 'fragmentation', 'host memory'.
 
 NOTE [transient]
@@ -55,7 +55,7 @@ class Accounting:
 
     @property
     def peak_breakdown(self) -> dict[str, int]:
-        """The live bytes by category at the peak (NOTE [engine speed]: each new peak
+        """The live bytes by category at the peak (each new peak
         copies the books in C; the empty categories are dropped here, once)."""
         return {k: v for k, v in self._peak_bc.items() if v}
 
@@ -91,13 +91,13 @@ class Accounting:
 
     def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
-        spans = self.spans  # the key, named when the run ends (NOTE [memory time])
+        spans = self.spans  # the key, named when the run ends
         if spans is not None:
             t0 = self._open.pop(key, None)
             if t0 is not None:
                 spans.append((key, category, size, t0, now))
         live = self.live_bytes = self.live_bytes - size
-        if live < 0:  # NOTE [invariants]
+        if live < 0:
             raise InvariantViolation(f"the pool's live bytes fell to {live}")
         times = self.times  # _level, inline
         if times[-1] == now:
@@ -136,7 +136,7 @@ class Accounting:
             return float(self.levels[-1])
         times = self.times  # in time order: the steps before end_ns, each to the next
         n = bisect.bisect_left(times, end_ns)
-        if n and self.curve is not None and end_ns < 2**47:  # NOTE [engine speed]
+        if n and self.curve is not None and end_ns < 2**47:
             # exact in int64 (Python's integers of this size take several digits each):
             # the levels in 16-bit limbs, each limb's sum of products below 2**16 * end_ns
             t, live = self.curve
@@ -151,12 +151,13 @@ class Accounting:
         return total / end_ns  # (exact integers until this division)
 
     def access(self, touched, now: int) -> Faults:
-        """NOTE [memory interface]: in device memory every allocated buffer is where a
+        """In device memory every allocated buffer is where a
         pass needs it: an access costs nothing (the pager's does)."""
         return NO_FAULTS
 
 
-_SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a tuple)
+_SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a
+# tuple)
 _LOW = (1 << _SHIFT) - 1
 
 
@@ -171,8 +172,8 @@ class Pool(Accounting):
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
         self._by_size: list[int] = [_INF << _SHIFT]  # size << _SHIFT | start, each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
-        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
-        self.first_fit = False  # NOTE [placement]
+        self.live = self._blocks  # what `key in` asks
+        self.first_fit = False
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
@@ -186,7 +187,7 @@ class Pool(Accounting):
         return size, category
 
     def retire(self, key: Key, now: int) -> None:
-        """NOTE [deferred free]: CNMeM has no stream semantics; the block stays allocated
+        """CNMeM has no stream semantics; the block stays allocated
         until :meth:`release` (its copy has landed)."""
 
     def release(self, key: Key, now: int) -> None:
@@ -202,7 +203,7 @@ class Pool(Accounting):
             return True
         by, cap = self._by_size, self.capacity
         j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
-        if self.first_fit:  # NOTE [placement]: the lowest address that holds it
+        if self.first_fit:  # the lowest address that holds it
             j = self._first_fit(size, cap, n)
         while j < n:  # the smallest free block that holds it inside the capacity
             k = by[j]
@@ -221,7 +222,7 @@ class Pool(Accounting):
             k = by[j]
             start = k & _LOW
         bsize = k >> _SHIFT
-        if start + size > cap and self.oom is None:  # NOTE [invariants]
+        if start + size > cap and self.oom is None:
             raise InvariantViolation(f"placed {size} bytes past the capacity with no "
                                      "out-of-memory recorded", layer, key_name(key))
         del by[j]

@@ -1,4 +1,4 @@
-"""cuDNN's autotuner in the first training step (NOTE [cudnn benchmark]).
+"""cuDNN's autotuner in the first training step.
 
 NOTE [cudnn benchmark]
 ``vdnnsim measure`` runs with ``torch.backends.cudnn.benchmark = True`` (NOTE
@@ -41,12 +41,12 @@ from ..trace.model import Layer, Trace
 
 HALF = ("fp16", "autocast-fp16")  # the precisions whose depthwise convs may go to cuDNN
 
-# NOTE [cudnn benchmark]: whether replays model the first step's tuning. None (the
-# default): where the trace has the backward pass's workspaces one by one (NOTE [backward
-# workspaces]), which the replayed step needs: each of a tuned conv's backward calls
+# whether replays model the first step's tuning. None (the
+# default): where the trace has the backward pass's workspaces one by one, which the replayed
+# step needs: each of a tuned conv's backward calls
 # empties the cache before allocating its own workspace, and from the emptied cache each
 # needs a segment of its own. With the cuBLAS workspaces made where the first step makes
-# them (NOTE [cublas workspaces]), traces/h200_bwdws's VGG-16 and ResNet-50 at 64 replay
+# them, traces/h200_bwdws's VGG-16 and ResNet-50 at 64 replay
 # their timed reserved peaks at 3.2% / 21.3% (median / max, 6 runs; 7.0% / 22.2% with one
 # step), 0.8% / 6.7% against the fresh-process medians of traces/h200_repeat (4.4% /
 # 14.4%), VGG-16's baseline in the GPU's segments but for 68 MiB (10.72 GiB against 10.66;
@@ -60,12 +60,12 @@ REPLAY: bool | None = None
 
 
 def replays_tuning(trace: Trace) -> bool:
-    """NOTE [cudnn benchmark]: whether a replay of ``trace`` models the first step's
+    """Whether a replay of ``trace`` models the first step's
     tuning (``REPLAY``; by default, where the trace's convolutions have their backward
     workspaces one by one)."""
     if REPLAY is not None:
         return REPLAY
-    return trace.memo("per_call_workspaces", lambda: any(  # NOTE [trace analyses]
+    return trace.memo("per_call_workspaces", lambda: any(
         a.bwd_workspaces for layer in trace.layers for a in layer.algos))
 
 
@@ -81,9 +81,9 @@ def _cudnn(layer: Layer, dtype: str) -> bool:
 
 
 def autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:
-    """NOTE [cudnn benchmark]: per layer, whether its forward and its backward pass are the
+    """Per layer, whether its forward and its backward pass are the
     first calls of their cuDNN configuration in the step (each then empties the cache)."""
-    return trace.memo("autotuned", lambda: _autotuned(trace))  # NOTE [trace analyses]
+    return trace.memo("autotuned", lambda: _autotuned(trace))
 
 
 def _autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:

@@ -25,8 +25,9 @@ An uncapped step in its steady state makes no segment at all (the cache holds la
 so the pool counts only the segments it released (``released``) and those it made after a
 release (``remade``), and their bytes; the engine charges the host ``segment_free_ns`` and
 ``segment_malloc_ns`` for each plus ``segment_free_ns_per_gib`` and
-``segment_malloc_ns_per_gib`` for each GiB (NOTE [host costs]: per preset, a line through
-bench/alloc_costs.py's medians) and makes it wait for every stream before a release. On the H200 at a
+``segment_malloc_ns_per_gib`` for each GiB (per preset, a line through
+bench/alloc_costs.py's medians) and makes it wait for every stream before a release. On the H200
+at a
 12 GiB cap, a planned cspresnet50 step retried four times and called cudaMalloc and
 cudaFree about 110 times each (traces/h200_timm/session11/plan256: 559 ms where the same
 plan without the cap took 457).
@@ -45,7 +46,7 @@ A block that another stream used (``record_stream``: the vDNN runtime's copies) 
 freed, no longer allocated (torch.cuda.memory_allocated drops at once) but not reusable:
 the allocator records an event on that stream and returns the block to its pool only when
 a later allocation on the host (process_events, at every malloc) finds the event
-complete. The engine keeps those events (NOTE [host]); ``retire`` takes such a block out
+complete. The engine keeps those events; ``retire`` takes such a block out
 of the allocated set and ``release`` gives it back to the free lists. A key can wait twice
 at once (an offloaded buffer whose copy's event is not yet seen, prefetched back, used and
 freed again): each of its blocks waits for its own event, released oldest first (the
@@ -87,7 +88,7 @@ class AllocatorSettings:
     """NOTE [allocator settings]
     The settings of PyTorch's caching allocator a run replays, as PYTORCH_CUDA_ALLOC_CONF
     sets them on the real machine (``allocator:`` in run configs, ``allocator=`` of
-    ``run_trace``). Modelled: ``expandable_segments`` (NOTE [expandable segments]). The
+    ``run_trace``). Modelled: ``expandable_segments``. The
     other keys PyTorch reads (max_split_size_mb, roundup_power2_divisions,
     garbage_collection_threshold, ...) change placement in ways the model does not follow:
     asking for one is an error, not a silent default. They apply to PyTorch traces only:
@@ -95,7 +96,7 @@ class AllocatorSettings:
     a trace to choose (vdnn_dyn's profiling passes, vdnn_blocks' ``budget``) chooses under
     the default allocator,
     and the chosen plan is replayed under the run's settings; the planners choose under
-    the settings they are given (NOTE [planned allocator], in planfile.py)."""
+    the settings they are given (in planfile.py)."""
 
     expandable_segments: bool = False
 
@@ -168,18 +169,17 @@ class CachingPool(Accounting):
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
         self._ends: dict[int, dict[int, int]] = {}  # segment -> {end: offset} of free blocks
         # free blocks per (pool, stream): a segment serves the stream it was made for
-        # (NOTE [stream pools])
         self._index: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
         self._stream: dict[int, str] = {}  # segment -> the stream it was made for
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
-        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
-        # NOTE [deferred free]: each key's retired blocks, oldest first: a key can be
+        self.live = self._blocks  # what `key in` asks
+        # each key's retired blocks, oldest first: a key can be
         # retired again (a buffer prefetched back, used and freed) before its first block's
         # event completes, and each block waits for its own event
         self._retired: dict[Key, list[tuple[int, int, int, str]]] = {}
         self._next_seg = 0
         self.reserved_bytes = 0
-        self.released = 0  # NOTE [allocator costs]: segments given back (cudaFree)
+        self.released = 0  # segments given back (cudaFree)
         self.remade = 0  # and segments made after a release (cudaMalloc in a steady state)
         self.released_bytes = 0
         self.remade_bytes = 0
@@ -188,7 +188,7 @@ class CachingPool(Accounting):
         return key in self._blocks
 
     def next_iteration(self) -> None:
-        """NOTE [steady state]: the books start again for the iteration that is reported,
+        """The books start again for the iteration that is reported,
         as ``torch.cuda.reset_peak_memory_stats`` starts them after the warm-up steps: the
         peaks from what is allocated and reserved now, the curve from the live bytes at
         time 0, every live block's lifetime from time 0; the blocks and segments stay."""
@@ -231,7 +231,7 @@ class CachingPool(Accounting):
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): the fully free segments given back, as a release under
         the cap but not counted as one (NOTE [allocator costs] counts what a step under a
-        cap pays; the autotuner's calls are the first step's, NOTE [cudnn benchmark])."""
+        cap pays; the autotuner's calls are the first step's)."""
         counts = self.released, self.released_bytes
         self._release_cached()
         self.released, self.released_bytes = counts
@@ -247,7 +247,7 @@ class CachingPool(Accounting):
             self.released_bytes += size
 
     def would_release(self, size_bytes: int, stream: str = "compute") -> bool:
-        """NOTE [allocator costs]: whether this request needs a new segment past the cap,
+        """Whether this request needs a new segment past the cap,
         so that the cache is released first."""
         if size_bytes <= 0:
             return False
@@ -261,7 +261,7 @@ class CachingPool(Accounting):
               stream: str = "compute") -> bool:
         """Place the block; ``False`` (and nothing changed but the released cache) when it
         needs a segment past the capacity and ``can_sync``: the caller synchronises on
-        the deferred frees and asks again (NOTE [caching allocator])."""
+        the deferred frees and asks again."""
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
         if size_bytes <= 0:
@@ -287,7 +287,7 @@ class CachingPool(Accounting):
 
     def _room(self, need: int, key: Key, layer: str, phase: str, now: int,
               can_sync: bool, retry) -> int | None:
-        """``need`` more bytes reserved under the cap (NOTE [caching allocator]): if they do
+        """``need`` more bytes reserved under the cap: if they do
         not fit, the cache is released and ``retry()`` says what is needed then; None when
         it still does not fit and ``can_sync`` (the caller synchronises and asks again);
         else what to reserve (past the cap only with the out-of-memory recorded)."""
@@ -327,7 +327,7 @@ class CachingPool(Accounting):
 
     def transient(self, key: Key, size_bytes: int, category: str, start: int, end: int
                   ) -> bool:
-        """NOTE [transient]: as :meth:`Pool.transient`; ``False`` where it needs a new
+        """As :meth:`Pool.transient`; ``False`` where it needs a new
         segment (which stays reserved: the caller takes the full path)."""
         if size_bytes <= 0:
             return True
@@ -345,7 +345,7 @@ class CachingPool(Accounting):
         return True
 
     def retire(self, key: Key, now: int) -> None:
-        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        """No longer allocated, not yet reusable."""
         block = self._blocks.pop(key, None)
         if block is None:
             return
@@ -369,7 +369,7 @@ class CachingPool(Accounting):
         self._given_back(key, block[2], block[3], now)
 
     def unaccounted_bytes(self) -> int:
-        """NOTE [invariants]: reserved bytes that are neither a live block, a retired one,
+        """Reserved bytes that are neither a live block, a retired one,
         nor free (0 when the books balance; a block lost to them is memory never reused)."""
         held = sum(b[2] for b in self._blocks.values()) + sum(
             b[2] for blocks in self._retired.values() for b in blocks)

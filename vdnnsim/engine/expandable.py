@@ -1,12 +1,12 @@
-"""PyTorch's caching allocator with ``expandable_segments:True`` (NOTE [expandable segments]).
+"""PyTorch's caching allocator with ``expandable_segments:True``.
 
 NOTE [expandable segments]
 With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` the allocator keeps one segment
 per pool (small, large) and stream, a range of virtual addresses as large as the device,
 of which it maps physical pages as it needs them: pages of 2 MiB in the small pool and
 20 MiB in the large (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]).
-Blocks are placed by the same best fit and split by the same rules as in fixed segments
-(NOTE [caching allocator]). When no free block holds a request, the allocator maps pages
+Blocks are placed by the same best fit and split by the same rules as in fixed segments. When no
+free block holds a request, the allocator maps pages
 at the lowest address where the free block before that address and the unmapped range
 after it together hold the request (normally the end of the segment, whose last free block
 then grows), as many pages as the part not yet free needs, rounded up to whole pages.
@@ -119,7 +119,7 @@ class ExpandablePool(CachingPool):
         return self.reserved_bytes + need > self.capacity
 
     def _release_cached(self) -> None:
-        """Unmap every whole page inside a free block (NOTE [expandable segments])."""
+        """Unmap every whole page inside a free block."""
         for seg, (pool, mapped) in list(self._segments.items()):
             page, holes = self._page(pool), self._holes[seg]
             for off, size in sorted(self._free[seg].items()):

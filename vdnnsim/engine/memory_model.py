@@ -1,14 +1,14 @@
-"""The one interface the executor has to device memory (NOTE [memory interface]).
+"""The one interface the executor has to device memory.
 
 NOTE [memory interface]
 The executor (sim.py and its parts) asks its model of device memory to allocate, free,
-retire and release a buffer, to take a workspace for one op (NOTE [transient]), and to
+retire and release a buffer, to take a workspace for one op, and to
 let a pass *access* the buffers it touches; it reads back what is live and the accounting
 of the run (the curve of live bytes, its peak and breakdown, the first out-of-memory, the
 buffers' lifetimes). Three implementations: the CNMeM pool (allocator.Pool), PyTorch's
 caching allocator (caching.CachingPool) and page-based unified memory (uvm.Pager). In
 device memory every allocated buffer is where a pass needs it, so a pool's ``access``
-costs nothing; the pager answers with the page faults the pass pays for (NOTE [uvm]).
+costs nothing; the pager answers with the page faults the pass pays for.
 The executor asks for an access only where the semantics say memory is paged
 (``Semantics.paged``): a pool's answer is known without asking, and a pass of a pool run
 builds no list of what it touches.
@@ -47,7 +47,7 @@ class OutOfMemory:
     free_bytes: int
     largest_free_bytes: int
     kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
-    # 'host': an offload of ``tensor`` that the host's memory cannot hold (NOTE [host memory])
+    # 'host': an offload of ``tensor`` that the host's memory cannot hold
 
     @property
     def fragmented(self) -> bool:
@@ -84,9 +84,9 @@ Touch = tuple[Any, int, bool]
 
 @runtime_checkable
 class MemoryModel(Protocol):
-    """What the executor calls on its memory (NOTE [memory interface])."""
+    """What the executor calls on its memory."""
 
-    oom: OutOfMemory | None  # the first failure to place a buffer (NOTE [out of memory])
+    oom: OutOfMemory | None  # the first failure to place a buffer
     spans: list[tuple[str, str, int, int, int]] | None  # a list: lifetimes are recorded
     times: list[int]  # the curve of live bytes: a step to levels[k] at times[k]
     levels: list[int]
@@ -95,21 +95,20 @@ class MemoryModel(Protocol):
     peak_footprint_bytes: int
     peak_breakdown: dict[str, int]
     # the keys allocated now, as a mapping: ``key in memory.live`` is ``key in memory``
-    # without a Python call (the executor asks it at every pass, NOTE [engine speed])
+    # without a Python call (the executor asks it at every pass)
     live: Mapping[Key, object]
 
     def __contains__(self, key: "Key") -> bool: ...
 
     def alloc(self, key: "Key", size_bytes: int, category: str, now: int, layer: str = "",
               phase: str = "", can_sync: bool = False) -> bool:
-        """Place ``key``; ``False`` only where the caller must synchronise and ask again
-        (NOTE [caching allocator])."""
+        """Place ``key``; ``False`` only where the caller must synchronise and ask again."""
         ...
 
     def free(self, key: "Key", now: int) -> None: ...
 
     def retire(self, key: "Key", now: int) -> None:
-        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        """No longer allocated, not yet reusable."""
         ...
 
     def release(self, key: "Key", now: int) -> None: ...

@@ -2,10 +2,10 @@
 
 NOTE [parameter offload]
 ZeRO-Offload's parameter side (ZeRO-Infinity's on one GPU, FSDP's CPU offload without
-sharding): with the optimizer on the CPU (NOTE [optimizer offload]) the host already
+sharding): with the optimizer on the CPU the host already
 holds every parameter's master copy, pinned, and steps it there; the GPU need not keep its
-own. A plan's ``params`` groups (``ParamGroup``: a block's weight layers, NOTE [block
-offload]) have no weights on the GPU between their uses: each group is fetched from the
+own. A plan's ``params`` groups (``ParamGroup``: a block's weight layers) have no weights on the
+GPU between their uses: each group is fetched from the
 host before its forward pass (issued ``fwd_issue``, the runtime's prefetch one block
 ahead) and freed after it, fetched again before its backward pass (issued at ``bwd_issue``)
 and each weight freed once its gradient is made (and sent to the host). A fetch is
@@ -33,7 +33,7 @@ from .streams import _Op, new_op
 
 @dataclass(frozen=True)
 class ParamGroup:
-    """NOTE [parameter offload]: weights that move together (a block's)."""
+    """Weights that move together (a block's)."""
 
     layers: tuple[int, ...]  # the layers (indices) whose weights are on the host
     first: int  # the group's first layer: its forward waits for the fetch
@@ -77,7 +77,7 @@ def param_schedule(trace: Trace, groups: tuple[ParamGroup, ...]) -> ParamSchedul
 
 
 def check_groups(trace: Trace, groups: tuple[ParamGroup, ...]) -> str | None:
-    """What is wrong with ``groups`` on ``trace`` (NOTE [compile]), or None."""
+    """What is wrong with ``groups`` on ``trace``, or None."""
     n, seen = len(trace.layers), set()
     for g in groups:
         if not (0 <= g.fwd_issue <= g.first <= g.last <= g.bwd_issue < n):

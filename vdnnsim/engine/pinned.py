@@ -1,5 +1,4 @@
-"""The host's pinned memory pool: what PyTorch's pinned allocator reserves for offloads
-(NOTE [pinned pool]).
+"""The host's pinned memory pool: what PyTorch's pinned allocator reserves for offloads.
 
 NOTE [pinned pool]
 An offload's host copy is pinned memory; PyTorch (``torch.empty(..., pin_memory=True)``, the
@@ -15,8 +14,8 @@ a released copy's block back on its list, reused by the next request of its size
 iteration's or the next: an iteration from an empty pool reserves what the steady state
 holds). What it does not model: the moment a block's copy events complete (a request that
 comes while the block's last copy is still in flight gets a new block). The Torch7 runtime
-of the paper pins each copy with cudaMallocHost and frees it on release (NOTE [host
-memory]): there the pinned peak is the host copies' peak, ``peak_host_bytes``.
+of the paper pins each copy with cudaMallocHost and frees it on release: there the pinned peak
+is the host copies' peak, ``peak_host_bytes``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ REGISTERED_ALIGN = 64
 
 
 def registered_bytes(nbytes: int) -> int:
-    """NOTE [optimizer pinning]: one tensor's share of the registered buffer."""
+    """One tensor's share of the registered buffer."""
     return -(-nbytes // REGISTERED_ALIGN) * REGISTERED_ALIGN
 
 
@@ -39,7 +38,7 @@ def pinned_block(size: int) -> int:
 
 
 class PinnedPool:
-    """NOTE [pinned pool]: blocks by size; ``reserved_bytes`` only grows."""
+    """Blocks by size; ``reserved_bytes`` only grows."""
 
     __slots__ = ("free", "reserved_bytes", "blocks")
 

@@ -31,7 +31,7 @@ class Replayed:
     offloaded_bytes: int
     prefetched_bytes: int
     peak_host_bytes: int
-    pinned_host_bytes: int  # what the runtime's pinned pool kept (NOTE [pinned pool])
+    pinned_host_bytes: int  # what the runtime's pinned pool kept
     param_fetched_bytes: int
     stall_ns: int
     host_bound_ns: int
@@ -51,7 +51,7 @@ def replayed(sim: Any) -> Replayed:
     pool: MemoryModel = sim.pool
     sem = sim.sem
     end = sim.end_ns
-    if sem.paged:  # NOTE [pinned pool]: PyTorch's pool under its runtimes; the Torch7
+    if sem.paged:  # PyTorch's pool under its runtimes; the Torch7
         pinned = 0  # runtime pins each copy and frees it (its peak); unified memory: none
     else:
         pinned = sim.pinned.reserved_bytes if sem.caching_allocator else sim.peak_host_bytes

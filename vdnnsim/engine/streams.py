@@ -1,4 +1,4 @@
-"""The GPU's streams: the ops in flight and the processes that play them (NOTE [streams]).
+"""The GPU's streams: the ops in flight and the processes that play them.
 
 NOTE [streams]
 Each stream is a process that runs the ops it is given in order: an op starts once it is
@@ -29,7 +29,7 @@ from .invariants import StreamClock
 
 class Op(NamedTuple):
     """One slice of the timeline. A simulation records each as a plain tuple of these
-    fields (NOTE [engine speed]: a run records thousands), which RunResult.ops makes Ops
+    fields (a run records thousands), which RunResult.ops makes Ops
     when they are asked for."""
 
     stream: str  # compute | d2h | h2d | copy | host
@@ -41,10 +41,9 @@ class Op(NamedTuple):
     size_bytes: int = 0
 
 
-LAYER_PASSES = frozenset({"fwd", "bwd"})  # a layer's passes on the compute stream (NOTE [layer
-# average])
+LAYER_PASSES = frozenset({"fwd", "bwd"})  # a layer's passes on the compute stream
 # the copies that bring an offloaded buffer back (a gradient's copy to the optimizer on the
-# CPU and the parameters' back are the optimizer's own buffers, NOTE [optimizer offload])
+# CPU and the parameters' back are the optimizer's own buffers)
 _RETURNS = frozenset({"prefetch", "fetch"})
 
 
@@ -58,7 +57,7 @@ class _Op:
 
 def new_op(stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0, size: int = 0,
            waits: tuple[_Op, ...] = (), copy: str = "") -> _Op:
-    """A new :class:`_Op` (NOTE [engine speed]: a function that fills an empty slotted
+    """A new :class:`_Op` (a function that fills an empty slotted
     object costs a third less than calling a class's ``__init__``, which CPython 3.11
     cannot inline; an iteration makes thousands)."""
     op = _Op()
@@ -72,7 +71,7 @@ def new_op(stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0, si
 
 
 class _At:
-    """A stamp's anchor at a known time (NOTE [memory time])."""
+    """A stamp's anchor at a known time."""
 
     __slots__ = ("start", "end")
 
@@ -144,14 +143,14 @@ class Streams:
                     s.last = op
                     if s is self.compute and not (op.copy or op.stall or self.checks and (
                             t < s.prev_end or end < t)):
-                        # _finish, inline, for the commonest op (NOTE [engine speed]): a
+                        # _finish, inline, for the commonest op: a
                         # kernel that waited for no copy (and nothing waits for it yet)
                         s.prev_end = end
                         self.host_bound_ns += op.idle
                         if end > self.end_ns:
                             self.end_ns = end
                         if end > t:
-                            if op.kind in LAYER_PASSES:  # NOTE [layer average]
+                            if op.kind in LAYER_PASSES:
                                 self.layer_spans.append((t, end))
                             if self.record_ops:
                                 self.ops.append((s.name, op.kind, op.layer, op.name, t, end,
@@ -218,8 +217,8 @@ class Streams:
 
     def _finish(self, s: _Stream, op: _Op) -> None:
         start, end = op.start, op.end
-        if self.checks and (start < s.prev_end or end < start):  # NOTE [invariants]: in
-            s.clock.last_end = s.prev_end  # order, never overlapping (inline: every op)
+        if self.checks and (start < s.prev_end or end < start):  # in order, never
+            s.clock.last_end = s.prev_end  # overlapping (inline: every op)
             s.clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
         s.prev_end = end
         record = self.record_ops
@@ -236,8 +235,8 @@ class Streams:
                                      start - op.stall, start, 0))
             if end > self.end_ns:  # the iteration is the compute stream's
                 self.end_ns = end
-            if end > start and not op.copy and op.kind in LAYER_PASSES:  # NOTE [layer
-                self.layer_spans.append((start, end))  # average]
+            if end > start and not op.copy and op.kind in LAYER_PASSES:
+                self.layer_spans.append((start, end))
             if record and (end > start or op.copy):
                 self.ops.append((s.name, op.kind, op.layer, op.name, start, end, op.size))
         else:

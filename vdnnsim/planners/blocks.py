@@ -1,4 +1,4 @@
-"""The block planner (NOTE [block plan]): how many blocks of a block-structured model to
+"""The block planner: how many blocks of a block-structured model to
 offload, checkpoint or mix, and whose parameters go to the host, judged by replaying each
 count as the policy vdnn_blocks (policies/blocks.py) plans it."""
 
@@ -17,7 +17,7 @@ from ..yamlio import paused_gc
 
 
 # NOTE [block plan]
-# For a trace with blocks (NOTE [block offload]) the plan is a count: the fewest blocks,
+# For a trace with blocks the plan is a count: the fewest blocks,
 # offloaded from the first on, whose engine replay fits the budget (the engine judges; a
 # block more never costs memory, so the first count that fits is the one), written as a
 # ``vdnnsim-block-plan`` file (planner.py's ``block_plan_to_dict``) that `vdnnsim measure
@@ -26,14 +26,14 @@ from ..yamlio import paused_gc
 # instead is NOTE [block recompute]. Each count is replayed as the policy ``vdnn_blocks``
 # with that option would be (``run_trace`` of it gives the same memory and time).
 # With the optimizer on the CPU the plan has a second count, the blocks whose parameters
-# live on the host (NOTE [parameter offload]): for each such count from 0 on, the fewest
+# live on the host: for each such count from 0 on, the fewest
 # offloaded (or checkpointed) blocks that then fit, found by bisection (fitting is taken
 # as monotone in either count, as above); the fastest pair that fits wins. The scan stops
 # at the first parameter count that fits with no activations moved (more parameters on
 # the host then only add copies). A memory-only trace takes the fewest parameter blocks,
 # then the fewest offloaded blocks, that fit (no time to weigh). On a timed trace whose
-# blocks can be checkpointed, the mixes at the chosen parameter count last (NOTE [block
-# mix], ``_with_mix``): the first o blocks offloaded and the fewest checkpointed
+# blocks can be checkpointed, the mixes at the chosen parameter count last (``_with_mix``): the
+# first o blocks offloaded and the fewest checkpointed
 # after them that fit, counted up for each o while offloading o alone is faster than the
 # plan so far; the fastest that fits wins.
 
@@ -46,13 +46,13 @@ class BlockPlan:
     peak_memory_bytes: int
     iteration_time_ns: int
     tried: list[tuple[int, bool, int, int]] = field(default_factory=list)
-    recompute: int = 0  # NOTE [block recompute]: blocks checkpointed, after the offloaded
-    # ones where both counts are set (NOTE [block mix])
+    recompute: int = 0  # blocks checkpointed, after the offloaded
+    # ones where both counts are set
     tried_recompute: list[tuple[int, bool, int, int]] = field(default_factory=list)
-    optimizer_offload: bool = False  # NOTE [optimizer offload]: the optimizer on the CPU
-    params: int = 0  # NOTE [parameter offload]: blocks whose parameters are on the host
-    optimizer_pinning: str = "caching"  # NOTE [optimizer pinning]: where its copies live
-    # NOTE [block mix]: (parameter blocks, offloaded, checkpointed after them, fits, peak,
+    optimizer_offload: bool = False  # the optimizer on the CPU
+    params: int = 0  # blocks whose parameters are on the host
+    optimizer_pinning: str = "caching"  # where its copies live
+    # (parameter blocks, offloaded, checkpointed after them, fits, peak,
     # ns) of each replay of a mix (one that does not fit stopped there: its peak is where it
     # stopped, its ns 0), and the uncapped replays that bounded the search
     tried_mixed: list[tuple[int, int, int, bool, int, int]] = field(default_factory=list)
@@ -71,19 +71,19 @@ def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
 def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
                 optimizer_offload: bool | None = False, allocator: Any = None,
                 pinning: str = "caching") -> BlockPlan:
-    """NOTE [block plan]: the fewest offloaded blocks that fit ``budget`` (bytes, or a
+    """The fewest offloaded blocks that fit ``budget`` (bytes, or a
     capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
     [block recompute]) if that is faster, or a mix of the first blocks offloaded and some
-    after them checkpointed (NOTE [block mix]) if that is the fastest. ``optimizer_offload``: with the optimizer on
-    the CPU (NOTE [optimizer offload]), or not; None: both ways, and the plan that fits
+    after them checkpointed if that is the fastest. ``optimizer_offload``: with the optimizer on
+    the CPU, or not; None: both ways, and the plan that fits
     wins, the faster where both do (a memory-only trace keeps the optimizer on the GPU
     where that fits: it has no time to weigh the CPU's step against), where the preset's
     host has a calibrated CPU step (else the optimizer stays on the GPU: its time would be
-    unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too
-    (NOTE [parameter offload]). ``allocator``: the caching allocator's settings every
-    count is replayed under (NOTE [planned allocator]; None: PyTorch's defaults).
-    ``pinning``: where the optimizer on the CPU keeps its copies (NOTE [optimizer
-    pinning]), which sets the host memory it needs."""
+    unknown). With the optimizer on the CPU, blocks' parameters may stay on the host too.
+    ``allocator``: the caching allocator's settings every
+    count is replayed under (None: PyTorch's defaults).
+    ``pinning``: where the optimizer on the CPU keeps its copies, which sets the host memory it
+    needs."""
     if optimizer_offload is None:
         if not weighs_cpu_optimizer(trace, gpu):
             return plan_blocks(trace, gpu, budget, False, allocator)
@@ -104,7 +104,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         raise ConfigError(f"budget: {exc}") from None
     plans = {"blocks": block_plan, "recompute": block_recompute_plan}
     offload = bool(optimizer_offload)
-    kept = pinning if offload else "caching"  # NOTE [optimizer pinning]
+    kept = pinning if offload else "caching"
     allocator = allocator_settings(allocator)
 
     def replayed(option: str, k: int, params: int = 0, mixed: int = 0, *, capped: bool = True,
@@ -120,7 +120,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
         if offload:
             plan = replace(plan, optimizer_offload=True, optimizer_pinning=pinning,
                            params=param_groups(trace, params))
-        with paused_gc():  # NOTE [paused gc], as run_trace's replay
+        with paused_gc():  # as run_trace's replay
             sim = replay(trace, gpu, plan, budget if capped else None, record_ops=False,
                          allocator=allocator, stop_at_oom=stop)
         r = (sim.oom is None, sim.peak_live_bytes, sim.end_ns)
@@ -137,7 +137,7 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
                                  optimizer_offload=offload, optimizer_pinning=kept), tried, r
         return None, tried, r
 
-    can_wrap = trace.timed and bool(block_segments(trace, total))  # NOTE [block recompute]
+    can_wrap = trace.timed and bool(block_segments(trace, total))
     best, tried, r = fewest("blocks")
     if best is None:
         best = BlockPlan(total, total, False, r[1], r[2], tried, optimizer_offload=offload,
@@ -172,7 +172,7 @@ def _fewest(best: BlockPlan, how: str) -> int | None:
 
 
 def _with_mix(best: BlockPlan, total: int, replayed: Any) -> BlockPlan:
-    """NOTE [block mix]: at ``best``'s count of parameter blocks, for each count o of
+    """At ``best``'s count of parameter blocks, for each count o of
     offloaded blocks (from 1, below the fewest that fit offloaded alone), the fewest r
     checkpointed after them that then fit, found by counting up (up to the fewest that
     fit checkpointed alone, or every block after them where that never fits); the fastest
@@ -210,7 +210,7 @@ def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,
                  timed: bool) -> BlockPlan:
     """NOTE [parameter offload]: ``best`` (no parameters on the host) against the fastest
     pair of a parameter count and the fewest offloaded or checkpointed blocks that then
-    fit (NOTE [block plan])."""
+    fit."""
     log = best.tried_params
 
     def first_fit(option: str, params: int, hi: int) -> tuple[int, tuple] | None:

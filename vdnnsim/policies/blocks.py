@@ -1,7 +1,7 @@
 """vDNN for block-structured models: offload whole blocks (``vdnn_blocks``).
 
 NOTE [block offload]
-A transformer's trace from the op probe (NOTE [op probe], NOTE [blocks]) has
+A transformer's trace from the op probe has
 thousands of op layers, each tagged with its region (``attrs['block']``: 0 before the first
 block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block, as
 in the runtime (vdnnsim/gpu/runtime/blocks.py): an offloaded block sends everything its
@@ -27,7 +27,7 @@ reaches it. Option ``recompute``: the first that many blocks, checkpointed (the 
 NOTE [recompute] over each block's own ops: not the ops after it in its region, which run
 in the parent's code), nothing offloaded (with ``blocks`` too: NOTE [block mix]). The
 block runtime wraps those modules' forward (vdnnsim/gpu/runtime/blocks.py); a block plan
-carries ``recompute_blocks``. ``vdnnsim plan`` (NOTE [block plan]) tries both, offloading
+carries ``recompute_blocks``. ``vdnnsim plan`` tries both, offloading
 and checkpointing the first k blocks, then their mixes, and keeps the fastest that fits
 (on a memory-only trace, offloading, whose cost needs no times).
 A block that writes its input in place is never checkpointed (``block_segments``: the plan
@@ -35,7 +35,7 @@ file lists the blocks it checkpoints, ``recompute_paths``, and the runtime wraps
 Gradients are the plain step's (tests/test_block_offload.py, on a CPU); a batch norm's
 running statistics are updated once more by the recompute, as torch.utils.checkpoint does.
 Measured in planned runs: the 3.4B Llama shape on the H200 (session 25) and the 7B on an
-H100 (session 32), both with parameters on the host (NOTE [parameter offload]).
+H100 (session 32), both with parameters on the host.
 
 NOTE [block mix]
 Both at once: the first ``blocks`` blocks offloaded and the ``recompute`` blocks after them
@@ -44,7 +44,7 @@ earliest blocks are the ones offloaded because their copies have the rest of the
 pass to drain and their prefetches the backward of every block above to hide in; the
 checkpointed blocks' cost, their forward run again, is the same wherever they are. Nothing
 a checkpoint drops or keeps as its input is offloaded (``with_segments``' rule: the
-checkpoint holds its input anyway). The planner (NOTE [block plan]) tries the mixes where
+checkpoint holds its input anyway). The planner tries the mixes where
 a mix can be faster than both pure plans.
 """
 
@@ -64,7 +64,7 @@ from .recompute import with_segments, without_checkpointed
 
 
 def block_regions(trace: Trace) -> list[list[int]]:
-    """NOTE [block offload]: each region's layer indices, region 0 first (empty lists for
+    """Each region's layer indices, region 0 first (empty lists for
     regions with no ops); [] where the trace has no block tags."""
     tags = [layer.attrs.get("block") for layer in trace.layers]
     if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in tags):
@@ -76,7 +76,7 @@ def block_regions(trace: Trace) -> list[list[int]]:
 
 
 def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
-    """NOTE [block offload]: the first ``blocks`` blocks offloaded."""
+    """The first ``blocks`` blocks offloaded."""
     regions = block_regions(trace)
     if len(regions) < 3:
         raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
@@ -89,7 +89,7 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
     taken: set[str] = set()
     region = {i: r for r, idx in enumerate(regions) for i in idx}
     # autocast's casts of the weights: its cache holds them to the end of the forward pass,
-    # so an offload would free nothing (NOTE [autocast cache]; the runtime keeps them too)
+    # so an offload would free nothing (the runtime keeps them too)
     skip |= lv.casts
     for r in range(1, min(blocks, len(regions) - 2) + 1):
         # the block's own tensors: made in it, or last read in it (its input); not what
@@ -109,13 +109,13 @@ def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
         taken.update(bufs)
         offload[at].extend(bufs)
         prefetch[max(above)] = at  # the first op of the next region's backward pass
-    # NOTE [stream pools]: the block runtime allocates its prefetches on its copy stream
+    # the block runtime allocates its prefetches on its copy stream
     return Plan(name, "layer_wise", algo_choice(trace, "p"), tuple(tuple(o) for o in offload),
                 tuple(prefetch), sync=False, prefetch_stream="h2d")
 
 
 def param_groups(trace: Trace, params: int) -> tuple[ParamGroup, ...]:
-    """NOTE [parameter offload]: the weights of the first ``params`` blocks on the host,
+    """The weights of the first ``params`` blocks on the host,
     a group a block: fetched for its forward pass when the block before it starts (the
     runtime's prefetch, one block ahead), and for its backward pass when the backward of
     the region above it starts."""
@@ -134,7 +134,7 @@ def param_groups(trace: Trace, params: int) -> tuple[ParamGroup, ...]:
 
 def block_segments(trace: Trace, recompute: int,
                    start: int = 0) -> dict[str, tuple[int, int]]:
-    """NOTE [block recompute]: of the ``recompute`` blocks after the first ``start`` (NOTE
+    """Of the ``recompute`` blocks after the first ``start`` (NOTE
     [block mix]; 0: from the first block on), those that can be
     checkpointed, by path: their own ops, (first, last) layer index each (a block's region
     without what runs after the block before the next one, a residual add of the parent's,
@@ -172,7 +172,7 @@ def _under(module: Any, path: str) -> bool:
 
 
 def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks") -> Plan:
-    """NOTE [block recompute]: the first ``recompute`` blocks checkpointed, nothing moved."""
+    """The first ``recompute`` blocks checkpointed, nothing moved."""
     regions = block_regions(trace)
     if len(regions) < 3:
         raise ConfigError(f"policy {name}: {trace.name} has no blocks (its layers carry no "
@@ -183,7 +183,7 @@ def block_recompute_plan(trace: Trace, recompute: int, name: str = "vdnn_blocks"
 
 def block_mixed_plan(trace: Trace, blocks: int, recompute: int,
                      name: str = "vdnn_blocks") -> Plan:
-    """NOTE [block mix]: the first ``blocks`` blocks offloaded, the ``recompute`` after them
+    """The first ``blocks`` blocks offloaded, the ``recompute`` after them
     checkpointed; either count 0 is the pure plan of the other."""
     if not recompute:
         return block_plan(trace, blocks, name)
@@ -206,7 +206,7 @@ def vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str,
         raise ConfigError(f"policy vdnn_blocks: option params must be a count of blocks "
                           f"from 0, got {params!r}")
     plan = _vdnn_blocks(trace, gpu, capacity, opts, ctx)
-    # NOTE [parameter offload]: the first ``params`` blocks' weights on the host
+    # the first ``params`` blocks' weights on the host
     return replace(plan, params=param_groups(trace, params)) if params else plan
 
 
@@ -229,7 +229,7 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, opts: dict[str, A
         if blocks is None:
             return block_recompute_plan(trace, recompute)
         _count("blocks", blocks)
-        return block_mixed_plan(trace, blocks, recompute)  # NOTE [block mix]
+        return block_mixed_plan(trace, blocks, recompute)
     regions = block_regions(trace)
     total = max(0, len(regions) - 2)
     if budget is not None:
@@ -240,7 +240,7 @@ def _vdnn_blocks(trace: Trace, gpu: GPU, capacity: int | None, opts: dict[str, A
         if ctx.plan_blocks is None:
             raise ConfigError("policy vdnn_blocks: option budget needs the block planner, "
                               "which the caller hands the policy in its context")
-        p = ctx.plan_blocks(trace, gpu, budget,  # NOTE [planning allocator]
+        p = ctx.plan_blocks(trace, gpu, budget,
                             allocator=ctx.allocator)
         return block_mixed_plan(trace, p.blocks, p.recompute)
     if blocks is None:

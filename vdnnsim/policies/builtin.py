@@ -45,8 +45,8 @@ class Common(NamedTuple):
     sync: bool
     prefetch: bool
     reading: str
-    distance: int  # 0: findPrefetchLayer (NOTE [prefetch distance])
-    placement: str  # 'best' | 'first' (NOTE [placement])
+    distance: int  # 0: findPrefetchLayer
+    placement: str  # 'best' | 'first'
 
 
 def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
@@ -59,7 +59,7 @@ def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
 
 
 def _whole_or_none(value: Any) -> int | None:
-    """A count option (NOTE [whole numbers]: 2, 2.0 and '2e0' alike), or None."""
+    """A count option (2, 2.0 and '2e0' alike), or None."""
     try:
         return whole_number(value)
     except ValueError:
@@ -118,8 +118,8 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
     Without ``prefetch`` no findPrefetchLayer runs: each offloaded buffer is fetched on
     demand by the first backward pass that needs it. ``reading``: NOTE [offload marks];
     ``distance``: NOTE [prefetch distance]; ``placement``: NOTE [placement]; ``joins``: the
-    plan runs the paper's runtime's joins, which hold no bytes of their own (NOTE [join as
-    view]; the plan then carries that trace)."""
+    plan runs the paper's runtime's joins, which hold no bytes of their own (the plan then
+    carries that trace)."""
     original = trace
     if joins:
         trace = join_view(trace)
@@ -130,7 +130,7 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
         schedule = (-1,) * n
     elif distance:
         schedule = distance_schedule(offload, distance)
-    else:  # NOTE [trace analyses]: one scan per trace, kind and reading
+    else:  # one scan per trace, kind and reading
         schedule = trace.memo(("vdnn_schedule", which, reading), lambda: find_prefetch_schedule(
             trace, offload, policy_marks(trace, which, reading)))
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync,

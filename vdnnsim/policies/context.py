@@ -20,7 +20,7 @@ from ..engine import AllocatorSettings
 @dataclass(frozen=True)
 class PolicyContext:
     """The run a policy plans for: ``allocator``, the caching allocator's settings its
-    replays use (NOTE [planning allocator]; None: PyTorch's defaults); ``plan_blocks``,
+    replays use (None: PyTorch's defaults); ``plan_blocks``,
     the block planner (planners/blocks.py) that vdnn_blocks' ``budget`` option runs (the
     planner builds on the policy, so the policy is handed it; None: no budget search)."""
 

@@ -61,12 +61,12 @@ NO_OFFLOAD_CHECKS = ("network_wide", "layer_wise")
 
 def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: int | None,
                       lv, like: Plan, ctx: PolicyContext = NO_CONTEXT) -> bool:
-    """NOTE [vdnn_dyn]: whether Torch's network-wide allocation with ``algos`` fits."""
+    """Whether Torch's network-wide allocation with ``algos`` fits."""
     n = len(trace.layers)
     base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
                 placement=like.placement)
     return replay(trace, gpu, base, capacity, lv, record_ops=False, stop_at_oom=True,
-                  allocator=ctx.allocator).oom is None  # NOTE [planning allocator]
+                  allocator=ctx.allocator).oom is None
 
 
 def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
@@ -92,10 +92,10 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
             return seen[key].oom
         # only whether and where it runs out counts: a pass stops at its first OOM; one
         # that fits is the answer (step 1's excepted), so it records its timeline
-        run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
+        run = plan.trace if plan.trace is not None else trace
         sim = replay(run, gpu, plan, capacity, lv if run is trace else liveness(run),
                      record_ops=slot != "step1", stop_at_oom=True,
-                     allocator=ctx.allocator)  # NOTE [planning allocator]
+                     allocator=ctx.allocator)
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim

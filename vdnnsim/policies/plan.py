@@ -20,8 +20,7 @@ def join_view(trace: Trace) -> Trace:
     the concat's inputs instead (a join a layer then writes in place keeps its copy).
     Torch7 traces with concats only (PyTorch's torch.cat copies); the vDNN policies run it
     (their plans carry it, ``Plan.trace``), the baselines, checkpointing, the block policies
-    and the planner keep the copying join. Worked out once per trace (NOTE [trace
-    analyses])."""
+    and the planner keep the copying join. Worked out once per trace."""
     if trace.pytorch:
         return trace
     view = trace.memo("join view", lambda: _join_view(trace) if any(
@@ -56,7 +55,7 @@ def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str
     if backward needs that buffer (reference counts for forks and joins). A layer never
     offloads a buffer it overwrites in place: the copy would race the write. Under PyTorch
     semantics the network input is never moved: the training loop holds the batch.
-    Worked out once per trace (NOTE [trace analyses]) where ``lv`` is the trace's own."""
+    Worked out once per trace where ``lv`` is the trace's own."""
     if lv is liveness(trace):
         return trace.memo(("offload_sets", conv_only), lambda: _offload_sets(trace, lv,
                                                                              conv_only))
@@ -67,8 +66,8 @@ def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
                   ) -> tuple[tuple[str, ...], ...]:
     out = []
     skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
-    skip |= lv.casts  # held by autocast's cache to the forward's end (NOTE [autocast cache])
-    # NOTE [conv offload at forks]: under the paper's runtime vDNN_conv moves every buffer
+    skip |= lv.casts  # held by autocast's cache to the forward's end
+    # under the paper's runtime vDNN_conv moves every buffer
     # a conv reads, copied by its last reader whatever that is
     conv_read = {lv.root[t] for layer in trace.layers if layer.is_conv for t in layer.inputs} \
         if conv_only and not trace.pytorch else None
@@ -92,8 +91,8 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
                            marked: tuple[bool, ...] | None = None) -> tuple[int, ...]:
     """The paper's findPrefetchLayer, called before each layer's backward pass: scan down
     from the layer below, take the first layer marked as offloaded and not yet prefetched,
-    give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark
-    (NOTE [offload marks]); ``None`` marks exactly the layers that copy something."""
+    give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark; ``None``
+    marks exactly the layers that copy something."""
     layers = trace.layers
     n = len(layers)
     if marked is None:
@@ -162,7 +161,7 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 # PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime/vdnn.py), which marks the
 # layers that copy: its measured reading is the text's.
 READINGS = ("measured", "text")
-PLACEMENTS = ("best", "first")  # NOTE [placement]
+PLACEMENTS = ("best", "first")
 
 
 def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | None:
@@ -172,15 +171,14 @@ def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | N
         return None
     if which == "all":
         return (True,) * len(trace.layers)
-    # every CONV layer, and a layer that copies what a conv read before it (NOTE [conv
-    # offload at forks])
+    # every CONV layer, and a layer that copies what a conv read before it
     copies = offload_sets(trace, liveness(trace), True)
     return tuple(layer.is_conv or bool(c) for layer, c in zip(trace.layers, copies))
 
 
 def downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:
     """Layer ``i``'s algorithm to move to from ``current`` when its workspace overflows by
-    ``deficit`` bytes (NOTE [vdnn_dyn], step 3; the planner's rule too, NOTE [planner]):
+    ``deficit`` bytes (step 3; the planner's rule too):
     the fastest with a smaller workspace that closes the gap, else the one with the
     smallest workspace; None where no algorithm has a smaller one."""
     layer = trace.layers[i]

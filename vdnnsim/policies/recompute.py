@@ -61,7 +61,7 @@ def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, 
 def without_checkpointed(trace: Trace, segs: tuple[tuple[int, int], ...],
                           offload: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
     """``offload`` (per layer, the buffers it offloads) less what the checkpointed ``segs``
-    drop or keep as their inputs: an offload of those frees nothing (NOTE [recompute])."""
+    drop or keep as their inputs: an offload of those frees nothing."""
     lv = liveness(trace)
     held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
     skip: set[str] = set()
@@ -75,7 +75,7 @@ def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
                   algos: tuple[int, ...], sync: bool = True, name: str = "checkpoint",
                   prefetch: bool = True, reading: str = "measured", distance: int = 0,
                   placement: str = "best") -> Plan:
-    """NOTE [recompute]: checkpointed ``segs`` with vDNN's offload of ``which`` ('none',
+    """Checkpointed ``segs`` with vDNN's offload of ``which`` ('none',
     'conv' or 'all') among the buffers the checkpointing keeps."""
     n = len(trace.layers)
     plan = vdnn_plan(trace, which, algos, sync, name, prefetch, reading, distance, placement)

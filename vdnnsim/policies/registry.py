@@ -42,20 +42,17 @@ POLICIES: dict[str, tuple[PolicyFn, dict[str, Any], str]] = {
                     "offload the inputs of CONV layers, performance-optimal algorithms"),
     "vdnn_dyn": (vdnn_dyn, {}, "profile, then the fastest configuration that fits (the "
                  "paper's vDNN_dyn)"),
-    "vdnn_blocks": (vdnn_blocks, {}, "offload whole blocks of any model (NOTE [block "
-                    "offload]): the first `blocks` of them, or the fewest that fit `budget`; "
-                    "or checkpoint the first `recompute` (NOTE [block recompute]), after "
-                    "the first `blocks` where both are given (NOTE [block mix]); with the "
-                    "optimizer on the CPU, the first `params` blocks' parameters on the host "
-                    "(NOTE [parameter offload])"),
+    "vdnn_blocks": (vdnn_blocks, {}, "offload whole blocks of any model: the first `blocks` "
+                    "of them, or the fewest that fit `budget`; or checkpoint the first "
+                    "`recompute`, after the first `blocks` where both are given; with the "
+                    "optimizer on the CPU, the first `params` blocks' parameters on the host"),
     "checkpoint": (checkpoint, {}, "activation checkpointing as checkpoint_sequential does "
-                   "it, alone or with vDNN's offload (NOTE [recompute])"),
+                   "it, alone or with vDNN's offload"),
     "uvm_lru": (uvm, {"eviction": "lru"}, "page-based unified memory: pages migrate on "
-                "fault, the least recently used evicted when the GPU is full (NOTE [uvm])"),
+                "fault, the least recently used evicted when the GPU is full"),
     "uvm_lfu": (uvm, {"eviction": "lfu"}, "page-based unified memory: pages migrate on "
-                "fault, the least frequently used evicted when the GPU is full (NOTE [uvm])"),
-    "planned": (planned, {}, "replay a plan file written by vdnnsim plan (option file; "
-                "NOTE [planner])"),
+                "fault, the least frequently used evicted when the GPU is full"),
+    "planned": (planned, {}, "replay a plan file written by vdnnsim plan (option file)"),
 }
 
 

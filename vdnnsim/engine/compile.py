@@ -143,32 +143,15 @@ def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
                       ) -> CublasWorkspaces | None:
     """NOTE [cublas workspaces]
     PyTorch gives a cuBLAS handle its workspace at the handle's first matmul on a stream,
-    through the caching allocator, and keeps it for the process (CublasHandlePool.cpp):
-    the forward pass's first matmul allocates the main thread's cuBLAS workspace and
-    cuBLASLt's 1 MiB one, the backward pass's first matmul the autograd thread's (its
-    own handle) cuBLAS workspace. So in the first training step they are allocated in the
-    middle of the step, in whatever free block the allocator finds then, usually in a
-    segment made for something else, which they then hold for good: under cuDNN's
-    autotuner every empty_cache of the first step keeps that
-    segment, and the next step allocates around it. In the allocator histories of the
-    eight default-allocator runs of ``traces/h200_issue28/session13/snap`` (VGG-16,
-    ResNet-50, DenseNet-121, MobileNetV2) the only blocks of the first step that are never
-    freed are these three, 32 MiB and 1 MiB at the forward's first Linear and 32 MiB at
-    the backward's; VGG-16 (64) puts the two 32 MiB blocks into a 206 MiB segment made for
-    a convolution's workspace; the second step's first pool output no longer fits there,
-    and the chain of best fits that follows leaves conv1_2's backward workspace no free
-    1570 MiB block: one more 1570 MiB segment (10.66 GiB reserved at the timed peak; with
-    the first step's tuning replayed, NOTE [cudnn benchmark], and the trace's backward
-    workspaces one by one, the replay reserves 9.21 GiB with the workspaces allocated
-    before the step, 10.72 with them allocated here, the GPU's segments but for 68 MiB:
-    docs/validation.md). The preset's
-    ``cublas_workspace_bytes`` is their total (the trace's
-    ``resident_bytes`` hold it); it is split as measured: 1 MiB for cuBLASLt, the rest
-    in two equal handles' workspaces. A replay whose first iteration is not the
-    process's first step (one iteration standing for a step in the steady state) has them
-    at its start, with the rest of ``resident_bytes``. None where the trace has no matmul,
-    the preset no cuBLAS workspaces, or ``resident`` (the trace's resident bytes less the
-    optimizer's state) does not hold them."""
+    through the caching allocator, and keeps it for the process (CublasHandlePool.cpp): the
+    forward's first matmul allocates the main thread's cuBLAS workspace and cuBLASLt's 1 MiB
+    one, the backward's first matmul the autograd thread's. In the first step they land in
+    whatever free block the allocator finds then, and hold it for good (docs/validation.md,
+    "cuBLAS workspaces"). The preset's ``cublas_workspace_bytes`` is their total (inside the
+    trace's ``resident_bytes``), split as measured: 1 MiB for cuBLASLt, the rest in two equal
+    handles' workspaces. A replay whose first iteration is not the process's first step has
+    them at its start. None where the trace has no matmul, the preset no cuBLAS workspaces,
+    or ``resident`` (the trace's resident bytes less the optimizer's state) cannot hold them."""
     if cublas_bytes <= 0 or resident < cublas_bytes:
         return None
     mm = [i for i, x in enumerate(trace.layers) if x.kind in MATMUL_KINDS]
@@ -184,24 +167,16 @@ def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
 
 def steady_state(trace: Trace, sem: "Semantics") -> int:
     """NOTE [steady state]
-    A training step of PyTorch with a stateful optimizer (Adam, AdamW) is not its first:
-    the first step makes the optimizer's state, lazily, in whatever blocks the backward
-    pass left free (``optimizer_state``), and every later step allocates around it. A
-    measurement times steps after warm-up ones, with the peaks reset after them
-    (``torch.cuda.reset_peak_memory_stats``: the reserved peak starts from what the warm-up
-    left reserved). So such a run replays one warm-up iteration on the same caching
-    allocator (its state made at its step, its gradients freed by ``zero_grad`` after it)
-    and reports the next, whose books start as the reset starts them (``next_iteration``).
-    On traces/h200_hf's 46 AdamW runs (calibration) the reserved error falls from 3.1% /
-    10.3% (median / max) to 0.6% / 9.2%. A run whose warm-up does not fit is reported as
-    that iteration. Runs without optimizer state (SGD) replay one iteration, as before:
-    their measured reserved peak over the timed steps and one step's from an emptied cache
-    agree (baselines of traces/h200 within 2%), and the engine's second iteration of a
-    vDNN run reserves 15-38% more than its first, which the measurements do not show (an
-    unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
-    Where cuDNN's autotuner is replayed (by default for a trace
-    with its backward workspaces one by one), a trace with tuned convolutions replays its
-    first step too, the tuning in it."""
+    A training step with a stateful optimizer (Adam, AdamW) is not its first: the first step
+    makes the optimizer's state lazily, in whatever blocks the backward pass left free
+    (``optimizer_state``), and later steps allocate around it. A measurement times steps
+    after warm-up ones, with the peaks reset after them. So such a run replays one warm-up
+    iteration on the same caching allocator and reports the next, whose books start as the
+    reset starts them (``next_iteration``); a run whose warm-up does not fit is reported as
+    that iteration. Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]), a trace
+    with tuned convolutions replays its first step too. Other runs (SGD) replay one
+    iteration (docs/validation.md, "Steady state"). The number of warm-up iterations, 1 or
+    0."""
     if not sem.caching_allocator or sem.paged:
         return 0
     tuned = autotune.replays_tuning(trace) and any(f or b for f, b in autotuned(trace))

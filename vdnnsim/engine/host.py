@@ -2,18 +2,14 @@
 
 NOTE [host]
 One process is the host: it walks the iteration in program order (each layer's forward,
-then each layer's backward, then the optimizer step), pays each op's host cost (the
-trace's per-layer host times, NOTE [host timing]; the vDNN runtime's own), makes every memory
-decision (allocate, free, ``record_stream``) at its own time,
-and puts each GPU op on its stream. The host's clock runs ahead of simpy's: it advances
-simpy's clock only when it must see the GPU (a synchronisation, or an allocation that
-asks whether a deferred free's event has completed), so a host that
-never waits costs no events. Under a memory cap the caching allocator synchronises the
-host on its pending events before giving up; the GPU then
-idles while the host catches up, as it does on the real machine. The optimizer step is
-issued in STEP_PIECES parts, host then GPU in turn, so a host-bound step's GPU work runs
-while the host still issues it (one op after the whole host cost made a host-bound step
-pay both: +11% on ViT-B/16 in bf16 at batch 32, docs/validation.md).
+then each backward, then the optimizer step), pays each op's host cost (the trace's
+per-layer host times, NOTE [host timing]; the vDNN runtime's own), makes every memory
+decision (allocate, free, ``record_stream``) at its own time, and puts each GPU op on its
+stream. Its clock runs ahead of simpy's and advances simpy's only when it must see the GPU
+(a synchronisation, or an allocation that asks whether a deferred free's event has
+completed), so a host that never waits costs no events. The optimizer step is issued in
+STEP_PIECES parts, host then GPU in turn, so that a host-bound step's GPU work runs while
+the host still issues the rest (docs/validation.md, "The host").
 
 NOTE [launch queue]
 A stream's launch queue holds a bounded number of commands (about a thousand kernels,

@@ -1,19 +1,16 @@
 """The one interface the executor has to device memory.
 
 NOTE [memory interface]
-The executor (sim.py and its parts) asks its model of device memory to allocate, free,
-retire and release a buffer, to take a workspace for one op, and to
-let a pass *access* the buffers it touches; it reads back what is live and the accounting
-of the run (the curve of live bytes, its peak and breakdown, the first out-of-memory, the
-buffers' lifetimes). Three implementations: the CNMeM pool (allocator.Pool), PyTorch's
-caching allocator (caching.CachingPool) and page-based unified memory (uvm.Pager). In
-device memory every allocated buffer is where a pass needs it, so a pool's ``access``
-costs nothing; the pager answers with the page faults the pass pays for.
-The executor asks for an access only where the semantics say memory is paged
-(``Semantics.paged``): a pool's answer is known without asking, and a pass of a pool run
-builds no list of what it touches.
-Every ``now`` is a stamp of NOTE [memory time]: the executor turns them into GPU times
-when the run has ended, and writes ``times``, ``levels``, ``spans`` and ``oom`` back.
+The executor asks its model of device memory to allocate, free, retire and release a
+buffer, to take a workspace for one op (NOTE [transient]) and to let a pass *access* the
+buffers it touches; it reads back what is live and the run's accounting (the curve of live
+bytes, its peak and breakdown, the first out-of-memory, the lifetimes). Implementations: the
+CNMeM pool (allocator.Pool), PyTorch's caching allocator (caching.CachingPool) and unified
+memory's pager (uvm.Pager). In device memory every allocated buffer is where a pass needs
+it, so the executor asks for an access only where memory is paged (``Semantics.paged``);
+the pager answers with the page faults the pass pays for. Every ``now`` is a stamp of
+NOTE [memory time]: the executor turns them into GPU times when the run has ended and writes
+``times``, ``levels``, ``spans`` and ``oom`` back.
 """
 
 from __future__ import annotations

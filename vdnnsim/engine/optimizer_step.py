@@ -41,19 +41,12 @@ def cpu_step_ns(host, size: int, dtype: str, copying: int = 0) -> int:
 # NOTE [copy contention]
 # The CPU step streams the parameters, gradients and moments through the host's memory
 # (AdamW: 28 bytes an fp32 element) while the copy engine reads the last stepped tensor's
-# parameters out of the same memory to send them back to the GPU. Measured on the H200's
-# host (experiments/h200_offload/cpu_contention.py: CPUOffloadOptimizer's own step over
-# 42 Llama-3B-shaped tensors, with and without the copies back, interleaved, three fresh
-# processes): 6.2% slower with them (5.9-9.7%), where a step without copies back (every
-# parameter on the host) ran as its microbenchmark. So each
-# step after a copy back is charged ``cpu_step_copy_share`` of its per-element time for
-# each element of that copy (the copies are faster than the steps: each ends during the
-# next step). A full share of the memory's bandwidth would be 4/28 = 0.14: the copies
-# cost less than that. Fitted on that microbenchmark alone (calibration_fits cpu_step);
-# judged on the in-place runs of traces/h200_offload (docs/beyond-vdnn.md). Known biases,
-# both small: the microbenchmark's time includes its last copy back and the copies' issue
-# (about half a point of the 6.2), which the engine also charges apart; and a step is
-# charged even where its copy back still waits behind gradient copies on the one stream.
+# parameters out of the same memory to send them back to the GPU. So each step after a copy
+# back is charged ``cpu_step_copy_share`` of its per-element time for each element of that
+# copy (the copies are faster than the steps: each ends during the next step); a full share
+# of the memory's bandwidth would be 4/28 = 0.14. The share is fitted on the host's
+# microbenchmark (docs/validation.md, "Copy contention"), where the evidence and the known
+# biases are.
 
 
 class OptimizerStep:

@@ -95,15 +95,12 @@ def _liveness(trace: Trace) -> Liveness:
     # Under autocast, a cast of a weight (an fp32 leaf that needs a gradient) to the lower
     # precision is kept in autocast's cache, so that every op reading the weight in the
     # forward pass reuses one copy, until the outermost autocast region exits: the end of
-    # the forward pass (the measured and profiled steps run the model and its loss under
-    # autocast, the backward pass outside it). So nothing frees such a cast earlier: not
-    # torch.utils.checkpoint (a checkpointed block's casts are all live at the forward's
-    # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_offload/session24),
-    # and no offload (the copy would free nothing). In a trace a cast of a weight is an op
-    # ``_to_copy`` that reads no traced tensor (its source is a parameter)
-    # and whose output needs a gradient; a frozen weight's cast is not cached. (Not
-    # ``weight_bytes``: the probe gives a tied weight's bytes to its first reader only, so
-    # a tied lm_head's cast carries none.)
+    # the forward pass (the measured steps run the model and its loss under autocast, the
+    # backward outside it). So nothing frees such a cast earlier, not torch.utils.checkpoint
+    # (docs/validation.md, "Autocast's cache") and no offload. In a trace a cast of a weight
+    # is an op ``_to_copy`` that reads no traced tensor and whose output needs a gradient (not
+    # ``weight_bytes``: a tied weight's bytes go to its first reader only); a frozen
+    # weight's cast is not cached.
     casts = frozenset(root[t] for layer in trace.layers
                       if layer.kind == "_to_copy" and not layer.inputs
                       for t in layer.outputs if buffers[root[t]].requires_grad)

@@ -7,20 +7,15 @@ NOTE [memory time] and NOTE [uvm] are in those files; engine/replay.py is the on
 simulation is made.
 
 NOTE [engine speed]
-A vDNN iteration is pure Python at about 60k instructions a layer and pass, spread thin: the
-host's walk, the pool's books, issuing and recording ops, each a fifth to a quarter (simpy
-schedules almost nothing: an op whose start is known when issued takes no event). What
-keeps it there: the simulation declares slots (sixty attributes made its instance dict
-unshared, so each ``self.x`` was a dict lookup); the walks allocate, place a workspace and
-stamp inline where no deferred free is pending (what ``_take``, ``_workspace`` and
-``_stamp`` do, without a call each); a memory model's ``live`` mapping answers ``key in``
-without a Python call; ops are made by a function, not a class's ``__init__`` (CPython
-3.11 inlines the one, not the other); hot loops use no generator or comprehension (each
-makes a frame; a generator stopped early is closed by an exception); the timeline is kept
-as plain tuples; each buffer's copy is timed once per trace and link, and what a policy
-derives from the trace alone is worked out once per trace. Speed
-is counted in instructions (``bench/engine_instructions.py``, docs/architecture.md): wall
-time on the two-core development machine swings about 2x within an hour for the same code.
+A vDNN iteration is pure Python at about 60k instructions a layer and pass, spread thin over
+the host's walk, the pool's books and issuing and recording ops. What keeps it there: slots
+(no instance dict); the walks allocate, place a workspace and stamp inline where no
+deferred free is pending; a memory model's ``live`` mapping answers ``key in`` without a
+Python call; ops are made by a function, not a class's ``__init__``; hot loops use no
+generator or comprehension; the timeline is kept as plain tuples; each buffer's copy is
+timed once per trace and link, and what a policy derives from the trace alone is worked out
+once per trace. Speed is counted in instructions (``bench/engine_instructions.py``): wall
+time on a shared two-core machine swings about 2x within an hour for the same code.
 """
 
 from __future__ import annotations

@@ -3,18 +3,14 @@
 NOTE [streams]
 Each stream is a process that runs the ops it is given in order: an op starts once it is
 issued, its predecessor on the stream has ended, and every op it waits for
-(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy beyond the first
-two is a stall. An op whose start is known when it is issued (its stream's last op and
-everything it waits for have known ends, and its length does not depend on what else is
-running) is scheduled then; if nothing issued before it is still to be played, it is
-recorded at once and costs no simpy event (its end is what anyone who waits for it reads;
-the only bookkeeping that depends on when it is recorded, the host copies' total, rises
-only in the forward pass and falls only in the backward). Otherwise the stream process
-plays it: one event per op. Copies
-run on copy engines: a D2H and an H2D engine when the link is duplex, one shared engine
-otherwise; under PyTorch semantics every copy runs on the runtime's one side stream.
-``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
-'host' (what the host spent issuing each layer, and where it waited).
+(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy is a stall. An op
+whose start is known when it is issued is scheduled then, and recorded at once (no simpy
+event) if nothing issued before it is still to be played; otherwise the stream process
+plays it, one event per op. Copies run on copy engines: a D2H and an H2D engine when the
+link is duplex, one shared engine otherwise; under PyTorch semantics every copy runs on the
+runtime's one side stream. ``Op`` records are what RunResult's timeline shows: 'compute',
+the copy streams, and 'host' (what the host spent issuing each layer, and where it
+waited).
 """
 
 from __future__ import annotations

@@ -17,25 +17,16 @@ from ..yamlio import paused_gc
 
 
 # NOTE [block plan]
-# For a trace with blocks the plan is a count: the fewest blocks,
-# offloaded from the first on, whose engine replay fits the budget (the engine judges; a
-# block more never costs memory, so the first count that fits is the one), written as a
-# ``vdnnsim-block-plan`` file (planner.py's ``block_plan_to_dict``) that `vdnnsim measure
-# --plan` runs with the block runtime (vdnnsim/gpu/runtime/blocks.py). No algorithms to
-# choose (one per op, as profiled), no batch split yet; checkpointing the first k blocks
-# instead is NOTE [block recompute]. Each count is replayed as the policy ``vdnn_blocks``
-# with that option would be (``run_trace`` of it gives the same memory and time).
-# With the optimizer on the CPU the plan has a second count, the blocks whose parameters
-# live on the host: for each such count from 0 on, the fewest
-# offloaded (or checkpointed) blocks that then fit, found by bisection (fitting is taken
-# as monotone in either count, as above); the fastest pair that fits wins. The scan stops
-# at the first parameter count that fits with no activations moved (more parameters on
-# the host then only add copies). A memory-only trace takes the fewest parameter blocks,
-# then the fewest offloaded blocks, that fit (no time to weigh). On a timed trace whose
-# blocks can be checkpointed, the mixes at the chosen parameter count last (``_with_mix``): the
-# first o blocks offloaded and the fewest checkpointed
-# after them that fit, counted up for each o while offloading o alone is faster than the
-# plan so far; the fastest that fits wins.
+# For a trace with blocks the plan is a count: the fewest blocks, offloaded from the first
+# on, whose engine replay fits the budget (a block more never costs memory, so the first
+# count that fits is the one), each count replayed as the policy ``vdnn_blocks`` would
+# plan it; or the fewest checkpointed (NOTE [block recompute]) where that is faster. With
+# the optimizer on the CPU a second count, the blocks whose parameters live on the host: for
+# each from 0 on, the fewest offloaded (or checkpointed) blocks that then fit, by bisection;
+# the fastest pair wins, and the scan stops at the first count that fits with no activation
+# moved. A memory-only trace takes the fewest parameter blocks, then the fewest offloaded
+# ones (no time to weigh). On a timed trace whose blocks can be checkpointed, the mixes at
+# the chosen parameter count come last (``_with_mix``).
 
 
 @dataclass

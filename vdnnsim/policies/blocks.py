@@ -1,41 +1,26 @@
 """vDNN for block-structured models: offload whole blocks (``vdnn_blocks``).
 
 NOTE [block offload]
-A transformer's trace from the op probe has
-thousands of op layers, each tagged with its region (``attrs['block']``: 0 before the first
-block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block, as
-in the runtime (vdnnsim/gpu/runtime/blocks.py): an offloaded block sends everything its
-ops save for the backward pass (its input and its intermediates, the tensors autograd
-keeps; never the weights or the batch, nor what every block reads, like a rotary table:
-only tensors made in the block or last read by it, and not autocast's casts of the
-weights, which its cache holds to the end of the forward pass anyway) to host memory
-during the forward pass, and gets
-it back while the backward pass of the block above runs (vDNN's prefetch, one block
-ahead). In the plan the block's buffers are offloaded together at the last op that reads
-any of them in the forward pass, and prefetched at the first op of the next region's
-backward; as in the paper's vDNN_all the earliest blocks go first when only some are
-offloaded (their buffers are needed last). Options: ``blocks`` (how many, from the first
-block on; default every block), or ``budget`` (bytes, or a capacity like '22 GiB': the
-fewest blocks whose replay fits it, NOTE [block plan], ``plan_blocks``).
-The runtime's own host costs are not modelled (plan.runtime is false): its pack and
-unpack hooks are a Python call per saved tensor, a few thousand a step.
+A trace from the op probe tags each op with its region (``attrs['block']``: 0 before the
+first block, 1..N the blocks, N + 1 the head and the loss). vDNN's unit there is the block,
+as in the runtime (vdnnsim/gpu/runtime/blocks.py): an offloaded block sends what its ops
+save for the backward pass (tensors made in the block or last read by it; never the weights,
+the batch, what every block reads, or autocast's casts of the weights) to the host at the
+last op that reads any of them in the forward pass, and gets them back at the first op of
+the next region's backward (one block ahead). As in vDNN_all the earliest blocks go first.
+Options: ``blocks`` (how many from the first; default all), or ``budget`` (bytes, or a
+capacity like '22 GiB': the fewest that fit, NOTE [block plan]). The runtime's own host
+costs are not modelled (plan.runtime is false).
 
 NOTE [block recompute]
 The other way to free a block's memory: run it under torch.utils.checkpoint (non-reentrant)
 so that its forward pass keeps only its inputs, and run it again when the backward pass
-reaches it. Option ``recompute``: the first that many blocks, checkpointed (the engine's
-NOTE [recompute] over each block's own ops: not the ops after it in its region, which run
-in the parent's code), nothing offloaded (with ``blocks`` too: NOTE [block mix]). The
-block runtime wraps those modules' forward (vdnnsim/gpu/runtime/blocks.py); a block plan
-carries ``recompute_blocks``. ``vdnnsim plan`` tries both, offloading
-and checkpointing the first k blocks, then their mixes, and keeps the fastest that fits
-(on a memory-only trace, offloading, whose cost needs no times).
-A block that writes its input in place is never checkpointed (``block_segments``: the plan
-file lists the blocks it checkpoints, ``recompute_paths``, and the runtime wraps just those).
-Gradients are the plain step's (tests/test_block_offload.py, on a CPU); a batch norm's
-running statistics are updated once more by the recompute, as torch.utils.checkpoint does.
-Measured in planned runs: the 3.4B Llama shape on the H200 (session 25) and the 7B on an
-H100 (session 32), both with parameters on the host.
+reaches it. Option ``recompute``: the first that many blocks checkpointed (NOTE [recompute]
+over each block's own ops, not the ops after it in its region, which run in the parent's
+code), nothing offloaded. A block that writes its input in place is never checkpointed
+(``block_segments``; the plan file lists the blocks it checkpoints, ``recompute_paths``).
+Gradients are the plain step's; a batch norm's running statistics are updated once more by
+the recompute, as torch.utils.checkpoint does (docs/validation.md, "Block recompute").
 
 NOTE [block mix]
 Both at once: the first ``blocks`` blocks offloaded and the ``recompute`` blocks after them

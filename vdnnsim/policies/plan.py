@@ -132,21 +132,15 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 
 
 # NOTE [offload marks]
-# findPrefetchLayer (the paper's Algorithm, shared/reference/vdnn_paper.md) tests a
-# per-layer flag, ``layers[id]->offloaded``; what sets it is not in the text. Two readings:
-# - 'text': a layer is marked when it copies a buffer to the host. An in-place ReLU never
-#   copies (the next layer that reads the shared buffer does), so the scan passes over it:
-#   pool1's backward in VGG-16 prefetches conv1_2's input, and the pool's input, output,
-#   both gradients and that prefetch are live together (11.5 GB of feature maps at batch
-#   256: no room in 12 GB beside the 1.1 GB of weights).
-# - 'measured' (default for Torch7 traces): the policy marks every layer it names:
-#   vDNN_all every layer, in-place ACTV layers included; vDNN_conv every CONV layer. A
-#   marked layer that copies nothing (its X is copied by its last reader) is "prefetched"
-#   as a no-op, so under vDNN_all the scan stops at the layer right below and conv1_2's
-#   input comes back during relu1_2's backward, after pool1's output and output gradient
-#   are gone. This is the reading under which the paper's measured numbers hold: VGG-16
-#   (128) under vDNN_all(m) peaks at three 1.64 GB feature maps (4.93 GB; the paper: "at
-#   most 4.8 GB"), and VGG-16 (256) trains in 12 GB (docs/policies.md, "Offload marks").
+# findPrefetchLayer (the paper's Algorithm) tests a per-layer flag, ``offloaded``, whose
+# setting the text does not give. Two readings:
+# - 'text': a layer is marked when it copies a buffer to the host (an in-place ReLU never
+#   copies, so the scan passes over it);
+# - 'measured' (default for Torch7 traces): the policy marks every layer it names (vDNN_all
+#   every layer, vDNN_conv every CONV layer); a marked layer that copies nothing is
+#   "prefetched" as a no-op, so the scan stops there.
+# The paper's measured numbers hold under 'measured' only (docs/policies.md, "Offload
+# marks": VGG-16 (256) trains in 12 GB under vDNN_all).
 #
 # NOTE [conv offload at forks]
 # Which buffers vDNN_conv moves where a buffer has several readers, read from the paper's

@@ -308,3 +308,29 @@ def test_the_llama_block_runs_lose_no_block_and_fit_as_measured():
     for k in (12, 22):
         assert run_trace(t, resolve_gpu("h200"), "vdnn_blocks", {"blocks": k}, 22 << 30,
                          record=False).fits
+
+
+def test_policies_take_the_run_s_context_as_an_argument():
+    """NOTE [planning allocator]: what a policy knows of its run comes in its context
+    argument (no context variable anywhere in the policies); vdnn_blocks' budget search is
+    the planner the context hands it."""
+    import pathlib
+
+    import vdnnsim.policies
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.policies import PolicyContext
+    from vdnnsim.policies.blocks import vdnn_blocks
+    root = pathlib.Path(vdnnsim.policies.__file__).parent
+    assert not [p.name for p in root.glob("*.py") if "ContextVar" in p.read_text()]
+    asked = []
+
+    def planner(trace, gpu, budget, allocator=None):
+        asked.append((budget, allocator))
+        raise ConfigError("planned")
+    g = resolve_gpu("k40")
+    t = build_trace("vgg16", 32, g)
+    with pytest.raises(ConfigError, match="needs the block planner"):
+        vdnn_blocks(t, g, None, {"budget": 10**9})
+    with pytest.raises(ConfigError, match="planned"):
+        vdnn_blocks(t, g, None, {"budget": 10**9}, PolicyContext("settings", planner))
+    assert asked == [(10**9, "settings")]

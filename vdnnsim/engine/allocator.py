@@ -107,8 +107,8 @@ class Accounting:
             self.levels.append(live)
 
     def _blip(self, key: Key, size: int, category: str, start: int, end: int) -> None:
-        """:meth:`_taken` at ``start`` then :meth:`_given_back` at ``end`` (NOTE
-        [transient]), in one frame."""
+        """:meth:`_taken` at ``start`` then :meth:`_given_back` at ``end``
+        (NOTE [transient]), in one frame."""
         bc = self.by_category
         bc[category] = bc.get(category, 0) + size
         live = self.live_bytes + size

@@ -95,8 +95,8 @@ MOMENTS = {"adam": 2, "adamw": 2}
 def optimizer_pinned_bytes(trace: Trace, pinning: str = "caching") -> int:
     """The pinned copies of an offloaded optimizer's parameters
     and gradients, each a block of the pinned pool (a power of two), or
-    with ``pinning`` 'registered' each its bytes at a 64-byte boundary of one buffer (NOTE
-    [optimizer pinning]); one per layer's parameters (an op-level trace's layer holds one
+    with ``pinning`` 'registered' each its bytes at a 64-byte boundary of one buffer
+    (NOTE [optimizer pinning]); one per layer's parameters (an op-level trace's layer holds one
     parameter tensor)."""
     size = registered_bytes if pinning == "registered" else pinned_block
     return sum(2 * size(w) for w in parameter_chunks(trace))
@@ -113,8 +113,8 @@ def optimizer_host_bytes(trace: Trace, pinning: str = "caching") -> int:
 def optimizer_state(trace: Trace) -> tuple[int, ...]:
     """The optimizer's state as its first step makes it, lazily, one
     tensor per moment and parameter (``exp_avg`` then ``exp_avg_sq`` of each, as
-    ``torch.optim.Adam._init_group`` does; per layer's parameter bytes, as NOTE [step
-    temporaries]), where the trace's ``resident_bytes`` hold it (they do for a trace
+    ``torch.optim.Adam._init_group`` does; per layer's parameter bytes, as
+    NOTE [step temporaries]), where the trace's ``resident_bytes`` hold it (they do for a trace
     profiled with the optimizer, NOTE [module timing], and for ``with_optimizer``)."""
     n = MOMENTS.get(trace.optimizer, 0)
     chunks = parameter_chunks(trace)

@@ -195,8 +195,8 @@ class Memory:
         return self._fetch_later(a, op, side)
 
     def _copy_ns_of(self, buf: str, size: int, way: str) -> int:
-        """A copy of ``buf`` alone on the link, timed once per trace and link (NOTE
-        [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
+        """A copy of ``buf`` alone on the link, timed once per trace and link
+        (NOTE [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
         bw, times = (self._d2h_bw, self._d2h_ns) if way == "d2h" else (self._h2d_bw,
                                                                           self._h2d_ns)
         times[buf] = transfer_ns(size, bw, self._link_ns)

@@ -1,6 +1,6 @@
 """The optimizer step the host issues after the backward pass: on the GPU (the optimizer's
-foreach kernels), or on the CPU where the plan offloads the optimizer (NOTE [optimizer
-offload] in vdnnsim/gpu/runtime/cpu_optimizer.py: the runtime it models)."""
+foreach kernels), or on the CPU where the plan offloads the optimizer
+(NOTE [optimizer offload] in vdnnsim/gpu/runtime/cpu_optimizer.py: the runtime it models)."""
 
 from __future__ import annotations
 

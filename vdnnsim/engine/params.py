@@ -36,8 +36,8 @@ class ParamGroup:
 
 
 class ParamSchedule(NamedTuple):
-    """What the host does for the plan's parameter groups, per layer index (NOTE
-    [compile])."""
+    """What the host does for the plan's parameter groups, per layer index
+    (NOTE [compile])."""
 
     layers: frozenset[str]  # layer ids whose weights live on the host
     weights: tuple[tuple[tuple[str, int], ...], ...]  # per group, (layer id, bytes)

@@ -1,8 +1,8 @@
 """The Plan a policy hands the engine, and the liveness facts every policy reads.
 
 NOTE [buffer lifetimes]
-Layer-wise memory management (vDNN's) works on buffers (alias roots, see NOTE [trace
-semantics]):
+Layer-wise memory management (vDNN's) works on buffers (alias roots, see
+NOTE [trace semantics]):
 
 * a buffer is allocated when the layer that writes it runs forward;
 * a buffer that no backward pass keeps (``saved``) is released after its last forward

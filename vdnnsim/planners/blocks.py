@@ -63,8 +63,8 @@ def plan_blocks(trace: Trace, gpu: GPU, budget: Any,
                 optimizer_offload: bool | None = False, allocator: Any = None,
                 pinning: str = "caching") -> BlockPlan:
     """The fewest offloaded blocks that fit ``budget`` (bytes, or a
-    capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks (NOTE
-    [block recompute]) if that is faster, or a mix of the first blocks offloaded and some
+    capacity like '22 GiB'), or, on a timed trace, the fewest checkpointed blocks
+    (NOTE [block recompute]) if that is faster, or a mix of the first blocks offloaded and some
     after them checkpointed if that is the fastest. ``optimizer_offload``: with the optimizer on
     the CPU, or not; None: both ways, and the plan that fits
     wins, the faster where both do (a memory-only trace keeps the optimizer on the GPU

@@ -119,8 +119,8 @@ def param_groups(trace: Trace, params: int) -> tuple[ParamGroup, ...]:
 
 def block_segments(trace: Trace, recompute: int,
                    start: int = 0) -> dict[str, tuple[int, int]]:
-    """Of the ``recompute`` blocks after the first ``start`` (NOTE
-    [block mix]; 0: from the first block on), those that can be
+    """Of the ``recompute`` blocks after the first ``start``
+    (NOTE [block mix]; 0: from the first block on), those that can be
     checkpointed, by path: their own ops, (first, last) layer index each (a block's region
     without what runs after the block before the next one, a residual add of the parent's,
     which torch.utils.checkpoint on the module does not run again). A block whose input is

@@ -8,10 +8,10 @@ vDNN++'s removal of it), ``prefetch`` (default true: findPrefetchLayer; false fe
 each offloaded buffer on demand, a what-if that trades stalls for memory), ``reading``
 ('measured', the default, or 'text': which layers findPrefetchLayer sees as offloaded,
 NOTE [offload marks]), ``distance`` (0, the default: findPrefetchLayer; k >= 1: a layer's
-offloads are prefetched during the backward pass of the layer k above it, NOTE
-[prefetch distance]) and ``placement`` ('best', the default: CNMeM's best fit; 'first':
-the lowest-addressed free block that holds the request; Torch7 traces only, NOTE
-[placement]).
+offloads are prefetched during the backward pass of the layer k above it,
+NOTE [prefetch distance]) and ``placement`` ('best', the default: CNMeM's best fit; 'first':
+the lowest-addressed free block that holds the request; Torch7 traces only,
+NOTE [placement]).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 NOTE [replay]
 Every caller that replays a plan (the API, the CLI, vDNN_dyn's profiling passes, the
-planners, the benchmarks) calls :func:`replay`; nothing else constructs a simulation. The
+planners, the benchmarks) calls :func:`replay`; nothing else constructs a simulation, and
+no caller sees one: it gets the run's frozen record (``Replayed``, result.py). The
 semantics (the trace's framework, and the plan's memory mode) pick the model of memory
-behind the one interface: a pool (CNMeM's or PyTorch's caching
-allocator) or page-based unified memory's pager, whose iteration is replayed twice on the
-same pages and the second reported.
+behind the one interface: a pool (CNMeM's or PyTorch's caching allocator) or page-based
+unified memory's pager, whose iteration is replayed twice on the same pages and the
+second reported.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+from typing import Any
 
 from .invariants import InvariantViolation
 from .memory_model import NO_FAULTS, Faults, Key, OutOfMemory, key_name, oom_record  # noqa: F401
@@ -32,6 +33,27 @@ _INF = 1 << 100  # 'unlimited': far past any byte count a trace can hold
 
 def aligned(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def average_bytes(times: list[int], levels: list[int], curve: Any, end_ns: int) -> float:
+    """Time-weighted mean over [0, end_ns] of the curve that steps to ``levels[k]`` at
+    ``times[k]`` (``curve``: the same as int64 arrays, or None)."""
+    if end_ns <= 0:
+        return float(levels[-1])
+    n = bisect.bisect_left(times, end_ns)  # in time order: the steps before end_ns
+    if n and curve is not None and end_ns < 2**47:
+        # exact in int64 (Python's integers of this size take several digits each):
+        # the levels in 16-bit limbs, each limb's sum of products below 2**16 * end_ns
+        t, live = curve
+        live = live[:n]
+        if int(live.max()) < 2**48:
+            import numpy as np  # (numpy is imported by then: memory.py's curve)
+            dt = np.diff(t[:n], append=end_ns)
+            total = sum(int(((live >> k) & 0xFFFF).dot(dt)) << k for k in (0, 16, 32))
+            return total / end_ns  # (exact integers until this division)
+    ends = times[1:n] + [end_ns] if n else []
+    total = sum(map(operator.mul, levels[:n], map(operator.sub, ends, times[:n])))
+    return total / end_ns  # (exact integers until this division)
 
 
 class Accounting:
@@ -132,23 +154,7 @@ class Accounting:
 
     def average_bytes(self, end_ns: int) -> float:
         """Time-weighted mean of live bytes over [0, end_ns]."""
-        if end_ns <= 0:
-            return float(self.levels[-1])
-        times = self.times  # in time order: the steps before end_ns, each to the next
-        n = bisect.bisect_left(times, end_ns)
-        if n and self.curve is not None and end_ns < 2**47:
-            # exact in int64 (Python's integers of this size take several digits each):
-            # the levels in 16-bit limbs, each limb's sum of products below 2**16 * end_ns
-            t, live = self.curve
-            live = live[:n]
-            if int(live.max()) < 2**48:
-                import numpy as np  # (numpy is imported by then: memory.py's curve)
-                dt = np.diff(t[:n], append=end_ns)
-                total = sum(int(((live >> k) & 0xFFFF).dot(dt)) << k for k in (0, 16, 32))
-                return total / end_ns  # (exact integers until this division)
-        ends = times[1:n] + [end_ns] if n else []
-        total = sum(map(operator.mul, self.levels[:n], map(operator.sub, ends, times[:n])))
-        return total / end_ns  # (exact integers until this division)
+        return average_bytes(self.times, self.levels, self.curve, end_ns)
 
     def access(self, touched, now: int) -> Faults:
         """In device memory every allocated buffer is where a

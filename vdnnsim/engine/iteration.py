@@ -243,8 +243,7 @@ class Iteration:
         """Each layer's backward pass in reverse order, a checkpointed segment's forward
         run again before its last layer's; True when it stopped (stop_at_oom)."""
         trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
-        layers, cs = trace.layers, self.compute
-        ahead = sem.host_ahead
+        layers, cs, ahead = trace.layers, self.compute, sem.host_ahead
         hb, steps = self._hb, self._layer_steps
         stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
         segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
@@ -353,7 +352,12 @@ class Iteration:
                 elif op.end > self.host_ns:
                     self.host_ns = op.end
             if fetches and plan.sync:
-                yield from self._sync_fetches(fetches, layer.id)
+                if ahead:
+                    self._next_waits = tuple(fetches)
+                elif _known(fetches):
+                    self._synced(fetches, layer.id, "prefetch")
+                else:
+                    yield from self._sync(fetches, layer.id, "prefetch")
         return False
 
     def _prefetch_layer(self, j: int, layer_id: str):
@@ -384,13 +388,3 @@ class Iteration:
                 if w is not None:
                     held = yield from w
         return held
-
-    def _sync_fetches(self, fetches: list, layer_id: str):
-        """The paper's synchronisation after a prefetching layer: the next layer waits for
-        its copies (a host that runs ahead), or the host does."""
-        if self.sem.host_ahead:
-            self._next_waits = tuple(fetches)
-        elif _known(fetches):
-            self._synced(fetches, layer_id, "prefetch")
-        else:
-            yield from self._sync(fetches, layer_id, "prefetch")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .allocator import average_bytes
 from .memory_model import MemoryModel, OutOfMemory
 
 
@@ -27,7 +28,6 @@ class Replayed:
     peak_live_bytes: int
     peak_footprint_bytes: int
     peak_breakdown: dict[str, int]
-    avg_memory_bytes: float
     offloaded_bytes: int
     prefetched_bytes: int
     peak_host_bytes: int
@@ -36,14 +36,32 @@ class Replayed:
     stall_ns: int
     host_bound_ns: int
     host_issue_ns: int
-    memory_steps: tuple[tuple[int, ...], tuple[int, ...]] | None  # (times, live bytes)
     ops: tuple[tuple, ...]  # Op's fields, in the order the ops ended
     spans: tuple[tuple[str, str, int, int, int], ...]  # key, category, bytes, t0, t1
     layer_spans: tuple[tuple[int, int], ...]  # each layer pass's (start, end) ns
+    # the curve of live bytes as the memory left it (None: stopped), read only through
+    # the properties below: most replays (a policy's or a planner's) never ask for it
+    _times: list[int] | None
+    _levels: list[int] | None
+    _curve: Any
 
     @property
     def fits(self) -> bool:
         return self.oom is None
+
+    @property
+    def memory_steps(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(times ns, live bytes) of the memory curve; None for a stopped pass."""
+        if self._times is None:
+            return None
+        return tuple(self._times), tuple(self._levels or ())
+
+    @property
+    def avg_memory_bytes(self) -> float:
+        """The time-weighted mean of live bytes over the iteration (NaN: stopped)."""
+        if self._times is None:
+            return float("nan")
+        return average_bytes(self._times, self._levels or [], self._curve, self.end_ns)
 
 
 def replayed(sim: Any) -> Replayed:
@@ -59,10 +77,8 @@ def replayed(sim: Any) -> Replayed:
     return Replayed(
         end, sim.fwd_end_ns, pool.oom, sim.stopped, sem.paged, sim.record_ops,
         pool.peak_live_bytes, pool.peak_footprint_bytes, dict(pool.peak_breakdown),
-        pool.average_bytes(end) if times is not None else float("nan"),
         sim.offloaded_bytes, sim.prefetched_bytes, sim.peak_host_bytes, pinned,
         sim.param_fetched_bytes, sim.stall_ns, sim.host_bound_ns, sim.host_issue_ns,
-        (tuple(times), tuple(pool.levels)) if times is not None else None,
         tuple(sim.ops) if sim.record_ops else (),
         tuple(pool.spans) if sim.record_ops and pool.spans else (),
-        tuple(sim.layer_spans))
+        tuple(sim.layer_spans), times, pool.levels, getattr(pool, "curve", None))

@@ -36,18 +36,35 @@ class Replayed:
     stall_ns: int
     host_bound_ns: int
     host_issue_ns: int
-    ops: tuple[tuple, ...]  # Op's fields, in the order the ops ended
-    spans: tuple[tuple[str, str, int, int, int], ...]  # key, category, bytes, t0, t1
-    layer_spans: tuple[tuple[int, int], ...]  # each layer pass's (start, end) ns
-    # the curve of live bytes as the memory left it (None: stopped), read only through
-    # the properties below: most replays (a policy's or a planner's) never ask for it
+    # what the simulation left, read only through the properties below (as tuples): most
+    # replays (a policy's or a planner's) never ask for them. The curve of live bytes
+    # (None: stopped), the ops' fields in the order they ended and the allocations'
+    # lifetimes (empty unless ops were recorded), each layer pass's (start, end) ns
     _times: list[int] | None
     _levels: list[int] | None
     _curve: Any
+    _ops: list[tuple]
+    _spans: list[tuple[str, str, int, int, int]]
+    _layer_spans: list[tuple[int, int]]
 
     @property
     def fits(self) -> bool:
         return self.oom is None
+
+    @property
+    def ops(self) -> tuple[tuple, ...]:
+        """Op's fields, in the order the ops ended (empty unless ops were recorded)."""
+        return tuple(self._ops)
+
+    @property
+    def spans(self) -> tuple[tuple[str, str, int, int, int], ...]:
+        """(key, category, bytes, t0, t1) per allocation (empty unless ops were recorded)."""
+        return tuple(self._spans)
+
+    @property
+    def layer_spans(self) -> tuple[tuple[int, int], ...]:
+        """Each layer pass's (start, end) ns on the compute stream."""
+        return tuple(self._layer_spans)
 
     @property
     def memory_steps(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -79,6 +96,6 @@ def replayed(sim: Any) -> Replayed:
         pool.peak_live_bytes, pool.peak_footprint_bytes, dict(pool.peak_breakdown),
         sim.offloaded_bytes, sim.prefetched_bytes, sim.peak_host_bytes, pinned,
         sim.param_fetched_bytes, sim.stall_ns, sim.host_bound_ns, sim.host_issue_ns,
-        tuple(sim.ops) if sim.record_ops else (),
-        tuple(pool.spans) if sim.record_ops and pool.spans else (),
-        tuple(sim.layer_spans), times, pool.levels, getattr(pool, "curve", None))
+        times, pool.levels, getattr(pool, "curve", None),
+        sim.ops if sim.record_ops else [], (pool.spans or []) if sim.record_ops else [],
+        sim.layer_spans)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine import replay
-from vdnnsim.planners.greedy import plan_blocks, search_plan
+from vdnnsim.planners.greedy import search_plan
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ import yaml
 
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.errors import ConfigError
-from vdnnsim.planners.greedy import block_plan_to_dict, block_paths, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict, block_paths
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.policies.blocks import (block_mixed_plan, block_plan, block_recompute_plan,
                                      block_segments)
 

@@ -15,7 +15,8 @@ import yaml
 
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.errors import ConfigError
-from vdnnsim.planners.greedy import BLOCK_FORMAT, plan_blocks
+from vdnnsim.planners.greedy import BLOCK_FORMAT
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.policies.blocks import block_regions
 from vdnnsim.trace import load_trace
 

@@ -30,13 +30,25 @@ def test_no_engine_file_over_400_lines():
 def test_simulation_has_slots_not_a_dict():
     """NOTE [engine speed]: every part of the simulation declares slots, so an instance
     has no __dict__ (one part without them brings the dict, and its lookups, back)."""
+    from vdnnsim.engine.sim import Simulation
+    assert Simulation.__dictoffset__ == 0 and "__dict__" not in dir(Simulation)
+    assert all("__slots__" in vars(c) for c in Simulation.__mro__[:-1])
+
+
+def test_replay_returns_a_frozen_record():
+    """A caller gets the run's record, not the simulation: nothing it can change."""
+    import dataclasses
+
+    from vdnnsim.engine import Replayed
     g = resolve_gpu("k40")
     t = build_trace("vgg16", 32, g)
     fn, fixed = get_policy("vdnn_all_p")
     sim = replay(t, g, fn(t, g, g.memory_bytes, dict(fixed)), g.memory_bytes)
-    assert not hasattr(sim, "__dict__")
-    with pytest.raises(AttributeError):
-        sim.not_an_attribute = 1
+    assert type(sim) is Replayed and sim.fits and sim.end_ns > 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sim.end_ns = 1  # type: ignore[misc]
+    with pytest.raises((AttributeError, TypeError)):
+        sim.not_an_attribute = 1  # type: ignore[attr-defined]
 
 
 def test_one_construction_site():
@@ -140,10 +152,10 @@ def test_a_pass_stopped_at_its_oom_answers_where_and_keeps_no_curve(policy):
     plan = fn(trace, gpu, 8 * 2**30, dict(fixed))
     whole = replay(trace, gpu, plan, 8 * 2**30)
     stopped = replay(trace, gpu, plan, 8 * 2**30, stop_at_oom=True)
-    assert whole.pool.oom is not None and not whole.stopped and stopped.stopped
-    assert stopped.pool.oom == whole.pool.oom
-    assert stopped.pool.times is stopped.pool.levels is stopped.pool.spans is None
-    assert whole.pool.times and whole.pool.spans
+    assert whole.oom is not None and not whole.stopped and stopped.stopped
+    assert stopped.oom == whole.oom
+    assert stopped.memory_steps is None and stopped.spans == ()
+    assert whole.memory_steps[0] and whole.spans
 
 
 @pytest.mark.parametrize("end_ns", [10**9, 37_625_658_688, 2**47 + 5])
@@ -295,3 +307,29 @@ def test_the_llama_block_runs_lose_no_block_and_fit_as_measured():
     for k in (12, 22):
         assert run_trace(t, resolve_gpu("h200"), "vdnn_blocks", {"blocks": k}, 22 << 30,
                          record=False).fits
+
+
+def test_policies_take_the_run_s_context_as_an_argument():
+    """NOTE [planning allocator]: what a policy knows of its run comes in its context
+    argument (no context variable anywhere in the policies); vdnn_blocks' budget search is
+    the planner the context hands it."""
+    import pathlib
+
+    import vdnnsim.policies
+    from vdnnsim.errors import ConfigError
+    from vdnnsim.policies import PolicyContext
+    from vdnnsim.policies.blocks import vdnn_blocks
+    root = pathlib.Path(vdnnsim.policies.__file__).parent
+    assert not [p.name for p in root.glob("*.py") if "ContextVar" in p.read_text()]
+    asked = []
+
+    def planner(trace, gpu, budget, allocator=None):
+        asked.append((budget, allocator))
+        raise ConfigError("planned")
+    g = resolve_gpu("k40")
+    t = build_trace("vgg16", 32, g)
+    with pytest.raises(ConfigError, match="needs the block planner"):
+        vdnn_blocks(t, g, None, {"budget": 10**9})
+    with pytest.raises(ConfigError, match="planned"):
+        vdnn_blocks(t, g, None, {"budget": 10**9}, PolicyContext("settings", planner))
+    assert asked == [(10**9, "settings")]

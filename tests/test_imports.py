@@ -1,8 +1,8 @@
 """The import graph of vdnnsim/ (issue 27): no cycle, and no import upward.
 
 Built from the source with ``ast``, nothing imported (no torch needed). Every import
-statement counts, those inside functions too; only the imports under an
-``if TYPE_CHECKING:`` block are left out (they never run). ``importlib.import_module`` is
+statement counts, those inside functions and under ``if TYPE_CHECKING:`` too (a type
+checker follows them: a circle there is a circle in the design). ``importlib.import_module`` is
 not seen: vdnnsim/__init__.py's lazy names (PEP 562) are the one use, and it imports down.
 Importing ``a.b.c`` runs the packages ``a.b``'s ``__init__`` first, so an edge goes to
 each such package too, unless the importing module is inside it (a package's own
@@ -12,7 +12,8 @@ The layers checked: the engine (vdnnsim/engine/) imports from the rest of vdnnsi
 the trace model, the hardware presets, units, errors, limits and the allocator settings'
 reader (allocconf, a leaf); results.py reaches
 nothing of vdnnsim/report/ or the CLI, even through other modules; nothing imports the CLI
-but ``python -m vdnnsim`` (vdnnsim/__main__.py).
+but ``python -m vdnnsim`` (vdnnsim/__main__.py); code outside vdnnsim/engine/ imports the
+engine through its package (``vdnnsim.engine``), never one of its modules.
 
 ``VDNNSIM_IMPORTS_ROOT=/path/to/a/checkout`` checks another tree (how the test was seen
 to fail on the code before issue 27's change).
@@ -42,19 +43,11 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node, in functions too, not under ``if TYPE_CHECKING:``."""
+    """Every Import/ImportFrom node, in functions and under ``if TYPE_CHECKING:`` too."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         stack.extend(ast.iter_child_nodes(node))
@@ -188,9 +181,11 @@ def test_the_graph_sees_imports_in_functions_and_packages(tmp_path):
     edges, named = graph(tmp_path)
     assert edges["vdnnsim.a"] == {"vdnnsim.sub", "vdnnsim.sub.b"}
     assert named["vdnnsim.a"] == {"vdnnsim.sub.b"}
-    assert edges["vdnnsim.sub.b"] == set()  # under TYPE_CHECKING only
+    assert edges["vdnnsim.sub.b"] == {"vdnnsim.a"}  # under TYPE_CHECKING: it counts
     assert edges["vdnnsim.sub.c"] == {"vdnnsim.sub.b", "vdnnsim.a"}  # not its own package
-    assert cycles(edges) == []
+    assert cycles(edges) == [["vdnnsim.a", "vdnnsim.sub", "vdnnsim.sub.b"]]
+    (pkg / "sub" / "b.py").write_text("x = 1\n")
+    assert cycles(graph(tmp_path)[0]) == []
     (pkg / "sub" / "b.py").write_text("x = 1\ndef g():\n    from .. import a\n")
     found = cycles(graph(tmp_path)[0])
     assert found == [["vdnnsim.a", "vdnnsim.sub", "vdnnsim.sub.b"]]
@@ -223,3 +218,61 @@ def test_nothing_imports_the_cli(built):
                  if any(t == "vdnnsim.cli" or t.startswith("vdnnsim.cli.") for t in ts)
                  and m != "vdnnsim.__main__" and not m.startswith("vdnnsim.cli"))
     assert not bad, f"{', '.join(bad)} import(s) vdnnsim.cli"
+
+
+def _engine_imports(root: Path = ROOT) -> list[str]:
+    """'module imports what' for each import, from outside vdnnsim/engine/, of one of the
+    engine's modules: ``vdnnsim.engine.x`` by name, or a module of the package that its
+    ``__all__`` does not export (``from vdnnsim.engine import sim``)."""
+    init = ast.parse((root / "vdnnsim" / "engine" / "__init__.py").read_text())
+    exported: set[str] = set()
+    for n in ast.walk(init):
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                             for t in n.targets):
+            exported |= set(ast.literal_eval(n.value))
+    out = []
+    for m, path in modules(root).items():
+        if m == "vdnnsim.engine" or m.startswith("vdnnsim.engine."):
+            continue
+        package = m if path.name == "__init__.py" else m.rpartition(".")[0]
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                names = [f"{source}.{a.name}" for a in node.names]
+                if source == "vdnnsim.engine":
+                    out += [f"{m} imports {t}" for a, t in zip(node.names, names)
+                            if a.name not in exported]
+                elif source.startswith("vdnnsim.engine."):
+                    out.append(f"{m} imports {source}")
+                elif source == "vdnnsim":
+                    out += [f"{m} imports {t}" for t in names if t.startswith("vdnnsim.engine.")]
+            else:
+                out += [f"{m} imports {a.name}" for a in node.names
+                        if a.name.startswith("vdnnsim.engine.")]
+    return sorted(set(out))
+
+
+def test_outside_code_imports_the_engine_through_its_package():
+    bad = _engine_imports()
+    assert not bad, ("imports of the engine's modules from outside vdnnsim/engine/ (import "
+                     "from vdnnsim.engine, which exports what they need):\n  "
+                     + "\n  ".join(bad))
+
+
+def test_the_package_rule_sees_a_module_import(tmp_path):
+    pkg = tmp_path / "vdnnsim"
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine" / "__init__.py").write_text('from .sim import run\n__all__ = ["run"]\n')
+    (pkg / "engine" / "sim.py").write_text("run = 1\n")
+    (pkg / "api.py").write_text("from .engine import run\n")
+    assert _engine_imports(tmp_path) == []
+    (pkg / "api.py").write_text("from .engine import run, sim\n"
+                                "def f():\n    from .engine.sim import run\n")
+    assert _engine_imports(tmp_path) == ["vdnnsim.api imports vdnnsim.engine.sim"]
+    (pkg / "api.py").write_text("import vdnnsim.engine.sim\n")
+    assert _engine_imports(tmp_path) == ["vdnnsim.api imports vdnnsim.engine.sim"]

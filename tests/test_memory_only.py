@@ -18,7 +18,7 @@ import yaml
 from vdnnsim.api import build_trace, run_trace
 from vdnnsim.cli import main
 from vdnnsim.hardware import gpu_preset
-from vdnnsim.planners.greedy import plan_blocks
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.report.table import UNTIMED_NOTE, format_rows, format_table
 from vdnnsim.trace import load_trace, save_trace
 

@@ -51,7 +51,7 @@ def _account_peak(trace, gpu, chunks, algos, chosen, segs) -> tuple[float, float
     mem = b.memory_bytes(b.assignment(algos, chosen, segs))
     plan = _plan(trace, b, algos, chosen, segs)
     sim = replay(trace, gpu, plan, None, liveness(trace), record_ops=False)
-    return max(mem.values()), sim.pool.peak_live_bytes
+    return max(mem.values()), sim.peak_live_bytes
 
 
 def _k40_vgg():
@@ -138,7 +138,7 @@ def test_the_program_is_exact_over_every_plan_in_its_space(budget_mb):
                         sim = replay(trace, gpu, plan, None, liveness(trace),
                                       record_ops=False)
                         mem = b.memory_bytes(b.assignment(algos, set(chosen), segs))
-                        assert max(mem.values()) == sim.pool.peak_live_bytes
+                        assert max(mem.values()) == sim.peak_live_bytes
                         if max(mem.values()) <= budget and (best is None or sim.end_ns < best):
                             best = sim.end_ns
     assert plans >= 50
@@ -151,7 +151,7 @@ def test_the_program_is_exact_over_every_plan_in_its_space(budget_mb):
     if sol.engine_ns is not None:
         assert sol.engine_ns >= best
         check = replay(trace, gpu, sol.plan, budget, liveness(trace), record_ops=False)
-        assert check.pool.oom is None
+        assert check.oom is None
 
 
 def test_a_budget_nothing_fits_in_gives_no_plan():
@@ -167,7 +167,7 @@ def test_on_the_k40_the_milp_is_at_least_as_fast_as_vdnn_dyn_and_auto_takes_the_
     budget = 12 * GiB
     plan, ns, report = milp_plan(trace, gpu, budget)
     check = replay(plan.trace or trace, gpu, plan, budget, record_ops=False)
-    assert check.pool.oom is None and check.end_ns == ns
+    assert check.oom is None and check.end_ns == ns
     assert any(s.engine_ns == ns for _, s in report.solutions)
     dyn = run_trace(trace, gpu, "vdnn_dyn", memory_bytes=budget, record=False)
     assert ns < dyn.iteration_time_ns

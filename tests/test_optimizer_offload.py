@@ -213,7 +213,7 @@ def test_the_block_planner_weighs_the_optimizer_on_the_cpu():
     from pathlib import Path
 
     from vdnnsim.api import resolve_gpu
-    from vdnnsim.policies.blocks import plan_blocks
+    from vdnnsim.planners.blocks import plan_blocks
     from vdnnsim.trace import load_trace
 
     root = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def test_the_block_planner_plans_with_the_registered_copies():
     from vdnnsim.engine.compile import optimizer_host_bytes
     from vdnnsim.planners.planfile import plan_from_data
     from vdnnsim.planners.greedy import block_plan_to_dict
-    from vdnnsim.policies.blocks import plan_blocks
+    from vdnnsim.planners.blocks import plan_blocks
     from vdnnsim.trace import load_trace
 
     root = Path(__file__).resolve().parents[1]

@@ -92,7 +92,8 @@ def test_the_planner_keeps_parameters_on_the_host_where_activations_alone_do_not
     gradients and what the head holds), and still with two blocks' parameters on the
     host (both in the backward pass at once); with all three's, 54U live and 56U
     reserved, nothing else moved. The plan file says so."""
-    from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+    from vdnnsim.planners.greedy import block_plan_to_dict
+    from vdnnsim.planners.blocks import plan_blocks
 
     t = blocks(3, 16 * U)
     budget = 60 * U
@@ -117,7 +118,7 @@ def test_the_planner_keeps_parameters_on_the_host_where_activations_alone_do_not
 
 
 def test_a_plan_that_fits_without_moving_anything_keeps_the_parameters():
-    from vdnnsim.planners.greedy import plan_blocks
+    from vdnnsim.planners.blocks import plan_blocks
 
     t = blocks(3, 4 * U)
     p = plan_blocks(t, CPU, 10**12, True)

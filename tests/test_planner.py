@@ -32,7 +32,7 @@ def test_vgg16_256_in_12_gib_on_the_k40_at_least_as_fast_as_vdnn_dyn(vgg256):
     t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
     sim = replay(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False)
     dyn = run_trace(trace, gpu, "vdnn_dyn", record=False)
-    assert sim.pool.oom is None and sim.pool.peak_live_bytes <= 12 * GiB
+    assert sim.oom is None and sim.peak_live_bytes <= 12 * GiB
     assert sim.end_ns <= dyn.iteration_time_ns
     assert sim.end_ns < 0.95 * dyn.iteration_time_ns  # 1.06x against 1.29x of the oracle
 
@@ -46,7 +46,7 @@ def test_a_plan_file_replays_to_the_same_prediction(vgg256, tmp_path):
     path.write_text(yaml.safe_dump(plan_to_dict(trace, gpu, 12 * GiB, plan, {})))
     r = run_trace(trace, gpu, "planned", {"file": str(path)}, record=False)
     assert r.fits and r.iteration_time_ns == sim.end_ns
-    assert r.peak_memory_bytes == sim.pool.peak_live_bytes
+    assert r.peak_memory_bytes == sim.peak_live_bytes
 
 
 def test_nothing_fits_is_no_plan():
@@ -178,7 +178,7 @@ def test_the_autotune_headroom_tells_the_slow_vgg_plan_from_the_others():
     def fits_with_headroom(model, plan):
         t = scale_workspaces(load_trace(root / f"h200_torchvision/{model}_b256.yaml"), 2)
         p = plan_from_file(str(root / f"h200_planner_12gib/{model}_b256_12GiB.{plan}.yaml"), t, gpu)
-        return replay(p.trace or t, gpu, p, 12 * GiB, record_ops=False).pool.oom \
+        return replay(p.trace or t, gpu, p, 12 * GiB, record_ops=False).oom \
             is None
 
     assert not fits_with_headroom("vgg16", "milp-noheadroom")
@@ -264,9 +264,10 @@ def test_plans_are_checked_and_written_under_the_allocator_given(tmp_path, monke
     NOTE [fragmentation caution] is the default allocator's."""
     from vdnnsim.engine import caching
     from vdnnsim.planners.planfile import plan_from_data
-    from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution, plan_blocks,
-                                 plan_to_dict, search_plan)
-    from vdnnsim.policies import blocks as blocks_mod
+    from vdnnsim.planners.blocks import plan_blocks
+    from vdnnsim.planners.greedy import (block_plan_to_dict, fragmentation_caution,
+                                         plan_to_dict, search_plan)
+    from vdnnsim.planners import blocks as blocks_mod
     from vdnnsim.planners import greedy as planner_mod
     from vdnnsim.planners import milp as milp_mod
 
@@ -306,7 +307,9 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
     100U cap this step does not fit even with everything offloaded; vdnn_dyn, planning
     under PyTorch's defaults, had chosen "offload none" for a run that then ran out of
     memory, and now says what the run shows."""
-    from vdnnsim.policies import blocks as blocks_mod, dyn as dyn_mod
+    from vdnnsim.planners import blocks as blocks_mod
+    from vdnnsim.policies import blocks as policy_mod, dyn as dyn_mod
+    from vdnnsim.policies.context import PolicyContext
 
     from .test_param_offload import CPU, U, blocks
 
@@ -323,8 +326,9 @@ def test_policies_that_replay_to_decide_replay_under_the_run_s_allocator(monkeyp
     seen.clear()
     run_trace(t, CPU, "vdnn_blocks", {"budget": 100 * U}, allocator=exp)
     assert seen and all(s is not None and s.expandable_segments for s in seen)
-    seen.clear()  # outside a run, a policy plans under the defaults
-    blocks_mod.vdnn_blocks(t, CPU, None, {"budget": 100 * U})
+    seen.clear()  # a context without settings: the policy plans under the defaults
+    policy_mod.vdnn_blocks(t, CPU, None, {"budget": 100 * U},
+                           PolicyContext(plan_blocks=blocks_mod.plan_blocks))
     assert seen and all(s is None or s.default for s in seen)
 
 

@@ -685,8 +685,9 @@ def test_the_environment_and_the_flag_must_not_disagree():
 
 def test_validate_refuses_allocator_settings_it_does_not_model(tmp_path, capsys):
     assert allocator_supported(None) and allocator_supported({})
-    assert allocator_supported({"expandable_segments": True})  # replayed (NOTE [allocator
-    assert not allocator_supported({"max_split_size_mb": 128})  # settings])
+    # replayed (NOTE [allocator settings])
+    assert allocator_supported({"expandable_segments": True})
+    assert not allocator_supported({"max_split_size_mb": 128})
 
     def edit(recs):
         recs[3]["allocator_conf"] = {"max_split_size_mb": 128}

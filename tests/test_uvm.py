@@ -10,7 +10,6 @@ from vdnnsim import run_trace
 from vdnnsim.api import build_trace, resolve_gpu
 from vdnnsim.engine import replay
 from vdnnsim.engine.memory_model import Faults
-from vdnnsim.engine.sim import Simulation
 from vdnnsim.engine.uvm import Pager, UvmParams
 from vdnnsim.errors import ConfigError
 from vdnnsim.policies import get_policy
@@ -117,7 +116,7 @@ def test_a_unified_memory_plan_runs_on_the_one_executor():
     t = three_convs()
     fn, fixed = get_policy("uvm_lru")
     sim = replay(t, GPU, fn(t, GPU, 4 * U, {**PAGES, **fixed}), 4 * U)
-    assert type(sim) is Simulation and isinstance(sim.pool, Pager) and sim.sem.paged
+    assert sim.paged
     assert sim.end_ns == run_trace(t, GPU, "uvm_lru", PAGES, memory_bytes=4 * U) \
         .iteration_time_ns
 

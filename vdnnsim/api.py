@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import re
 from dataclasses import dataclass, replace
-import os
 from pathlib import Path
 from typing import Any
 
 from . import limits
 from .costs.analytic import synthesize
-from .engine.allocator import aligned
-from .engine.caching import AllocatorSettings, allocator_settings
-from .engine import replay
-from .engine.compile import optimizer_host_bytes, optimizer_pinned_bytes
-from .engine.pinned import PINNINGS
-from .engine.optimizer_step import cpu_step_per_element
+from .engine import (PINNINGS, AllocatorSettings, aligned, allocator_settings,
+                     cpu_step_per_element, optimizer_host_bytes, optimizer_pinned_bytes, replay)
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -25,7 +21,8 @@ from .network.spec import is_network_file
 from .trace.optimizer import with_optimizer
 from .policies import get_policy, liveness
 from .policies.builtin import COMMON_OPTIONS
-from .policies.plan import planning_under
+from .planners.blocks import plan_blocks
+from .policies.context import PolicyContext
 from .results import RunResult
 from .trace import Trace, trace_from_dict
 from .yamlio import misplaced, paused_gc, read_yaml
@@ -172,10 +169,10 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
     """Simulate ``trace`` under ``policy``. ``record=False`` skips the op timeline and the
     tensor lifetimes (the summary and the memory curve stay): what sweeps need.
     ``allocator``: the caching allocator's settings, a mapping such as
-    ``{"expandable_segments": True}`` or a PYTORCH_CUDA_ALLOC_CONF string (NOTE
-    [allocator settings]). ``optimizer_offload``: the optimizer's state and step on the
-    CPU, the weight gradients copied there as the backward pass makes them (NOTE
-    [optimizer offload]); the policy plans as if the optimizer were on the GPU."""
+    ``{"expandable_segments": True}`` or a PYTORCH_CUDA_ALLOC_CONF string
+    (NOTE [allocator settings]). ``optimizer_offload``: the optimizer's state and step on the
+    CPU, the weight gradients copied there as the backward pass makes them
+    (NOTE [optimizer offload]); the policy plans as if the optimizer were on the GPU."""
     if not isinstance(trace, Trace):
         raise ConfigError(f"run_trace needs a vdnnsim.Trace, got {type(trace).__name__}")
     if not isinstance(gpu, GPU):
@@ -196,8 +193,9 @@ def run_trace(trace: Trace, gpu: GPU, policy: str, policy_options: dict[str, Any
         raise ConfigError(f"policy {policy}: unknown option(s) {', '.join(fixed_keys)}; known: "
                           f"{', '.join(sorted(COMMON_OPTIONS))}")
     settings = _allocator_for(trace, allocator)
-    with paused_gc(), planning_under(settings):  # NOTE [paused gc]
-        plan = fn(trace, gpu, capacity, {**options, **fixed})
+    ctx = PolicyContext(settings, plan_blocks)  # NOTE [planning allocator]
+    with paused_gc():  # NOTE [paused gc]
+        plan = fn(trace, gpu, capacity, {**options, **fixed}, ctx)
         if optimizer_offload:
             plan = offload_optimizer(plan, trace, gpu, optimizer_pinning)
         elif optimizer_pinning != "caching":  # a plan file's optimizer on the CPU
@@ -317,27 +315,26 @@ def run_plan(trace: Trace, gpu: GPU, plan: Any, budget_bytes: int, name: str = "
 
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
-            sim: Any, record: bool) -> RunResult:
+            sim: Replayed, record: bool) -> RunResult:
     oracle_ns = oracle_time_ns(trace, gpu)
-    pool = sim.pool
     return RunResult(
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
-        policy=policy, capacity_bytes=capacity, peak_memory_bytes=pool.peak_live_bytes,
-        peak_footprint_bytes=pool.peak_footprint_bytes,
-        avg_memory_bytes=pool.average_bytes(sim.end_ns),
+        policy=policy, capacity_bytes=capacity, peak_memory_bytes=sim.peak_live_bytes,
+        peak_footprint_bytes=sim.peak_footprint_bytes,
+        avg_memory_bytes=sim.avg_memory_bytes,
         weight_bytes=2 * aligned(trace.weight_bytes), iteration_time_ns=sim.end_ns,
         forward_time_ns=sim.fwd_end_ns, oracle_time_ns=oracle_ns,
         offloaded_bytes=sim.offloaded_bytes, prefetched_bytes=sim.prefetched_bytes,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
         host_bound_time_ns=sim.host_bound_ns,
-        peak_breakdown=dict(pool.peak_breakdown), oom=pool.oom, notes=plan.notes,
+        peak_breakdown=dict(sim.peak_breakdown), oom=sim.oom, notes=plan.notes,
         algos=algorithm_names(trace, plan.algos),
-        _ops=tuple(sim.ops) if record else (), _mem=(tuple(pool.times), tuple(pool.levels)),
-        _spans=tuple(pool.spans or ()) if record else (),
-        _layer_spans=tuple(sim.layer_spans),
+        _ops=sim.ops if record else (), _mem=sim.memory_steps,
+        _spans=sim.spans if record else (),
+        _layer_spans=sim.layer_spans,  # NOTE [layer average]
         host_capacity_bytes=gpu.host_memory_bytes, timed=trace.timed,
-        # the optimizer's pinned copies, and all it holds there
-        pinned_host_bytes=pinned_host_bytes(sim) + (
+        # NOTE [optimizer offload]: the optimizer's pinned copies, and all it holds there
+        pinned_host_bytes=sim.pinned_host_bytes + (
             optimizer_pinned_bytes(trace, plan.optimizer_pinning)
             if plan.optimizer_offload else 0),
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
@@ -350,14 +347,6 @@ def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
     names = trace.memo("algorithm names", lambda: [tuple(a.name for a in layer.algos)
                                                    for layer in trace.layers])
     return tuple(map(operator.getitem, names, algos))
-
-
-def pinned_host_bytes(sim: Any) -> int:
-    """PyTorch's pinned pool under its runtimes; the Torch7 runtime
-    pins each copy and frees it (its peak); a unified-memory run pins nothing."""
-    if sim.sem.paged:
-        return 0
-    return sim.pinned.reserved_bytes if sim.sem.caching_allocator else sim.peak_host_bytes
 
 
 def oracle_time_ns(trace: Trace, gpu: GPU) -> int:
@@ -391,8 +380,8 @@ def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str |
               *, allocator: Any = None, check_policies: bool = False) -> RunSetup:
     """The one setup of a run config's runs (vdnnsim run, plot and plan): its GPU, its
     trace, its allocator settings (``allocator``, where given, over the config's).
-    ``source``: the config's file, named with the key in any error its values cause (NOTE
-    [user errors]); ``check_policies``: refuse a bad policy name before any work."""
+    ``source``: the config's file, named with the key in any error its values cause
+    (NOTE [user errors]); ``check_policies``: refuse a bad policy name before any work."""
     name, overrides = cfg.gpu_name_and_overrides()
     with in_file(source, "gpu"):
         g = resolve_gpu(name, overrides)
@@ -405,7 +394,7 @@ def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str |
                 get_policy(p)
     if allocator is not None:  # KEY=VALUE pairs, as --allocator gives them, or a mapping
         if isinstance(allocator, (list, tuple)):
-            from .engine.allocconf import parse_pairs
+            from .engine import parse_pairs
             allocator = parse_pairs(list(allocator))
         settings = _allocator_for(trace, allocator)
     else:
@@ -537,7 +526,7 @@ def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanR
 
 
 def _cpu_step_calibrated(gpu: GPU) -> bool:
-    from .engine.optimizer_step import cpu_step_calibrated
+    from .engine import cpu_step_calibrated
     return bool(cpu_step_calibrated(gpu.host))
 
 
@@ -545,8 +534,8 @@ def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: b
                  settings: AllocatorSettings, pinning: str) -> BlockPlanReport:
     """The fewest offloaded blocks that fit, and the step without a
     cap beside it."""
-    from .planners.greedy import block_plan_to_dict, fragmentation_caution, plan_blocks
-    from .policies.blocks import weighs_cpu_optimizer
+    from .planners.blocks import weighs_cpu_optimizer
+    from .planners.greedy import block_plan_to_dict, fragmentation_caution
 
     plan = plan_blocks(trace, gpu, budget_bytes, optimizer_offload, settings, pinning)
     common = dict(trace=trace, gpu=gpu, budget_bytes=budget_bytes, allocator=settings,

@@ -11,8 +11,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engine.allocator import OutOfMemory
-from .engine.sim import Op
+from .engine import Op, OutOfMemory
 from .units import GB, ns_to_s
 
 NAN = float("nan")
@@ -40,7 +39,7 @@ class RunResult:
     prefetched_bytes: int
     peak_host_bytes: int
     stall_time_ns: int
-    host_bound_time_ns: int  # the compute stream idle, waiting for the host (NOTE [host])
+    host_bound_time_ns: int  # the compute stream idle, waiting for the host
     peak_breakdown: dict[str, int]
     oom: OutOfMemory | None
     notes: tuple[str, ...]
@@ -50,21 +49,21 @@ class RunResult:
     _spans: tuple[tuple[str, str, int, int, int], ...] = field(default=(), repr=False,
                                                                compare=False)
     # (start, end) ns of each layer pass on the compute stream, kept without the timeline
-    # too (NOTE [layer average])
+    # too
     _layer_spans: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
-    host_capacity_bytes: int | None = None  # what offloads may pin (NOTE [host memory])
-    timed: bool = True  # false: a memory-only trace's run (NOTE [memory-only traces])
-    pinned_host_bytes: int = 0  # what the host's pinned pool keeps (NOTE [pinned pool])
-    optimizer_host_bytes: int = 0  # the optimizer's on the host (NOTE [optimizer offload])
-    param_fetched_bytes: int = 0  # parameters fetched from the host (NOTE [parameter offload])
-    host_issue_time_ns: int = 0  # the host done issuing the step (NOTE [host issue]; of
+    host_capacity_bytes: int | None = None  # what offloads may pin
+    timed: bool = True  # false: a memory-only trace's run
+    pinned_host_bytes: int = 0  # what the host's pinned pool keeps
+    optimizer_host_bytes: int = 0  # the optimizer's on the host
+    param_fetched_bytes: int = 0  # parameters fetched from the host
+    host_issue_time_ns: int = 0  # the host done issuing the step (of
     # a PyTorch trace's run: a Torch7 host waits for each layer, a network-wide one is 0)
 
     @property
     def ops(self) -> tuple[Op, ...]:
         """The timeline as records, in the order they ended (``timeline`` is the table).
-        The simulation keeps plain tuples; they become Ops here, once (NOTE [engine
-        speed]: most runs are never asked for their timeline)."""
+        The simulation keeps plain tuples; they become Ops here, once (most runs are never asked
+        for their timeline)."""
         ops = self.__dict__.get("_op_records")
         if ops is None:  # (a frozen dataclass: its __dict__ takes the cache)
             ops = self.__dict__["_op_records"] = tuple(map(Op._make, self._ops))
@@ -104,8 +103,8 @@ class RunResult:
 
     @property
     def layer_avg_memory_bytes(self) -> float:
-        """NOTE [layer average]: the mean, over the iteration's layer passes (each forward
-        and backward op of the compute stream that takes time, alike however long it
+        """NOTE [layer average]
+        The mean, over the iteration's layer passes (each forward and backward op of the compute stream that takes time, alike however long it
         runs; recomputation left out), of the memory allocated at its peak while the pass
         runs. Where ``avg_memory_bytes`` weights the memory by time, this weights it by
         layer, as a runtime that logs its usage layer by layer sees it: an alternative
@@ -135,7 +134,7 @@ class RunResult:
 
     @property
     def iteration_time_s(self) -> float:
-        """NaN where the trace is memory only (NOTE [memory-only traces])."""
+        """NaN where the trace is memory only."""
         return ns_to_s(self.iteration_time_ns) if self.timed else NAN
 
     @property
@@ -147,8 +146,8 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """One flat record (the JSON and sweep-row form). A memory-only trace's run
-        (``timed`` false) has NaN for every time and for the time-weighted averages
-        (NOTE [memory-only traces]); JSON writes them null."""
+        (``timed`` false) has NaN for every time and for the time-weighted averages; JSON writes
+        them null."""
         oom = self.oom
         t = (lambda v: v) if self.timed else (lambda v: NAN)
         return {
@@ -200,7 +199,7 @@ class RunResult:
         return pd.DataFrame({"time_ns": times, "allocated_bytes": levels})
 
 
-# -- Chrome trace events (NOTE [chrome trace]) ------------------------------------------------
+# -- Chrome trace events ------------------------------------------------
 THREADS = {"host": 0, "compute": 1, "d2h": 2, "h2d": 3}
 TENSORS_TID = 4
 

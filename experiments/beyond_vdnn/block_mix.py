@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import plan_blocks
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.trace import load_trace
 
 GiB = 2**30

@@ -14,7 +14,8 @@ import sys
 import tempfile
 
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.planners.planfile import write_plan_file
 from vdnnsim.trace import load_trace
 

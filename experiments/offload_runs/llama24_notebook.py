@@ -18,7 +18,7 @@ import json
 import pandas as pd
 import matplotlib.pyplot as plt
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import plan_blocks
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.trace import load_trace
 
 root = Path("..") / "traces" / "h200_llama_22gib"

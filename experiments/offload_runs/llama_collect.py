@@ -41,7 +41,8 @@ def main() -> int:
     from vdnnsim.api import resolve_gpu
     from vdnnsim.gpu.measure.harness import measure
     from vdnnsim.gpu.profile.ops import profile_workload
-    from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+    from vdnnsim.planners.greedy import block_plan_to_dict
+    from vdnnsim.planners.blocks import plan_blocks
     from vdnnsim.trace import save_trace, trace_from_dict
 
     out = Path(sys.argv[1])

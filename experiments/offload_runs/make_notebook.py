@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.gpu.probe.aten import memory_trace
 from vdnnsim.trace.optimizer import with_optimizer
-from vdnnsim.planners.greedy import plan_blocks
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.trace import trace_from_dict
 
 gpu, GiB = resolve_gpu("h200"), 2**30

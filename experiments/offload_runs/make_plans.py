@@ -4,9 +4,11 @@ the block planner's plan for the 3.4B model under 22 GiB, every block's paramete
 every block checkpointed with the optimizer on the GPU (PyTorch's own tool, predicted out of
 memory), and the 1.1B model with every block's parameters on the host, uncapped."""
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.planners.planfile import write_plan_file
-from vdnnsim.policies.blocks import BlockPlan, block_regions
+from vdnnsim.policies.blocks import block_regions
+from vdnnsim.planners.blocks import BlockPlan
 from vdnnsim.trace import load_trace
 GiB = 2**30
 g = resolve_gpu("h200")

@@ -4,7 +4,8 @@ before anything here ran on a GPU (run from the repository root:
 `.venv/bin/python experiments/offload_runs/make_plans24.py`); prints the plan and what the
 engine predicts for it under the cap and without one."""
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.planners.planfile import write_plan_file
 from vdnnsim.trace import load_trace
 

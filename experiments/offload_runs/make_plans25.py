@@ -5,7 +5,8 @@ the repository root: `.venv/bin/python experiments/offload_runs/make_plans25.py`
 the plan and what the engine predicts for it under the cap and without one, under the
 allocator it was planned for and under the default one."""
 from vdnnsim.api import resolve_gpu, run_trace
-from vdnnsim.planners.greedy import block_plan_to_dict, plan_blocks
+from vdnnsim.planners.greedy import block_plan_to_dict
+from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.planners.planfile import write_plan_file
 from vdnnsim.trace import load_trace
 

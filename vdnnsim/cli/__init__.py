@@ -72,7 +72,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "maxbatch":
         args.gpu = args.gpu or ["k40"]
         args.policy = args.policy or ["vdnn_dyn"]
-    from ..engine.invariants import InvariantViolation
+    from ..engine import InvariantViolation
     from ..yamlio import one_line
 
     warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from")  # matplotlib fonts

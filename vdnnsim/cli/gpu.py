@@ -51,7 +51,7 @@ def _plan_allocator(plan: Any, given: dict, path: str | None) -> dict:
     """The allocator settings a measurement of ``plan`` runs
     with: ``given`` (--allocator) where given, else the plan's own; a line on stderr where
     they differ (the plan was checked under its own)."""
-    from ..engine.allocconf import ALLOWED
+    from ..engine import ALLOWED
     own = plan.allocator.conf() if plan is not None and plan.allocator is not None else {}
     if not given:
         return own
@@ -115,7 +115,7 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
 def cmd_measure(args: argparse.Namespace) -> int:
     """Real training steps on the GPU (NOTE [measurement]); with --repeat, in fresh
     processes."""
-    from ..engine.allocconf import ENV, effective, env_string, parse_pairs
+    from ..engine import ENV, effective, env_string, parse_pairs
 
     cap = memory_cap(args)  # before torch: a bad size needs no GPU to be told
     given = parse_pairs(args.allocator)

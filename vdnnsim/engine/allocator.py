@@ -8,7 +8,7 @@ then keeps going, placing the block above the capacity. The run still reports wh
 iteration *would* need (``peak_live_bytes``, ``peak_footprint_bytes``) and whether it fits
 (``oom is None``). Within capacity the pool never hands out an address past it. The
 engine records an offload that the host's memory cannot hold the same way, as the first
-failure if none came before (kind 'host', NOTE [host memory]); ``OutOfMemory.reason``
+failure if none came before (kind 'host'); ``OutOfMemory.reason``
 tells the three causes apart: 'capacity', 'fragmentation', 'host memory'.
 
 NOTE [transient]
@@ -23,63 +23,37 @@ from __future__ import annotations
 
 import bisect
 import operator
-from dataclasses import dataclass
+from typing import Any
 
 from .invariants import InvariantViolation
-from .memory_model import NO_FAULTS, Faults
+from .memory_model import NO_FAULTS, Faults, Key, OutOfMemory, key_name, oom_record  # noqa: F401
 
 ALIGN_BYTES = 512  # CNMeM rounds every allocation up to 512 bytes
 _INF = 1 << 100  # 'unlimited': far past any byte count a trace can hold
 
-# NOTE [pool keys]
-# A buffer of the trace is allocated under its tensor id (a str); everything the engine
-# allocates on its own account (weights, gradients, workspaces, ...) under a tuple
-# (kind, name), e.g. ('grad', 'conv1') or ('weights', ''). A str never equals a tuple, so
-# no name in a trace can collide with the engine's: a tensor may be called 'weights' or
-# 'workspace:conv1'. Reports show a tuple as 'kind:name' (or 'kind' when name is empty).
-Key = str | tuple[str, str]
-
-
-def key_name(key: Key) -> str:
-    if isinstance(key, str):
-        return key
-    kind, name = key
-    return f"{kind}:{name}" if name else kind
-
-
-@dataclass(frozen=True)
-class OutOfMemory:
-    tensor: str  # key_name of what could not be placed
-    layer: str
-    phase: str
-    time_ns: int
-    requested_bytes: int
-    free_bytes: int
-    largest_free_bytes: int
-    kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
-    # 'host': an offload of ``tensor`` that the host's memory cannot hold (NOTE [host memory])
-
-    @property
-    def fragmented(self) -> bool:
-        return self.free_bytes >= self.requested_bytes
-
-    @property
-    def reason(self) -> str:
-        """'host memory', 'fragmentation' (enough free bytes, no block large enough) or
-        'capacity' (too few free bytes)."""
-        if self.kind == "host":
-            return "host memory"
-        return "fragmentation" if self.fragmented else "capacity"
-
-
-def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,
-               largest: int) -> OutOfMemory:
-    return OutOfMemory(key_name(key), layer, phase, now, requested, free, largest,
-                       "buffer" if isinstance(key, str) else key[0])
-
-
 def aligned(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def average_bytes(times: list[int], levels: list[int], curve: Any, end_ns: int) -> float:
+    """Time-weighted mean over [0, end_ns] of the curve that steps to ``levels[k]`` at
+    ``times[k]`` (``curve``: the same as int64 arrays, or None)."""
+    if end_ns <= 0:
+        return float(levels[-1])
+    n = bisect.bisect_left(times, end_ns)  # in time order: the steps before end_ns
+    if n and curve is not None and end_ns < 2**47:
+        # exact in int64 (Python's integers of this size take several digits each):
+        # the levels in 16-bit limbs, each limb's sum of products below 2**16 * end_ns
+        t, live = curve
+        live = live[:n]
+        if int(live.max()) < 2**48:
+            import numpy as np  # (numpy is imported by then: memory.py's curve)
+            dt = np.diff(t[:n], append=end_ns)
+            total = sum(int(((live >> k) & 0xFFFF).dot(dt)) << k for k in (0, 16, 32))
+            return total / end_ns  # (exact integers until this division)
+    ends = times[1:n] + [end_ns] if n else []
+    total = sum(map(operator.mul, levels[:n], map(operator.sub, ends, times[:n])))
+    return total / end_ns  # (exact integers until this division)
 
 
 class Accounting:
@@ -103,7 +77,7 @@ class Accounting:
 
     @property
     def peak_breakdown(self) -> dict[str, int]:
-        """The live bytes by category at the peak (NOTE [engine speed]: each new peak
+        """The live bytes by category at the peak (each new peak
         copies the books in C; the empty categories are dropped here, once)."""
         return {k: v for k, v in self._peak_bc.items() if v}
 
@@ -139,13 +113,13 @@ class Accounting:
 
     def _given_back(self, key: Key, size: int, category: str, now: int) -> None:
         self.by_category[category] -= size
-        spans = self.spans  # the key, named when the run ends (NOTE [memory time])
+        spans = self.spans  # the key, named when the run ends
         if spans is not None:
             t0 = self._open.pop(key, None)
             if t0 is not None:
                 spans.append((key, category, size, t0, now))
         live = self.live_bytes = self.live_bytes - size
-        if live < 0:  # NOTE [invariants]
+        if live < 0:
             raise InvariantViolation(f"the pool's live bytes fell to {live}")
         times = self.times  # _level, inline
         if times[-1] == now:
@@ -155,8 +129,8 @@ class Accounting:
             self.levels.append(live)
 
     def _blip(self, key: Key, size: int, category: str, start: int, end: int) -> None:
-        """:meth:`_taken` at ``start`` then :meth:`_given_back` at ``end`` (NOTE
-        [transient]), in one frame."""
+        """:meth:`_taken` at ``start`` then :meth:`_given_back` at ``end``
+        (NOTE [transient]), in one frame."""
         bc = self.by_category
         bc[category] = bc.get(category, 0) + size
         live = self.live_bytes + size
@@ -180,31 +154,16 @@ class Accounting:
 
     def average_bytes(self, end_ns: int) -> float:
         """Time-weighted mean of live bytes over [0, end_ns]."""
-        if end_ns <= 0:
-            return float(self.levels[-1])
-        times = self.times  # in time order: the steps before end_ns, each to the next
-        n = bisect.bisect_left(times, end_ns)
-        if n and self.curve is not None and end_ns < 2**47:  # NOTE [engine speed]
-            # exact in int64 (Python's integers of this size take several digits each):
-            # the levels in 16-bit limbs, each limb's sum of products below 2**16 * end_ns
-            t, live = self.curve
-            live = live[:n]
-            if int(live.max()) < 2**48:
-                import numpy as np  # (numpy is imported by then: memory.py's curve)
-                dt = np.diff(t[:n], append=end_ns)
-                total = sum(int(((live >> k) & 0xFFFF).dot(dt)) << k for k in (0, 16, 32))
-                return total / end_ns  # (exact integers until this division)
-        ends = times[1:n] + [end_ns] if n else []
-        total = sum(map(operator.mul, self.levels[:n], map(operator.sub, ends, times[:n])))
-        return total / end_ns  # (exact integers until this division)
+        return average_bytes(self.times, self.levels, self.curve, end_ns)
 
     def access(self, touched, now: int) -> Faults:
-        """NOTE [memory interface]: in device memory every allocated buffer is where a
+        """In device memory every allocated buffer is where a
         pass needs it: an access costs nothing (the pager's does)."""
         return NO_FAULTS
 
 
-_SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a tuple)
+_SHIFT = 64  # a free block's index key: size << _SHIFT | start (one int compares faster than a
+# tuple)
 _LOW = (1 << _SHIFT) - 1
 
 
@@ -219,8 +178,8 @@ class Pool(Accounting):
         self._sizes: list[int] = [_INF]  # the last free block runs to infinity
         self._by_size: list[int] = [_INF << _SHIFT]  # size << _SHIFT | start, each free block
         self._blocks: dict[Key, tuple[int, int, str]] = {}  # key -> (start, size, category)
-        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
-        self.first_fit = False  # NOTE [placement]
+        self.live = self._blocks  # what `key in` asks
+        self.first_fit = False
 
     def __contains__(self, key: Key) -> bool:
         return key in self._blocks
@@ -234,7 +193,7 @@ class Pool(Accounting):
         return size, category
 
     def retire(self, key: Key, now: int) -> None:
-        """NOTE [deferred free]: CNMeM has no stream semantics; the block stays allocated
+        """CNMeM has no stream semantics; the block stays allocated
         until :meth:`release` (its copy has landed)."""
 
     def release(self, key: Key, now: int) -> None:
@@ -250,7 +209,7 @@ class Pool(Accounting):
             return True
         by, cap = self._by_size, self.capacity
         j, n = bisect.bisect_left(by, size << _SHIFT), len(by)
-        if self.first_fit:  # NOTE [placement]: the lowest address that holds it
+        if self.first_fit:  # the lowest address that holds it
             j = self._first_fit(size, cap, n)
         while j < n:  # the smallest free block that holds it inside the capacity
             k = by[j]
@@ -269,7 +228,7 @@ class Pool(Accounting):
             k = by[j]
             start = k & _LOW
         bsize = k >> _SHIFT
-        if start + size > cap and self.oom is None:  # NOTE [invariants]
+        if start + size > cap and self.oom is None:
             raise InvariantViolation(f"placed {size} bytes past the capacity with no "
                                      "out-of-memory recorded", layer, key_name(key))
         del by[j]

@@ -89,7 +89,7 @@ def _value(key: str, raw: Any, where: str) -> Any:
 def _known(key: str, where: str) -> None:
     if key not in ALLOWED:
         raise ConfigError(f"{where}: unknown allocator setting {key!r}; allowed: "
-                          f"{', '.join(ALLOWED)} (NOTE [measured allocator settings])")
+                          f"{', '.join(ALLOWED)}")
 
 
 def split_pairs(items: list[str] | str | None, where: str = "--allocator") -> dict[str, str]:

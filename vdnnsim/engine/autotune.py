@@ -1,38 +1,16 @@
-"""cuDNN's autotuner in the first training step (NOTE [cudnn benchmark]).
+"""cuDNN's autotuner in the first training step.
 
 NOTE [cudnn benchmark]
-``vdnnsim measure`` runs with ``torch.backends.cudnn.benchmark = True`` (NOTE
-[measurement]): the first call of each convolution configuration benchmarks cuDNN's
-algorithms, and ATen's cuDNN convolution (aten/src/ATen/native/cudnn/Conv_v8.cpp,
-``run_single_conv``) does, for that call only:
-1. ``get_plans_from_find``: a trial workspace, the largest that any candidate plan asks
-   for (``generate_and_filter_plans``: plans needing more than the caching allocator's
-   ``cacheInfo`` -- the larger of the device's free memory and the largest cached free
-   block -- are dropped; an out-of-memory halves the size and drops the plans above it),
-   allocated through the caching allocator, the plans timed in it, freed on return;
-2. ``torch.cuda.empty_cache()`` (``_cudnn_get_conv_benchmark_empty_cache()``, true unless
-   ``torch._C._cudnn_set_conv_benchmark_empty_cache(False)``): the events of deferred
-   frees are waited for and every fully free segment is given back (release_cached_blocks);
-3. the chosen plan runs with its own workspace (``run_conv_plan``), as every later call.
-A configuration is the benchmark cache's key: the operation (forward, backward data,
-backward filter), the input and weight shapes, stride, padding, dilation, groups, dtype,
-memory format and the pointers' alignment (the caching allocator's blocks are 512-byte
-aligned, so that part never differs). A conv whose configuration an earlier call in the
-step had already tuned runs straight away.
-
-So the first step leaves a cache unlike one step's from an emptied cache: each tuned
-convolution empties the cache in the middle of the step, and the segments made after it
-are cut to that moment's requests; the next steps allocate around what survived. The trial
-workspace itself leaves nothing: its segment is free when the cache is emptied (in the
-allocator's histories of twelve traces/h200_torchvision runs, ``traces/h200_reserved_heldout/set_a/snap``,
-every release in the first step gives back exactly the fully free segments, the trial's
-among them, and no trial segment is reserved at the timed peak). The replay therefore
-models step 2, the empty_cache, and not the trial's size, which the traces do not have
-(it matters to the first step's own peak only, which the measurement's reset of the peak
-statistics drops). Which convolutions go to cuDNN (ATen's ``use_cudnn_depthwise``): a
-depthwise convolution (groups equal to the input channels) runs ATen's own kernel unless
-it is fp16 with at least 32 channels (ATen then asks a heuristic per filter shape that is
-not followed here: such a conv is taken as cuDNN's); every other convolution is cuDNN's.
+``vdnnsim measure`` runs with ``torch.backends.cudnn.benchmark = True``: the first call of
+each convolution configuration (the operation, shapes, stride, padding, dilation, groups,
+dtype, memory format) benchmarks cuDNN's algorithms in a trial workspace, then empties the
+cache (``torch.cuda.empty_cache()``, ATen's Conv_v8.cpp ``run_single_conv``); later calls
+run the chosen plan. So the first step empties the cache at each tuned convolution, and the
+steps after it allocate around what survived. The replay models that first step and its
+emptying, not the trial workspace (its segment is free when the cache is emptied, and the
+traces do not have its size). A depthwise convolution runs ATen's own kernel unless it is
+fp16 with at least 32 channels; every other convolution is cuDNN's (docs/validation.md,
+"cuDNN's autotuner").
 """
 
 from __future__ import annotations
@@ -41,12 +19,12 @@ from ..trace.model import Layer, Trace
 
 HALF = ("fp16", "autocast-fp16")  # the precisions whose depthwise convs may go to cuDNN
 
-# NOTE [cudnn benchmark]: whether replays model the first step's tuning. None (the
-# default): where the trace has the backward pass's workspaces one by one (NOTE [backward
-# workspaces]), which the replayed step needs: each of a tuned conv's backward calls
+# whether replays model the first step's tuning. None (the
+# default): where the trace has the backward pass's workspaces one by one, which the replayed
+# step needs: each of a tuned conv's backward calls
 # empties the cache before allocating its own workspace, and from the emptied cache each
 # needs a segment of its own. With the cuBLAS workspaces made where the first step makes
-# them (NOTE [cublas workspaces]), traces/h200_backward_workspaces's VGG-16 and ResNet-50 at 64 replay
+# them, traces/h200_backward_workspaces's VGG-16 and ResNet-50 at 64 replay
 # their timed reserved peaks at 3.2% / 21.3% (median / max, 6 runs; 7.0% / 22.2% with one
 # step), 0.8% / 6.7% against the fresh-process medians of traces/h200_fresh_processes (4.4% /
 # 14.4%), VGG-16's baseline in the GPU's segments but for 68 MiB (10.72 GiB against 10.66;
@@ -60,12 +38,12 @@ REPLAY: bool | None = None
 
 
 def replays_tuning(trace: Trace) -> bool:
-    """NOTE [cudnn benchmark]: whether a replay of ``trace`` models the first step's
+    """Whether a replay of ``trace`` models the first step's
     tuning (``REPLAY``; by default, where the trace's convolutions have their backward
     workspaces one by one)."""
     if REPLAY is not None:
         return REPLAY
-    return trace.memo("per_call_workspaces", lambda: any(  # NOTE [trace analyses]
+    return trace.memo("per_call_workspaces", lambda: any(
         a.bwd_workspaces for layer in trace.layers for a in layer.algos))
 
 
@@ -81,9 +59,9 @@ def _cudnn(layer: Layer, dtype: str) -> bool:
 
 
 def autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:
-    """NOTE [cudnn benchmark]: per layer, whether its forward and its backward pass are the
+    """Per layer, whether its forward and its backward pass are the
     first calls of their cuDNN configuration in the step (each then empties the cache)."""
-    return trace.memo("autotuned", lambda: _autotuned(trace))  # NOTE [trace analyses]
+    return trace.memo("autotuned", lambda: _autotuned(trace))
 
 
 def _autotuned(trace: Trace) -> tuple[tuple[bool, bool], ...]:

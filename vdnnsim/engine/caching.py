@@ -1,35 +1,25 @@
 """A model of PyTorch's CUDA caching allocator (allocated vs reserved).
 
 NOTE [caching allocator]
-The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed:
-- a request is rounded up to a multiple of 512 bytes (at least 512);
-- requests of at most 1 MiB come from the small pool, whose segments are 2 MiB; larger
-  ones from the large pool, whose segments are 20 MiB for requests under 10 MiB and the
-  request rounded up to 2 MiB otherwise;
-- a request takes the smallest free block of its pool that holds it, and splits it when the
-  rest is at least 512 bytes (small pool) or more than 1 MiB (large pool); an unsplit rest
-  stays inside the allocated block and counts as allocated;
-- a freed block merges with free neighbours of its segment; segments stay reserved (cached);
-- a new segment must fit under the cap (the device, or the per-process memory fraction);
-  if it does not, every fully free segment is released and the request retried; if that
-  fails and blocks wait on events (below), the host synchronises on those events, they
-  are freed, the cache is released again and the request retried once more
-  (release_cached_blocks: synchronize_and_free_events, then empty the cache); then it is
-  out of memory.
+The rules of c10/cuda/CUDACachingAllocator.cpp that decide memory, not speed: a request is
+rounded up to a multiple of 512 bytes; up to 1 MiB it comes from the small pool (2 MiB
+segments), else from the large pool (20 MiB segments under 10 MiB, else the request rounded
+up to 2 MiB); it takes its pool's smallest free block that holds it and splits it when the
+rest is at least 512 bytes (small) or over 1 MiB (large), an unsplit rest counting as
+allocated; a freed block merges with its free neighbours, and segments stay reserved. A new
+segment must fit under the cap; if it does not, every fully free segment is released and the
+request retried; then the host synchronises on the deferred frees' events, frees them,
+releases again and retries once more (release_cached_blocks); then it is out of memory.
 
 NOTE [allocator costs]
-What the allocator's calls to the driver cost is not memory but time, and it is paid when
-the cache is released under a cap: each released segment is a cudaFree, which waits for the
-whole device (every stream drains), and each segment made again afterwards is a cudaMalloc.
-An uncapped step in its steady state makes no segment at all (the cache holds last step's),
-so the pool counts only the segments it released (``released``) and those it made after a
-release (``remade``), and their bytes; the engine charges the host ``segment_free_ns`` and
-``segment_malloc_ns`` for each plus ``segment_free_ns_per_gib`` and
-``segment_malloc_ns_per_gib`` for each GiB (NOTE [host costs]: per preset, a line through
-bench/alloc_costs.py's medians) and makes it wait for every stream before a release. On the H200 at a
-12 GiB cap, a planned cspresnet50 step retried four times and called cudaMalloc and
-cudaFree about 110 times each (traces/h200_timm_heldout/measured_planned/plan256: 559 ms where the same
-plan without the cap took 457).
+The allocator's driver calls cost time, paid when the cache is released under a cap: each
+released segment is a cudaFree, which waits for the whole device, and each segment made
+again afterwards a cudaMalloc. An uncapped step in its steady state makes no segment, so the
+pool counts only the segments it released (``released``) and those it made after a release
+(``remade``), with their bytes; the engine charges the host the preset's
+``segment_free_ns`` and ``segment_malloc_ns`` for each, plus the ``_per_gib`` terms for each
+GiB, and makes it wait for every stream before a release (docs/validation.md, "Allocator
+costs").
 
 NOTE [stream pools]
 PyTorch's allocator keeps each segment for the stream it was made on: a block freed to a
@@ -41,25 +31,21 @@ stream's (the fx runtime allocates its prefetches before it enters its side stre
 release of the cache frees the fully free segments of every stream.
 
 NOTE [deferred free]
-A block that another stream used (``record_stream``: the vDNN runtime's copies) is, when
-freed, no longer allocated (torch.cuda.memory_allocated drops at once) but not reusable:
-the allocator records an event on that stream and returns the block to its pool only when
-a later allocation on the host (process_events, at every malloc) finds the event
-complete. The engine keeps those events (NOTE [host]); ``retire`` takes such a block out
-of the allocated set and ``release`` gives it back to the free lists. A key can wait twice
-at once (an offloaded buffer whose copy's event is not yet seen, prefetched back, used and
-freed again): each of its blocks waits for its own event, released oldest first (the
-simulation counts the key as often, ``RetiredKeys``). Until session 23 the second
-retirement replaced the first, whose block the books then lost: reserved memory of vDNN
-and block runs was high by up to several GiB, and capped runs were called out of memory
-that fit. Every run ends by checking that the books balance (``unaccounted_bytes``).
+A block that another stream used (``record_stream``: the runtimes' copies) is, when freed,
+no longer allocated but not reusable: the allocator records an event on that stream and
+returns the block to its pool only when a later malloc on the host (process_events) finds
+the event complete. ``retire`` takes such a block out of the allocated set and ``release``
+gives it back to the free lists. A key can wait twice at once (offloaded, prefetched back,
+used and freed again before its first event is seen): each of its blocks waits for its own
+event, released oldest first (``RetiredKeys`` counts the key as often), and every run ends
+by checking that the books balance (``unaccounted_bytes``).
+
 An out-of-memory records the segment the allocator asked the device for (requested) and
-the room left under the cap for one (largest free), so a 1 MiB tensor that needs a new
-2 MiB segment under a 1 MiB cap is reported as the 2 MiB it could not get.
-``allocated`` is the sum of allocated blocks, ``reserved`` the sum of segments: the two
-numbers torch.cuda.max_memory_allocated / max_memory_reserved report. As in NOTE [out of
-memory], a request that fails is recorded and then placed anyway, so the run still says
-what it would need.
+the room left under the cap for one (largest free): a 1 MiB tensor that needs a new 2 MiB
+segment under a 1 MiB cap is reported as the 2 MiB it could not get. ``allocated`` is the
+sum of allocated blocks, ``reserved`` the sum of segments: what
+torch.cuda.max_memory_allocated / max_memory_reserved report. As in NOTE [out of memory],
+a request that fails is recorded and then placed anyway.
 """
 
 from __future__ import annotations
@@ -87,15 +73,12 @@ class AllocatorSettings:
     """NOTE [allocator settings]
     The settings of PyTorch's caching allocator a run replays, as PYTORCH_CUDA_ALLOC_CONF
     sets them on the real machine (``allocator:`` in run configs, ``allocator=`` of
-    ``run_trace``). Modelled: ``expandable_segments`` (NOTE [expandable segments]). The
-    other keys PyTorch reads (max_split_size_mb, roundup_power2_divisions,
-    garbage_collection_threshold, ...) change placement in ways the model does not follow:
-    asking for one is an error, not a silent default. They apply to PyTorch traces only:
-    a Torch7 trace's pool is CNMeM's, which has no such settings. A policy that replays
-    a trace to choose (vdnn_dyn's profiling passes, vdnn_blocks' ``budget``) chooses under
-    the default allocator,
-    and the chosen plan is replayed under the run's settings; the planners choose under
-    the settings they are given (NOTE [planned allocator], in planfile.py)."""
+    ``run_trace``). Modelled: ``expandable_segments``. The other keys PyTorch reads
+    (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, ...) change
+    placement in ways the model does not follow: asking for one is an error, not a silent
+    default. They apply to PyTorch traces only (a Torch7 trace's pool is CNMeM's). A policy
+    that replays to choose does so under the run's settings (NOTE [planning allocator]); the
+    planners choose under the settings they are given (NOTE [planned allocator])."""
 
     expandable_segments: bool = False
 
@@ -168,18 +151,17 @@ class CachingPool(Accounting):
         self._free: dict[int, dict[int, int]] = {}  # segment -> {offset: size} of free blocks
         self._ends: dict[int, dict[int, int]] = {}  # segment -> {end: offset} of free blocks
         # free blocks per (pool, stream): a segment serves the stream it was made for
-        # (NOTE [stream pools])
         self._index: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
         self._stream: dict[int, str] = {}  # segment -> the stream it was made for
         self._blocks: dict[Key, tuple[int, int, int, str]] = {}  # key -> seg, off, size, cat
-        self.live = self._blocks  # NOTE [memory interface]: what `key in` asks
-        # NOTE [deferred free]: each key's retired blocks, oldest first: a key can be
+        self.live = self._blocks  # what `key in` asks
+        # each key's retired blocks, oldest first: a key can be
         # retired again (a buffer prefetched back, used and freed) before its first block's
         # event completes, and each block waits for its own event
         self._retired: dict[Key, list[tuple[int, int, int, str]]] = {}
         self._next_seg = 0
         self.reserved_bytes = 0
-        self.released = 0  # NOTE [allocator costs]: segments given back (cudaFree)
+        self.released = 0  # segments given back (cudaFree)
         self.remade = 0  # and segments made after a release (cudaMalloc in a steady state)
         self.released_bytes = 0
         self.remade_bytes = 0
@@ -188,7 +170,7 @@ class CachingPool(Accounting):
         return key in self._blocks
 
     def next_iteration(self) -> None:
-        """NOTE [steady state]: the books start again for the iteration that is reported,
+        """The books start again for the iteration that is reported,
         as ``torch.cuda.reset_peak_memory_stats`` starts them after the warm-up steps: the
         peaks from what is allocated and reserved now, the curve from the live bytes at
         time 0, every live block's lifetime from time 0; the blocks and segments stay."""
@@ -231,7 +213,7 @@ class CachingPool(Accounting):
     def empty_cache(self) -> None:
         """torch.cuda.empty_cache(): the fully free segments given back, as a release under
         the cap but not counted as one (NOTE [allocator costs] counts what a step under a
-        cap pays; the autotuner's calls are the first step's, NOTE [cudnn benchmark])."""
+        cap pays; the autotuner's calls are the first step's)."""
         counts = self.released, self.released_bytes
         self._release_cached()
         self.released, self.released_bytes = counts
@@ -247,7 +229,7 @@ class CachingPool(Accounting):
             self.released_bytes += size
 
     def would_release(self, size_bytes: int, stream: str = "compute") -> bool:
-        """NOTE [allocator costs]: whether this request needs a new segment past the cap,
+        """Whether this request needs a new segment past the cap,
         so that the cache is released first."""
         if size_bytes <= 0:
             return False
@@ -261,7 +243,7 @@ class CachingPool(Accounting):
               stream: str = "compute") -> bool:
         """Place the block; ``False`` (and nothing changed but the released cache) when it
         needs a segment past the capacity and ``can_sync``: the caller synchronises on
-        the deferred frees and asks again (NOTE [caching allocator])."""
+        the deferred frees and asks again."""
         if key in self._blocks:
             raise RuntimeError(f"double allocation of {key}")
         if size_bytes <= 0:
@@ -287,7 +269,7 @@ class CachingPool(Accounting):
 
     def _room(self, need: int, key: Key, layer: str, phase: str, now: int,
               can_sync: bool, retry) -> int | None:
-        """``need`` more bytes reserved under the cap (NOTE [caching allocator]): if they do
+        """``need`` more bytes reserved under the cap: if they do
         not fit, the cache is released and ``retry()`` says what is needed then; None when
         it still does not fit and ``can_sync`` (the caller synchronises and asks again);
         else what to reserve (past the cap only with the out-of-memory recorded)."""
@@ -327,7 +309,7 @@ class CachingPool(Accounting):
 
     def transient(self, key: Key, size_bytes: int, category: str, start: int, end: int
                   ) -> bool:
-        """NOTE [transient]: as :meth:`Pool.transient`; ``False`` where it needs a new
+        """As :meth:`Pool.transient`; ``False`` where it needs a new
         segment (which stays reserved: the caller takes the full path)."""
         if size_bytes <= 0:
             return True
@@ -345,7 +327,7 @@ class CachingPool(Accounting):
         return True
 
     def retire(self, key: Key, now: int) -> None:
-        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        """No longer allocated, not yet reusable."""
         block = self._blocks.pop(key, None)
         if block is None:
             return
@@ -369,7 +351,7 @@ class CachingPool(Accounting):
         self._given_back(key, block[2], block[3], now)
 
     def unaccounted_bytes(self) -> int:
-        """NOTE [invariants]: reserved bytes that are neither a live block, a retired one,
+        """Reserved bytes that are neither a live block, a retired one,
         nor free (0 when the books balance; a block lost to them is memory never reused)."""
         held = sum(b[2] for b in self._blocks.values()) + sum(
             b[2] for blocks in self._retired.values() for b in blocks)

@@ -1,6 +1,6 @@
 """What a run needs that depends only on the trace, the plan and the semantics, worked out
 before anything runs: each layer's host steps, the buffers' free points, checkpointed
-segments, host costs and kernel counts (NOTE [compile])."""
+segments, host costs and kernel counts."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ if TYPE_CHECKING:
 
 class _Steps(NamedTuple):
     """What the host does for one layer that depends only on the trace and the semantics
-    (built once per trace, NOTE [host]): names, the buffers it allocates and reads, the
+    (built once per trace): names, the buffers it allocates and reads, the
     gradients it allocates and frees."""
 
     fwd: str  # the forward op's name
     bwd: str
     out_alloc: tuple[tuple[str, int], ...]  # (buffer, bytes) its forward allocates
-    reads: tuple[str, ...]  # the non-empty buffers its forward reads (NOTE [invariants])
+    reads: tuple[str, ...]  # the non-empty buffers its forward reads
     saved: tuple[str, ...]  # and its backward
     grads_in: tuple[tuple[tuple[str, str], int], ...]  # input gradients its backward makes
     grads_out: tuple[tuple[str, str], ...]  # output gradients freed after its backward
@@ -47,7 +47,7 @@ def _steps(trace: Trace, lv: Liveness, gkey: dict[str, str], gsize: dict[str, in
 
 def free_points(lv: Liveness, held: set[str]
                 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """NOTE [buffer lifetimes]: the buffers freed after each layer's forward pass (read by
+    """The buffers freed after each layer's forward pass (read by
     no backward pass) and after each layer's backward pass (the last that keeps them);
     ``held`` (the training loop's input batch) is never freed."""
     fwd_free: dict[int, list[str]] = {}
@@ -63,7 +63,7 @@ def free_points(lv: Liveness, held: set[str]
 
 def parameter_chunks(trace: Trace) -> tuple[int, ...]:
     """Each layer's parameter bytes, in order, where it has any: what the trace knows of
-    its parameters' sizes (NOTE [step temporaries], [steady state])."""
+    its parameters' sizes."""
     return tuple(x.weight_bytes for x in trace.layers if x.weight_bytes)
 
 
@@ -87,23 +87,23 @@ def step_temporaries(trace: Trace) -> tuple[int, ...]:
     return chunks * sets + ((rest,) if rest else ())
 
 
-# NOTE [optimizer state]: Adam's and AdamW's two moments per parameter (vdnnsim/trace/optimizer.py
+# Adam's and AdamW's two moments per parameter (vdnnsim/trace/optimizer.py
 # counts them into a trace's resident_bytes from this table, ADAM_STATE)
 MOMENTS = {"adam": 2, "adamw": 2}
 
 
 def optimizer_pinned_bytes(trace: Trace, pinning: str = "caching") -> int:
-    """NOTE [optimizer offload]: the pinned copies of an offloaded optimizer's parameters
-    and gradients, each a block of the pinned pool (NOTE [pinned pool]: a power of two), or
-    with ``pinning`` 'registered' each its bytes at a 64-byte boundary of one buffer (NOTE
-    [optimizer pinning]); one per layer's parameters (an op-level trace's layer holds one
+    """The pinned copies of an offloaded optimizer's parameters
+    and gradients, each a block of the pinned pool (a power of two), or
+    with ``pinning`` 'registered' each its bytes at a 64-byte boundary of one buffer
+    (NOTE [optimizer pinning]); one per layer's parameters (an op-level trace's layer holds one
     parameter tensor)."""
     size = registered_bytes if pinning == "registered" else pinned_block
     return sum(2 * size(w) for w in parameter_chunks(trace))
 
 
 def optimizer_host_bytes(trace: Trace, pinning: str = "caching") -> int:
-    """NOTE [optimizer offload]: what the host holds for an offloaded optimizer: the pinned
+    """What the host holds for an offloaded optimizer: the pinned
     copies, and the optimizer's state (Adam's two moments per parameter, in its dtype,
     pageable)."""
     return (optimizer_pinned_bytes(trace, pinning)
@@ -111,10 +111,10 @@ def optimizer_host_bytes(trace: Trace, pinning: str = "caching") -> int:
 
 
 def optimizer_state(trace: Trace) -> tuple[int, ...]:
-    """NOTE [steady state]: the optimizer's state as its first step makes it, lazily, one
+    """The optimizer's state as its first step makes it, lazily, one
     tensor per moment and parameter (``exp_avg`` then ``exp_avg_sq`` of each, as
-    ``torch.optim.Adam._init_group`` does; per layer's parameter bytes, as NOTE [step
-    temporaries]), where the trace's ``resident_bytes`` hold it (they do for a trace
+    ``torch.optim.Adam._init_group`` does; per layer's parameter bytes, as
+    NOTE [step temporaries]), where the trace's ``resident_bytes`` hold it (they do for a trace
     profiled with the optimizer, NOTE [module timing], and for ``with_optimizer``)."""
     n = MOMENTS.get(trace.optimizer, 0)
     chunks = parameter_chunks(trace)
@@ -131,7 +131,7 @@ LT_WORKSPACE = 1 << 20  # PyTorch's cuBLASLt workspace (CUBLASLT_WORKSPACE_SIZE'
 
 
 class CublasWorkspaces(NamedTuple):
-    """NOTE [cublas workspaces]: where a replayed first step allocates them."""
+    """Where a replayed first step allocates them."""
 
     fwd_layer: int  # the forward pass's first matmul
     bwd_layer: int  # the backward pass's first (the last layer in the forward's order)
@@ -143,32 +143,15 @@ def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
                       ) -> CublasWorkspaces | None:
     """NOTE [cublas workspaces]
     PyTorch gives a cuBLAS handle its workspace at the handle's first matmul on a stream,
-    through the caching allocator, and keeps it for the process (CublasHandlePool.cpp):
-    the forward pass's first matmul allocates the main thread's cuBLAS workspace and
-    cuBLASLt's 1 MiB one, the backward pass's first matmul the autograd thread's (its
-    own handle) cuBLAS workspace. So in the first training step they are allocated in the
-    middle of the step, in whatever free block the allocator finds then, usually in a
-    segment made for something else, which they then hold for good: under cuDNN's
-    autotuner (NOTE [cudnn benchmark]) every empty_cache of the first step keeps that
-    segment, and the next step allocates around it. In the allocator histories of the
-    eight default-allocator runs of ``traces/h200_reserved_heldout/set_a/snap`` (VGG-16,
-    ResNet-50, DenseNet-121, MobileNetV2) the only blocks of the first step that are never
-    freed are these three, 32 MiB and 1 MiB at the forward's first Linear and 32 MiB at
-    the backward's; VGG-16 (64) puts the two 32 MiB blocks into a 206 MiB segment made for
-    a convolution's workspace; the second step's first pool output no longer fits there,
-    and the chain of best fits that follows leaves conv1_2's backward workspace no free
-    1570 MiB block: one more 1570 MiB segment (10.66 GiB reserved at the timed peak; with
-    the first step's tuning replayed, NOTE [cudnn benchmark], and the trace's backward
-    workspaces one by one, the replay reserves 9.21 GiB with the workspaces allocated
-    before the step, 10.72 with them allocated here, the GPU's segments but for 68 MiB:
-    docs/validation.md). The preset's
-    ``cublas_workspace_bytes`` is their total (NOTE [resident memory]: the trace's
-    ``resident_bytes`` hold it); it is split as measured: 1 MiB for cuBLASLt, the rest
-    in two equal handles' workspaces. A replay whose first iteration is not the
-    process's first step (one iteration standing for a step in the steady state) has them
-    at its start, with the rest of ``resident_bytes``. None where the trace has no matmul,
-    the preset no cuBLAS workspaces, or ``resident`` (the trace's resident bytes less the
-    optimizer's state) does not hold them."""
+    through the caching allocator, and keeps it for the process (CublasHandlePool.cpp): the
+    forward's first matmul allocates the main thread's cuBLAS workspace and cuBLASLt's 1 MiB
+    one, the backward's first matmul the autograd thread's. In the first step they land in
+    whatever free block the allocator finds then, and hold it for good (docs/validation.md,
+    "cuBLAS workspaces"). The preset's ``cublas_workspace_bytes`` is their total (inside the
+    trace's ``resident_bytes``), split as measured: 1 MiB for cuBLASLt, the rest in two equal
+    handles' workspaces. A replay whose first iteration is not the process's first step has
+    them at its start. None where the trace has no matmul, the preset no cuBLAS workspaces,
+    or ``resident`` (the trace's resident bytes less the optimizer's state) cannot hold them."""
     if cublas_bytes <= 0 or resident < cublas_bytes:
         return None
     mm = [i for i, x in enumerate(trace.layers) if x.kind in MATMUL_KINDS]
@@ -184,24 +167,16 @@ def cublas_workspaces(trace: Trace, cublas_bytes: int, resident: int
 
 def steady_state(trace: Trace, sem: "Semantics") -> int:
     """NOTE [steady state]
-    A training step of PyTorch with a stateful optimizer (Adam, AdamW) is not its first:
-    the first step makes the optimizer's state, lazily, in whatever blocks the backward
-    pass left free (``optimizer_state``), and every later step allocates around it. A
-    measurement times steps after warm-up ones, with the peaks reset after them
-    (``torch.cuda.reset_peak_memory_stats``: the reserved peak starts from what the warm-up
-    left reserved). So such a run replays one warm-up iteration on the same caching
-    allocator (its state made at its step, its gradients freed by ``zero_grad`` after it)
-    and reports the next, whose books start as the reset starts them (``next_iteration``).
-    On traces/h200_transformers's 46 AdamW runs (calibration) the reserved error falls from 3.1% /
-    10.3% (median / max) to 0.6% / 9.2%. A run whose warm-up does not fit is reported as
-    that iteration. Runs without optimizer state (SGD) replay one iteration, as before:
-    their measured reserved peak over the timed steps and one step's from an emptied cache
-    agree (baselines of traces/h200_torchvision within 2%), and the engine's second iteration of a
-    vDNN run reserves 15-38% more than its first, which the measurements do not show (an
-    unexplained difference, not modelled); the number of warm-up iterations, 1 or 0.
-    Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]: by default for a trace
-    with its backward workspaces one by one), a trace with tuned convolutions replays its
-    first step too, the tuning in it."""
+    A training step with a stateful optimizer (Adam, AdamW) is not its first: the first step
+    makes the optimizer's state lazily, in whatever blocks the backward pass left free
+    (``optimizer_state``), and later steps allocate around it. A measurement times steps
+    after warm-up ones, with the peaks reset after them. So such a run replays one warm-up
+    iteration on the same caching allocator and reports the next, whose books start as the
+    reset starts them (``next_iteration``); a run whose warm-up does not fit is reported as
+    that iteration. Where cuDNN's autotuner is replayed (NOTE [cudnn benchmark]), a trace
+    with tuned convolutions replays its first step too. Other runs (SGD) replay one
+    iteration (docs/validation.md, "Steady state"). The number of warm-up iterations, 1 or
+    0."""
     if not sem.caching_allocator or sem.paged:
         return 0
     tuned = autotune.replays_tuning(trace) and any(f or b for f, b in autotuned(trace))
@@ -220,7 +195,7 @@ def keepers(trace: Trace, lv: Liveness) -> dict[str, list[int]]:
 def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: set[str]
                        ) -> tuple[frozenset[str], frozenset[str]]:
     """NOTE [recompute]: (the buffers a checkpointed segment drops, its inputs)."""
-    keep = trace.memo("keepers", lambda: keepers(trace, lv))  # NOTE [trace analyses]
+    keep = trace.memo("keepers", lambda: keepers(trace, lv))
     dropped = frozenset(
         b for b, p in lv.producer.items()
         if first <= p <= last and b in keep and b not in held and b not in lv.outputs
@@ -279,26 +254,26 @@ class Program(NamedTuple):
     (``Plan.check``): a plan that names a layer, buffer or algorithm the trace does not
     have, or whose prefetches and segments point outside it, does not compile."""
 
-    steps: tuple[_Steps, ...]  # per layer (NOTE [host])
+    steps: tuple[_Steps, ...]  # per layer
     gkey: dict[str, str]  # buffer -> the key of its gradient (the semantics' grad_keys)
     gsize: dict[str, int]
     gneeds: dict[str, bool]
-    host_fwd_ns: tuple[int, ...]  # per layer, the host's issue cost (NOTE [host costs])
+    host_fwd_ns: tuple[int, ...]  # per layer, the host's issue cost
     host_bwd_ns: tuple[int, ...]
     host_offload_ns: int  # the runtime's per offload and per fetch
     host_fetch_ns: int
-    launch_queue: float  # NOTE [launch queue]; 0: no limit (Torch7's host waits per layer)
-    kernels_fwd: tuple[float, ...]  # commands per layer (NOTE [kernel counts])
+    launch_queue: float  # 0: no limit (Torch7's host waits per layer)
+    kernels_fwd: tuple[float, ...]  # commands per layer
     kernels_bwd: tuple[float, ...]
     held: frozenset[str]  # the training loop's input batch: never freed
     fwd_free: dict[int, list[str]]  # layer -> buffers freed after its forward (layer-wise)
     bwd_free: dict[int, list[str]]  # and after its backward
-    segments: dict[int, tuple[int, frozenset[str]]]  # NOTE [recompute]
-    step_temps: tuple[int, ...]  # the optimizer step's temporaries (NOTE [step temporaries])
-    state: tuple[int, ...]  # its state, made at the first step (NOTE [steady state])
+    segments: dict[int, tuple[int, frozenset[str]]]
+    step_temps: tuple[int, ...]  # the optimizer step's temporaries
+    state: tuple[int, ...]  # its state, made at the first step
     autotune: tuple[tuple[bool, bool], ...]  # per layer: its forward's and backward's
-    # cuDNN configuration first called there (NOTE [cudnn benchmark])
-    params: "ParamSchedule | None" = None  # NOTE [parameter offload]
+    # cuDNN configuration first called there
+    params: "ParamSchedule | None" = None
 
 
 def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
@@ -306,20 +281,20 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
     """NOTE [compile]: ``plan`` on ``trace`` under ``sem``, with ``host`` the preset's host
     costs; raises :class:`PlanError` for a plan that does not fit its trace."""
     check_plan(trace, lv, plan)
-    runtime = plan.runtime and sem.host_ahead  # NOTE [host costs]
+    runtime = plan.runtime and sem.host_ahead
     base = _trace_part(trace, lv, sem, host, runtime)
     fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below
     segments: dict[int, tuple[int, frozenset[str]]] = {}
     if plan.memory == "network_wide":
         fwd_free, bwd_free = {}, {}
-    elif plan.recompute:  # NOTE [recompute]: its frees move, in copies of the lists
+    elif plan.recompute:  # its frees move, in copies of the lists
         fwd_free = {k: list(v) for k, v in fwd_free.items()}
         bwd_free = {k: list(v) for k, v in bwd_free.items()}
         segments = recompute_sets(trace, lv, plan.recompute, set(base.held), fwd_free,
                                   bwd_free)
-    if plan.optimizer_offload:  # NOTE [optimizer offload]: no state or step on the GPU
+    if plan.optimizer_offload:  # no state or step on the GPU
         base = base._replace(step_temps=(), state=())
-    if plan.params:  # NOTE [parameter offload]
+    if plan.params:
         base = base._replace(params=param_schedule(trace, plan.params))
     return base._replace(fwd_free=fwd_free, bwd_free=bwd_free, segments=segments)
 

@@ -1,23 +1,16 @@
-"""PyTorch's caching allocator with ``expandable_segments:True`` (NOTE [expandable segments]).
+"""PyTorch's caching allocator with ``expandable_segments:True``.
 
 NOTE [expandable segments]
-With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` the allocator keeps one segment
-per pool (small, large) and stream, a range of virtual addresses as large as the device,
-of which it maps physical pages as it needs them: pages of 2 MiB in the small pool and
-20 MiB in the large (c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]).
-Blocks are placed by the same best fit and split by the same rules as in fixed segments
-(NOTE [caching allocator]). When no free block holds a request, the allocator maps pages
-at the lowest address where the free block before that address and the unmapped range
-after it together hold the request (normally the end of the segment, whose last free block
-then grows), as many pages as the part not yet free needs, rounded up to whole pages.
-Reserved memory is the mapped pages. Under the cap, releasing the cache unmaps every whole
-page inside a free block (the rest of the block stays free, mapped), so the segment gets
-unmapped holes that later mappings fill first, at the lowest address; a hole at the end
-shortens the segment. A request that still does not fit synchronises and retries, or is
-out of memory, as with fixed segments. What this changes against fixed segments: a freed
-tensor's space is free for any later size (no segment of its own to be stranded in), so
-reserved memory follows the allocated peak within the pages' rounding and whatever best fit
-strands inside the one segment.
+With ``expandable_segments:True`` the allocator keeps one segment per pool (small, large)
+and stream: a range of virtual addresses as large as the device, whose physical pages (2 MiB
+in the small pool, 20 MiB in the large) it maps as it needs them (CUDACachingAllocator.cpp,
+Note [Expandable Segments]). Blocks are placed and split as in fixed segments. When no free
+block holds a request, it maps pages at the lowest address where the free block before and
+the unmapped range after together hold it (normally the segment's end), as many whole pages
+as the part not yet free needs; reserved memory is the mapped pages. Releasing the cache
+unmaps every whole page inside a free block, and later mappings fill those holes first, at
+the lowest address. A request that still does not fit synchronises and retries, or is out
+of memory, as with fixed segments.
 """
 
 from __future__ import annotations
@@ -119,7 +112,7 @@ class ExpandablePool(CachingPool):
         return self.reserved_bytes + need > self.capacity
 
     def _release_cached(self) -> None:
-        """Unmap every whole page inside a free block (NOTE [expandable segments])."""
+        """Unmap every whole page inside a free block."""
         for seg, (pool, mapped) in list(self._segments.items()):
             page, holes = self._page(pool), self._holes[seg]
             for off, size in sorted(self._free[seg].items()):

@@ -1,25 +1,20 @@
-"""The host: its clock, what it spends issuing work, and where it waits (NOTE [host],
-NOTE [launch queue]).
+"""The host: its clock, what it spends issuing work, and where it waits.
 
 NOTE [host]
 One process is the host: it walks the iteration in program order (each layer's forward,
-then each layer's backward, then the optimizer step), pays each op's host cost (the
-trace's per-layer host times, NOTE [host timing]; the vDNN runtime's own, NOTE [host
-costs]), makes every memory decision (allocate, free, ``record_stream``) at its own time,
-and puts each GPU op on its stream. The host's clock runs ahead of simpy's: it advances
-simpy's clock only when it must see the GPU (a synchronisation, or an allocation that
-asks whether a deferred free's event has completed, NOTE [deferred free]), so a host that
-never waits costs no events. Under a memory cap the caching allocator synchronises the
-host on its pending events before giving up (NOTE [caching allocator]); the GPU then
-idles while the host catches up, as it does on the real machine. The optimizer step is
-issued in STEP_PIECES parts, host then GPU in turn, so a host-bound step's GPU work runs
-while the host still issues it (one op after the whole host cost made a host-bound step
-pay both: +11% on ViT-B/16 in bf16 at batch 32, docs/validation.md).
+then each backward, then the optimizer step), pays each op's host cost (the trace's
+per-layer host times, NOTE [host timing]; the vDNN runtime's own), makes every memory
+decision (allocate, free, ``record_stream``) at its own time, and puts each GPU op on its
+stream. Its clock runs ahead of simpy's and advances simpy's only when it must see the GPU
+(a synchronisation, or an allocation that asks whether a deferred free's event has
+completed), so a host that never waits costs no events. The optimizer step is issued in
+STEP_PIECES parts, host then GPU in turn, so that a host-bound step's GPU work runs while
+the host still issues the rest (docs/validation.md, "The host").
 
 NOTE [launch queue]
 A stream's launch queue holds a bounded number of commands (about a thousand kernels,
 memsets and copies on the H200, whatever the kernel; event records and stream waits take
-no slot; NOTE [kernel counts]): a host that runs that far ahead of the GPU blocks in its
+no slot): a host that runs that far ahead of the GPU blocks in its
 next launch until the oldest queued command starts. Under PyTorch
 semantics the host counts the commands of each compute op it has issued that has not
 started (the trace's per-layer counts, else the preset's mean) and, when the next layer's
@@ -51,7 +46,7 @@ class Host:
 
     def _spend(self, ns: int, layer: str, what: str) -> None:
         if ns:
-            if self._host_track:  # (no host track under unified memory, NOTE [uvm])
+            if self._host_track:  # (no host track under unified memory)
                 self.ops.append(("host", "issue", layer, what, self.host_ns,
                                              self.host_ns + ns, 0))
             self.host_ns += ns
@@ -103,7 +98,7 @@ class Host:
                                              0))
 
     def _throttle(self, op: _Op, k: float, layer: str):
-        """NOTE [launch queue]: before the host launches ``op`` (``k`` commands), it waits
+        """Before the host launches ``op`` (``k`` commands), it waits
         until the queue has room for them."""
         q = self._queued
         while q:

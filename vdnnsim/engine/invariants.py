@@ -1,20 +1,16 @@
 """Checks that every simulation keeps its own books, on every run.
 
 NOTE [invariants]
-The engine checks, as it runs, what any correct replay must hold; a failure is a bug in
-vdnnsim, never the user's, and is raised as :class:`InvariantViolation` naming the layer
-and the tensor:
-- memory: the pool's live bytes never go below zero, and nothing is placed past the
-  capacity unless an out-of-memory has been recorded (allocator.py, caching.py);
-- data: a layer's forward pass finds its input buffers on the GPU, and its backward pass
-  finds every buffer it saved on the GPU, none still on the host or in flight;
-- streams: each stream (compute, each copy engine) runs one op at a time, in order, and
-  time never runs backwards;
-- transfers: no more bytes come back than went out, every host copy is released by the
-  end, and with the paper's sync and prefetch every offloaded byte comes back;
-- the end: layer-wise management leaves only what lives all run (weights, their
-  gradients, resident memory, the inputs a PyTorch training loop holds).
-The checks cost a few percent of a run (bench/bench_engine.py reports it).
+The engine checks as it runs what any correct replay must hold; a failure is a bug in
+vdnnsim, never the user's, raised as :class:`InvariantViolation` naming the layer and the
+tensor: memory (live bytes never below zero; nothing placed past the capacity unless an
+out-of-memory was recorded), data (a forward pass finds its inputs on the GPU, a backward
+pass every buffer it saved, none on the host or in flight), streams (one op at a time on
+each, in order, time never running backwards), transfers (no more bytes back than went
+out, every host copy released by the end, every offloaded byte back under the paper's
+sync) and the end (layer-wise management leaves only what lives all run: weights, their
+gradients, resident memory, the inputs a PyTorch training loop holds). The checks cost a
+few percent of a run (bench/bench_engine.py).
 """
 
 from __future__ import annotations

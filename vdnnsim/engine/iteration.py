@@ -1,5 +1,5 @@
 """The training iteration the host walks: the forward pass, the backward pass (with
-checkpointed segments run again, NOTE [recompute]) and the optimizer step
+checkpointed segments run again) and the optimizer step
 (optimizer_step.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from .plan import grad_buffers
 
 
 def _known(ops) -> bool:
-    """Whether every op's end is known (NOTE [engine speed]: a loop, not all() over a
+    """Whether every op's end is known (a loop, not all() over a
     generator, which costs a generator each time and, stopped early, its closing)."""
     for op in ops:
         if op.end is None:
@@ -24,7 +24,7 @@ class Iteration:
 
     def _network_wide(self):
         trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
-        if not self.first:  # NOTE [steady state]: everything it holds, it holds still
+        if not self.first:  # everything it holds, it holds still
             yield from self._network_wide_passes()
             return
         self._persistent()
@@ -52,15 +52,15 @@ class Iteration:
             self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd",
                                layer.algos[plan.algos[i]].bwd_ns))
         yield from self._step()
-        self.host_issue_ns = self.host_ns  # NOTE [host issue]
+        self.host_issue_ns = self.host_ns
 
     def _layer_wise(self):
         lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
-        if sem.paged:  # NOTE [uvm]: the weights are pages the passes touch, the batch
+        if sem.paged:  # the weights are pages the passes touch, the batch
             self._paged_start()  # is written on the host
             yield from self._iteration(prog.fwd_free, prog.bwd_free)
             return
-        if not self.first:  # NOTE [steady state]: zero_grad(set_to_none=True) frees the
+        if not self.first:  # zero_grad(set_to_none=True) frees the
             for layer in self.trace.layers:  # last step's gradients; the rest is kept
                 pool.free(("wgrad", layer.id), 0)
             yield from self._iteration(prog.fwd_free, prog.bwd_free)
@@ -72,7 +72,7 @@ class Iteration:
         yield from self._iteration(prog.fwd_free, prog.bwd_free)
 
     def _recompute(self, first: int, last: int, dropped: frozenset[str]):
-        """NOTE [recompute]: before the backward pass of a checkpointed segment's last
+        """Before the backward pass of a checkpointed segment's last
         layer, its forward runs again: the buffers it dropped come back under their own
         keys (its backward frees them as usual); the others it makes are transient,
         freed after their last reader in the segment."""
@@ -120,7 +120,7 @@ class Iteration:
         if (yield from self._forward(fwd_free)) or (yield from self._backward(bwd_free)):
             return  # stopped at an out-of-memory (stop_at_oom)
         yield from self._step()
-        self.host_issue_ns = self.host_ns  # NOTE [host issue]: before the synchronisation
+        self.host_issue_ns = self.host_ns  # before the synchronisation
         # the iteration ends with a synchronisation: every deferred free completes
         yield from self._wait_ops([op for op, _ in self._pending] + [self.compute.last], "",
                                   "")
@@ -138,15 +138,15 @@ class Iteration:
         hf, steps = self._hf, self._layer_steps
         stop, take, stamps, edges = self.stop_at_oom, self._take, self._stamp_ops, \
             self._stamp_edges
-        tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
-        cublas = self._cublas  # NOTE [cublas workspaces]: None, or made in this pass
+        tuned = self.program.autotune if self.autotune else None
+        cublas = self._cublas  # None, or made in this pass
         first_mm = cublas.fwd_layer if cublas is not None else -1
-        # NOTE [engine speed]: what _take and _workspace would do, without their calls,
+        # what _take and _workspace would do, without their calls,
         # where no deferred free is pending (then no event can change the answer)
         pending, direct = self._pending, not self._seg_costs
         alloc, transient, free = pool.alloc, pool.transient, pool.free
         checks, on_gpu = self.checks, self._check_on_gpu
-        params = self.program.params  # NOTE [parameter offload]
+        params = self.program.params
         for i, layer in enumerate(layers):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -170,11 +170,11 @@ class Iteration:
                     alloc(t, size, "activations", s0, lid, "forward")
                 elif not take(t, size, "activations", s0, lid, "forward"):
                     yield from self._alloc(t, size, "activations", s0, lid, "forward")
-            if i == first_mm:  # NOTE [cublas workspaces]: the main thread's handle's
+            if i == first_mm:  # the main thread's handle's
                 yield from self._cublas_alloc(cublas.fwd, "forward", s0, lid, "forward")
             if tuned and tuned[i][0]:
                 yield from self._empty_cache(lid)
-            held = False  # its workspace allocated for real (NOTE [transient])
+            held = False  # its workspace allocated for real
             ws = algo.fwd_workspace_bytes
             if ws and (pending or not transient(("workspace", lid), ws, "workspace", s0,
                                                  self._stamp(op, 1))):
@@ -184,7 +184,7 @@ class Iteration:
             before = cs.last
             if self._queue:
                 yield from self._throttle(op, self._kf[i], lid)
-            if sem.paged:  # NOTE [uvm]: its page faults first
+            if sem.paged:  # its page faults first
                 self._paged(op, self._touched_fwd(i))
             else:
                 self._push(cs, op)
@@ -243,19 +243,18 @@ class Iteration:
         """Each layer's backward pass in reverse order, a checkpointed segment's forward
         run again before its last layer's; True when it stopped (stop_at_oom)."""
         trace, plan, lv, pool, sem = self.trace, self.plan, self.lv, self.pool, self.sem
-        layers, cs = trace.layers, self.compute
-        ahead = sem.host_ahead
+        layers, cs, ahead = trace.layers, self.compute, sem.host_ahead
         hb, steps = self._hb, self._layer_steps
         stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
         segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
-        tuned = self.program.autotune if self.autotune else None  # NOTE [cudnn benchmark]
-        cublas = self._cublas  # NOTE [cublas workspaces]
+        tuned = self.program.autotune if self.autotune else None
+        cublas = self._cublas
         first_mm = cublas.bwd_layer if cublas is not None else -1
-        pending, direct = self._pending, not self._seg_costs  # NOTE [engine speed]
+        pending, direct = self._pending, not self._seg_costs
         alloc, transient, free, live = pool.alloc, pool.transient, pool.free, pool.live
         checks, on_gpu, in_flight = self.checks, self._check_on_gpu, self._in_flight
         grad_copies = plan.optimizer_offload
-        params = self.program.params  # NOTE [parameter offload]
+        params = self.program.params
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
                 self.stopped = True
@@ -263,7 +262,7 @@ class Iteration:
             if params is not None:
                 yield from self._params_before(params.bwd_issue, params.last, i,
                                                "backward")
-            if segments and i in segments:  # NOTE [recompute]
+            if segments and i in segments:
                 first, dropped = segments[i]
                 yield from self._recompute(first, i, dropped)
             layer = layers[i]
@@ -282,21 +281,13 @@ class Iteration:
                 elif b in self._in_flight:
                     need.append(self._in_flight[b])
             j = plan.prefetch[i]
-            fetches = []
-            if j >= 0:
-                for b in plan.offload[j]:
-                    if b in self._on_host:
-                        w = self._prefetch(b, layer.id)
-                        if w is not None:
-                            yield from w
-                        if b in self._in_flight:
-                            fetches.append(self._in_flight[b])
+            fetches = (yield from self._prefetch_layer(j, layer.id)) if j >= 0 else []
             h = hb[i] + self._h_fetch * (len(need) + len(fetches))
             if h:
                 self._spend(h, layer.id, st.bwd)
             # the fetches of its own inputs still in flight (not `pending`: that name holds
             # the deferred frees, which decide below whether to allocate inline)
-            late = ()  # (NOTE [engine speed]: no list, nor a comprehension's frame, where
+            late = ()  # (no list, nor a comprehension's frame, where
             for f in need:  # every fetch has landed)
                 if f.end is None or f.end > self.host_ns:
                     late = [f for f in need if f.end is None or f.end > self.host_ns]
@@ -316,13 +307,13 @@ class Iteration:
                     alloc(g, size, "gradients", s0, layer.id, "backward")
                 elif not take(g, size, "gradients", s0, layer.id, "backward"):
                     yield from self._alloc(g, size, "gradients", s0, layer.id, "backward")
-            if i == first_mm:  # NOTE [cublas workspaces]: the autograd thread's handle's
+            if i == first_mm:  # the autograd thread's handle's
                 yield from self._cublas_alloc(cublas.bwd, "backward", s0, layer.id,
                                               "backward")
             if sem.per_layer_weights and ("wgrad", layer.id) not in live:
                 yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
                                        s0, layer.id, "backward")
-            held = False  # its workspace allocated for real (NOTE [transient])
+            held = False  # its workspace allocated for real
             tune = tuned is not None and tuned[i][1]
             if not (algo.bwd_workspaces or tune):  # one workspace (most layers)
                 ws = algo.bwd_workspace_bytes
@@ -330,21 +321,12 @@ class Iteration:
                                                      s0, self._stamp(op, 1))):
                     held = yield from self._workspace_wait(ws, s0, op, layer.id, "backward")
             else:
-                for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
-                    if held:  # NOTE [backward workspaces]: the last call's, freed before
-                        pool.free(("workspace", layer.id), s0)
-                        held = False
-                    if tune:  # each cuDNN call of a tuned conv empties the cache first
-                        yield from self._empty_cache(layer.id)
-                    if ws:
-                        w = self._workspace(ws, s0, op, layer.id, "backward")
-                        if w is not None:
-                            held = yield from w
+                held = yield from self._bwd_workspaces(algo, tune, s0, op, layer.id)
             if checks:
                 on_gpu(st.saved, layer.id, "backward", op.waits)
             if self._queue:
                 yield from self._throttle(op, self._kb[i], layer.id)
-            if sem.paged:  # NOTE [uvm]: its page faults first
+            if sem.paged:  # its page faults first
                 self._paged(op, self._touched_bwd(i))
             else:
                 self._push(cs, op)
@@ -357,9 +339,9 @@ class Iteration:
                 free(("workspace", layer.id), s1)
             for g in st.grads_out:
                 free(g, s1)
-            if grad_copies and layer.weight_bytes:  # NOTE [optimizer offload]
+            if grad_copies and layer.weight_bytes:
                 self._grad_copy(layer.id, layer.weight_bytes, op, s1)
-            if params is not None and i in params.bwd_free:  # NOTE [parameter offload]
+            if params is not None and i in params.bwd_free:
                 free(("weights", layer.id), s1)
             for b in bwd_free.get(i, ()):
                 self._free_after(b, s1)
@@ -377,3 +359,32 @@ class Iteration:
                 else:
                     yield from self._sync(fetches, layer.id, "prefetch")
         return False
+
+    def _prefetch_layer(self, j: int, layer_id: str):
+        """Issue the prefetches of layer ``j``'s offloaded buffers from layer ``layer_id``'s
+        backward pass; the copies still in flight."""
+        fetches = []
+        for b in self.plan.offload[j]:
+            if b in self._on_host:
+                w = self._prefetch(b, layer_id)
+                if w is not None:
+                    yield from w
+                if b in self._in_flight:
+                    fetches.append(self._in_flight[b])
+        return fetches
+
+    def _bwd_workspaces(self, algo, tune: bool, s0: int, op, layer_id: str):
+        """A backward pass of several cuDNN calls (or a tuned conv's): each call's
+        workspace in turn; True where the last one is held for real."""
+        held = False
+        for ws in algo.bwd_workspaces or (algo.bwd_workspace_bytes,):
+            if held:  # the last call's, freed before
+                self.pool.free(("workspace", layer_id), s0)
+                held = False
+            if tune:  # each cuDNN call of a tuned conv empties the cache first
+                yield from self._empty_cache(layer_id)
+            if ws:
+                w = self._workspace(ws, s0, op, layer_id, "backward")
+                if w is not None:
+                    held = yield from w
+        return held

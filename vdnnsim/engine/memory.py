@@ -1,5 +1,5 @@
 """The host's memory decisions: allocations, frees deferred to a copy's event, offloads,
-prefetches and workspaces, and the memory curve on the GPU's clock (NOTE [memory time]).
+prefetches and workspaces, and the memory curve on the GPU's clock.
 
 NOTE [memory time]
 The allocator sees the host's order, and its peaks are the ones PyTorch reports. The
@@ -24,7 +24,7 @@ from ..units import GiB, transfer_ns
 from .streams import _At, _Op, new_op
 
 class RetiredKeys(dict):
-    """NOTE [deferred free]: the keys whose blocks wait for an event, each as often as it
+    """The keys whose blocks wait for an event, each as often as it
     waits (a multiset: a buffer prefetched back, used and freed again can be retired a
     second time before its first block's event completes; a set counted it once, and the
     first release then freed the second block while the first was never given back)."""
@@ -50,7 +50,7 @@ class Memory:
 
     def _process_events(self):
         """PyTorch's process_events at a malloc: release the deferred frees whose events
-        the host sees complete, in order (NOTE [deferred free])."""
+        the host sees complete, in order."""
         pending, pool = self._pending, self.pool
         while pending:
             op, key = pending[0]
@@ -66,11 +66,11 @@ class Memory:
     def _alloc(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
                stream: str | None = None):
         pool = self.pool
-        kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+        kw = {"stream": stream} if stream else {}
         if self._pending:
             yield from self._process_events()
         costs = self._seg_costs and pool.would_release(size, **kw)
-        if costs:  # NOTE [allocator costs]: cudaFree waits for the whole device
+        if costs:  # cudaFree waits for the whole device
             yield from self._drain(layer)
         before = self._seg_count() if self._seg_costs else None
         if not pool.alloc(key, size, category, stamp, layer, phase,
@@ -86,12 +86,12 @@ class Memory:
     def _take(self, key, size: int, category: str, stamp: int, layer: str, phase: str,
               stream: str | None = None) -> bool:
         """Allocate at once when no deferred free is pending (then no event can change the
-        answer) and no release of the cache is due (NOTE [allocator costs]); ``False``: the
+        answer) and no release of the cache is due; ``False``: the
         caller runs :meth:`_alloc`, which may wait."""
         if self._pending:
             return False
         if self._seg_costs:
-            kw = {"stream": stream} if stream else {}  # NOTE [stream pools]
+            kw = {"stream": stream} if stream else {}
             if self.pool.would_release(size, **kw):
                 return False
             before = self._seg_count()
@@ -104,7 +104,7 @@ class Memory:
         return True
 
     def _drain(self, layer: str):
-        """NOTE [allocator costs]: the host waits for every stream's work (cudaFree)."""
+        """The host waits for every stream's work (cudaFree)."""
         yield from self._wait_ops([s.last for s in self._streams if s.last is not None],
                                   layer, "allocator: cudaFree synchronises the device")
 
@@ -113,7 +113,7 @@ class Memory:
         return p.released, p.remade, p.released_bytes, p.remade_bytes
 
     def _charge_segments(self, before: tuple[int, int, int, int], layer: str) -> None:
-        """NOTE [allocator costs]: the host pays for the segments released and made again."""
+        """The host pays for the segments released and made again."""
         freed, made, fb, mb = (a - b for a, b in zip(self._seg_count(), before))
         if freed or made:
             h = self.gpu.host
@@ -122,8 +122,8 @@ class Memory:
             self._spend(ns, layer, "allocator: cudaFree / cudaMalloc")
 
     def _retire(self, key, stamp: int, after: _Op | None) -> None:
-        """Free ``key`` once ``after`` (a copy that used it) has ended (NOTE [deferred
-        free]); at once if nothing is in flight."""
+        """Free ``key`` once ``after`` (a copy that used it) has ended; at once if nothing is in
+        flight."""
         if after is None or (after.end is not None and after.end <= self.host_ns
                              and not self._pending):
             self.pool.free(key, stamp)
@@ -138,7 +138,7 @@ class Memory:
         self.host_bytes += size
         if self.host_bytes > self.peak_host_bytes:
             self.peak_host_bytes = self.host_bytes
-        self.pinned.take(size)  # NOTE [pinned pool]
+        self.pinned.take(size)
         self._on_host.add(buf)
         if self.sem.host_ahead:
             self._recorded.add(buf)
@@ -150,7 +150,7 @@ class Memory:
         self._sent[buf] = op
         cap = self._host_cap
         if cap is not None and self.host_bytes > cap and self.pool.oom is None:
-            # NOTE [host memory]: the first offload the host cannot hold, at its start
+            # the first offload the host cannot hold, at its start
             free = max(0, cap - (self.host_bytes - size))
             self.pool.oom = OutOfMemory(buf, layer, "forward", self._stamp(op, 0), size, free,
                                         free, "host")
@@ -182,7 +182,7 @@ class Memory:
                     self._h2d_ns.get(buf) or self._copy_ns_of(buf, size, "h2d"), size,
                  waits, "h2d")  # (timed as _offload's)
         anchor = op if self.sem.host_ahead else _At(self.host_ns)
-        pstream = self._pstream  # NOTE [stream pools]
+        pstream = self._pstream
         stamp = self._stamp(anchor, 0)
         if pstream is None and not self._pending and not self._seg_costs:  # _take, inline
             pool.alloc(buf, size, "activations", stamp, layer, kind)
@@ -195,8 +195,8 @@ class Memory:
         return self._fetch_later(a, op, side)
 
     def _copy_ns_of(self, buf: str, size: int, way: str) -> int:
-        """A copy of ``buf`` alone on the link, timed once per trace and link (NOTE
-        [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
+        """A copy of ``buf`` alone on the link, timed once per trace and link
+        (NOTE [engine speed]: ``_d2h_ns`` and ``_h2d_ns`` keep it)."""
         bw, times = (self._d2h_bw, self._d2h_ns) if way == "d2h" else (self._h2d_bw,
                                                                           self._h2d_ns)
         times[buf] = transfer_ns(size, bw, self._link_ns)
@@ -215,8 +215,8 @@ class Memory:
         self._in_flight[buf] = self._push(op.stream, op)
 
     def _workspace(self, size: int, s0: int, op: _Op, layer: str, phase: str):
-        """A layer's workspace, freed when ``op`` ends: None when only the books saw it
-        (NOTE [transient]); else a generator for the host to run, which returns whether it
+        """A layer's workspace, freed when ``op`` ends: None when only the books saw it; else a
+        generator for the host to run, which returns whether it
         was allocated for real (then the caller frees it after the op)."""
         if not self._pending and self.pool.transient(("workspace", layer), size, "workspace",
                                                      s0, self._stamp(op, 1)):
@@ -225,7 +225,7 @@ class Memory:
 
     def _workspace_wait(self, size: int, s0: int, op: _Op, layer: str, phase: str):
         key = ("workspace", layer)
-        if self._pending:  # a malloc's process_events first (NOTE [deferred free])
+        if self._pending:  # a malloc's process_events first
             yield from self._process_events()
             if self.pool.transient(key, size, "workspace", s0, self._stamp(op, 1)):
                 return False
@@ -233,7 +233,7 @@ class Memory:
         return True
 
     def _empty_cache(self, layer: str):
-        """NOTE [cudnn benchmark]: the empty_cache after cuDNN's benchmark of a
+        """The empty_cache after cuDNN's benchmark of a
         convolution, whose timing synchronised the device: the host waits for every
         stream, the deferred frees complete, and every fully free segment is given back."""
         yield from self._drain(layer)
@@ -250,7 +250,7 @@ class Memory:
             self.pool.free(key, stamp)
 
     def _stopped_time(self) -> None:
-        """NOTE [memory time]: a stopped pass: the out-of-memory's stamp becomes its
+        """A stopped pass: the out-of-memory's stamp becomes its
         time; the curve and the lifetimes are dropped."""
         pool = self.pool
         if pool.oom is not None:
@@ -260,7 +260,7 @@ class Memory:
         pool.times = pool.levels = pool.spans = pool.curve = None
 
     def _to_gpu_time(self) -> None:
-        """NOTE [memory time]: stamps become GPU times."""
+        """Stamps become GPU times."""
         import numpy as np  # here, not at the top: every vdnnsim process imports the
         # engine, and numpy costs ~86 ms and 13 MB at startup
         T = [op.end if edge else op.start  # type: ignore[attr-defined]
@@ -269,7 +269,7 @@ class Memory:
         # the curve's steps at their GPU times, in time order (a stable sort: steps at one
         # time keep the host's order), merged where they fall at one time (the last level
         # stands); numpy, exact in int64: a run has thousands of steps
-        # (NOTE [engine speed]: fromiter converts a list of integers in a quarter less
+        # (fromiter converts a list of integers in a quarter less
         # than asarray, which inspects every element first)
         t = _int64s(T)[_int64s(pool.times)]
         d = _int64s(pool.levels)  # each step's change (np.diff with prepend: slower)
@@ -295,7 +295,7 @@ class Memory:
 
     def _cublas_alloc(self, sizes: tuple[int, ...], which: str, stamp: int, layer: str,
                       phase: str):
-        """NOTE [cublas workspaces]: a handle's workspaces, at its first matmul; held for
+        """A handle's workspaces, at its first matmul; held for
         the run, as the rest of the resident memory."""
         for k, size in enumerate(sizes):
             a = (("resident", f"cublas:{which}:{k}"), size, "resident", stamp, layer, phase)
@@ -305,11 +305,11 @@ class Memory:
     def _persistent(self, grads: bool = True, lazy: bool = False) -> None:
         """What is allocated before the first iteration: the weights (and their gradients
         where the semantics keep them), and what the framework holds all run long, but
-        for the cuBLAS workspaces where ``lazy`` (the process's first step, NOTE [cublas
-        workspaces]): those its first matmuls allocate."""
+        for the cuBLAS workspaces where ``lazy`` (the process's first step): those its first
+        matmuls allocate."""
         pool = self.pool
-        # NOTE [steady state]: the optimizer's state is made at the first step, not here
-        # (NOTE [optimizer offload]: nowhere on the GPU, where the plan offloads it)
+        # the optimizer's state is made at the first step, not here
+        # (nowhere on the GPU, where the plan offloads it)
         resident = self.trace.resident_bytes - sum(
             optimizer_state(self.trace) if self.plan.optimizer_offload else self.program.state)
         ws = cublas_workspaces(self.trace, self.gpu.cublas_workspace_bytes, resident) \
@@ -320,7 +320,7 @@ class Memory:
         if resident:
             pool.alloc(("resident", ""), resident, "resident", 0, "", "start")
         if self.sem.per_layer_weights:
-            params = self.program.params  # NOTE [parameter offload]: on the host
+            params = self.program.params  # on the host
             away = params.layers if params is not None else ()
             for layer in self.trace.layers:
                 if layer.id not in away:

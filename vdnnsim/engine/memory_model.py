@@ -1,27 +1,68 @@
-"""The one interface the executor has to device memory (NOTE [memory interface]).
+"""The one interface the executor has to device memory.
 
 NOTE [memory interface]
-The executor (sim.py and its parts) asks its model of device memory to allocate, free,
-retire and release a buffer, to take a workspace for one op (NOTE [transient]), and to
-let a pass *access* the buffers it touches; it reads back what is live and the accounting
-of the run (the curve of live bytes, its peak and breakdown, the first out-of-memory, the
-buffers' lifetimes). Three implementations: the CNMeM pool (allocator.Pool), PyTorch's
-caching allocator (caching.CachingPool) and page-based unified memory (uvm.Pager). In
-device memory every allocated buffer is where a pass needs it, so a pool's ``access``
-costs nothing; the pager answers with the page faults the pass pays for (NOTE [uvm]).
-The executor asks for an access only where the semantics say memory is paged
-(``Semantics.paged``): a pool's answer is known without asking, and a pass of a pool run
-builds no list of what it touches.
-Every ``now`` is a stamp of NOTE [memory time]: the executor turns them into GPU times
-when the run has ended, and writes ``times``, ``levels``, ``spans`` and ``oom`` back.
+The executor asks its model of device memory to allocate, free, retire and release a
+buffer, to take a workspace for one op (NOTE [transient]) and to let a pass *access* the
+buffers it touches; it reads back what is live and the run's accounting (the curve of live
+bytes, its peak and breakdown, the first out-of-memory, the lifetimes). Implementations: the
+CNMeM pool (allocator.Pool), PyTorch's caching allocator (caching.CachingPool) and unified
+memory's pager (uvm.Pager). In device memory every allocated buffer is where a pass needs
+it, so the executor asks for an access only where memory is paged (``Semantics.paged``);
+the pager answers with the page faults the pass pays for. Every ``now`` is a stamp of
+NOTE [memory time]: the executor turns them into GPU times when the run has ended and writes
+``times``, ``levels``, ``spans`` and ``oom`` back.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
-if TYPE_CHECKING:
-    from .allocator import Key, OutOfMemory
+# NOTE [pool keys]
+# A buffer of the trace is allocated under its tensor id (a str); everything the engine
+# allocates on its own account (weights, gradients, workspaces, ...) under a tuple
+# (kind, name), e.g. ('grad', 'conv1') or ('weights', ''). A str never equals a tuple, so
+# no name in a trace can collide with the engine's: a tensor may be called 'weights' or
+# 'workspace:conv1'. Reports show a tuple as 'kind:name' (or 'kind' when name is empty).
+Key = str | tuple[str, str]
+
+
+def key_name(key: Key) -> str:
+    if isinstance(key, str):
+        return key
+    kind, name = key
+    return f"{kind}:{name}" if name else kind
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    tensor: str  # key_name of what could not be placed
+    layer: str
+    phase: str
+    time_ns: int
+    requested_bytes: int
+    free_bytes: int
+    largest_free_bytes: int
+    kind: str = "buffer"  # 'buffer' (a tensor of the trace), the engine's key kind, or
+    # 'host': an offload of ``tensor`` that the host's memory cannot hold
+
+    @property
+    def fragmented(self) -> bool:
+        return self.free_bytes >= self.requested_bytes
+
+    @property
+    def reason(self) -> str:
+        """'host memory', 'fragmentation' (enough free bytes, no block large enough) or
+        'capacity' (too few free bytes)."""
+        if self.kind == "host":
+            return "host memory"
+        return "fragmentation" if self.fragmented else "capacity"
+
+
+def oom_record(key: Key, layer: str, phase: str, now: int, requested: int, free: int,
+               largest: int) -> OutOfMemory:
+    return OutOfMemory(key_name(key), layer, phase, now, requested, free, largest,
+                       "buffer" if isinstance(key, str) else key[0])
 
 
 class Faults(NamedTuple):
@@ -40,9 +81,9 @@ Touch = tuple[Any, int, bool]
 
 @runtime_checkable
 class MemoryModel(Protocol):
-    """What the executor calls on its memory (NOTE [memory interface])."""
+    """What the executor calls on its memory."""
 
-    oom: "OutOfMemory | None"  # the first failure to place a buffer (NOTE [out of memory])
+    oom: OutOfMemory | None  # the first failure to place a buffer
     spans: list[tuple[str, str, int, int, int]] | None  # a list: lifetimes are recorded
     times: list[int]  # the curve of live bytes: a step to levels[k] at times[k]
     levels: list[int]
@@ -51,21 +92,20 @@ class MemoryModel(Protocol):
     peak_footprint_bytes: int
     peak_breakdown: dict[str, int]
     # the keys allocated now, as a mapping: ``key in memory.live`` is ``key in memory``
-    # without a Python call (the executor asks it at every pass, NOTE [engine speed])
-    live: "Mapping[Key, object]"
+    # without a Python call (the executor asks it at every pass)
+    live: Mapping[Key, object]
 
     def __contains__(self, key: "Key") -> bool: ...
 
     def alloc(self, key: "Key", size_bytes: int, category: str, now: int, layer: str = "",
               phase: str = "", can_sync: bool = False) -> bool:
-        """Place ``key``; ``False`` only where the caller must synchronise and ask again
-        (NOTE [caching allocator])."""
+        """Place ``key``; ``False`` only where the caller must synchronise and ask again."""
         ...
 
     def free(self, key: "Key", now: int) -> None: ...
 
     def retire(self, key: "Key", now: int) -> None:
-        """NOTE [deferred free]: no longer allocated, not yet reusable."""
+        """No longer allocated, not yet reusable."""
         ...
 
     def release(self, key: "Key", now: int) -> None: ...

@@ -1,6 +1,6 @@
 """The optimizer step the host issues after the backward pass: on the GPU (the optimizer's
-foreach kernels), or on the CPU where the plan offloads the optimizer (NOTE [optimizer
-offload] in vdnnsim/gpu/runtime/cpu_optimizer.py: the runtime it models)."""
+foreach kernels), or on the CPU where the plan offloads the optimizer
+(NOTE [optimizer offload] in vdnnsim/gpu/runtime/cpu_optimizer.py: the runtime it models)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .allocator import OutOfMemory
 from .compile import optimizer_host_bytes
 from .streams import _Op, new_op
 
-# NOTE [host]: the optimizer step is issued in this many equal parts, host then GPU in turn
+# the optimizer step is issued in this many equal parts, host then GPU in turn
 # (its foreach kernels go out one after another; the GPU need not wait for the last launch)
 STEP_PIECES = 8
 
@@ -18,7 +18,7 @@ _ELEMENT = {"bf16": 2, "fp16": 2}
 
 
 def cpu_step_per_element(host, dtype: str) -> float:
-    """NOTE [optimizer offload]: the CPU step's ns per element of a parameter in the
+    """The CPU step's ns per element of a parameter in the
     trace's precision; 0: not calibrated."""
     return host.cpu_step_ns_per_element_16 if dtype in _ELEMENT else \
         host.cpu_step_ns_per_element
@@ -31,9 +31,9 @@ def cpu_step_calibrated(host) -> bool:
 
 
 def cpu_step_ns(host, size: int, dtype: str, copying: int = 0) -> int:
-    """NOTE [optimizer offload]: the host's time for the CPU optimizer's step over one
+    """The host's time for the CPU optimizer's step over one
     layer's parameters of ``size`` bytes (one tensor's fixed cost and its elements'), while
-    ``copying`` bytes of parameters are copied back to the GPU (NOTE [copy contention])."""
+    ``copying`` bytes of parameters are copied back to the GPU."""
     per = cpu_step_per_element(host, dtype) / _ELEMENT.get(dtype, 4)
     return round(host.cpu_step_ns + per * (size + host.cpu_step_copy_share * copying))
 
@@ -41,19 +41,12 @@ def cpu_step_ns(host, size: int, dtype: str, copying: int = 0) -> int:
 # NOTE [copy contention]
 # The CPU step streams the parameters, gradients and moments through the host's memory
 # (AdamW: 28 bytes an fp32 element) while the copy engine reads the last stepped tensor's
-# parameters out of the same memory to send them back to the GPU. Measured on the H200's
-# host (experiments/offload_runs/cpu_contention.py: CPUOffloadOptimizer's own step over
-# 42 Llama-3B-shaped tensors, with and without the copies back, interleaved, three fresh
-# processes): 6.2% slower with them (5.9-9.7%), where a step without copies back (every
-# parameter on the host, NOTE [parameter offload]) ran as its microbenchmark. So each
-# step after a copy back is charged ``cpu_step_copy_share`` of its per-element time for
-# each element of that copy (the copies are faster than the steps: each ends during the
-# next step). A full share of the memory's bandwidth would be 4/28 = 0.14: the copies
-# cost less than that. Fitted on that microbenchmark alone (calibration_fits cpu_step);
-# judged on the in-place runs of traces/h200_optimizer_offload (docs/beyond-vdnn.md). Known biases,
-# both small: the microbenchmark's time includes its last copy back and the copies' issue
-# (about half a point of the 6.2), which the engine also charges apart; and a step is
-# charged even where its copy back still waits behind gradient copies on the one stream.
+# parameters out of the same memory to send them back to the GPU. So each step after a copy
+# back is charged ``cpu_step_copy_share`` of its per-element time for each element of that
+# copy (the copies are faster than the steps: each ends during the next step); a full share
+# of the memory's bandwidth would be 4/28 = 0.14. The share is fitted on the host's
+# microbenchmark (docs/validation.md, "Copy contention"), where the evidence and the known
+# biases are.
 
 
 class OptimizerStep:
@@ -62,18 +55,17 @@ class OptimizerStep:
     __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
 
     def _step(self):
-        """The optimizer step: on the CPU where the plan offloads it (NOTE [optimizer
-        offload]), else on the GPU."""
+        """The optimizer step: on the CPU where the plan offloads it, else on the GPU."""
         if self.plan.optimizer_offload:
             yield from self._cpu_step()
             return
         yield from self._gpu_step()
 
     def _gpu_step(self):
-        """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn
-        (NOTE [host]): its foreach kernels are launched one after another, so the GPU runs
+        """The optimizer step, issued in STEP_PIECES equal parts, host then GPU in turn: its
+        foreach kernels are launched one after another, so the GPU runs
         the first while the host still issues the rest."""
-        if self.sem.paged:  # NOTE [uvm]: one pass over every weight
+        if self.sem.paged:  # one pass over every weight
             self._paged_step()
             return
         trace = self.trace
@@ -90,18 +82,18 @@ class OptimizerStep:
             op = new_op(self.compute, "step", "", "optimizer step", gpu[0], waits=waits)
             held = False
             temps = self.program.step_temps if trace.step_workspace_bytes else ()
-            if len(temps) == 1 and not self.sem.caching_allocator:  # NOTE [optimizer state]
+            if len(temps) == 1 and not self.sem.caching_allocator:
                 w = self._workspace(temps[0], self._stamp(op, 0), op, "", "step")
                 if w is not None:
                     held = yield from w
                 temps = ()
             state = self.program.state if self.first else ()
             s0 = self._stamp(op, 0) if temps or state else 0
-            for k, size in enumerate(state):  # NOTE [steady state]: made by the first step
+            for k, size in enumerate(state):  # made by the first step
                 a = (("state", str(k)), size, "optimizer_state", s0, "", "step")
                 if not self._take(*a):
                     yield from self._alloc(*a)
-            for k, size in enumerate(temps):  # NOTE [step temporaries]
+            for k, size in enumerate(temps):
                 a = (("step_temp", str(k)), size, "workspace", s0, "", "step")
                 if not self._take(*a):
                     yield from self._alloc(*a)
@@ -120,7 +112,7 @@ class OptimizerStep:
             self._spend(sum(host[1:]), "", "optimizer step")
 
     def _grad_copy(self, layer: str, size: int, op: _Op, stamp: int) -> None:
-        """NOTE [optimizer offload]: the layer's weight gradient, made by ``op``, copied to
+        """The layer's weight gradient, made by ``op``, copied to
         the host on the optimizer's own stream (which waits for the compute stream first)
         and released to that stream (record_stream): freed once the copy has run."""
         side = self._opt
@@ -131,14 +123,14 @@ class OptimizerStep:
         self._retire(("wgrad", layer), stamp, copy)
 
     def _cpu_step(self):
-        """NOTE [optimizer offload]: in the order the gradients came, the host waits for
+        """In the order the gradients came, the host waits for
         each layer's copy, steps its parameters on the CPU and copies them back on the side
         stream; then the compute stream waits for the side stream (the next forward pass
         reads the updated weights)."""
         need = optimizer_host_bytes(self.trace, self.plan.optimizer_pinning)
         cap = self._host_cap
         if cap is not None and self.peak_host_bytes + need > cap and self.pool.oom is None:
-            # NOTE [host memory]: the host cannot hold the optimizer beside the offloads
+            # the host cannot hold the optimizer beside the offloads
             free = max(0, cap - self.peak_host_bytes)
             self.pool.oom = OutOfMemory("optimizer state", "", "step",
                                         self._stamp(self.compute.last, 1), need, free, free,
@@ -146,9 +138,9 @@ class OptimizerStep:
         host, dtype = self.gpu.host, self.trace.dtype
         up = self._opt  # the optimizer's one stream: behind every gradient copy
         last = None
-        # NOTE [parameter offload]: the host's copy is the only one of these; nothing back
+        # the host's copy is the only one of these; nothing back
         away = self.program.params.layers if self.program.params is not None else ()
-        copying = 0  # the bytes copied back while the next step runs (NOTE [copy contention])
+        copying = 0  # the bytes copied back while the next step runs
         for layer, size, copy in self._grad_copies:
             if copy.end is None or copy.end > self.host_ns:
                 yield from self._wait_ops((copy,), layer, "gradient copy")

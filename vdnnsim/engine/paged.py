@@ -1,4 +1,4 @@
-"""The executor's side of unified memory (NOTE [uvm]): what a :class:`~.sim.Simulation`
+"""The executor's side of unified memory: what a :class:`~.sim.Simulation`
 does where its semantics say memory is paged (``Semantics.paged``) and its memory is the
 pager. The iteration it walks is the pool runs' (iteration.py); these are the hooks.
 """
@@ -45,10 +45,10 @@ class Paging:
                                              t, t + stall, moved))
         t += stall
         op.issue, op.start, op.end = self.host_ns, prev, t + op.dur
-        if self.checks and (t < cs.prev_end or op.end < t):  # NOTE [invariants]
+        if self.checks and (t < cs.prev_end or op.end < t):
             cs.clock.last_end = cs.prev_end
             cs.clock.op(t, op.end, op.layer, op.kind)
-        if op.end > t and op.kind in LAYER_PASSES:  # NOTE [layer average]
+        if op.end > t and op.kind in LAYER_PASSES:
             self.layer_spans.append((t, op.end))
         if record:  # every pass, an empty one too
             self.ops.append((cs.name, op.kind, op.layer, op.name, t, op.end, 0))
@@ -58,7 +58,7 @@ class Paging:
 
     def _touched_fwd(self, i: int) -> list[Touch]:
         """What layer ``i``'s forward touches, in order: its inputs, its outputs, its
-        weights (its workspace is the pager's, NOTE [transient])."""
+        weights (its workspace is the pager's)."""
         layer, st, size = self.trace.layers[i], self._layer_steps[i], self.lv.size
         touched = [(b, size[b], False) for b in st.reads]
         touched += [(b, n, True) for b, n in st.out_alloc]

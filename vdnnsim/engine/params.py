@@ -1,24 +1,16 @@
 """Parameters that live on the host, fetched to the GPU for the passes that need them.
 
 NOTE [parameter offload]
-ZeRO-Offload's parameter side (ZeRO-Infinity's on one GPU, FSDP's CPU offload without
-sharding): with the optimizer on the CPU (NOTE [optimizer offload]) the host already
-holds every parameter's master copy, pinned, and steps it there; the GPU need not keep its
-own. A plan's ``params`` groups (``ParamGroup``: a block's weight layers, NOTE [block
-offload]) have no weights on the GPU between their uses: each group is fetched from the
-host before its forward pass (issued ``fwd_issue``, the runtime's prefetch one block
-ahead) and freed after it, fetched again before its backward pass (issued at ``bwd_issue``)
-and each weight freed once its gradient is made (and sent to the host). A fetch is
-allocated from the compute stream's pool when the host issues it, and copied on the
-host-to-device engine behind everything the compute stream was given so far (the copy
-writes memory the compute stream may just have freed); the group's first layer waits for
-its last copy. The CPU step updates the host's copy in place, so nothing is copied back
-after it for these parameters (``param_upload`` is only for the groups kept on the GPU).
-What the GPU saves: the group's weights (their bytes at the trace's precision; under
-autocast the fp32 master weights, while autocast's bf16 casts stay what the ops save,
-NOTE [block offload]); what it costs: the weights copied in twice a step, where the plain
-CPU step copies them in once. The runtime: vdnnsim/gpu/runtime/params.py. Nothing here is
-fitted: the copies are timed by the link as every other copy.
+ZeRO-Offload's parameter side (FSDP's CPU offload without sharding): with the optimizer on
+the CPU the host holds every parameter's master copy, pinned, and steps it there, so the GPU
+need not keep its own. A plan's ``params`` groups (``ParamGroup``: a block's weight layers)
+have no weights on the GPU between their uses: each group is fetched before its forward
+pass (issued at ``fwd_issue``, one block ahead) and freed after it, fetched again before its
+backward pass (at ``bwd_issue``), and each weight freed once its gradient is made. A fetch is
+allocated from the compute stream's pool when issued and copied behind everything the
+compute stream was given so far; the group's first layer waits for its last copy. The CPU
+step updates the host's copy in place, so nothing is copied back for these parameters. The
+cost: the weights copied in twice a step (vdnnsim/gpu/runtime/params.py is the runtime).
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ from .streams import _Op, new_op
 
 @dataclass(frozen=True)
 class ParamGroup:
-    """NOTE [parameter offload]: weights that move together (a block's)."""
+    """Weights that move together (a block's)."""
 
     layers: tuple[int, ...]  # the layers (indices) whose weights are on the host
     first: int  # the group's first layer: its forward waits for the fetch
@@ -44,8 +36,8 @@ class ParamGroup:
 
 
 class ParamSchedule(NamedTuple):
-    """What the host does for the plan's parameter groups, per layer index (NOTE
-    [compile])."""
+    """What the host does for the plan's parameter groups, per layer index
+    (NOTE [compile])."""
 
     layers: frozenset[str]  # layer ids whose weights live on the host
     weights: tuple[tuple[tuple[str, int], ...], ...]  # per group, (layer id, bytes)
@@ -77,7 +69,7 @@ def param_schedule(trace: Trace, groups: tuple[ParamGroup, ...]) -> ParamSchedul
 
 
 def check_groups(trace: Trace, groups: tuple[ParamGroup, ...]) -> str | None:
-    """What is wrong with ``groups`` on ``trace`` (NOTE [compile]), or None."""
+    """What is wrong with ``groups`` on ``trace``, or None."""
     n, seen = len(trace.layers), set()
     for g in groups:
         if not (0 <= g.fwd_issue <= g.first <= g.last <= g.bwd_issue < n):

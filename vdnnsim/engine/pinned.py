@@ -1,22 +1,15 @@
-"""The host's pinned memory pool: what PyTorch's pinned allocator reserves for offloads
-(NOTE [pinned pool]).
+"""The host's pinned memory pool: what PyTorch's pinned allocator reserves for offloads.
 
 NOTE [pinned pool]
-An offload's host copy is pinned memory; PyTorch (``torch.empty(..., pin_memory=True)``, the
-runtimes in vdnnsim/gpu/) takes it from its caching host allocator
-(ATen/core/CachingHostAllocator.h): a request is rounded up to a power of two
-(``c10::llvm::PowerOf2Ceil``; the rounding and caching limits, ``pinned_max_round_threshold``
-and ``pinned_max_cached_size``, are unlimited by default), served from the free list of that
-exact size, else by a new cudaHostAlloc'd block; a freed block goes back to its size's list
-(once the copies that used it are done) and is never returned to the system. So what a run
-keeps pinned is, per power-of-two size, the most blocks of that size held at once, and it
-never shrinks: ``reserved_bytes``. This pool models exactly that: blocks by rounded size,
-a released copy's block back on its list, reused by the next request of its size (this
-iteration's or the next: an iteration from an empty pool reserves what the steady state
-holds). What it does not model: the moment a block's copy events complete (a request that
-comes while the block's last copy is still in flight gets a new block). The Torch7 runtime
-of the paper pins each copy with cudaMallocHost and frees it on release (NOTE [host
-memory]): there the pinned peak is the host copies' peak, ``peak_host_bytes``.
+An offload's host copy is pinned memory, which PyTorch takes from its caching host
+allocator (ATen/core/CachingHostAllocator.h): a request is rounded up to a power of two,
+served from the free list of that exact size, else by a new cudaHostAlloc'd block; a freed
+block goes back to its size's list and is never returned to the system. So what a run keeps
+pinned is, per power-of-two size, the most blocks of that size held at once, and it never
+shrinks: ``reserved_bytes``. This pool models exactly that (an iteration from an empty pool
+reserves what the steady state holds), not the moment a block's copy events complete. The
+Torch7 runtime of the paper pins each copy with cudaMallocHost and frees it on release:
+there the pinned peak is the host copies' peak, ``peak_host_bytes``.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ REGISTERED_ALIGN = 64
 
 
 def registered_bytes(nbytes: int) -> int:
-    """NOTE [optimizer pinning]: one tensor's share of the registered buffer."""
+    """One tensor's share of the registered buffer."""
     return -(-nbytes // REGISTERED_ALIGN) * REGISTERED_ALIGN
 
 
@@ -39,7 +32,7 @@ def pinned_block(size: int) -> int:
 
 
 class PinnedPool:
-    """NOTE [pinned pool]: blocks by size; ``reserved_bytes`` only grows."""
+    """Blocks by size; ``reserved_bytes`` only grows."""
 
     __slots__ = ("free", "reserved_bytes", "blocks")
 

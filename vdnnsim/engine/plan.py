@@ -1,8 +1,8 @@
 """The Plan a policy hands the engine, and the liveness facts every policy reads.
 
 NOTE [buffer lifetimes]
-Layer-wise memory management (vDNN's) works on buffers (alias roots, see NOTE [trace
-semantics]):
+Layer-wise memory management (vDNN's) works on buffers (alias roots, see
+NOTE [trace semantics]):
 
 * a buffer is allocated when the layer that writes it runs forward;
 * a buffer that no backward pass keeps (``saved``) is released after its last forward
@@ -39,6 +39,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from ..trace.model import Trace
 from .params import ParamGroup, check_groups
+from .result import Replayed
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Liveness:
     bwd_last: dict[str, int]  # buffer -> last layer (lowest index) that keeps it for backward
     needs_grad: dict[str, bool]  # buffer -> a gradient buffer exists for it
     outputs: frozenset[str]  # buffers no layer reads: the network's outputs
-    casts: frozenset[str] = frozenset()  # autocast's casts of weights (NOTE [autocast cache])
+    casts: frozenset[str] = frozenset()  # autocast's casts of weights
     fwd_end: int = -1  # the forward pass's last layer
 
     def kept(self, buf: str) -> bool:
@@ -59,7 +60,7 @@ class Liveness:
     def forward_free(self, buf: str) -> int:
         """The layer after whose forward pass ``buf`` goes where no backward pass keeps it:
         its last forward reader (or its producer); autocast's cast of a weight at the
-        forward's end (NOTE [autocast cache])."""
+        forward's end."""
         if buf in self.casts:
             return self.fwd_end
         return max(self.fwd_last[buf], self.producer.get(buf, -1))
@@ -69,7 +70,7 @@ def liveness(trace: Trace) -> Liveness:
     """The trace's buffers and their lifetimes; computed once per trace (a trace and its
     Liveness are immutable: the policy and the engine of a run, and every run of a
     sweep, share it)."""
-    return trace.memo("liveness", lambda: _liveness(trace))  # NOTE [trace analyses]
+    return trace.memo("liveness", lambda: _liveness(trace))
 
 
 def _liveness(trace: Trace) -> Liveness:
@@ -94,15 +95,12 @@ def _liveness(trace: Trace) -> Liveness:
     # Under autocast, a cast of a weight (an fp32 leaf that needs a gradient) to the lower
     # precision is kept in autocast's cache, so that every op reading the weight in the
     # forward pass reuses one copy, until the outermost autocast region exits: the end of
-    # the forward pass (the measured and profiled steps run the model and its loss under
-    # autocast, the backward pass outside it). So nothing frees such a cast earlier: not
-    # torch.utils.checkpoint (a checkpointed block's casts are all live at the forward's
-    # end: measured, 5 blocks of a 3.4B Llama, 1.15 GiB, traces/h200_optimizer_offload/plans_3b),
-    # and no offload (the copy would free nothing). In a trace a cast of a weight is an op
-    # ``_to_copy`` that reads no traced tensor (its source is a parameter, NOTE [op probe])
-    # and whose output needs a gradient; a frozen weight's cast is not cached. (Not
-    # ``weight_bytes``: the probe gives a tied weight's bytes to its first reader only, so
-    # a tied lm_head's cast carries none.)
+    # the forward pass (the measured steps run the model and its loss under autocast, the
+    # backward outside it). So nothing frees such a cast earlier, not torch.utils.checkpoint
+    # (docs/validation.md, "Autocast's cache") and no offload. In a trace a cast of a weight
+    # is an op ``_to_copy`` that reads no traced tensor and whose output needs a gradient (not
+    # ``weight_bytes``: a tied weight's bytes go to its first reader only); a frozen
+    # weight's cast is not cached.
     casts = frozenset(root[t] for layer in trace.layers
                       if layer.kind == "_to_copy" and not layer.inputs
                       for t in layer.outputs if buffers[root[t]].requires_grad)
@@ -111,9 +109,9 @@ def _liveness(trace: Trace) -> Liveness:
 
 
 def grad_buffers(trace: Trace, lv: Liveness) -> int:
-    """How many gradient buffers the network-wide baseline reuses (NOTE [fork gradient
-    buffer]): 2, or 3 where a tensor that needs a gradient has more than one reader.
-    Worked out once per trace (NOTE [trace analyses]) where ``lv`` is the trace's own."""
+    """How many gradient buffers the network-wide baseline reuses: 2, or 3 where a tensor that
+    needs a gradient has more than one reader.
+    Worked out once per trace where ``lv`` is the trace's own."""
     if lv is liveness(trace):
         return trace.memo("grad buffers", lambda: _grad_buffers(trace, lv))
     return _grad_buffers(trace, lv)
@@ -147,39 +145,39 @@ class Plan:
     prefetch: tuple[int, ...]
     sync: bool = True
     notes: tuple[str, ...] = field(default=())
-    # the plan runs under vdnnsim's vDNN runtime (its host costs, NOTE [host costs]), not
+    # the plan runs under vdnnsim's vDNN runtime (its host costs), not
     # plain eager PyTorch; only PyTorch traces pay for it
     runtime: bool = False
-    # a simulation of exactly this plan that a policy already ran (vdnn_dyn's profiling
-    # pass), with record_ops=False: run_trace reuses it when it records no ops either
-    profiled: Any = field(default=None, compare=False, repr=False)
+    # the replay of exactly this plan that a policy already ran (vdnn_dyn's profiling
+    # pass): run_trace reuses it when it asks for no more than that pass recorded
+    profiled: Replayed | None = field(default=None, compare=False, repr=False)
     # memory == "uvm": the page-based unified memory's parameters (engine/uvm.py)
     uvm: Any = None
-    # the CNMeM pool's placement: 'best' fit or 'first' fit (NOTE [placement])
+    # the CNMeM pool's placement: 'best' fit or 'first' fit
     placement: str = "best"
-    # NOTE [recompute]: (first, last) layer index of each checkpointed segment
+    # (first, last) layer index of each checkpointed segment
     recompute: tuple[tuple[int, int], ...] = ()
-    # NOTE [batch split]: a plan that runs some layers in slices of the batch carries the
+    # a plan that runs some layers in slices of the batch carries the
     # trace it runs (vdnnsim/planners/split.py); its algos, offloads and segments index that trace
     trace: Any = field(default=None, compare=False, repr=False)
     split: tuple[tuple[str, str, int], ...] = ()  # (first, last, parts) of the original
-    # NOTE [stream pools]: the stream whose pool the prefetched copies are allocated from
+    # the stream whose pool the prefetched copies are allocated from
     prefetch_stream: str = "compute"
-    # NOTE [optimizer offload]: the optimizer's state and step on the CPU, each weight
+    # the optimizer's state and step on the CPU, each weight
     # gradient copied there after the backward pass that makes it
     optimizer_offload: bool = False
-    # NOTE [optimizer pinning]: its host copies from the pinned pool (blocks of a power of
+    # its host copies from the pinned pool (blocks of a power of
     # two) or one registered buffer
     optimizer_pinning: str = "caching"
-    # NOTE [parameter offload]: groups of layers whose weights live on the host between
+    # groups of layers whose weights live on the host between
     # the passes that read them (the optimizer on the CPU holds their master copies)
     params: tuple[ParamGroup, ...] = ()
-    # NOTE [planned allocator]: the allocator settings a plan file was made under, as
+    # the allocator settings a plan file was made under, as
     # PYTORCH_CUDA_ALLOC_CONF says them ('' PyTorch's defaults; None: no plan file's)
     planned_allocator: str | None = None
 
     def check(self, trace: Trace) -> None:
-        """NOTE [compile]: the plan compiles against ``trace`` (every layer, buffer,
+        """The plan compiles against ``trace`` (every layer, buffer,
         algorithm, prefetch slot and checkpointed segment it names is the trace's), or
         :class:`~.compile.PlanError` says where it does not."""
         check_plan(trace, liveness(trace), self)
@@ -190,14 +188,14 @@ class PlanError(ConfigError):
 
 
 def check_plan(trace: Trace, lv: Liveness, plan: "Plan") -> None:
-    """NOTE [compile]: raise :class:`PlanError` where ``plan`` names a layer, buffer,
+    """Raise :class:`PlanError` where ``plan`` names a layer, buffer,
     algorithm, prefetch slot or segment that ``trace`` lacks."""
     n = len(trace.layers)
     if len(plan.algos) != n or len(plan.offload) != n or len(plan.prefetch) != n:
         raise PlanError(f"plan {plan.policy}: {len(plan.algos)} algorithms, "
                         f"{len(plan.offload)} offload sets and {len(plan.prefetch)} prefetch "
                         f"slots for a trace of {n} layers")
-    # NOTE [engine speed]: every run checks its plan; a plan that compiles is told in C
+    # every run checks its plan; a plan that compiles is told in C
     # loops (set and map operations), and only one that does not is walked layer by layer
     # for the message
     counts = trace.memo("algorithm counts", lambda: [len(layer.algos) for layer in trace.layers])
@@ -224,16 +222,16 @@ def _check_rest(trace: Trace, plan: "Plan", n: int) -> None:
     """What :func:`check_plan` checks of the plan as a whole."""
     if plan.optimizer_offload and (not trace.pytorch or plan.memory != "layer_wise"):
         raise PlanError(f"plan {plan.policy}: optimizer offload runs PyTorch traces under "
-                        "layer-wise memory (NOTE [optimizer offload])")
+                        "layer-wise memory")
     for first, last in plan.recompute:
         if not 0 <= first <= last < n:
             raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "
                             "outside the trace")
-    if plan.params:  # NOTE [parameter offload]
+    if plan.params:
         if not plan.optimizer_offload:
             raise PlanError(f"plan {plan.policy}: parameter offload needs the optimizer on "
                             "the CPU (optimizer offload), which holds the parameters' master "
-                            "copies (NOTE [parameter offload])")
+                            "copies")
         wrong = check_groups(trace, plan.params)
         if wrong:
             raise PlanError(f"plan {plan.policy}: {wrong}")

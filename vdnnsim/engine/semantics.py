@@ -1,28 +1,16 @@
 """Whose runtime a trace replays: Torch7's (the paper's) or PyTorch's, chosen once per run.
 
 NOTE [pytorch semantics]
-A trace whose source framework is 'pytorch' (profiled from, or built like, a PyTorch
-model) replays PyTorch's memory behaviour instead of Torch7's:
-- the pool is the caching allocator (NOTE [caching allocator]): allocated vs reserved;
-- each layer's parameters are their own allocations, and their gradients are allocated
-  by the layer's first backward pass (zero_grad(set_to_none=True) freed them before the
-  iteration) and kept to its end;
-- an in-place op's backward writes a new gradient tensor (autograd's ReluBackward is not
-  in place), so gradients are per tensor; only a view (flatten, reshape) shares its
-  base's gradient;
-- the training loop holds the input batch: it is never freed nor moved;
-- the optimizer step (``trace.step_ns``) ends the iteration;
-- the host runs ahead of the GPU (NOTE [host]); the vDNN runtime's copies share one side
-  stream, and a block a copy used is reusable only once the host has seen that stream
-  pass it (``record_stream``).
-Torch7's vDNN runtime (the paper's) keeps one CNMeM pool, lets both copy engines run, and
-its host waits for each layer before issuing the next (its end-of-layer synchronisation;
-with host costs of zero, which is all the paper's traces have, this times the GPU exactly
-as a host that runs ahead would).
-Any trace's ``resident_bytes`` (what the framework holds all run long, such as cuBLAS's
-workspaces) is allocated first, as category 'resident', and never freed.
-A plan on unified memory (``memory: uvm``) runs either framework's semantics with its
-memory paged (TORCH7_UVM, PYTORCH_UVM; NOTE [uvm]): the memory is the pager, not a pool.
+A trace whose framework is 'pytorch' replays PyTorch's memory behaviour, not Torch7's: the
+pool is the caching allocator (allocated vs reserved); each layer's parameters are their own
+allocations, and their gradients are allocated by its first backward pass and kept to the
+end; an in-place op's backward writes a new gradient tensor (only a view shares its base's
+gradient); the training loop holds the input batch; the optimizer step ends the iteration;
+the host runs ahead of the GPU, the vDNN runtime's copies share one side stream, and a
+block a copy used is reusable only once the host has seen that stream pass it. Torch7's
+runtime (the paper's) keeps one CNMeM pool, lets both copy engines run, and its host waits
+for each layer. Any trace's ``resident_bytes`` is allocated first and never freed. A plan on
+unified memory (``memory: uvm``) runs either framework's semantics with its memory paged.
 """
 
 from __future__ import annotations
@@ -52,7 +40,7 @@ class Semantics:
     one_side_stream: bool  # every copy on one side stream, else one per copy engine
     per_layer_weights: bool  # weights and their gradients per layer, gradients at backward
     holds_inputs: bool  # the training loop holds the network's inputs
-    # NOTE [uvm]: memory is unified memory (the pager): each pass runs once its page faults
+    # memory is unified memory (the pager): each pass runs once its page faults
     # are served, nothing else in flight; weights and their gradients are pages the passes
     # touch; the step is one pass; no launch queue
     paged: bool = False
@@ -60,8 +48,8 @@ class Semantics:
 
     def memory(self, gpu: GPU, plan: "Plan", capacity_bytes: int | None, lv: Liveness,
                allocator: AllocatorSettings | None = None) -> MemoryModel:
-        """The run's memory (NOTE [memory interface]): the pager, or a pool;
-        ``allocator``: the caching allocator's settings (NOTE [allocator settings]), which
+        """The run's memory: the pager, or a pool;
+        ``allocator``: the caching allocator's settings, which
         unified memory and a CNMeM pool (Torch7) do not have."""
         custom = allocator is not None and not allocator.default
         if self.paged:
@@ -116,7 +104,7 @@ PYTORCH = Semantics("pytorch", caching_allocator=True, host_ahead=True, one_side
                     per_layer_weights=True, holds_inputs=True)
 
 
-# NOTE [uvm]: either framework's on unified memory (its gradients keyed as its own); the
+# either framework's on unified memory (its gradients keyed as its own); the
 # host never waits for the GPU, and the training loop's batch is never freed
 TORCH7_UVM = replace(TORCH7, name="torch7+uvm", host_ahead=True, holds_inputs=True,
                      paged=True, warmup_iterations=1)

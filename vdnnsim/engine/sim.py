@@ -4,23 +4,18 @@ the iteration it walks (iteration.py), over what compile.py worked out beforehan
 model of memory behind one interface (memory_model.py: a pool, or the pager of unified
 memory, whose hooks are paged.py). NOTE [host], NOTE [streams], NOTE [launch queue],
 NOTE [memory time] and NOTE [uvm] are in those files; engine/replay.py is the one place a
-simulation is made (NOTE [replay]).
+simulation is made.
 
 NOTE [engine speed]
-A vDNN iteration is pure Python at about 60k instructions a layer and pass, spread thin: the
-host's walk, the pool's books, issuing and recording ops, each a fifth to a quarter (simpy
-schedules almost nothing: an op whose start is known when issued takes no event). What
-keeps it there: the simulation declares slots (sixty attributes made its instance dict
-unshared, so each ``self.x`` was a dict lookup); the walks allocate, place a workspace and
-stamp inline where no deferred free is pending (what ``_take``, ``_workspace`` and
-``_stamp`` do, without a call each); a memory model's ``live`` mapping answers ``key in``
-without a Python call; ops are made by a function, not a class's ``__init__`` (CPython
-3.11 inlines the one, not the other); hot loops use no generator or comprehension (each
-makes a frame; a generator stopped early is closed by an exception); the timeline is kept
-as plain tuples; each buffer's copy is timed once per trace and link, and what a policy
-derives from the trace alone is worked out once per trace (NOTE [trace analyses]). Speed
-is counted in instructions (``bench/engine_instructions.py``, docs/architecture.md): wall
-time on the two-core development machine swings about 2x within an hour for the same code.
+A vDNN iteration is pure Python at about 60k instructions a layer and pass, spread thin over
+the host's walk, the pool's books and issuing and recording ops. What keeps it there: slots
+(no instance dict); the walks allocate, place a workspace and stamp inline where no
+deferred free is pending; a memory model's ``live`` mapping answers ``key in`` without a
+Python call; ops are made by a function, not a class's ``__init__``; hot loops use no
+generator or comprehension; the timeline is kept as plain tuples; each buffer's copy is
+timed once per trace and link, and what a policy derives from the trace alone is worked out
+once per trace. Speed is counted in instructions (``bench/engine_instructions.py``): wall
+time on a shared two-core machine swings about 2x within an hour for the same code.
 """
 
 from __future__ import annotations
@@ -46,27 +41,31 @@ from .plan import Liveness, Plan, liveness
 from .semantics import semantics_for
 from .streams import Op, Streams, _Op, _Stream, _Zero
 
-__all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "free_points", "keepers",
+__all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "free_points",
+"keepers",
            "recompute_sets"]
 
 
 class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Paging):
-    """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (NOTE [memory interface]:
+    """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (
     what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
     once."""
 
-    # NOTE [engine speed]: slots, not a __dict__ of sixty names (an instance dict that
+    # slots, not a __dict__ of sixty names (an instance dict that
     # large is not shared, and every self.x in the hot loop became a dict lookup)
     __slots__ = ("_copy", "_credit", "_cublas", "_d2h_bw", "_d2h_ns", "_fwd_host", "_fwd_ops",
-                 "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h2d_ns", "_h_fetch", "_h_offload", "_hb",
+                 "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h2d_ns", "_h_fetch",
+                 "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
-                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_param_ready", "_pending", "_pstream",
+                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_param_ready",
+                 "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
                  "autotune", "checks", "compute", "end_ns", "env", "first", "first_step",
                  "fwd_end_ns", "gpu", "host_bound_ns", "host_bytes", "host_issue_ns", "host_ns",
                  "layer_spans", "lv",
-                 "offloaded_bytes", "ops", "param_fetched_bytes", "peak_host_bytes", "pinned", "plan", "pool",
+                 "offloaded_bytes", "ops", "param_fetched_bytes", "peak_host_bytes", "pinned",
+                 "plan", "pool",
                  "prefetched_bytes", "program", "record_ops", "sem", "stall_ns",
                  "stop_at_oom", "stopped", "trace")
 
@@ -80,14 +79,14 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         out-of-memory, for a caller that wants only whether and where it ran out (vdnn_dyn's
         profiling passes); such a run's other numbers are partial. ``autotune``: this is
         the process's first step, in which cuDNN's autotuner empties the cache at each
-        convolution it tunes (NOTE [cudnn benchmark]). ``first_step``: this iteration is
+        convolution it tunes. ``first_step``: this iteration is
         the process's first step, replayed as such before the one reported (or reported
         itself where it does not fit): the cuBLAS workspaces are allocated at the first
-        matmuls (NOTE [cublas workspaces]), not before it."""
+        matmuls, not before it."""
         self.stop_at_oom = stop_at_oom
-        self.first = first  # NOTE [steady state]: else the memory holds the last iteration's
-        self.autotune = autotune  # NOTE [cudnn benchmark]
-        self.first_step = first and first_step  # NOTE [cublas workspaces]
+        self.first = first  # else the memory holds the last iteration's
+        self.autotune = autotune
+        self.first_step = first and first_step
         self._cublas = None  # and where this iteration allocates them, if it does
         self.stopped = False
         self.trace, self.gpu, self.plan = trace, gpu, plan
@@ -96,7 +95,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         self.sem = sem = semantics_for(trace, plan)
         self.env = simpy.Environment()
         self.pool = memory
-        # NOTE [compile]: what the host walks, worked out before it starts
+        # what the host walks, worked out before it starts
         self.program = prog = compile_plan(trace, plan, self.lv, sem, gpu.host)
         self._gkey, self._gsize, self._gneeds = prog.gkey, prog.gsize, prog.gneeds
         self._layer_steps = prog.steps
@@ -106,19 +105,19 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         self._kf, self._kb = prog.kernels_fwd, prog.kernels_bwd
         self._segments = prog.segments
         h = gpu.host
-        # NOTE [allocator costs]: only the caching allocator releases its cache, and only a
+        # only the caching allocator releases its cache, and only a
         # preset that measured the driver's calls charges for them
         self._seg_costs = hasattr(self.pool, "would_release") and bool(
             h.segment_malloc_ns or h.segment_free_ns or h.segment_malloc_ns_per_gib
             or h.segment_free_ns_per_gib)
-        # NOTE [stream pools]: a prefetch on the side stream is allocated from its pool
+        # a prefetch on the side stream is allocated from its pool
         # where the runtime allocates it there (the block runtime fetches on demand there too)
         self._pstream = plan.prefetch_stream if plan.prefetch_stream != "compute" \
             and hasattr(self.pool, "would_release") else None
         link = gpu.link
         self._d2h_bw, self._h2d_bw = link.d2h_bw_bytes_per_s, link.h2d_bw_bytes_per_s
         self._link_ns = link.latency_ns
-        # each buffer's copy, timed once per trace and link (NOTE [trace analyses]), where
+        # each buffer's copy, timed once per trace and link, where
         # the sizes are the trace's own liveness's (a caller's other liveness: not kept)
         memo = trace.memo if self.lv is liveness(trace) else lambda key, make: make()
         self._d2h_ns = memo(("copy ns", self._d2h_bw, self._link_ns), dict)
@@ -130,44 +129,44 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         else:
             shares = bool(link.duplex_total_bw_bytes_per_s)
             self._copy = {"d2h": _Stream("d2h", shares), "h2d": _Stream("h2d", shares)}
-        # NOTE [optimizer offload]: the runtime's own stream for the optimizer's copies
+        # the runtime's own stream for the optimizer's copies
         self._opt = _Stream("optimizer") if plan.optimizer_offload else None
         self._streams = [self.compute] + list(dict.fromkeys(self._copy.values())) + (
             [self._opt] if self._opt is not None else [])
         self.record_ops = record_ops
-        self._host_track = record_ops and not sem.paged  # NOTE [uvm]: no host track
+        self._host_track = record_ops and not sem.paged  # no host track
         if record_ops:
             self.pool.spans = []
         self.ops: list[tuple] = []  # Op's fields (RunResult.ops makes them Ops)
-        self.layer_spans: list[tuple[int, int]] = []  # NOTE [layer average]: kept unrecorded too
+        self.layer_spans: list[tuple[int, int]] = []  # kept unrecorded too
         self.stall_ns = 0
         self.offloaded_bytes = 0
         self.prefetched_bytes = 0
         self.host_bytes = 0
         self.peak_host_bytes = 0
-        self.pinned = PinnedPool()  # NOTE [pinned pool]
-        self._host_cap = gpu.host_memory_bytes  # NOTE [host memory]; None: no limit
+        self.pinned = PinnedPool()
+        self._host_cap = gpu.host_memory_bytes  # None: no limit
         self.end_ns = 0
         self.fwd_end_ns = 0
-        self.host_issue_ns = 0  # the host done issuing the step (NOTE [host issue])
-        self.host_ns = 0  # the host's clock (NOTE [host])
+        self.host_issue_ns = 0  # the host done issuing the step
+        self.host_ns = 0  # the host's clock
         self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
         self._credit = 0
-        self._stamp_ops: list[object] = [_Zero]  # NOTE [memory time]: stamp k is the start
+        self._stamp_ops: list[object] = [_Zero]  # stamp k is the start
         self._stamp_edges: list[int] = [0]  # (edge 0) or end (1) of _stamp_ops[k]
-        self._pending: deque[tuple[_Op, object]] = deque()  # NOTE [deferred free]
-        self._retired = RetiredKeys()  # NOTE [deferred free]
+        self._pending: deque[tuple[_Op, object]] = deque()
+        self._retired = RetiredKeys()
         self._on_host: set[str] = set()
         self._in_flight: dict[str, _Op] = {}
         self._sent: dict[str, _Op] = {}  # buffer -> its offload
         self._recorded: set[str] = set()  # blocks a side-stream copy used (record_stream)
         self._next_waits: tuple[_Op, ...] = ()
-        self._grad_copies: list[tuple[str, int, _Op]] = []  # NOTE [optimizer offload]
-        self._param_ready: dict[int, _Op] = {}  # NOTE [parameter offload]: group -> copy
+        self._grad_copies: list[tuple[str, int, _Op]] = []
+        self._param_ready: dict[int, _Op] = {}  # group -> copy
         self.param_fetched_bytes = 0
         self._fwd_ops: tuple = ()
         self._fwd_host = 0
-        self._queued: deque[tuple[_Op, float]] = deque()  # NOTE [launch queue]
+        self._queued: deque[tuple[_Op, float]] = deque()
         self._queued_k = 0.0
 
     def run(self) -> "Simulation":
@@ -186,7 +185,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
             raise InvariantViolation("the GPU still had work queued when the host was done")
         if not self.stopped:
             self._check_end()
-        if self.stopped:  # NOTE [memory time]: no result, only whether and where
+        if self.stopped:  # no result, only whether and where
             self._stopped_time()
         else:
             self._to_gpu_time()

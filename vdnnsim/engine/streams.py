@@ -1,20 +1,16 @@
-"""The GPU's streams: the ops in flight and the processes that play them (NOTE [streams]).
+"""The GPU's streams: the ops in flight and the processes that play them.
 
 NOTE [streams]
 Each stream is a process that runs the ops it is given in order: an op starts once it is
 issued, its predecessor on the stream has ended, and every op it waits for
-(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy beyond the first
-two is a stall. An op whose start is known when it is issued (its stream's last op and
-everything it waits for have known ends, and its length does not depend on what else is
-running) is scheduled then; if nothing issued before it is still to be played, it is
-recorded at once and costs no simpy event (its end is what anyone who waits for it reads;
-the only bookkeeping that depends on when it is recorded, the host copies' total, rises
-only in the forward pass and falls only in the backward). Otherwise the stream process
-plays it: one event per op. Copies
-run on copy engines: a D2H and an H2D engine when the link is duplex, one shared engine
-otherwise; under PyTorch semantics every copy runs on the runtime's one side stream.
-``Op`` records are what RunResult's timeline shows: 'compute', the copy streams, and
-'host' (what the host spent issuing each layer, and where it waited).
+(cudaStreamWaitEvent) has ended; the time a compute op waits for a copy is a stall. An op
+whose start is known when it is issued is scheduled then, and recorded at once (no simpy
+event) if nothing issued before it is still to be played; otherwise the stream process
+plays it, one event per op. Copies run on copy engines: a D2H and an H2D engine when the
+link is duplex, one shared engine otherwise; under PyTorch semantics every copy runs on the
+runtime's one side stream. ``Op`` records are what RunResult's timeline shows: 'compute',
+the copy streams, and 'host' (what the host spent issuing each layer, and where it
+waited).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from .invariants import StreamClock
 
 class Op(NamedTuple):
     """One slice of the timeline. A simulation records each as a plain tuple of these
-    fields (NOTE [engine speed]: a run records thousands), which RunResult.ops makes Ops
+    fields (a run records thousands), which RunResult.ops makes Ops
     when they are asked for."""
 
     stream: str  # compute | d2h | h2d | copy | host
@@ -41,10 +37,9 @@ class Op(NamedTuple):
     size_bytes: int = 0
 
 
-LAYER_PASSES = frozenset({"fwd", "bwd"})  # a layer's passes on the compute stream (NOTE [layer
-# average])
+LAYER_PASSES = frozenset({"fwd", "bwd"})  # a layer's passes on the compute stream
 # the copies that bring an offloaded buffer back (a gradient's copy to the optimizer on the
-# CPU and the parameters' back are the optimizer's own buffers, NOTE [optimizer offload])
+# CPU and the parameters' back are the optimizer's own buffers)
 _RETURNS = frozenset({"prefetch", "fetch"})
 
 
@@ -58,7 +53,7 @@ class _Op:
 
 def new_op(stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0, size: int = 0,
            waits: tuple[_Op, ...] = (), copy: str = "") -> _Op:
-    """A new :class:`_Op` (NOTE [engine speed]: a function that fills an empty slotted
+    """A new :class:`_Op` (a function that fills an empty slotted
     object costs a third less than calling a class's ``__init__``, which CPython 3.11
     cannot inline; an iteration makes thousands)."""
     op = _Op()
@@ -72,7 +67,7 @@ def new_op(stream: "_Stream", kind: str, layer: str, name: str, dur: int = 0, si
 
 
 class _At:
-    """A stamp's anchor at a known time (NOTE [memory time])."""
+    """A stamp's anchor at a known time."""
 
     __slots__ = ("start", "end")
 
@@ -144,14 +139,14 @@ class Streams:
                     s.last = op
                     if s is self.compute and not (op.copy or op.stall or self.checks and (
                             t < s.prev_end or end < t)):
-                        # _finish, inline, for the commonest op (NOTE [engine speed]): a
+                        # _finish, inline, for the commonest op: a
                         # kernel that waited for no copy (and nothing waits for it yet)
                         s.prev_end = end
                         self.host_bound_ns += op.idle
                         if end > self.end_ns:
                             self.end_ns = end
                         if end > t:
-                            if op.kind in LAYER_PASSES:  # NOTE [layer average]
+                            if op.kind in LAYER_PASSES:
                                 self.layer_spans.append((t, end))
                             if self.record_ops:
                                 self.ops.append((s.name, op.kind, op.layer, op.name, t, end,
@@ -218,8 +213,8 @@ class Streams:
 
     def _finish(self, s: _Stream, op: _Op) -> None:
         start, end = op.start, op.end
-        if self.checks and (start < s.prev_end or end < start):  # NOTE [invariants]: in
-            s.clock.last_end = s.prev_end  # order, never overlapping (inline: every op)
+        if self.checks and (start < s.prev_end or end < start):  # in order, never
+            s.clock.last_end = s.prev_end  # overlapping (inline: every op)
             s.clock.op(start, end, op.layer, f"the copy of {op.name}" if op.copy else op.kind)
         s.prev_end = end
         record = self.record_ops
@@ -236,8 +231,8 @@ class Streams:
                                      start - op.stall, start, 0))
             if end > self.end_ns:  # the iteration is the compute stream's
                 self.end_ns = end
-            if end > start and not op.copy and op.kind in LAYER_PASSES:  # NOTE [layer
-                self.layer_spans.append((start, end))  # average]
+            if end > start and not op.copy and op.kind in LAYER_PASSES:
+                self.layer_spans.append((start, end))
             if record and (end > start or op.copy):
                 self.ops.append((s.name, op.kind, op.layer, op.name, start, end, op.size))
         else:

@@ -1,5 +1,5 @@
 """Page-based unified memory, the alternative the vDNN paper argues against: the pager, the
-third implementation of the memory interface (NOTE [memory interface]).
+third implementation of the memory interface.
 
 NOTE [uvm]
 Every buffer lives in one managed address space (cudaMallocManaged); none is ever refused.
@@ -77,7 +77,7 @@ class UvmParams:
 
 
 class Pager(Accounting):
-    """Unified memory behind the memory interface (NOTE [uvm]). Its curve is the GPU's
+    """Unified memory behind the memory interface. Its curve is the GPU's
     resident bytes (category 'resident') and the freed pages it still holds ('cached');
     a buffer's lifetime is from its creation to its free, whatever its pages do."""
 
@@ -87,7 +87,7 @@ class Pager(Accounting):
         self.p, self.link = params, link
         self.host_written = host_written  # buffers made on the host, not on the GPU
         self.size: dict[Any, int] = {}  # managed buffers that exist -> bytes
-        self.live = self.size  # NOTE [memory interface]: what `key in` asks
+        self.live = self.size  # what `key in` asks
         self.resident: dict[Any, int] = {}  # buffer -> bytes on the GPU
         self.cached = 0  # freed buffers' pages still on the GPU (the caching allocator's)
         self.dirty: set[Any] = set()  # the GPU's copy is newer than the host's
@@ -96,7 +96,7 @@ class Pager(Accounting):
         self.clock = 0  # touches so far, for LRU/LFU
         self.managed = self.peak_managed = 0
         self.faults = self.migrated_bytes = self.written_back_bytes = 0
-        self._scratch: tuple[Any, int, int, int] | None = None  # NOTE [transient]
+        self._scratch: tuple[Any, int, int, int] | None = None
 
     @property
     def peak_host_bytes(self) -> int:
@@ -140,7 +140,7 @@ class Pager(Accounting):
             return
         self.managed -= size
         t0 = self._open.pop(key, 0)
-        if self.spans is not None:  # the key, named when the run ends (NOTE [memory time])
+        if self.spans is not None:  # the key, named when the run ends
             self.spans.append((key, _category(key), size, t0, now))
         r = self.resident.pop(key, 0)
         if r:  # the caching allocator keeps the block: its pages stay on the GPU
@@ -152,14 +152,14 @@ class Pager(Accounting):
         self.uses.pop(key, None)
 
     def retire(self, key: Any, now: int) -> None:
-        """No stream semantics (NOTE [deferred free]): freed at :meth:`release`."""
+        """No stream semantics: freed at :meth:`release`."""
 
     def release(self, key: Any, now: int) -> None:
         self.free(key, now)
 
     def transient(self, key: Any, size_bytes: int, category: str, start: int, end: int
                   ) -> bool:
-        """NOTE [transient]: the workspace of the next pass: made at ``start``, touched
+        """The workspace of the next pass: made at ``start``, touched
         (written) last by the pass's access, freed at ``end``."""
         if size_bytes > 0:
             self._scratch = (key, size_bytes, start, end)
@@ -207,7 +207,7 @@ class Pager(Accounting):
         bc = self.by_category
         bc[category] = bc.get(category, 0) + delta
         live = self.live_bytes = self.live_bytes + delta
-        if live < 0:  # NOTE [invariants]
+        if live < 0:
             raise InvariantViolation(f"the pager's resident bytes fell to {live}")
         if live > self.peak_live_bytes:
             self.peak_live_bytes = self.peak_footprint_bytes = live

@@ -63,9 +63,9 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       ValidationError, model_validator)
 
 from .. import limits
-from ..engine.allocconf import check_conf, is_default
+from ..engine import check_conf, is_default
 from ..api import at_host_speed, resolve_gpu, run_trace
-from ..engine.caching import KNOWN_SETTINGS
+from ..engine import KNOWN_SETTINGS
 from .repeat import HOST_BOUND
 from ..errors import ConfigError, VdnnError
 from ..hardware import Capacity
@@ -302,7 +302,7 @@ def validate(traces: "str | os.PathLike | Sequence[str | os.PathLike]",
         if policy is None or key not in tr:
             continue
         if not allocator_supported(m.get("allocator_conf")):
-            from ..engine.allocconf import env_string
+            from ..engine import env_string
             raise ConfigError(f"{shown(src_file)}: {m['model']} batch {m['batch_size']} "
                               f"{m['policy']} was measured with allocator settings "
                               f"{env_string(m['allocator_conf'])!r}, which the simulator "

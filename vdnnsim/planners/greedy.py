@@ -40,20 +40,20 @@ from typing import Any
 
 from . import milp
 from ..engine import replay
-from ..engine.caching import allocator_settings
-from ..engine.plan import Plan, liveness
-from ..engine.sim import Simulation, checkpoint_buffers, keepers
+from ..engine import allocator_settings
+from ..engine import Plan, liveness
+from ..engine import Replayed, checkpoint_buffers, keepers
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
-from ..policies.blocks import (BlockPlan, block_regions, block_segments,  # noqa: F401
-                              plan_blocks)  # (BlockPlan, plan_blocks re-exported)
+from ..policies.blocks import block_regions, block_segments
 from ..policies.builtin import algo_choice
+from ..policies.context import PolicyContext
 from ..policies.dyn import vdnn_dyn
-from ..policies.plan import (downgrade, find_prefetch_schedule, offload_sets, planning_under,
-                           policy_marks)
+from ..policies.plan import downgrade, find_prefetch_schedule, offload_sets, policy_marks
 from ..policies.planned import FORMAT, plan_from_file  # noqa: F401  (re-exported)
 from ..policies.recompute import sequential_segments, with_segments
+from .blocks import BlockPlan
 from .split import split_candidates, split_structures  # noqa: F401  (re-exported)
 from ..trace.model import Trace
 
@@ -80,7 +80,7 @@ def _plan(trace: Trace, algos: list[int], chosen: set[str], cands: tuple[tuple[s
                 recompute=segs, trace=trace if segs or split else None, split=split)
 
 
-def _run(trace: Trace, gpu: GPU, plan: Plan, budget_bytes: int, search: Search) -> Simulation:
+def _run(trace: Trace, gpu: GPU, plan: Plan, budget_bytes: int, search: Search) -> Replayed:
     search.simulations += 1
     if search.optimizer_offload:
         plan = replace(plan, optimizer_offload=True, profiled=None)
@@ -218,7 +218,7 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
     for _ in range(max_steps):
         plan = _plan(trace, algos, chosen, cands, fixed, split=split)
         sim = _run(trace, gpu, plan, budget_bytes, search)
-        oom = sim.pool.oom
+        oom = sim.oom
         if oom is None:
             fits = (plan, sim.end_ns)
             break
@@ -246,7 +246,7 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
         for b in sorted(chosen, key=lambda x: lv.size[x]):
             trial = _plan(trace, algos, chosen - {b}, cands, fixed, split=split)
             sim = _run(trace, gpu, trial, budget_bytes, search)
-            if sim.pool.oom is None and sim.end_ns <= best:
+            if sim.oom is None and sim.end_ns <= best:
                 chosen.discard(b)
                 plan, best = trial, sim.end_ns
                 search.steps.append(f"{prefix}keep {b} on the GPU: {best / 1e6:.1f} ms")
@@ -256,7 +256,7 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
                 trial_algos[i] = fastest[i]
                 trial = _plan(trace, trial_algos, chosen, cands, fixed, split=split)
                 sim = _run(trace, gpu, trial, budget_bytes, search)
-                if sim.pool.oom is None and sim.end_ns <= best:
+                if sim.oom is None and sim.end_ns <= best:
                     algos = trial_algos
                     plan, best = trial, sim.end_ns
                     search.steps.append(f"{prefix}{trace.layers[i].id}: back to its fastest "
@@ -273,19 +273,19 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
             cp = with_segments(trace, segs, which, algo_choice(trace, "p"))
             cp = replace(cp, policy="planned", runtime=True, trace=trace, split=split)
             sim = _run(trace, gpu, cp, budget_bytes, search)
-            if sim.pool.oom is None and (fits is None or sim.end_ns < fits[1]):
+            if sim.oom is None and (fits is None or sim.end_ns < fits[1]):
                 search.steps.append(f"{prefix}checkpoint, {k} segments, offload {which}: "
                                     f"{sim.end_ns / 1e6:.1f} ms")
                 fits = (cp, sim.end_ns)
     if not fixed and not split:
-        with planning_under(search.allocator):
-            dyn = vdnn_dyn(trace, gpu, budget_bytes, {})  # 4. vdnn_dyn's answer is a candidate
+        # 4. vdnn_dyn's answer is a candidate (NOTE [planning allocator])
+        dyn = vdnn_dyn(trace, gpu, budget_bytes, {}, PolicyContext(search.allocator))
         search.simulations += 1
         # its profiling passes replayed under the search's allocator settings; with the
         # optimizer on the CPU (which vdnn_dyn plans without) its plan is replayed again
         dsim = (dyn.profiled if not search.optimizer_offload else None) or \
             _run(trace, gpu, dyn, budget_bytes, search)
-        if dsim.pool.oom is None and (fits is None or dsim.end_ns < fits[1]):
+        if dsim.oom is None and (fits is None or dsim.end_ns < fits[1]):
             search.steps.append(f"vdnn_dyn's plan is faster ({dsim.end_ns / 1e6:.1f} ms): "
                                 f"taken")
             fits = (Plan("planned", dyn.memory, dyn.algos, dyn.offload, dyn.prefetch,
@@ -369,7 +369,7 @@ def plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, plan: Plan,
             "layers": layers}
 
 
-# A block plan's file (where ``plan_blocks`` finds
+# A block plan's file (NOTE [block plan] in planners/blocks.py, where ``plan_blocks`` finds
 # the count).
 from .planfile import BLOCK_FORMAT  # noqa: E402  (the block plan file's format)
 

@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.allocator import aligned
-from ..engine.plan import Liveness, Plan, liveness
-from ..engine.semantics import semantics_for
+from ..engine import aligned
+from ..engine import Liveness, Plan, liveness
+from ..engine import semantics_for
 from ..engine import replay
-from ..engine.compile import optimizer_state
-from ..engine.sim import checkpoint_buffers, free_points, keepers
+from ..engine import optimizer_state
+from ..engine import checkpoint_buffers, free_points, keepers
 from ..hardware import GPU
 from ..policies.plan import offload_sets
 from .mip import Program
@@ -510,7 +510,7 @@ def solve_structure(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tup
         checked = replace(plan, optimizer_offload=True) if optimizer_offload else plan
         sim = replay(trace, gpu, checked, budget_bytes, lv, record_ops=False, stop_at_oom=True,
                      allocator=allocator)
-        oom = sim.pool.oom
+        oom = sim.oom
         if oom is None:
             return Solution(plan, objective, sim.end_ns, rnd, optimal)
         last = Solution(plan, objective, None, rnd, optimal, "the engine ran out of memory")

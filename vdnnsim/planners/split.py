@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.plan import liveness
+from ..engine import liveness
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Algo, Layer, Tensor, Trace

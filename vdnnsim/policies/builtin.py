@@ -8,10 +8,10 @@ vDNN++'s removal of it), ``prefetch`` (default true: findPrefetchLayer; false fe
 each offloaded buffer on demand, a what-if that trades stalls for memory), ``reading``
 ('measured', the default, or 'text': which layers findPrefetchLayer sees as offloaded,
 NOTE [offload marks]), ``distance`` (0, the default: findPrefetchLayer; k >= 1: a layer's
-offloads are prefetched during the backward pass of the layer k above it, NOTE
-[prefetch distance]) and ``placement`` ('best', the default: CNMeM's best fit; 'first':
-the lowest-addressed free block that holds the request; Torch7 traces only, NOTE
-[placement]).
+offloads are prefetched during the backward pass of the layer k above it,
+NOTE [prefetch distance]) and ``placement`` ('best', the default: CNMeM's best fit; 'first':
+the lowest-addressed free block that holds the request; Torch7 traces only,
+NOTE [placement]).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..trace.model import Trace
+from .context import NO_CONTEXT, PolicyContext
 from .plan import (PLACEMENTS, READINGS, Plan, find_prefetch_schedule, join_view, liveness,
                    offload_sets, policy_marks)
 from ..limits import short_repr, whole_number
@@ -44,8 +45,8 @@ class Common(NamedTuple):
     sync: bool
     prefetch: bool
     reading: str
-    distance: int  # 0: findPrefetchLayer (NOTE [prefetch distance])
-    placement: str  # 'best' | 'first' (NOTE [placement])
+    distance: int  # 0: findPrefetchLayer
+    placement: str  # 'best' | 'first'
 
 
 def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
@@ -58,7 +59,7 @@ def bool_option(name: str, options: dict[str, Any], key: str) -> bool:
 
 
 def _whole_or_none(value: Any) -> int | None:
-    """A count option (NOTE [whole numbers]: 2, 2.0 and '2e0' alike), or None."""
+    """A count option (2, 2.0 and '2e0' alike), or None."""
     try:
         return whole_number(value)
     except ValueError:
@@ -87,7 +88,8 @@ def common_options(name: str, options: dict[str, Any], trace: Trace | None = Non
                   reading, distance, placement)
 
 
-def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+             ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     algo = opts.pop("algo")
     c = common_options(f"baseline_{algo}", opts, trace)  # one option set serves every policy
@@ -97,7 +99,8 @@ def baseline(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
                 ((),) * n, (-1,) * n, placement=c.placement)
 
 
-def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def static_vdnn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+                ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     which, algo = opts.pop("which"), opts.pop("algo")
     name = f"vdnn_{which}_{algo}"
@@ -115,8 +118,8 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
     Without ``prefetch`` no findPrefetchLayer runs: each offloaded buffer is fetched on
     demand by the first backward pass that needs it. ``reading``: NOTE [offload marks];
     ``distance``: NOTE [prefetch distance]; ``placement``: NOTE [placement]; ``joins``: the
-    plan runs the paper's runtime's joins, which hold no bytes of their own (NOTE [join as
-    view]; the plan then carries that trace)."""
+    plan runs the paper's runtime's joins, which hold no bytes of their own (the plan then
+    carries that trace)."""
     original = trace
     if joins:
         trace = join_view(trace)
@@ -127,7 +130,7 @@ def vdnn_plan(trace: Trace, which: str, algos: tuple[int, ...], sync: bool = Tru
         schedule = (-1,) * n
     elif distance:
         schedule = distance_schedule(offload, distance)
-    else:  # NOTE [trace analyses]: one scan per trace, kind and reading
+    else:  # one scan per trace, kind and reading
         schedule = trace.memo(("vdnn_schedule", which, reading), lambda: find_prefetch_schedule(
             trace, offload, policy_marks(trace, which, reading)))
     return Plan(name or f"vdnn_{which}", "layer_wise", algos, offload, schedule, sync,
@@ -149,7 +152,8 @@ def distance_schedule(offload: tuple[tuple[str, ...], ...], k: int) -> tuple[int
     return tuple(schedule)
 
 
-def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def eager(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+          ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     common_options("eager", opts, trace)
     check_options("eager", opts, set())

@@ -46,30 +46,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import replay
-from ..engine.sim import Simulation
+from ..engine import Replayed, replay
 from ..errors import ConfigError
 from ..limits import short_repr
 from ..hardware import GPU
 from ..trace.model import Trace
 from .builtin import algo_choice, check_options, common_options, vdnn_plan
-from .plan import Plan, downgrade, liveness, planning_allocator
+from .context import NO_CONTEXT, PolicyContext
+from .plan import Plan, downgrade, liveness
 
 
 NO_OFFLOAD_CHECKS = ("network_wide", "layer_wise")
 
 
 def network_wide_fits(trace: Trace, gpu: GPU, algos: tuple[int, ...], capacity: int | None,
-                      lv, like: Plan) -> bool:
-    """NOTE [vdnn_dyn]: whether Torch's network-wide allocation with ``algos`` fits."""
+                      lv, like: Plan, ctx: PolicyContext = NO_CONTEXT) -> bool:
+    """Whether Torch's network-wide allocation with ``algos`` fits."""
     n = len(trace.layers)
     base = Plan("baseline_p", "network_wide", algos, ((),) * n, (-1,) * n,
                 placement=like.placement)
     return replay(trace, gpu, base, capacity, lv, record_ops=False, stop_at_oom=True,
-                  allocator=planning_allocator()).pool.oom is None  # NOTE [planning allocator]
+                  allocator=ctx.allocator).oom is None
 
 
-def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+             ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     c = common_options("vdnn_dyn", opts, trace)
     sync, prefetch, reading = c.sync, c.prefetch, c.reading
@@ -81,24 +82,24 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
     check_options("vdnn_dyn", opts, {"no_offload_check"})
     lv = liveness(trace)
 
-    passes: dict[str, tuple[Plan, Simulation]] = {}  # step 1's pass and the latest other
-    seen: dict[tuple, Simulation] = {}  # (which, algos) -> its pass: step 3 starts where
+    passes: dict[str, tuple[Plan, Replayed]] = {}  # step 1's pass and the latest other
+    seen: dict[tuple, Replayed] = {}  # (which, algos) -> its pass: step 3 starts where
     # step 2 left off, with the fastest algorithms, and need not run that pass again
 
     def profile(plan: Plan, slot: str = "latest", key: tuple | None = None):
         if key in seen:
             passes[slot] = (plan, seen[key])
-            return seen[key].pool.oom
+            return seen[key].oom
         # only whether and where it runs out counts: a pass stops at its first OOM; one
         # that fits is the answer (step 1's excepted), so it records its timeline
-        run = plan.trace if plan.trace is not None else trace  # NOTE [join as view]
+        run = plan.trace if plan.trace is not None else trace
         sim = replay(run, gpu, plan, capacity, lv if run is trace else liveness(run),
                      record_ops=slot != "step1", stop_at_oom=True,
-                     allocator=planning_allocator())  # NOTE [planning allocator]
+                     allocator=ctx.allocator)
         passes[slot] = (plan, sim)
         if key is not None:
             seen[key] = sim
-        return sim.pool.oom
+        return sim.oom
 
     def done(plan: Plan, note: str) -> Plan:
         sim = next((s for p, s in passes.values() if p is plan), None)
@@ -110,7 +111,7 @@ def vdnn_dyn(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, An
 
     fastest, leanest = algo_choice(trace, "p"), algo_choice(trace, "m")
     plan = vdnn_plan(trace, "none", fastest, sync, prefetch=prefetch, reading=reading, **more)
-    if (check == "layer_wise" or network_wide_fits(trace, gpu, fastest, capacity, lv, plan)) \
+    if (check == "layer_wise" or network_wide_fits(trace, gpu, fastest, capacity, lv, plan, ctx)) \
             and profile(plan) is None:
         return done(plan, "step 2: fastest algorithms, offload none")
     step1 = vdnn_plan(trace, "all", leanest, sync, prefetch=prefetch, reading=reading, **more)

@@ -4,39 +4,8 @@ The Plan and Liveness types live with the engine that replays them (engine/plan.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Iterator
-
-from ..engine.plan import Liveness, Plan, liveness  # noqa: F401  (re-exported)
+from ..engine import Liveness, Plan, liveness  # noqa: F401  (re-exported)
 from ..trace.model import Trace
-
-# NOTE [planning allocator]
-# A policy that decides by replaying (vDNN_dyn's profiling passes, vdnn_blocks' `budget`)
-# must replay under the allocator settings its run replays under: a run config with
-# `allocator: {expandable_segments: true}` whose vdnn_dyn or vdnn_blocks budget chose under
-# PyTorch's defaults chose for another allocator (until session 26 they did, and the run's
-# own replay, under the right settings, then judged a plan made for the wrong one).
-# run_trace sets the run's settings here while the policy plans (``planning_under``); a
-# policy's replays read them (``planning_allocator``: None outside a run, PyTorch's
-# defaults). A context variable, not an argument, because every policy shares one
-# signature (PolicyFn) and only these two replay.
-_PLANNING: ContextVar[Any] = ContextVar("planning_allocator", default=None)
-
-
-def planning_allocator() -> Any:
-    """NOTE [planning allocator]: the settings of the run being planned (None: defaults)."""
-    return _PLANNING.get()
-
-
-@contextmanager
-def planning_under(settings: Any) -> Iterator[None]:
-    """NOTE [planning allocator]: policies called inside plan under ``settings``."""
-    token = _PLANNING.set(settings)
-    try:
-        yield
-    finally:
-        _PLANNING.reset(token)
 
 
 def join_view(trace: Trace) -> Trace:
@@ -51,8 +20,7 @@ def join_view(trace: Trace) -> Trace:
     the concat's inputs instead (a join a layer then writes in place keeps its copy).
     Torch7 traces with concats only (PyTorch's torch.cat copies); the vDNN policies run it
     (their plans carry it, ``Plan.trace``), the baselines, checkpointing, the block policies
-    and the planner keep the copying join. Worked out once per trace (NOTE [trace
-    analyses])."""
+    and the planner keep the copying join. Worked out once per trace."""
     if trace.pytorch:
         return trace
     view = trace.memo("join view", lambda: _join_view(trace) if any(
@@ -87,7 +55,7 @@ def offload_sets(trace: Trace, lv: Liveness, conv_only: bool) -> tuple[tuple[str
     if backward needs that buffer (reference counts for forks and joins). A layer never
     offloads a buffer it overwrites in place: the copy would race the write. Under PyTorch
     semantics the network input is never moved: the training loop holds the batch.
-    Worked out once per trace (NOTE [trace analyses]) where ``lv`` is the trace's own."""
+    Worked out once per trace where ``lv`` is the trace's own."""
     if lv is liveness(trace):
         return trace.memo(("offload_sets", conv_only), lambda: _offload_sets(trace, lv,
                                                                              conv_only))
@@ -98,8 +66,8 @@ def _offload_sets(trace: Trace, lv: Liveness, conv_only: bool
                   ) -> tuple[tuple[str, ...], ...]:
     out = []
     skip = {b for b, t in trace.buffers.items() if t.kind == "input"} if trace.pytorch else set()
-    skip |= lv.casts  # held by autocast's cache to the forward's end (NOTE [autocast cache])
-    # NOTE [conv offload at forks]: under the paper's runtime vDNN_conv moves every buffer
+    skip |= lv.casts  # held by autocast's cache to the forward's end
+    # under the paper's runtime vDNN_conv moves every buffer
     # a conv reads, copied by its last reader whatever that is
     conv_read = {lv.root[t] for layer in trace.layers if layer.is_conv for t in layer.inputs} \
         if conv_only and not trace.pytorch else None
@@ -123,8 +91,8 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
                            marked: tuple[bool, ...] | None = None) -> tuple[int, ...]:
     """The paper's findPrefetchLayer, called before each layer's backward pass: scan down
     from the layer below, take the first layer marked as offloaded and not yet prefetched,
-    give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark
-    (NOTE [offload marks]); ``None`` marks exactly the layers that copy something."""
+    give up at the next CONV layer. ``marked[i]``: layer i carries the offloaded mark; ``None``
+    marks exactly the layers that copy something."""
     layers = trace.layers
     n = len(layers)
     if marked is None:
@@ -164,21 +132,15 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 
 
 # NOTE [offload marks]
-# findPrefetchLayer (the paper's Algorithm, shared/reference/vdnn_paper.md) tests a
-# per-layer flag, ``layers[id]->offloaded``; what sets it is not in the text. Two readings:
-# - 'text': a layer is marked when it copies a buffer to the host. An in-place ReLU never
-#   copies (the next layer that reads the shared buffer does), so the scan passes over it:
-#   pool1's backward in VGG-16 prefetches conv1_2's input, and the pool's input, output,
-#   both gradients and that prefetch are live together (11.5 GB of feature maps at batch
-#   256: no room in 12 GB beside the 1.1 GB of weights).
-# - 'measured' (default for Torch7 traces): the policy marks every layer it names:
-#   vDNN_all every layer, in-place ACTV layers included; vDNN_conv every CONV layer. A
-#   marked layer that copies nothing (its X is copied by its last reader) is "prefetched"
-#   as a no-op, so under vDNN_all the scan stops at the layer right below and conv1_2's
-#   input comes back during relu1_2's backward, after pool1's output and output gradient
-#   are gone. This is the reading under which the paper's measured numbers hold: VGG-16
-#   (128) under vDNN_all(m) peaks at three 1.64 GB feature maps (4.93 GB; the paper: "at
-#   most 4.8 GB"), and VGG-16 (256) trains in 12 GB (docs/policies.md, "Offload marks").
+# findPrefetchLayer (the paper's Algorithm) tests a per-layer flag, ``offloaded``, whose
+# setting the text does not give. Two readings:
+# - 'text': a layer is marked when it copies a buffer to the host (an in-place ReLU never
+#   copies, so the scan passes over it);
+# - 'measured' (default for Torch7 traces): the policy marks every layer it names (vDNN_all
+#   every layer, vDNN_conv every CONV layer); a marked layer that copies nothing is
+#   "prefetched" as a no-op, so the scan stops there.
+# The paper's measured numbers hold under 'measured' only (docs/policies.md, "Offload
+# marks": VGG-16 (256) trains in 12 GB under vDNN_all).
 #
 # NOTE [conv offload at forks]
 # Which buffers vDNN_conv moves where a buffer has several readers, read from the paper's
@@ -193,7 +155,7 @@ def find_prefetch_schedule(trace: Trace, offload: tuple[tuple[str, ...], ...],
 # PyTorch traces replay vdnnsim's own runtime (vdnnsim/gpu/runtime/vdnn.py), which marks the
 # layers that copy: its measured reading is the text's.
 READINGS = ("measured", "text")
-PLACEMENTS = ("best", "first")  # NOTE [placement]
+PLACEMENTS = ("best", "first")
 
 
 def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | None:
@@ -203,15 +165,14 @@ def policy_marks(trace: Trace, which: str, reading: str) -> tuple[bool, ...] | N
         return None
     if which == "all":
         return (True,) * len(trace.layers)
-    # every CONV layer, and a layer that copies what a conv read before it (NOTE [conv
-    # offload at forks])
+    # every CONV layer, and a layer that copies what a conv read before it
     copies = offload_sets(trace, liveness(trace), True)
     return tuple(layer.is_conv or bool(c) for layer, c in zip(trace.layers, copies))
 
 
 def downgrade(trace: Trace, i: int, current: int, deficit: int) -> int | None:
     """Layer ``i``'s algorithm to move to from ``current`` when its workspace overflows by
-    ``deficit`` bytes (NOTE [vdnn_dyn], step 3; the planner's rule too, NOTE [planner]):
+    ``deficit`` bytes (step 3; the planner's rule too):
     the fastest with a smaller workspace that closes the gap, else the one with the
     smallest workspace; None where no algorithm has a smaller one."""
     layer = trace.layers[i]

@@ -3,7 +3,7 @@ in planner.py, which searches for the plan and writes the file; this module read
 that the policy table needs nothing of the planner).
 
 A plan file (``format: vdnnsim-plan``) lists per layer its algorithm, its offloads and its
-prefetch, the recomputed segments and the batch splits (NOTE [batch split]) that the plan
+prefetch, the recomputed segments and the batch splits that the plan
 runs.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.caching import allocator_settings
+from ..engine import allocator_settings
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
@@ -19,17 +19,18 @@ from ..planners.split import split_trace
 from ..trace.model import Trace
 from ..planners.planfile import BLOCK_FORMAT, FORMAT, BlockPlanFile, read_plan_file
 from .builtin import check_options, common_options
+from .context import NO_CONTEXT, PolicyContext
 from .plan import Plan, liveness
 
 
 
 def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
-    """A plan file for ``trace`` (NOTE [plan files]): every layer named, in order (after
-    its batch splits, NOTE [batch split]); algorithms and buffers that the trace has."""
+    """A plan file for ``trace``: every layer named, in order (after
+    its batch splits); algorithms and buffers that the trace has."""
     data = read_plan_file(path)
     if isinstance(data, BlockPlanFile):
         opts = (f"blocks: {data.blocks}, recompute: {data.recompute_blocks}"
-                if data.recompute_blocks and data.blocks  # NOTE [block mix]
+                if data.recompute_blocks and data.blocks
                 else f"recompute: {data.recompute_blocks}" if data.recompute_blocks
                 else f"blocks: {data.blocks}") + (
             f", params: {data.param_blocks} (and the optimizer offloaded)"
@@ -65,11 +66,12 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
                 data.sync, runtime=True, recompute=data.segments(),
                 trace=trace if data.split else None,
                 split=tuple((a, b, k) for a, b, k in data.split),
-                optimizer_offload=data.optimizer_offload,  # NOTE [optimizer offload]
+                optimizer_offload=data.optimizer_offload,
                 planned_allocator=conf)
 
 
-def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def planned(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+            ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     common_options("planned", opts, trace)
     path = opts.pop("file", None)

@@ -13,13 +13,14 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..engine.sim import checkpoint_buffers
+from ..engine import checkpoint_buffers
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
 from ..trace.model import Trace
 from .builtin import (algo_choice, check_options, common_options, distance_schedule,
                       vdnn_plan)
+from .context import NO_CONTEXT, PolicyContext
 from .plan import Plan, find_prefetch_schedule, liveness, policy_marks
 
 
@@ -32,7 +33,8 @@ def sequential_segments(n: int, segments: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, s + size - 1) for s in range(0, size * (segments - 1), size))
 
 
-def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+               ctx: PolicyContext = NO_CONTEXT) -> Plan:
     name = "checkpoint"
     opts = dict(options)
     c = common_options(name, opts, trace)
@@ -59,7 +61,7 @@ def checkpoint(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, 
 def without_checkpointed(trace: Trace, segs: tuple[tuple[int, int], ...],
                           offload: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
     """``offload`` (per layer, the buffers it offloads) less what the checkpointed ``segs``
-    drop or keep as their inputs: an offload of those frees nothing (NOTE [recompute])."""
+    drop or keep as their inputs: an offload of those frees nothing."""
     lv = liveness(trace)
     held = {b for b in lv.size if b not in lv.producer} if trace.pytorch else set()
     skip: set[str] = set()
@@ -73,7 +75,7 @@ def with_segments(trace: Trace, segs: tuple[tuple[int, int], ...], which: str,
                   algos: tuple[int, ...], sync: bool = True, name: str = "checkpoint",
                   prefetch: bool = True, reading: str = "measured", distance: int = 0,
                   placement: str = "best") -> Plan:
-    """NOTE [recompute]: checkpointed ``segs`` with vDNN's offload of ``which`` ('none',
+    """Checkpointed ``segs`` with vDNN's offload of ``which`` ('none',
     'conv' or 'all') among the buffers the checkpointing keeps."""
     n = len(trace.layers)
     plan = vdnn_plan(trace, which, algos, sync, name, prefetch, reading, distance, placement)

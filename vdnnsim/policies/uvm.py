@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.uvm import UvmParams
+from ..engine import UvmParams
 from ..errors import ConfigError
 from ..hardware import GPU
 from ..limits import short_repr
 from ..trace.model import Trace
 from ..units import GiB
 from .builtin import _whole_or_none, algo_choice, check_options, common_options
+from .context import NO_CONTEXT, PolicyContext
 from .plan import Plan
 
 _INTS = {  # option: (default, least, most)
@@ -20,7 +21,8 @@ _INTS = {  # option: (default, least, most)
     "fault_batch": (1, 1, 10**6), "prefetch_bytes": (0, 0, GiB)}
 
 
-def uvm(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any]) -> Plan:
+def uvm(trace: Trace, gpu: GPU, capacity: int | None, options: dict[str, Any],
+        ctx: PolicyContext = NO_CONTEXT) -> Plan:
     opts = dict(options)
     eviction = opts.pop("eviction")
     name = f"uvm_{eviction}"

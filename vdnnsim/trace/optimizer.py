@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.compile import MOMENTS
+from ..engine import MOMENTS
 from ..errors import ConfigError
 from .model import Trace
 

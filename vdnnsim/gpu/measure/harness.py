@@ -87,8 +87,8 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             step_probe: bool = True, optimizer_offload: bool = False,
             optimizer_pinning: str = "caching") -> dict[str, Any]:
     """NOTE [measurement]: its record. ``plan``: a plan file (its model, or its contents,
-    read through the model), for policy 'planned'; ``dtype``: a precision of NOTE
-    [workloads] (fp32, bf16, fp16, autocast-bf16, autocast-fp16); ``history``: given the
+    read through the model), for policy 'planned'; ``dtype``: a precision of
+    NOTE [workloads] (fp32, bf16, fp16, autocast-bf16, autocast-fp16); ``history``: given the
     allocator's snapshot over the timed steps (or where the run ran out of memory);
     ``allocator_conf``: the settings this process's allocator runs with, recorded;
     ``optimizer_offload``: the optimizer's state and step on the CPU, the gradients copied

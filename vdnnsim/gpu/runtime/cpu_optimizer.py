@@ -36,7 +36,7 @@ from typing import Any, Iterable
 
 import torch
 
-from ...engine.pinned import PINNINGS, registered_bytes
+from ...engine import PINNINGS, registered_bytes
 from ...errors import ConfigError
 
 

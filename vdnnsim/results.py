@@ -104,9 +104,9 @@ class RunResult:
     @property
     def layer_avg_memory_bytes(self) -> float:
         """NOTE [layer average]
-        The mean, over the iteration's layer passes (each forward and backward op of the compute stream that takes time, alike however long it
-        runs; recomputation left out), of the memory allocated at its peak while the pass
-        runs. Where ``avg_memory_bytes`` weights the memory by time, this weights it by
+        The mean, over the iteration's layer passes (each forward and backward op of the
+        compute stream that takes time, alike however long it runs; recomputation left
+        out), of the memory allocated at its peak while the pass runs. Where ``avg_memory_bytes`` weights the memory by time, this weights it by
         layer, as a runtime that logs its usage layer by layer sees it: an alternative
         reading of the paper's average bars (`vdnnsim reproduce --average layer`;
         docs/reproduction.md, "How the paper averaged: not settled"). The peak if the run

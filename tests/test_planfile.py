@@ -317,19 +317,33 @@ def test_measure_takes_the_run_from_the_plan():
     plan = plan_from_data(PLAN_V2)
     args = _measure_args("--plan", "p.yaml")
     assert measured_run(args, plan) == MeasuredRun("hf:gpt2", 8, "autocast-bf16", "adamw",
-                                                   1024, "planned")
+                                                   1024, "planned", plan.budget_bytes)
     same = _measure_args("--plan", "p.yaml", "--optimizer", "adamw", "-b", "8",
                          "--model", "hf:gpt2", "--dtype", "autocast-bf16")
     assert measured_run(same, plan) == measured_run(args, plan)
     # a plan of version 1 names no model: --model gives it, the rest is the plan's
     old = plan_from_data({**BLOCK, "optimizer": "adamw"})
     run = measured_run(_measure_args("--plan", "p.yaml", "--model", "hf:gpt2"), old)
-    assert run == MeasuredRun("hf:gpt2", 8, "fp32", "adamw", None, "planned")
+    assert run == MeasuredRun("hf:gpt2", 8, "fp32", "adamw", None, "planned",
+                              old.budget_bytes)
     with pytest.raises(ConfigError, match="--model is needed"):
         measured_run(_measure_args("--plan", "p.yaml"), old)
     # without a plan: the defaults
     run = measured_run(_measure_args("--model", "zoo:alexnet", "-b", "2"), None)
     assert run == MeasuredRun("zoo:alexnet", 2, "fp32", "sgd", None, "baseline")
+
+
+def test_measure_caps_a_plan_at_its_budget(capsys):
+    """The plan's budget is the cap unless --memory-cap says otherwise, which is measured
+    with a warning on stderr."""
+    from vdnnsim.cli.gpu import measured_run
+    plan = plan_from_data(PLAN_V2)
+    assert measured_run(_measure_args("--plan", "p.yaml"), plan).memory_cap_bytes == \
+        plan.budget_bytes
+    assert capsys.readouterr().err == ""
+    other = measured_run(_measure_args("--plan", "p.yaml", "--memory-cap", "20GiB"), plan)
+    assert other.memory_cap_bytes == 20 * 2**30
+    assert "was planned for a budget of" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, message", [

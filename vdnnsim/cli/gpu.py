@@ -74,13 +74,16 @@ class MeasuredRun:
     optimizer: str
     seq_len: int | None
     policy: str
+    memory_cap_bytes: int | None = None  # --memory-cap, else the plan's budget
 
 
 def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
     """The run ``vdnnsim measure`` makes of its flags and ``plan`` (a plan file, or None):
     each of model, batch size, dtype, optimizer and sequence length from its flag, else from
     the plan; a flag that contradicts the plan is refused (ConfigError), before anything
-    runs."""
+    runs. The memory cap is --memory-cap's, else the plan's budget; a cap other than the
+    budget is measured with a warning (a plan measured under another cap is an experiment
+    the project makes: a plan for 21 GiB under a 22 GiB cap, say)."""
 
     def planned(key: str) -> Any:  # what the plan says, None where it does not
         if plan is None or key not in plan.model_fields_set and key != "batch_size":
@@ -106,10 +109,17 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
     batch = args.batch_size or planned("batch_size")
     if batch is None:
         raise ConfigError("--batch-size is needed (or --plan FILE, which has it)")
+    cap = memory_cap(args)
+    if plan is not None and cap is None:
+        cap = plan.budget_bytes  # the plan runs under the cap it was planned for
+    elif plan is not None and cap != plan.budget_bytes:
+        print(f"vdnnsim: warning: {args.plan} was planned for a budget of "
+              f"{plan.budget_bytes / GiB:.2f} GiB; it is measured under --memory-cap's "
+              f"{cap / GiB:.2f} GiB", file=sys.stderr)
     return MeasuredRun(model, batch, args.dtype or planned("dtype") or "fp32",
                        args.optimizer or planned("optimizer") or "sgd",
                        args.seq_len or planned("seq_len"),
-                       "planned" if plan is not None else args.policy or "baseline")
+                       "planned" if plan is not None else args.policy or "baseline", cap)
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -117,7 +127,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     processes."""
     from ..engine import ENV, effective, env_string, parse_pairs
 
-    cap = memory_cap(args)  # before torch: a bad size needs no GPU to be told
+    memory_cap(args)  # before torch: a bad size needs no GPU to be told
     given = parse_pairs(args.allocator)
     if args.warmup_processes is not None and not args.repeat:
         raise ConfigError("--warmup-processes goes with --repeat N")
@@ -140,12 +150,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     run = measured_run(args, plan)
     args.model, args.batch_size, args.dtype, args.optimizer, args.seq_len, args.policy = (
         run.model, run.batch_size, run.dtype, run.optimizer, run.seq_len, run.policy)
-    if plan is not None and cap is None:
-        cap = plan.budget_bytes  # the plan runs under the cap it was planned for
-    elif plan is not None and cap != plan.budget_bytes:
-        print(f"vdnnsim: warning: {args.plan} was planned for a budget of "
-              f"{plan.budget_bytes / GiB:.2f} GiB; it is measured under --memory-cap's "
-              f"{cap / GiB:.2f} GiB", file=sys.stderr)
+    cap = run.memory_cap_bytes
     conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that
         torch_ = sys.modules.get("torch")

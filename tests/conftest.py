@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -101,3 +102,33 @@ def block_step_grads(work: Any, rt: Any) -> tuple[dict, dict]:
     if rt is not None:
         rt.remove()
     return out, stats
+
+
+def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str]:
+    """``vdnnsim ARGV`` run in this process (``vdnnsim.cli.main``), its exit code, stdout and
+    stderr as ``subprocess.run(..., capture_output=True, text=True)`` gives them: for tests
+    that check what a command does, where a fresh interpreter (seconds of imports) is not
+    the point. Tests of the real entry point (exit codes, Ctrl-C, import-time behaviour)
+    keep their subprocesses."""
+    import contextlib
+    import io
+    import os
+    import signal
+
+    from vdnnsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here, sigint = os.getcwd(), signal.getsignal(signal.SIGINT)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse's errors and --help
+                code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+    finally:
+        os.chdir(here)
+        signal.signal(signal.SIGINT, sigint)
+    return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0),
+                                       out.getvalue(), err.getvalue())

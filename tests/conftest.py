@@ -12,6 +12,19 @@ from vdnnsim.trace import Trace, trace_from_dict
 
 MB = 10**6
 
+try:  # torch (vdnnsim[torch]): one intra-op thread in the test process, see below
+    import torch
+except ImportError:
+    torch = None
+# What a fresh process's torch runs on (a `python -m vdnnsim` subprocess keeps it): the tests
+# that pass thread counts to a subprocess read this. The test process itself runs torch on
+# one thread: pytest-xdist already runs a worker per core, and torch's worker threads on a
+# machine with no core to spare wait for one at every parallel op, spinning (a harness test
+# of small ops took 60 CPU seconds so on a loaded machine, under 2 on one thread).
+TORCH_DEFAULT_THREADS = torch.get_num_threads() if torch is not None else 1
+if torch is not None:
+    torch.set_num_threads(1)
+
 try:  # transformers, for hf: models (vdnnsim[hf]); tests that need it skip without it
     import transformers  # noqa: F401
     HAS_HF = True

@@ -18,7 +18,7 @@ from vdnnsim.costs.cpustep import fit, format_fit, what_if_error
 from vdnnsim.errors import ConfigError
 from vdnnsim.hardware import CPU_STEP_BYTES, cpu_step_roofline_ns, gpu_preset
 
-from .conftest import TORCH_DEFAULT_THREADS
+from .conftest import TORCH_DEFAULT_THREADS, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,9 +280,7 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
 ])
 def test_calibrate_cpu_step_refuses_in_one_line(tmp_path, args, match):
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step", *args,
-                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = run_cli(["calibrate", "--cpu-step", *args, "-o", tmp_path / "c.json"], cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and match in r.stderr, r.stderr
     assert not (tmp_path / "c.json").exists()
 
@@ -300,7 +298,5 @@ def test_the_default_threads_are_required_before_the_sweep(tmp_path):
 
 def test_threads_without_cpu_step_is_refused(tmp_path):
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--threads", "1",
-                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = run_cli(["calibrate", "--threads", "1", "-o", tmp_path / "c.json"], cwd=ROOT)
     assert r.returncode == 2 and "--threads goes with --cpu-step" in r.stderr, r.stderr

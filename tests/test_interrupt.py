@@ -70,11 +70,11 @@ def _interrupt(argv: list[str], busy_cpu_s: float, cwd: Path,
                     f"give it more work: {err[-500:]}")
     os.killpg(p.pid, signal.SIGINT)
     try:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
     except subprocess.TimeoutExpired:  # a hung teardown: end it, and say what it printed
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        pytest.fail(f"still running 120 s after Ctrl-C; stderr: {err[-1500:]!r}")
+        pytest.fail(f"still running 600 s after Ctrl-C; stderr: {err[-1500:]!r}")
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
@@ -149,5 +149,5 @@ def test_a_sweep_worker_that_dies_breaks_the_sweep_instead_of_hanging(tmp_path):
         "except Exception as exc:\n"
         "    print(type(exc).__name__)\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=600)
     assert proc.stdout.strip() == "BrokenProcessPool", proc.stderr[-800:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
@@ -10,6 +11,19 @@ from vdnnsim.hardware import GPU, Link
 from vdnnsim.trace import Trace, trace_from_dict
 
 MB = 10**6
+
+try:  # torch (vdnnsim[torch]): one intra-op thread in the test process, see below
+    import torch
+except ImportError:
+    torch = None
+# What a fresh process's torch runs on (a `python -m vdnnsim` subprocess keeps it): the tests
+# that pass thread counts to a subprocess read this. The test process itself runs torch on
+# one thread: pytest-xdist already runs a worker per core, and torch's worker threads on a
+# machine with no core to spare wait for one at every parallel op, spinning (a harness test
+# of small ops took 60 CPU seconds so on a loaded machine, under 2 on one thread).
+TORCH_DEFAULT_THREADS = torch.get_num_threads() if torch is not None else 1
+if torch is not None:
+    torch.set_num_threads(1)
 
 try:  # transformers, for hf: models (vdnnsim[hf]); tests that need it skip without it
     import transformers  # noqa: F401
@@ -101,3 +115,33 @@ def block_step_grads(work: Any, rt: Any) -> tuple[dict, dict]:
     if rt is not None:
         rt.remove()
     return out, stats
+
+
+def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str]:
+    """``vdnnsim ARGV`` run in this process (``vdnnsim.cli.main``), its exit code, stdout and
+    stderr as ``subprocess.run(..., capture_output=True, text=True)`` gives them: for tests
+    that check what a command does, where a fresh interpreter (seconds of imports) is not
+    the point. Tests of the real entry point (exit codes, Ctrl-C, import-time behaviour)
+    keep their subprocesses."""
+    import contextlib
+    import io
+    import os
+    import signal
+
+    from vdnnsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    here, sigint = os.getcwd(), signal.getsignal(signal.SIGINT)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse's errors and --help
+                code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+    finally:
+        os.chdir(here)
+        signal.signal(signal.SIGINT, sigint)
+    return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0),
+                                       out.getvalue(), err.getvalue())

@@ -5,8 +5,6 @@ a CUDA GPU, skipped without one)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.policies.blocks import (block_mixed_plan, block_plan, block_recompute_plan,
                                      block_segments)
 
-from .conftest import block_step_grads
+from .conftest import block_step_grads, run_cli
 
 torch = pytest.importorskip("torch")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -34,10 +32,8 @@ def vgg(tmp_path_factory):
     its layers by call (NOTE [blocks]); the first ones hold the largest feature maps and
     a ReLU(inplace=True) writes each convolution's output, as in vDNN's networks."""
     out = tmp_path_factory.mktemp("vgg") / "vgg16.json"
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model",
-                        "torchvision.models:vgg16", "--input", "image:3,224,224", "-b", "32",
-                        "--gpu", "h200", "--dtype", "fp32", "-o", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli(["trace", "--model", "torchvision.models:vgg16", "--input", "image:3,224,224",
+                 "-b", "32", "--gpu", "h200", "--dtype", "fp32", "-o", str(out)], cwd=ROOT)
     assert r.returncode == 0, r.stderr
     from vdnnsim.trace import load_trace
     return load_trace(out)
@@ -123,9 +119,8 @@ def test_vdnnsim_plan_says_the_mix(vgg, tmp_path):
                                    "policy": "eager"}))
     eager = run_trace(vgg, resolve_gpu("h200"), "eager", record=False)
     out = tmp_path / "plan.yaml"
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
-                        str(int(0.8 * eager.peak_memory_bytes)), "-o", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli(["plan", str(cfg), "--budget", str(int(0.8 * eager.peak_memory_bytes)),
+                 "-o", str(out)], cwd=ROOT)
     assert r.returncode == 0, r.stderr
     plan = yaml.safe_load(out.read_text())
     assert plan["blocks"] > 0 and plan["recompute_blocks"] > 0

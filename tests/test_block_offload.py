@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.policies.blocks import block_regions
 from vdnnsim.trace import load_trace
 
-from .conftest import HAS_HF, block_step_grads
+from .conftest import HAS_HF, block_step_grads, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILED = ROOT / "traces" / "h200_transformers" / "profiled"
@@ -78,8 +76,7 @@ def test_vdnnsim_plan_writes_a_block_plan(tmp_path):
         "network": str(PROFILED / "main-gpt2-b8-s1024-autocast-bf16.yaml.gz"),
         "batch_size": 8, "gpu": "h200", "optimizer": "adamw", "policy": "eager"}))
     out = tmp_path / "plan.yaml"
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
-                        "9 GiB", "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
+    r = run_cli(["plan", str(cfg), "--budget", "9 GiB", "-o", str(out)], cwd=ROOT)
     assert r.returncode == 0, r.stderr
     plan = yaml.safe_load(out.read_text())
     assert plan["format"] == BLOCK_FORMAT and plan["total_blocks"] == 12

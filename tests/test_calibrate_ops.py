@@ -55,6 +55,9 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     real_cnn = co.cnn_cases
     monkeypatch.setattr(co, "cnn_cases",
                         lambda rng, n, dt, grid: _small_cnn(real_cnn(rng, n, dt, grid)))
+    real_norms = co.norm_cases  # full size, these are feature maps of up to 2 GiB each
+    monkeypatch.setattr(co, "norm_cases",
+                        lambda rng, n, dt, grid: _small_cnn(real_norms(rng, n, dt, grid)))
     real_steps = co.step_cases
     monkeypatch.setattr(co, "step_cases", lambda rng, n: _small(real_steps(rng, n)))
     data = co.calibrate_ops(dtype, scale=0.1, dev=torch.device("cpu"), clock=FakeClock())

@@ -18,6 +18,8 @@ from vdnnsim.costs.cpustep import fit, format_fit, what_if_error
 from vdnnsim.errors import ConfigError
 from vdnnsim.hardware import CPU_STEP_BYTES, cpu_step_roofline_ns, gpu_preset
 
+from .conftest import TORCH_DEFAULT_THREADS, run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -246,8 +248,8 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
     is that the outcome is one of the two a user may get, a written fit that loads as a gpu
     override, every number in it positive, or the one-line refusal with nothing written;
     never a wrong-signed calibration."""
-    torch = pytest.importorskip("torch")
-    top = torch.get_num_threads()
+    pytest.importorskip("torch")
+    top = TORCH_DEFAULT_THREADS  # the subprocess's
     threads = ",".join(str(n) for n in sorted({1, top}))
     out = tmp_path / "cpu.json"
     r = subprocess.run([sys.executable, "-c",
@@ -278,27 +280,23 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
 ])
 def test_calibrate_cpu_step_refuses_in_one_line(tmp_path, args, match):
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step", *args,
-                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = run_cli(["calibrate", "--cpu-step", *args, "-o", tmp_path / "c.json"], cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and match in r.stderr, r.stderr
     assert not (tmp_path / "c.json").exists()
 
 
 def test_the_default_threads_are_required_before_the_sweep(tmp_path):
-    torch = pytest.importorskip("torch")
-    if torch.get_num_threads() == 1:
+    pytest.importorskip("torch")
+    if TORCH_DEFAULT_THREADS == 1:  # the subprocess's
         pytest.skip("torch runs one thread here: --threads 1 is the default")
     r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step",
                         "--threads", "1", "-o", str(tmp_path / "c.json")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "must include torch's default" in r.stderr, r.stderr
     assert "threads: memory" not in r.stderr  # refused before any of the sweep ran
 
 
 def test_threads_without_cpu_step_is_refused(tmp_path):
     pytest.importorskip("torch")
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--threads", "1",
-                        "-o", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = run_cli(["calibrate", "--threads", "1", "-o", tmp_path / "c.json"], cwd=ROOT)
     assert r.returncode == 2 and "--threads goes with --cpu-step" in r.stderr, r.stderr

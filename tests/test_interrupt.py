@@ -23,25 +23,58 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "pos
                                 reason="process groups and SIGINT are POSIX")
 
 
-def _interrupt(argv: list[str], after_s: float, cwd: Path) -> subprocess.CompletedProcess:
+def _tree_cpu_s(pid: int) -> tuple[float, int] | None:
+    """CPU seconds used so far by ``pid`` and its descendants, and how many descendants it
+    has (from /proc; None where there is none)."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    tree, grew = {pid}, True
+    while grew:
+        more = {q for q, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(stats[q][1] for q in tree if q in stats), len(tree) - 1
+
+
+def _interrupt(argv: list[str], busy_cpu_s: float, cwd: Path,
+               workers: bool = False) -> subprocess.CompletedProcess:
+    """Run the command and Ctrl-C it once it is busy: once it (with its worker processes,
+    which ``workers`` asks to have started) has used ``busy_cpu_s`` seconds of CPU, so
+    that a loaded machine, slower to start it, does not interrupt it during its imports."""
     def child() -> None:  # a shell may start the tests with SIGINT ignored; a terminal does not
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     p = subprocess.Popen([sys.executable, "-m", "vdnnsim", *argv], cwd=cwd, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          preexec_fn=child, start_new_session=True)
-    time.sleep(after_s)
+    if _tree_cpu_s(p.pid) is None:  # no /proc: a wall-clock wait instead
+        time.sleep(2 * busy_cpu_s)
+    deadline = time.monotonic() + 600
+    while p.poll() is None and time.monotonic() < deadline:
+        used = _tree_cpu_s(p.pid)
+        if used is None or (used[0] >= busy_cpu_s and (used[1] > 0 or not workers)):
+            break
+        time.sleep(0.05)
     if p.poll() is not None:
         out, err = p.communicate()
         pytest.fail(f"the command ended before it could be interrupted (rc {p.returncode}); "
                     f"give it more work: {err[-500:]}")
     os.killpg(p.pid, signal.SIGINT)
     try:
-        out, err = p.communicate(timeout=120)
+        out, err = p.communicate(timeout=600)
     except subprocess.TimeoutExpired:  # a hung teardown: end it, and say what it printed
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        pytest.fail(f"still running 120 s after Ctrl-C; stderr: {err[-1500:]!r}")
+        pytest.fail(f"still running 600 s after Ctrl-C; stderr: {err[-1500:]!r}")
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
@@ -67,7 +100,7 @@ def test_ctrl_c_in_a_sweep_with_worker_processes(tmp_path):
                      "  gpu: [k40, titanx_maxwell, h200]\n"
                      "  policy: [vdnn_dyn, vdnn_all_m, vdnn_conv_p, vdnn_all_p, vdnn_conv_m]\n")
     proc = _interrupt(["sweep", str(study), "-o", str(tmp_path / "out.csv"), "--workers", "2",
-                       "--no-progress"], 2.0, tmp_path)
+                       "--no-progress"], 2.0, tmp_path, workers=True)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr == "vdnnsim: interrupted\n"
     assert _no_partial_files(tmp_path) == ["big.yaml"]
@@ -116,5 +149,5 @@ def test_a_sweep_worker_that_dies_breaks_the_sweep_instead_of_hanging(tmp_path):
         "except Exception as exc:\n"
         "    print(type(exc).__name__)\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=600)
     assert proc.stdout.strip() == "BrokenProcessPool", proc.stderr[-800:]

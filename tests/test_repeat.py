@@ -745,10 +745,10 @@ def test_an_allocator_setting_in_the_environment_that_disagrees_is_one_line():
 def test_the_experiments_gpu_scripts_print_their_help_on_a_cpu(script):
     path = ROOT / "experiments" / "validation" / script
     p = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=600)
     assert p.returncode == 0 and p.stderr == "" and p.stdout.startswith("usage: ")
     assert path.read_text().split('"""')[1].strip().splitlines()[0] in p.stdout
-    q = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    q = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
     assert q.returncode == 2 and "error: the following arguments are required" in q.stderr
 
 
@@ -905,8 +905,9 @@ def test_the_probe_scaling_analysis_scales_a_trace_by_the_probes_ratio(tmp_path)
     assert same[0] == same[1]  # K = 1: the scaled replay is the plain one
     assert slow[0] == same[0] and slow[1] > slow[0] + 30  # host-bound: about 1.5x
     assert "all: 2 pairs" in p.stdout
-    q = subprocess.run([sys.executable, str(ROOT / "experiments" / "repeat_and_reserved" / "probe_scaling_check.py")],
-                       capture_output=True, text=True, timeout=120)
+    q = subprocess.run([sys.executable, str(ROOT / "experiments" / "repeat_and_reserved" /
+                                            "probe_scaling_check.py")],
+                       capture_output=True, text=True, timeout=600)
     assert q.returncode == 2 and q.stderr.startswith("usage:")
 
 

@@ -1,5 +1,6 @@
-"""Running a campaign: cases in worker processes, each case in-process with a SIGALRM
-timeout, and a watchdog that kills a worker stuck where SIGALRM cannot reach (C code).
+"""Running a campaign: cases in worker processes, each case in-process with a CPU-time
+timeout (oracle.TIMER), and a watchdog that kills a worker stuck where that cannot reach
+(C code, or waiting without using the CPU).
 
 Workers are forked from the runner, which imports vdnnsim and its heavy dependencies
 first, so a fresh worker costs a few milliseconds; a worker that timed out or crashed is
@@ -27,6 +28,9 @@ from .oracle import TIMEOUT_S, Finding, check, clear, execute, file_bytes
 
 DETERMINISM_EVERY = 40  # every this many cases that exit 0 run twice and must agree
 GRACE_S = 20.0  # past the timeout, the watchdog kills the worker (checks take time too)
+# the watchdog's clock is the wall's: this many times the CPU timeout, so that a loaded
+# machine's slow cases are left to the CPU timer
+WATCHDOG_FACTOR = 6
 MEMORY_LIMIT = 4 * 2**30  # address space per worker: an alias bomb fails instead of swapping
 
 
@@ -213,7 +217,7 @@ def run_campaign(seed: int, cases: int | list[int], workers: int = 2,
                                      None, [Finding("crash", f"worker died (exit {code})",
                                                     "the process running the case died")],
                                      restart=True)
-                elif now - w.since > timeout + GRACE_S:
+                elif now - w.since > WATCHDOG_FACTOR * timeout + GRACE_S:
                     res = Result(w.index, generate(seed, w.index).label, now - w.since, None,
                                  [Finding("hang", "hang the timeout could not interrupt",
                                           f"killed after {now - w.since:.0f} s")],

@@ -31,14 +31,18 @@ import yaml
 from .generator import (DEFAULT_POLICIES, DTYPES, GPU_KEYS, POLICIES, PRESETS, ZOO_BATCH, Case,
                         File, dump)
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 10.0  # CPU seconds a case may take (its process's, so a loaded machine is no slower)
+# The per-case timeout counts the process's CPU time (SIGPROF), not the wall clock: a case
+# that a busy machine runs slowly is not a hang; one stuck outside the CPU (a lock, a
+# sleep) is left to the campaign's wall-clock watchdog.
+TIMER, TIMER_SIGNAL = signal.ITIMER_PROF, signal.SIGPROF
 ERROR_RE = re.compile(r"^vdnnsim(?: [a-z]+)?: error: ")
 OPTION_KEYS = {"sync", "prefetch", "reading"}
 READINGS = {"measured", "text"}
 
 
 class CaseTimeout(BaseException):
-    """Raised by SIGALRM inside a case that runs too long."""
+    """Raised by the timer's signal inside a case that runs too long."""
 
 
 @dataclass
@@ -182,14 +186,14 @@ def execute(case: Case, folder: str, timeout: float = TIMEOUT_S) -> Outcome:
     err = io.TextIOWrapper(err_b, encoding="utf-8", errors="backslashreplace",
                            write_through=True)
     cwd = os.getcwd()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    t0 = time.perf_counter()
+    old = signal.signal(TIMER_SIGNAL, _alarm)
+    t0 = time.process_time()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 os.chdir(folder)
-                signal.setitimer(signal.ITIMER_REAL, timeout)
+                signal.setitimer(TIMER, timeout)
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     if case.argv is not None:
                         try:
@@ -210,12 +214,12 @@ def execute(case: Case, folder: str, timeout: float = TIMEOUT_S) -> Outcome:
                         except vdnnsim.VdnnError as exc:
                             o.rc = 2
                             o.stderr = f"vdnnsim: error: {exc}\n"
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(TIMER, 0)
             except CaseTimeout as exc:
                 o.timed_out = True
                 o.where = _where(exc.__traceback__)
             except BaseException as exc:  # noqa: BLE001 - this is what the fuzzer looks for
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(TIMER, 0)
                 root = exc  # simpy re-raises a process's exception as the cause of a copy
                 while root.__cause__ is not None and root.__cause__.__traceback__ is not None \
                         and f"{os.sep}simpy{os.sep}" in traceback.extract_tb(
@@ -228,10 +232,10 @@ def execute(case: Case, folder: str, timeout: float = TIMEOUT_S) -> Outcome:
             o.warns = [(w.category.__name__, str(w.message)[:200],
                         f"{os.path.basename(w.filename)}:{w.lineno}") for w in caught]
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(TIMER, 0)
+        signal.signal(TIMER_SIGNAL, old)
         os.chdir(cwd)
-        o.elapsed = time.perf_counter() - t0
+        o.elapsed = time.process_time() - t0  # CPU seconds, as the timeout counts
         if "matplotlib.pyplot" in __import__("sys").modules:
             import matplotlib.pyplot as plt
             plt.close("all")
@@ -1047,10 +1051,10 @@ def differential(folder: str, config: str, records: list[dict[str, Any]]) -> lis
     file, from the same folder, must give the records ``vdnnsim run --json`` printed."""
     import vdnnsim
     cwd = os.getcwd()
-    old = signal.signal(signal.SIGALRM, _alarm)
+    old = signal.signal(TIMER_SIGNAL, _alarm)
     try:
         os.chdir(folder)
-        signal.setitimer(signal.ITIMER_REAL, TIMEOUT_S)
+        signal.setitimer(TIMER, TIMEOUT_S)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rows = json.loads(vdnnsim.sweep(config).to_json(orient="records"))
@@ -1063,8 +1067,8 @@ def differential(folder: str, config: str, records: list[dict[str, Any]]) -> lis
         return [Finding("traceback", f"{type(exc).__name__} in vdnnsim.sweep(CONFIG) "
                         "(differential)", str(exc)[:200])]
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(TIMER, 0)
+        signal.signal(TIMER_SIGNAL, old)
         os.chdir(cwd)
     if len(rows) != len(records):
         return [Finding("wrong", "differential: sweep(CONFIG) row count differs from run",

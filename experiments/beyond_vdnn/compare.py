@@ -50,8 +50,8 @@ def rows():
                 continue
             t = plan.trace if plan.trace is not None else trace  # a batch split reshapes it
             sim = replay(t, gpu, plan, 12 * GiB, liveness(t), record_ops=False)
-            out.append((title, label, sim.pool.oom is None, sim.end_ns / ref,
-                        sim.pool.peak_live_bytes / GiB))
+            out.append((title, label, sim.oom is None, sim.end_ns / ref,
+                        sim.peak_live_bytes / GiB))
     return out
 
 

@@ -252,7 +252,8 @@ def test_transformer_meta_trace_is_timed_on_h200():
     h100 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, resolve_gpu("h100"), "autocast-bf16",
                         32, {}, None)
     assert h100["source"]["cost_model"] == opmodel.SPEC_MODEL
-    assert "NOTE [op spec rule]" in h100["source"]["note"] and "h200" in h100["source"]["note"]
+    assert "op-level kernel model from specs" in h100["source"]["note"] and \
+        "h200" in h100["source"]["note"]
     assert sum(x["fwd_ns"] for x in h100["layers"]) > sum(x["fwd_ns"] for x in layers)
     unknown = dataclasses.replace(resolve_gpu("k40"), sm_count=0)
     k40 = memory_trace("hf:tests/hf/opt-tiny.yaml", 2, unknown, "fp32", 32, {}, None)

@@ -63,3 +63,25 @@ def test_the_check_sees_a_missing_module(tmp_path):
     row = "| `vdnnsim/x/` | owns | imports | `a.py` (the a) |"
     assert rows(row) == {"vdnnsim/x/": row}
     assert "`b.py`" not in rows(row)["vdnnsim/x/"]
+
+
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_file_over_600_lines_and_no_function_over_120():
+    """Small files of one job, and functions a reader can hold (issue 55's limits)."""
+    import ast
+
+    big, long = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        rel = path.relative_to(ROOT).as_posix()
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            big.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text, rel)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    assert not big and not long, "\n  ".join(["too large:", *big, *long])

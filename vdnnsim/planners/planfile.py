@@ -92,13 +92,13 @@ class LayerRow(_Strict):
         return out
 
 
-class LayerPlanFile(_Strict):
-    """A ``vdnnsim-plan`` file."""
+class _PlanRun(_Strict):
+    """What both kinds of plan file say of the run they plan (the kinds override
+    ``format`` and ``version``, keeping their places in the file)."""
 
-    format: Literal["vdnnsim-plan"] = Field(description="Always 'vdnnsim-plan'.")
+    format: str = Field(description="The kind of plan file.")
     version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
-        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype, "
-        "sequence length and optimizer of the run).")
+        1, description="Format version.")
     network: str = Field(description="The planned trace's network name.")
     batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
         description="The batch size it was planned for.")
@@ -114,6 +114,15 @@ class LayerPlanFile(_Strict):
         None, description="The precision it was profiled in.")
     seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
         None, description="An hf: language model's sequence length.")
+
+
+class LayerPlanFile(_PlanRun):
+    """A ``vdnnsim-plan`` file."""
+
+    format: Literal["vdnnsim-plan"] = Field(description="Always 'vdnnsim-plan'.")
+    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype, "
+        "sequence length and optimizer of the run).")
     layer_names: Literal["fx", "ops"] = Field(
         "fx", description="fx: a torchvision or zoo trace's layers, which the vDNN runtime "
         "finds in its fx graph; ops: an op-by-op trace's ATen ops, which it cannot.")
@@ -160,28 +169,13 @@ class LayerPlanFile(_Strict):
         return tuple(sorted((index[a], index[b]) for a, b in self.recompute))
 
 
-class BlockPlanFile(_Strict):
+class BlockPlanFile(_PlanRun):
     """A ``vdnnsim-block-plan`` file."""
 
     format: Literal["vdnnsim-block-plan"] = Field(description="Always 'vdnnsim-block-plan'.")
     version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
         1, description="Format version; this reader knows 1 and 2 (2: the model, dtype and "
         "sequence length of the run).")
-    network: str = Field(description="The planned trace's network name.")
-    batch_size: Annotated[int, Field(ge=1), BeforeValidator(whole)] = Field(
-        description="The batch size it was planned for.")
-    gpu: str = Field(description="The GPU preset it was planned on.")
-    budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
-        description="The memory budget it fits.")
-    optimizer: Name = Field("sgd", description="The optimizer of the planned step.")
-    # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
-    # asks for nothing the plan knows (left out where the planned trace does not say)
-    model: Name | None = Field(None, description="The model spec the trace was profiled "
-                               "from, e.g. hf:gpt2 or torchvision:vgg16.")
-    dtype: Literal["fp32", "fp16", "bf16", "autocast-bf16", "autocast-fp16"] | None = Field(
-        None, description="The precision it was profiled in.")
-    seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
-        None, description="An hf: language model's sequence length.")
     blocks: Count = Field(description="Blocks offloaded, from the first on.")
     total_blocks: Count = Field(description="Blocks the model has.")
     recompute_blocks: Count = Field(0, description="Blocks checkpointed, from the first "

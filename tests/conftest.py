@@ -145,3 +145,37 @@ def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str
         signal.signal(signal.SIGINT, sigint)
     return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0),
                                        out.getvalue(), err.getvalue())
+
+
+def pytest_configure(config: Any) -> None:
+    """NOTE [trace cache] for the whole session: one folder that the controller makes before
+    pytest-xdist starts its workers (they, the notebooks' kernels and every subprocess
+    inherit the environment) and removes at the end."""
+    import os
+    import tempfile
+
+    from vdnnsim.gpu.probe.cache import ENV
+
+    if hasattr(config, "workerinput") or os.environ.get(ENV):
+        return
+    folder = tempfile.mkdtemp(prefix="vdnnsim-trace-cache-")
+    os.environ[ENV] = folder
+    config._vdnnsim_trace_cache = folder
+
+
+def pytest_unconfigure(config: Any) -> None:
+    import shutil
+
+    folder = getattr(config, "_vdnnsim_trace_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_trace_cache_where_patched(request: Any) -> Any:
+    """A test that monkeypatches may change what a trace would be: it traces afresh."""
+    if "monkeypatch" in request.fixturenames:
+        from vdnnsim.gpu.probe.cache import ENV
+
+        request.getfixturevalue("monkeypatch").delenv(ENV, raising=False)
+    yield

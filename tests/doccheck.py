@@ -196,14 +196,96 @@ def environment(bin_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_output_command(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """An ``output:`` mark's command, from the repository root (no shell)."""
+def run_output_command(cmd: str, env: dict[str, str], in_process: bool = True
+                       ) -> subprocess.CompletedProcess[str]:
+    """An ``output:`` mark's command, from the repository root (no shell). A ``vdnnsim``
+    command, a ``python`` script or a ``python -m`` module runs in this process
+    (:func:`run_in_process`) unless ``in_process`` is false: what it prints is what a fresh
+    process prints, without seconds of interpreter start and imports per command."""
     argv = shlex.split(cmd)
+    if argv[0].endswith("python") or argv[0].endswith("python3"):
+        argv = ["python", *argv[1:]]
+    if in_process and (argv[0] == "vdnnsim" or argv[0] == "python" and len(argv) > 1
+                       and (argv[1] == "-m" or argv[1].endswith(".py"))):
+        return run_in_process(argv, env)
     if argv[0] == "vdnnsim":
         argv = [sys.executable, "-m", "vdnnsim", *argv[1:]]
-    elif argv[0] in ("python", "python3"):
+    elif argv[0] == "python":
         argv = [sys.executable, *argv[1:]]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+# Python's own warning filters in a fresh process (no -W, no PYTHONWARNINGS): a script run in
+# the test process sees these, not pytest's, and every warning is new to it again
+_FRESH_FILTERS = [("default", None, DeprecationWarning, "__main__", 0),
+                  ("ignore", None, DeprecationWarning, None, 0),
+                  ("ignore", None, PendingDeprecationWarning, None, 0),
+                  ("ignore", None, ImportWarning, None, 0),
+                  ("ignore", None, ResourceWarning, None, 0)]
+
+
+def run_in_process(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``vdnnsim ARGS``, ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` run here as
+    ``__main__``, from the repository root, with ``env``'s COLUMNS and MPLBACKEND; its exit
+    code, stdout and stderr as ``subprocess.run`` gives them. What the run changes of this
+    process is put back: the working folder, ``sys.argv``, ``sys.path``, the modules a script
+    imported from beside it (two scripts' ``check`` modules are not one), the environment,
+    warning filters, SIGINT's handler and torch's thread count."""
+    import contextlib
+    import io
+    import runpy
+    import signal
+    import warnings
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_argv, saved_path = dict(os.environ), sys.argv[:], sys.path[:]
+    modules, here, sigint = set(sys.modules), os.getcwd(), signal.getsignal(signal.SIGINT)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    code: Any = 0
+    try:
+        os.chdir(ROOT)
+        for key in ("COLUMNS", "MPLBACKEND"):
+            if key in env:
+                os.environ[key] = env[key]
+            else:
+                os.environ.pop(key, None)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings():
+            warnings.resetwarnings()
+            warnings.showwarning = warnings._showwarning_orig  # to stderr, not pytest's record
+            for action, _msg, cat, mod, lineno in reversed(_FRESH_FILTERS):
+                warnings.filterwarnings(action, category=cat, module=mod or "", lineno=lineno)
+            try:
+                if argv[0] == "vdnnsim":
+                    from vdnnsim.cli import main
+                    code = main(argv[1:])
+                elif argv[1] == "-m":
+                    sys.argv = [argv[2], *argv[3:]]
+                    runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+                else:
+                    script = str(ROOT / argv[1])
+                    sys.argv = [script, *argv[2:]]
+                    sys.path.insert(0, str(Path(script).parent))
+                    runpy.run_path(script, run_name="__main__")
+            except SystemExit as exc:
+                code = exc.code
+                if code is not None and not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv[:], sys.path[:] = saved_argv, saved_path
+        for name in set(sys.modules) - modules:
+            path = getattr(sys.modules[name], "__file__", None) or ""
+            if path.startswith(str(ROOT / "experiments")):
+                del sys.modules[name]
+        signal.signal(signal.SIGINT, sigint)
+        if threads is not None:
+            torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(argv, int(code or 0), out.getvalue(), err.getvalue())
 
 
 @dataclass

@@ -339,7 +339,19 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
                  input_spec: str | None = None) -> dict[str, Any]:
     """The trace file (a dict) of a workload built on
     the meta device: every op a layer, its memory as PyTorch's on CUDA would be, its times
-    0 (a memory trace). ``precision``: fp32, bf16/fp16 (pure) or autocast-bf16/fp16."""
+    the op model's for ``gpu`` where it has one, else 0 (a memory trace). ``precision``:
+    fp32, bf16/fp16 (pure) or autocast-bf16/fp16. Kept by NOTE [trace cache]."""
+    from .cache import cached
+
+    args = dict(batch_size=batch_size, precision=precision, seq_len=seq_len,
+                model_kwargs=model_kwargs, input_spec=input_spec)
+    return cached("memory_trace", spec, args, gpu, lambda: _memory_trace(
+        spec, batch_size, gpu, precision, seq_len, model_kwargs, input_spec))
+
+
+def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
+                  seq_len: int | None, model_kwargs: dict[str, Any] | None,
+                  input_spec: str | None) -> dict[str, Any]:
     from ...errors import ConfigError
     from ..profile.assemble import assemble
     from ..model.workload import DTYPES, PRECISIONS, autocast_dtype, build_workload

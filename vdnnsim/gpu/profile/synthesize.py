@@ -149,7 +149,15 @@ def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[di
 
 def synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str = "fp32") -> dict:
     """The same layer graph on the meta device, timed for ``gpu`` by its calibrated kernel
-    model where the preset has one, else by the analytic cost model."""
+    model where the preset has one, else by the analytic cost model. Kept by
+    NOTE [trace cache]."""
+    from ..probe.cache import cached
+
+    return cached("synthesize_model", model_spec, dict(batch_size=batch_size, dtype=dtype),
+                  gpu, lambda: _synthesize_model(model_spec, batch_size, gpu, dtype))
+
+
+def _synthesize_model(model_spec: str, batch_size: int, gpu, dtype: str) -> dict:
     from ...costs.analytic import COST_MODEL
     from ...costs.kernel import MODEL, for_gpu
 

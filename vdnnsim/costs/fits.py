@@ -144,6 +144,8 @@ def host_costs(traces: Path | None = None,
     import numpy as np
     import yaml
 
+    from ..yamlio import _LOADER  # libyaml's parser where PyYAML has it: the same data
+
     here = _folder(traces, "h200_host_calibration")
     lines: Lines = []
     rows = [dict(r, round=k) for k, name in enumerate(("hostcal.json", "hostcal2.json"), 1)
@@ -197,7 +199,7 @@ def host_costs(traces: Path | None = None,
 
     vf, vb = [], []
     for path in sorted((here / "profiles").glob("*.yaml")):
-        for x in yaml.safe_load(path.read_text())["layers"]:
+        for x in yaml.load(path.read_text(), Loader=_LOADER)["layers"]:
             if x.get("kernels_fwd") == 0 and x.get("kernels_bwd") == 0:
                 vf.append(x.get("host_fwd_ns", 0))
                 vb.append(x.get("host_bwd_ns", 0))

@@ -19,8 +19,8 @@ repository's ``traces/`` (each data set's README.md says how it was made):
   (numpy only).
 - ``published``: the K40's and Titan X's scales
   (vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
-  Needs torch and torchvision (the networks are probed on the meta device); about a
-  minute of CPU.
+  Needs torch and torchvision (the networks are probed on the meta device); a few
+  seconds of CPU.
 
 The kernel-time model has its own fit (``python -m vdnnsim.costs.kernel``, on the shipped
 vdnnsim/data/calibration/h200_fp32.json). The fits of the h200 preset print values for

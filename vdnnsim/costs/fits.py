@@ -19,8 +19,8 @@ repository's ``traces/`` (each data set's README.md says how it was made):
   (numpy only).
 - ``published``: the K40's and Titan X's scales
   (vdnnsim/data/calibration/published.json), from traces/published/cnn_benchmarks.json.
-  Needs torch and torchvision (the networks are probed on the meta device); about a
-  minute of CPU.
+  Needs torch and torchvision (the networks are probed on the meta device); a few
+  seconds of CPU.
 
 The kernel-time model has its own fit (``python -m vdnnsim.costs.kernel``, on the shipped
 vdnnsim/data/calibration/h200_fp32.json). The fits of the h200 preset print values for
@@ -144,6 +144,8 @@ def host_costs(traces: Path | None = None,
     import numpy as np
     import yaml
 
+    from ..yamlio import _LOADER  # libyaml's parser where PyYAML has it: the same data
+
     here = _folder(traces, "h200_host_calibration")
     lines: Lines = []
     rows = [dict(r, round=k) for k, name in enumerate(("hostcal.json", "hostcal2.json"), 1)
@@ -197,7 +199,7 @@ def host_costs(traces: Path | None = None,
 
     vf, vb = [], []
     for path in sorted((here / "profiles").glob("*.yaml")):
-        for x in yaml.safe_load(path.read_text())["layers"]:
+        for x in yaml.load(path.read_text(), Loader=_LOADER)["layers"]:
             if x.get("kernels_fwd") == 0 and x.get("kernels_bwd") == 0:
                 vf.append(x.get("host_fwd_ns", 0))
                 vb.append(x.get("host_bwd_ns", 0))
@@ -245,15 +247,31 @@ SCALES = [round(0.2 * 1.08 ** i, 4) for i in range(40)]  # 0.2 .. about 3.8
 MEM_MAX = 1 / 0.70  # the model's DRAM rate is MEM_EFF (0.70) x peak: at most the peak
 
 
-def _totals(probes: dict, gpu) -> dict[str, tuple[float, float]]:
-    from ..gpu.profile.layers import analytic_algos
-    out = {}
-    for net, p in probes.items():
-        algos = analytic_algos(p, gpu)
-        f = sum(min(a["fwd_ns"] for a in opts) for opts in algos.values()) / 1e6
-        b = sum(min(a["bwd_ns"] for a in opts) for opts in algos.values()) / 1e6
-        out[net] = (f, b)
-    return out
+def _shapes(probes: dict) -> tuple[list[Any], dict[str, list[int]]]:
+    """The distinct layers (``analytic_layers``' ConvGeometry or SimpleLayer) of all the
+    probes, and per network its layers in order as indices into them: networks repeat
+    their shapes (ResNet's blocks) and share them, and a shape's time depends on the GPU
+    alone, so each is timed once per GPU. Made once for a fit that times many GPUs."""
+    from ..gpu.profile.synthesize import analytic_layers
+    index: dict[Any, int] = {}
+    order = {net: [index.setdefault(what, len(index)) for _, what in analytic_layers(p)]
+             for net, p in probes.items()}
+    return list(index), order
+
+
+def _totals(probes: dict, gpu, shapes: tuple | None = None) -> dict[str, tuple[float, float]]:
+    """Per network: (forward, backward) ms, each layer timed with its fastest algorithm,
+    summed in the layers' order (``shapes``: ``_shapes(probes)``, made once by a caller
+    that times the same probes for many GPUs)."""
+    from ..gpu.profile.synthesize import analytic_options
+    unique, order = _shapes(probes) if shapes is None else shapes
+    fwd, bwd = [], []
+    for what in unique:
+        opts = analytic_options(what, gpu)
+        fwd.append(min(a.fwd_ns for a in opts))
+        bwd.append(min(a.bwd_ns for a in opts))
+    return {net: (sum(map(fwd.__getitem__, order[net])) / 1e6,
+                  sum(map(bwd.__getitem__, order[net])) / 1e6) for net in probes}
 
 
 def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
@@ -291,6 +309,7 @@ def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
         with torch.device("meta"):
             model, shape, name = build_model(f"torchvision:{net}")
         probes[net] = probe(copy.deepcopy(model), shape, batch, "meta", name=name)
+    shapes = _shapes(probes)  # read once: only the GPU changes across the grid
     result: dict[str, Any] = {"source": src["source"], "method": PUBLISHED_METHOD, "gpus": {}}
     lines: Lines = []
     for g, meas in data.items():
@@ -300,13 +319,13 @@ def published(traces: Path | None = None) -> tuple[dict[str, Any], Lines]:
             for m in [x for x in SCALES if x <= MEM_MAX]:
                 gpu = replace(base, peak_flops={k: v * a for k, v in base.peak_flops.items()},
                               mem_bw_bytes_per_s=base.mem_bw_bytes_per_s * m)
-                t = _totals(probes, gpu)
+                t = _totals(probes, gpu, shapes)
                 err = sum(math.log(t[n][0] / f) ** 2 + math.log(t[n][1] / (tot - f)) ** 2
                           for n, (f, tot) in meas.items())
                 if err < best[0]:
                     best = (err, a, m, t)
         _, a, m, t = best
-        plain = _totals(probes, base)
+        plain = _totals(probes, base, shapes)
         lines.append(f"{g}: compute x{a}, memory x{m}")
         for n, (f, tot) in meas.items():
             lines.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -112,12 +112,27 @@ def _calibrated(n: ProbeNode, km: Any, dtype: str) -> tuple[int, int, int, int]:
     return round(fwd), round(bwd), 0, 0
 
 
-def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[dict[str, Any]]]:
-    """Each probed layer's algorithm options timed by the analytic cost model for ``gpu``
-    (a probe is made once; a fit can time it for many presets)."""
-    from ...costs.analytic import ConvGeometry, _simple_algo, conv_algos_for
+@dataclass(frozen=True)
+class SimpleLayer:
+    """What the analytic cost model times a layer other than a Conv2d from (the fields of
+    LayerInfo that ``_simple_algo`` reads, batch included)."""
 
-    algos: dict[str, list[dict[str, Any]]] = {}
+    alias: bool
+    in_elems: int
+    out_elems: int
+    flops: int
+    type: str
+    params: int
+    needs_input_grad: bool
+
+
+def analytic_layers(p: Probe, dtype: str = "fp32") -> list[tuple[str, Any]]:
+    """Each probed layer's name and what the analytic cost model times it from: a
+    ConvGeometry, or a SimpleLayer. Shapes only, no GPU: a fit that times one probe for
+    many presets reads the probe's nodes once (``analytic_options`` times each)."""
+    from ...costs.analytic import ConvGeometry
+
+    out: list[tuple[str, Any]] = []
     for n in p.nodes:
         ins = [a for a in n.args if isinstance(a, torch.Tensor)]
         if isinstance(n.args[0] if n.args else None, (list, tuple)):
@@ -130,20 +145,37 @@ def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[di
             b, c, h, w = ins[0].shape
             _, k_out, ho, wo = n.out_shape
             pad = m.padding if not isinstance(m.padding, str) else (0, 0)
-            geo = ConvGeometry(b, c, h, w, k_out, ho, wo, m.kernel_size[0], m.kernel_size[1],
-                               m.stride[0], m.stride[1], pad[0], pad[1], m.groups, params,
-                               n.flops, needs)
-            options = conv_algos_for(geo, gpu, dtype)
+            what: Any = ConvGeometry(b, c, h, w, k_out, ho, wo, m.kernel_size[0],
+                                     m.kernel_size[1], m.stride[0], m.stride[1], pad[0],
+                                     pad[1], m.groups, params, n.flops, needs)
         else:
             kind = "fc" if n.kind == "fc" else n.kind
-            info = SimpleNamespace(alias=n.alias_of is not None and n.kind == "flatten",
-                                   in_elems=in_elems, out_elems=math.prod(n.out_shape),
-                                   flops=n.flops, type=kind, params=params,
-                                   needs_input_grad=needs)
-            options = (_simple_algo(info, 1, gpu, dtype),)  # type: ignore[arg-type]
-        algos[n.name] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
-                              fwd_workspace_bytes=a.fwd_workspace_bytes,
-                              bwd_workspace_bytes=a.bwd_workspace_bytes) for a in options]
+            what = SimpleLayer(alias=n.alias_of is not None and n.kind == "flatten",
+                               in_elems=in_elems, out_elems=math.prod(n.out_shape),
+                               flops=n.flops, type=kind, params=params, needs_input_grad=needs)
+        out.append((n.name, what))
+    return out
+
+
+def analytic_options(what: Any, gpu: Any, dtype: str = "fp32") -> tuple[Any, ...]:
+    """The algorithm options (Algo) of one of ``analytic_layers``' layers, timed by the
+    analytic cost model for ``gpu``: a function of ``what``, ``gpu`` and ``dtype`` alone."""
+    from ...costs.analytic import ConvGeometry, _simple_algo, conv_algos_for
+
+    if isinstance(what, ConvGeometry):
+        return conv_algos_for(what, gpu, dtype)
+    return (_simple_algo(what, 1, gpu, dtype),)  # type: ignore[arg-type]
+
+
+def analytic_algos(p: Probe, gpu: Any, dtype: str = "fp32") -> dict[str, list[dict[str, Any]]]:
+    """Each probed layer's algorithm options timed by the analytic cost model for ``gpu``
+    (a probe is made once; a fit can time it for many presets)."""
+    algos: dict[str, list[dict[str, Any]]] = {}
+    for name, what in analytic_layers(p, dtype):
+        algos[name] = [dict(name=a.name, fwd_ns=a.fwd_ns, bwd_ns=a.bwd_ns,
+                            fwd_workspace_bytes=a.fwd_workspace_bytes,
+                            bwd_workspace_bytes=a.bwd_workspace_bytes)
+                       for a in analytic_options(what, gpu, dtype)]
     return algos
 
 

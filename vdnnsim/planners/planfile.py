@@ -69,6 +69,19 @@ class PlanAllocator(_Strict):
         return {"expandable_segments": True} if self.expandable_segments else {}
 
 
+class TensorKey(_Strict):
+    """An offloaded buffer of an op-by-op trace as the tensor runtime finds it in the
+    model's step (NOTE [tensor plans])."""
+
+    id: Name = Field(description="The trace's buffer id (the op that makes it).")
+    module: str = Field(description="The module path running when it is made ('' for the "
+                        "model's own forward).")
+    shape: list[Annotated[int, Field(ge=0), BeforeValidator(whole)]] = Field(
+        description="Its shape.")
+    dtype: Name = Field(description="Its dtype, as torch names it (float32, bfloat16).")
+    bytes: Count = Field(description="Its size in bytes.")
+
+
 class LayerRow(_Strict):
     """One layer of a layer plan, in the trace's order."""
 
@@ -120,9 +133,10 @@ class LayerPlanFile(_PlanRun):
     """A ``vdnnsim-plan`` file."""
 
     format: Literal["vdnnsim-plan"] = Field(description="Always 'vdnnsim-plan'.")
-    version: Annotated[Literal[1, 2], BeforeValidator(whole)] = Field(
-        1, description="Format version; this reader knows 1 and 2 (2: the model, dtype, "
-        "sequence length and optimizer of the run).")
+    version: Annotated[Literal[1, 2, 3], BeforeValidator(whole)] = Field(
+        1, description="Format version; this reader knows 1, 2 (the model, dtype, "
+        "sequence length and optimizer of the run) and 3 (an op-by-op trace's plan with "
+        "what the tensor runtime needs to run it: tensors, recompute_modules).")
     layer_names: Literal["fx", "ops"] = Field(
         "fx", description="fx: a torchvision or zoo trace's layers, which the vDNN runtime "
         "finds in its fx graph; ops: an op-by-op trace's ATen ops, which it cannot.")
@@ -141,6 +155,12 @@ class LayerPlanFile(_PlanRun):
     recompute: list[tuple[Name, Name]] = Field(
         default_factory=list, description="Checkpointed segments as [first, last] layer "
         "ids, in order and apart.")
+    recompute_modules: list[Name] = Field(
+        default_factory=list, description="Version 3: the module paths the tensor runtime "
+        "checkpoints, whose calls are exactly the recompute segments.")
+    tensors: list[TensorKey] = Field(
+        default_factory=list, description="Version 3: every offloaded buffer's key, by "
+        "which the tensor runtime finds it in the model's step.")
     layers: list[LayerRow] = Field(min_length=1, description="Every layer of the trace "
                                    "(after its splits), in order.")
 
@@ -161,7 +181,29 @@ class LayerPlanFile(_PlanRun):
         spans = sorted((index[a], index[b]) for a, b in self.recompute)
         if any(spans[k][0] <= spans[k - 1][1] for k in range(1, len(spans))):
             raise ValueError("recompute segments overlap")
+        if self.version < 3 and (self.tensors or self.recompute_modules):
+            raise ValueError("tensors and recompute_modules are version 3's")
+        if self.version >= 3:
+            if self.layer_names != "ops":
+                raise ValueError("a version 3 plan is an op-by-op trace's (layer_names: ops)")
+            offloaded = {b for r in self.layers for b in r.offload}
+            keyed = [t.id for t in self.tensors]
+            if len(set(keyed)) != len(keyed):
+                raise ValueError("tensors names a buffer twice")
+            if set(keyed) != offloaded:
+                diff = sorted(offloaded.symmetric_difference(keyed))
+                raise ValueError(f"tensors must key every offloaded buffer and no other "
+                                 f"(not so for {diff[0]})")
+            if self.recompute and not self.recompute_modules:
+                raise ValueError("recompute segments without recompute_modules, which the "
+                                 "tensor runtime checkpoints")
         return self
+
+    @property
+    def runnable(self) -> bool:
+        """Whether a runtime can run it: a layer plan of fx layers (the vDNN runtime), or a
+        version 3 plan of an op-by-op trace (the tensor runtime)."""
+        return self.layer_names == "fx" or self.version >= 3
 
     def segments(self) -> tuple[tuple[int, int], ...]:
         """The checkpointed segments as (first, last) layer indices, in order."""
@@ -262,6 +304,8 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
         del data["version"]  # a block plan of version 1 never said it
     if data["format"] == FORMAT and data.get("optimizer") == "sgd" and data["version"] == 1:
         del data["optimizer"]
+    if data["format"] == FORMAT and data["version"] < 3:  # version 3's keys, unsaid before
+        del data["tensors"], data["recompute_modules"]
     if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
         del data["optimizer_offload"]
     if data.get("param_blocks") == 0:  # likewise

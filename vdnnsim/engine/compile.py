@@ -281,7 +281,10 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
     """NOTE [compile]: ``plan`` on ``trace`` under ``sem``, with ``host`` the preset's host
     costs; raises :class:`PlanError` for a plan that does not fit its trace."""
     check_plan(trace, lv, plan)
-    runtime = plan.runtime and sem.host_ahead
+    # a layer runtime (True) pays per layer and per copy; the tensor runtime ("tensors")
+    # hooks no layer, and pays per copy only
+    runtime = (plan.runtime if plan.runtime == "tensors" else bool(plan.runtime)) \
+        if sem.host_ahead else False
     base = _trace_part(trace, lv, sem, host, runtime)
     fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below
     segments: dict[int, tuple[int, frozenset[str]]] = {}
@@ -300,7 +303,7 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
 
 
 def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
-                runtime: bool) -> Program:
+                runtime: bool | str) -> Program:
     """What a program takes from the trace alone (for one semantics, host and runtime),
     built once: a trace is immutable, and vdnn_dyn and the planners replay one trace many
     times."""
@@ -311,7 +314,7 @@ def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
     gkey, gsize, gneeds = sem.grad_keys(trace, lv)
     steps = _steps(trace, lv, gkey, gsize, gneeds)
     h, layers = host, trace.layers
-    rf, rb = (h.runtime_layer_fwd_ns, h.runtime_layer_bwd_ns) if runtime else (0, 0)
+    rf, rb = (h.runtime_layer_fwd_ns, h.runtime_layer_bwd_ns) if runtime is True else (0, 0)
     held = frozenset(b for b in lv.size if b not in lv.producer) if sem.holds_inputs \
         else frozenset()
     fwd_free, bwd_free = free_points(lv, set(held))

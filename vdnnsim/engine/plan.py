@@ -145,9 +145,10 @@ class Plan:
     prefetch: tuple[int, ...]
     sync: bool = True
     notes: tuple[str, ...] = field(default=())
-    # the plan runs under vdnnsim's vDNN runtime (its host costs), not
-    # plain eager PyTorch; only PyTorch traces pay for it
-    runtime: bool = False
+    # the plan runs under vdnnsim's vDNN runtime (its host costs per layer and per copy),
+    # not plain eager PyTorch; "tensors": the tensor runtime, which pays per copy only;
+    # only PyTorch traces pay for either
+    runtime: bool | str = False
     # the replay of exactly this plan that a policy already ran (vdnn_dyn's profiling
     # pass): run_trace reuses it when it asks for no more than that pass recorded
     profiled: Replayed | None = field(default=None, compare=False, repr=False)

@@ -267,6 +267,13 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     nodes, resident = _live(rec.nodes, out, params)
     blocks = choose_blocks(model, calls, nodes)
     tag_blocks(nodes, blocks)
+    called = {path for path, _ in calls}
+    for n in nodes:  # containers (a ModuleList) on the op's path: no call to checkpoint
+        parts = n.attrs["module"].split(".") if n.attrs["module"] != OUTSIDE else []
+        uncalled = [q for q in (".".join(parts[:k]) for k in range(1, len(parts)))
+                    if q not in called]
+        if uncalled:
+            n.attrs["uncalled"] = uncalled
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), nodes, out, resident_weight_bytes=resident,
                  blocks=blocks)

@@ -1,0 +1,314 @@
+"""Tensor-granular plans of op-by-op traces (``vdnnsim plan --method tensors``).
+
+NOTE [tensor plans]
+A plan of an op-by-op trace (the op probe's: any model) at the granularity of what autograd
+saves: each buffer a backward pass keeps is kept, offloaded (copied out after its last
+forward reader, brought back before its first backward reader) or recomputed inside a
+checkpointed module call (segments are whole calls of one module, so that the tensor
+runtime can checkpoint that module: NOTE [tensor runtime]). Every answer is the engine's
+replay under the budget. The search: offload candidates in the order they are made (the
+earliest has the longest copy windows); module calls ranked by forward time per byte they
+drop, taken in turn (a module replaces those inside it taken before); the fewest offloads that fit, the fewest calls that
+fit, and for a grid of offload counts below that, the fewest calls that fit with them
+(bisection: fitting is taken as monotone in each count); the fastest that fits wins, with
+the optimizer on the CPU tried too where its step is calibrated. A heuristic, no claim of
+optimality; prefetches are scheduled as late as the link allows (NOTE [tensor prefetch]).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ..engine import Plan, allocator_settings, checkpoint_buffers, keepers, liveness, replay
+from ..engine import cpu_step_calibrated
+from ..errors import ConfigError
+from ..hardware import GPU, _capacity
+from ..policies.plan import offload_sets
+from ..trace.model import Trace
+
+MIN_BYTES = 1 << 20  # buffers smaller than this are kept: their copies cost more than they free
+MIX_GRID = (1 / 8, 1 / 4, 1 / 2, 3 / 4)  # offload counts tried with checkpointed calls
+OUTSIDE = "<outside>"
+MAX_SHARE = 1 / 4  # a module running more of the step's ops is not checkpointed whole  # the op probe's module path of ops outside any module
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """A module's calls in the trace: the op ranges it runs (one per call)."""
+
+    path: str
+    runs: tuple[tuple[int, int], ...]
+    drops: int  # bytes its checkpointing drops
+    cost_ns: int  # forward time it runs again
+
+
+@dataclass
+class TensorPlan:
+    """What ``plan_tensors`` found."""
+
+    fits: bool
+    plan: Plan | None = None
+    peak_memory_bytes: int = 0
+    iteration_time_ns: int = 0
+    offloaded: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    optimizer_offload: bool = False
+    simulations: int = 0
+    steps: list[str] = field(default_factory=list)
+
+
+def op_trace(trace: Trace) -> bool:
+    """An op-by-op trace: its layers carry the module path the op probe gives every op."""
+    return any("module" in x.attrs for x in trace.layers)
+
+
+def offload_candidates(trace: Trace, min_bytes: int = MIN_BYTES) -> list[tuple[int, str]]:
+    """(layer, buffer): vDNN's offloads (a kept buffer copied by its last forward reader;
+    never the batch or autocast's weight casts), at least ``min_bytes``, in forward order."""
+    lv = liveness(trace)
+    return [(i, b) for i, bs in enumerate(offload_sets(trace, lv, False)) for b in bs
+            if lv.size[b] >= min_bytes]
+
+
+def module_calls(trace: Trace) -> list[ModuleCall]:
+    """Every module (by path, not the model itself, nor one running more than MAX_SHARE of
+    the ops) whose checkpointing drops something, cheapest forward time per byte dropped
+    first."""
+    runs: dict[str, list[list[int]]] = {}
+    prev: set[str] = set()
+    for i, layer in enumerate(trace.layers):
+        path = layer.attrs.get("module", OUTSIDE)
+        parts = [] if path in (OUTSIDE, "") else path.split(".")
+        here = {".".join(parts[:k]) for k in range(1, len(parts) + 1)}
+        here.difference_update(layer.attrs.get("uncalled", ()))  # never called: no checkpoint
+        for p in here:
+            if p in prev and runs[p][-1][1] == i - 1:
+                runs[p][-1][1] = i
+            else:
+                runs.setdefault(p, []).append([i, i])
+        prev = here
+    lv = liveness(trace)
+    keep = trace.memo("keepers", lambda: keepers(trace, lv))
+    held = {b for b, t in trace.buffers.items() if t.kind == "input"}
+    # a buffer is dropped by a segment that holds its producer and every backward keeper
+    spans = sorted((min(p, *keep[b]), max(p, *keep[b]), lv.size[b])
+                   for b, p in lv.producer.items()
+                   if b in keep and b not in held and b not in lv.outputs)
+    los = [s[0] for s in spans]
+    fwd = [layer.algos[a].fwd_ns for layer, a in zip(trace.layers, trace.fastest_algos)]
+    out = []
+    for path, rs in runs.items():
+        drops = cost = 0
+        for first, last in rs:
+            for lo, hi, size in spans[bisect.bisect_left(los, first):
+                                      bisect.bisect_right(los, last)]:
+                if hi <= last:
+                    drops += size
+            cost += sum(fwd[first:last + 1])
+        if drops and sum(b - a + 1 for a, b in rs) <= len(trace.layers) * MAX_SHARE:
+            out.append(ModuleCall(path, tuple(map(tuple, rs)), drops, cost))
+    out.sort(key=lambda c: (c.cost_ns / c.drops, -c.drops, c.path))
+    return out
+
+
+def recompute_order(calls: list[ModuleCall]) -> list[ModuleCall]:
+    """The checkpointed calls' growth, one module at a time in ``calls``' order: a module
+    that holds modules taken before it replaces them (it drops all they drop and more); one
+    inside a module taken, or meeting one without holding it, is passed over. The first r
+    steps' modules are :func:`taken` (r)."""
+    out: list[ModuleCall] = []
+    chosen: list[ModuleCall] = []
+    for c in calls:
+        meets = [d for d in chosen if any(_overlap(a, b) for a in c.runs for b in d.runs)]
+        if all(_holds(c, d) for d in meets):
+            chosen = [d for d in chosen if d not in meets] + [c]
+            out.append(c)
+    return out
+
+
+def taken(order: list[ModuleCall], r: int) -> list[ModuleCall]:
+    """The modules checkpointed after the first ``r`` steps of ``order``."""
+    chosen: list[ModuleCall] = []
+    for c in order[:r]:
+        chosen = [d for d in chosen if not _holds(c, d)] + [c]
+    return chosen
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _holds(c: ModuleCall, d: ModuleCall) -> bool:
+    """Every call of ``d`` lies inside a call of ``c``."""
+    return all(any(a[0] <= b[0] and b[1] <= a[1] for a in c.runs) for b in d.runs)
+
+
+def prefetch_slots(trace: Trace, offload: tuple[tuple[str, ...], ...], gpu: GPU
+                   ) -> tuple[int, ...]:
+    """NOTE [tensor prefetch]
+    Each offloading layer's buffers are brought back as late as the link allows: the
+    copies, taken from the last needed to the first, each end by the backward start of the
+    first layer that reads one of them (by the trace's backward times, the fastest
+    algorithms) or by the start of the copy after it on the link, whichever is earlier; a
+    copy is issued during the backward of the layer running when it must start (a slot
+    taken goes to the next earlier one in backward order: one layer's prefetch per slot)."""
+    lv = liveness(trace)
+    n = len(trace.layers)
+    bwd = [layer.algos[a].bwd_ns for layer, a in zip(trace.layers, trace.fastest_algos)]
+    start = [0] * n  # backward start of layer i, from the backward's start
+    t = 0
+    for i in range(n - 1, -1, -1):
+        start[i] = t
+        t += bwd[i]
+    bw = gpu.link.h2d_bw_bytes_per_s
+    need = []  # (backward start of the first reader, layer, bytes)
+    for i, bs in enumerate(offload):
+        if bs:
+            first = max(_first_keeper(trace, b) for b in bs)
+            need.append((start[first], i, sum(lv.size[b] for b in bs)))
+    slots = [-1] * n
+    link_free = float("inf")  # the start of the next copy on the link
+    for due, i, size in sorted(need, reverse=True):  # the last needed first
+        end = min(due, link_free)
+        begin = end - size / bw * 1e9
+        link_free = begin
+        # the layer whose backward is running at ``begin``: the last with start <= begin
+        j = n - 1
+        lo, hi = 0, n - 1
+        while lo <= hi:  # start[] decreases with i
+            mid = (lo + hi) // 2
+            if start[mid] <= begin:
+                j, hi = mid, mid - 1
+            else:
+                lo = mid + 1
+        j = max(j, i + 1)
+        while j < n and slots[j] != -1:
+            j += 1
+        if j >= n:  # every slot up to the backward's start taken: the latest free one
+            j = next((k for k in range(n - 1, i, -1) if slots[k] == -1), -1)
+        if j >= 0:
+            slots[j] = i
+    return tuple(slots)
+
+
+def _first_keeper(trace: Trace, buf: str) -> int:
+    """The first layer in backward order (the highest index) whose backward reads ``buf``."""
+    lv = liveness(trace)
+    keep = trace.memo("keepers", lambda: keepers(trace, lv))
+    return max(keep[buf])
+
+
+def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
+                 optimizer_offload: bool | None = False, allocator: Any = None,
+                 min_bytes: int = MIN_BYTES) -> TensorPlan:
+    """NOTE [tensor plans] for ``trace`` under ``budget_bytes``. ``optimizer_offload``: with
+    the optimizer on the CPU, or not; None: both where the host's CPU step is calibrated,
+    the faster that fits winning."""
+    if not op_trace(trace):
+        raise ConfigError(f"{trace.name}: tensor plans are for op-by-op traces (vdnnsim "
+                          "trace --model of an hf: or factory model, vdnnsim profile)")
+    if not trace.timed:
+        raise ConfigError(f"{trace.name}: a memory-only trace has no times to choose "
+                          "between offloading and recomputing by")
+    if optimizer_offload is None:
+        on_gpu = plan_tensors(trace, gpu, budget_bytes, False, allocator, min_bytes)
+        if not (trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host)):
+            return on_gpu
+        on_cpu = plan_tensors(trace, gpu, budget_bytes, True, allocator, min_bytes)
+        on_cpu.simulations += on_gpu.simulations
+        on_cpu.steps[:0] = on_gpu.steps
+        if on_gpu.fits != on_cpu.fits:
+            return on_gpu if on_gpu.fits else on_cpu
+        return on_cpu if on_cpu.iteration_time_ns < on_gpu.iteration_time_ns else on_gpu
+    try:
+        budget = _capacity(budget_bytes)
+    except ValueError as exc:
+        raise ConfigError(f"budget: {exc}") from None
+    settings = allocator_settings(allocator)
+    lv = liveness(trace)
+    cands = offload_candidates(trace, min_bytes)
+    calls = recompute_order(module_calls(trace))
+    held = {b for b, t in trace.buffers.items() if t.kind == "input"}
+    out = TensorPlan(False, optimizer_offload=bool(optimizer_offload))
+
+    def build(k: int, r: int) -> Plan:
+        segs, barred = [], set()
+        for c in taken(calls, r):
+            for first, last in c.runs:
+                segs.append((first, last))
+                dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+                barred |= dropped | inputs
+        chosen = {b for _, b in cands[:k] if b not in barred}
+        offload = tuple(tuple(b for b in bs if b in chosen)
+                        for bs in offload_sets(trace, lv, False))
+        return Plan("tensors", "layer_wise", trace.fastest_algos, offload,
+                    prefetch_slots(trace, offload, gpu), sync=False, runtime="tensors",
+                    recompute=tuple(sorted(segs)),
+                    optimizer_offload=bool(optimizer_offload))
+
+    memo: dict[tuple[int, int, bool], Any] = {}
+
+    def run(k: int, r: int, stop: bool = True) -> Any:
+        key = (k, r, stop)
+        if key not in memo and not stop and (k, r, True) in memo \
+                and memo[(k, r, True)].oom is not None:
+            return memo[(k, r, True)]  # it does not fit: its time is not wanted
+        if key not in memo:
+            out.simulations += 1
+            memo[key] = replay(trace, gpu, build(k, r), budget, record_ops=False,
+                               stop_at_oom=stop, allocator=settings)
+        return memo[key]
+
+    def fits(k: int, r: int) -> bool:
+        return run(k, r).oom is None
+
+    def fewest(f: Callable[[int], bool], hi: int) -> int | None:
+        """The least x in 0..hi with f(x), taking f as monotone; None if not f(hi)."""
+        if not f(hi):
+            return None
+        lo = -1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if f(mid) else (mid, hi)
+        return hi
+
+    tried: list[tuple[int, int]] = []
+    if fits(0, 0):
+        tried.append((0, 0))
+    else:
+        k_fit = fewest(lambda k: fits(k, 0), len(cands))
+        r_fit = fewest(lambda r: fits(0, r), len(calls))
+        for k, r in ((k_fit, 0), (0, r_fit)):
+            if k is not None and r is not None:
+                tried.append((k, r))
+        top = k_fit if k_fit is not None else len(cands)
+        for share in MIX_GRID:
+            k = int(top * share)
+            if 0 < k < top:
+                r = fewest(lambda r: fits(k, r), len(calls))
+                if r is not None:
+                    tried.append((k, r))
+        out.steps.append(f"{len(cands)} buffers of at least {min_bytes >> 20} MiB to "
+                         f"offload, {len(calls)} module calls to checkpoint; fewest that fit: "
+                         f"{k_fit if k_fit is not None else 'none'} offloaded, "
+                         f"{r_fit if r_fit is not None else 'none'} checkpointed")
+    best = None
+    for k, r in dict.fromkeys(tried):
+        res = run(k, r, stop=False)
+        if res.oom is None and (best is None or res.end_ns < best[2].end_ns):
+            best = (k, r, res)
+        out.steps.append(f"{k} offloaded, {r} module(s) checkpointed"
+                         + (" (optimizer on the CPU)" if optimizer_offload else "")
+                         + (f": {res.end_ns / 1e6:.1f} ms, peak {res.peak_live_bytes / 2**30:.2f}"
+                            " GiB" if res.oom is None else ": out of memory"))
+    if best is None:
+        return out
+    k, r, res = best
+    plan = build(k, r)
+    return replace(out, fits=True, plan=plan, peak_memory_bytes=res.peak_live_bytes,
+                   iteration_time_ns=res.end_ns,
+                   offloaded=tuple(b for bs in plan.offload for b in bs),
+                   modules=tuple(c.path for c in taken(calls, r)))

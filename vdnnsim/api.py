@@ -26,6 +26,7 @@ from .policies.context import PolicyContext
 from .results import RunResult
 from .trace import Trace, trace_from_dict
 from .yamlio import misplaced, paused_gc, read_yaml
+from .planners.planfile import with_run
 from .config import RunConfig
 
 
@@ -474,11 +475,15 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
     settings over the config's."""
     from .planners.greedy import search_plan
+    from .planners.tensors import op_trace
     from .policies.blocks import block_regions
 
     s = setup_run(cfg, base_dir, source, allocator=allocator)
     trace, gpu, settings = s.trace, s.gpu, s.allocator
     offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
+    if method == "tensors" or method == "auto" and op_trace(trace) and trace.timed:
+        return _plan_tensors(trace, gpu, budget_bytes, cfg, offload, settings,
+                             blocks=method == "auto" and len(block_regions(trace)) > 2)
     if method == "blocks" or method == "auto" and len(block_regions(trace)) > 2:
         return _plan_blocks(trace, gpu, budget_bytes, {"auto": None, "on": True,
                                                        "off": False}[offload],
@@ -521,8 +526,41 @@ def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanR
     return LayerPlanReport(
         trace=trace, plan=plan, planned=r, op_layers=layer_names(trace) == "ops",
         caution=fragmentation_caution(trace, budget, r.peak_memory_bytes, settings),
-        plan_file=_with_run(plan_to_dict(trace, gpu, budget, plan, predicted, settings),
+        plan_file=with_run(plan_to_dict(trace, gpu, budget, plan, predicted, settings),
                             trace), **common)
+
+
+def _plan_tensors(trace: Trace, gpu: GPU, budget_bytes: int, cfg: "RunConfig", offload: str,
+                  settings: AllocatorSettings, blocks: bool) -> PlanReport:
+    """NOTE [tensor plans]; with ``blocks``, the block plan too, the faster that fits kept."""
+    from .planners.greedy import Search, fragmentation_caution
+    from .planners.tensors import plan_tensors, tensor_plan_to_dict
+
+    on_cpu = {"auto": None, "on": True, "off": False}[offload]
+    found = plan_tensors(trace, gpu, budget_bytes, on_cpu, settings)
+    if blocks:
+        other = _plan_blocks(trace, gpu, budget_bytes, on_cpu, settings, cfg.optimizer_pinning)
+        if other.fits and (not found.fits
+                           or other.plan.iteration_time_ns < found.iteration_time_ns):
+            return other
+    ref = tuple((p, run_trace(trace, gpu, p, memory_bytes=budget_bytes, record=False,
+                              allocator=settings, optimizer_offload=found.optimizer_offload))
+                for p in ("eager",))
+    common = dict(gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
+                  optimizer_offload=found.optimizer_offload, reference=ref,
+                  search=Search(found.steps, found.simulations),
+                  cpu_step_calibrated=_cpu_step_calibrated(gpu))
+    if not found.fits:
+        return LayerPlanReport(trace=trace, plan=None, planned=None, caution=None,
+                               op_layers=False, plan_file=None, **common)
+    r = run_plan(trace, gpu, found.plan, budget_bytes, allocator=settings)
+    predicted = {"peak_memory_bytes": r.peak_memory_bytes,
+                 "iteration_time_ns": r.iteration_time_ns}
+    return LayerPlanReport(
+        trace=trace, plan=found.plan, planned=r, op_layers=False,
+        caution=fragmentation_caution(trace, budget_bytes, r.peak_memory_bytes, settings),
+        plan_file=with_run(tensor_plan_to_dict(trace, gpu, budget_bytes, found, predicted,
+                                               settings), trace), **common)
 
 
 def _cpu_step_calibrated(gpu: GPU) -> bool:
@@ -551,28 +589,5 @@ def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: b
     return BlockPlanReport(
         uncapped=base, host_short=None,
         caution=fragmentation_caution(trace, budget_bytes, plan.peak_memory_bytes, settings),
-        plan_file=_with_run(block_plan_to_dict(trace, gpu, budget_bytes, plan, settings),
+        plan_file=with_run(block_plan_to_dict(trace, gpu, budget_bytes, plan, settings),
                             trace), **common)
-
-
-PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtype ([\w-]+))?"
-                         r"(?: --seq-len (\d+))?")
-
-
-def _with_run(plan_file: dict[str, Any], trace: Trace) -> dict[str, Any]:
-    """A plan file with what a measurement of it runs (version 2), where the trace says how
-    it was profiled (its source's note); as it was where it does not."""
-    m = PROFILED_AS.match(trace.source.note or "")
-    if not m:
-        return plan_file
-    model, dtype, seq_len = m.groups()
-    run = {"optimizer": trace.optimizer, "model": model, "dtype": dtype or trace.dtype,
-           **({"seq_len": int(seq_len)} if seq_len else {})}
-    head = {k: v for k, v in plan_file.items() if k not in run}
-    keys = list(head)
-    at = keys.index("budget_bytes") + 1
-    out = {k: head[k] for k in keys[:at]}
-    out.update(run)
-    out.update({k: head[k] for k in keys[at:]})
-    out["version"] = 2
-    return {"format": out.pop("format"), "version": out.pop("version"), **out}

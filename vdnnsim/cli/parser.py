@@ -71,10 +71,14 @@ def _plan(sub: Any) -> None:
     pn.add_argument("config", help="run config YAML (its network, batch size and GPU)")
     pn.add_argument("--budget", required=True, help="memory budget, e.g. '12 GiB'")
     pn.add_argument("--output", "-o", default=None, help="plan file to write (YAML)")
-    pn.add_argument("--method", choices=["auto", "milp", "greedy", "blocks"], default="auto",
+    pn.add_argument("--method", choices=["auto", "milp", "greedy", "blocks", "tensors"],
+                    default="auto",
                     help="the exact MILP, the greedy search, or both where the MILP is "
-                    "tractable (default); blocks: the fewest offloaded or checkpointed "
-                    "blocks of any model (the default for a trace with blocks)")
+                    "tractable; blocks: the fewest offloaded or checkpointed "
+                    "blocks of any model; tensors: which saved tensors to offload and "
+                    "which module calls to checkpoint, for a timed op-by-op trace; auto "
+                    "(default): tensors and blocks for an op-by-op trace, the faster kept; "
+                    "blocks for another trace with blocks, else MILP and greedy")
     pn.add_argument("--optimizer-offload", choices=["auto", "on", "off"], default=None,
                     help="the optimizer's state and step on the CPU on, off, or auto: for "
                     "block plans both, and the plan that fits "

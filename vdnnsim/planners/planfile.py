@@ -27,6 +27,7 @@ differs; a replay of a layer plan under other settings (policy ``planned``) carr
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -320,3 +321,29 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
 def write_plan_file(path: str | os.PathLike, plan: PlanFile | dict[str, Any]) -> None:
     """``plan`` written whole or not at all (yamlio.write_text_atomic)."""
     write_text_atomic(path, dumps_plan(plan))
+
+
+# how a trace says the run it was made of: vdnnsim profile's note, the op probe's on the
+# meta device (memory_trace)
+PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtype ([\w-]+))?"
+                         r"(?: --seq-len (\d+))?")
+META_AS = re.compile(r"(\S+), ([\w-]+)(?:, seq_len (\d+))?: meta device")
+
+
+def with_run(plan_file: dict[str, Any], trace: Any) -> dict[str, Any]:
+    """A plan file with what a measurement of it runs (version 2), where the trace says how
+    it was profiled (its source's note); as it was where it does not."""
+    m = PROFILED_AS.match(trace.source.note or "") or META_AS.match(trace.source.note or "")
+    if not m:
+        return plan_file
+    model, dtype, seq_len = m.groups()
+    run = {"optimizer": trace.optimizer, "model": model, "dtype": dtype or trace.dtype,
+           **({"seq_len": int(seq_len)} if seq_len else {})}
+    head = {k: v for k, v in plan_file.items() if k not in run}
+    keys = list(head)
+    at = keys.index("budget_bytes") + 1
+    out = {k: head[k] for k in keys[:at]}
+    out.update(run)
+    out.update({k: head[k] for k in keys[at:]})
+    out["version"] = max(2, plan_file.get("version", 1))
+    return {"format": out.pop("format"), "version": out.pop("version"), **out}

@@ -312,3 +312,25 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                    iteration_time_ns=res.end_ns,
                    offloaded=tuple(b for bs in plan.offload for b in bs),
                    modules=tuple(c.path for c in taken(calls, r)))
+
+
+def tensor_plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, found: TensorPlan,
+                        predicted: dict[str, Any], allocator: Any = None) -> dict[str, Any]:
+    """The version 3 layer plan file of ``found`` (NOTE [plan files]): the layer plan with
+    each offloaded buffer's key and the checkpointed modules."""
+    from .greedy import plan_to_dict
+
+    plan = found.plan
+    out = plan_to_dict(trace, gpu, budget_bytes, plan, predicted, allocator)
+    out["version"] = 3
+    producer = trace.producers()
+    keys = []
+    for b in found.offloaded:
+        t, layer = trace.tensors[b], trace.layers[producer[b]]
+        keys.append({"id": b, "module": layer.attrs.get("module", OUTSIDE),
+                     "shape": list(t.shape or ()), "dtype": layer.attrs.get("dtype", "float32"),
+                     "bytes": t.size_bytes})
+    out["recompute_modules"] = list(found.modules)
+    out["tensors"] = keys
+    out["layers"] = out.pop("layers")  # last, as in every layer plan
+    return out

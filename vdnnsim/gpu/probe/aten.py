@@ -396,7 +396,9 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
                          "kind": "synthesized", "gpu": gpu.name,
                          "cost_model": MODEL if gpu.op_calibration else SPEC_MODEL,
                          "software": software(),
-                         "note": f"{spec}, {precision}: meta device, op-level kernel model "
+                         "note": f"{spec}, {precision}"
+                                 + (f", seq_len {seq_len}" if seq_len else "")
+                                 + ": meta device, op-level kernel model "
                                  + (f"fitted to {gpu.op_calibration} ({om.source})"
                                     if gpu.op_calibration else
                                     f"{om.source}")

@@ -72,6 +72,8 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
         if kernels and n.name in kernels:
             layer.update(kernels_fwd=kernels[n.name][0], kernels_bwd=kernels[n.name][1])
         attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_") and v != {}}
+        if "_dtype" in n.attrs:  # an op probe's: the output's, as torch names it
+            attrs["dtype"] = str(n.attrs["_dtype"]).removeprefix("torch.")
         attrs["flops"] = n.flops
         layer["attrs"] = attrs
         layers.append(layer)

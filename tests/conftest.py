@@ -122,29 +122,59 @@ def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str
     stderr as ``subprocess.run(..., capture_output=True, text=True)`` gives them: for tests
     that check what a command does, where a fresh interpreter (seconds of imports) is not
     the point. Tests of the real entry point (exit codes, Ctrl-C, import-time behaviour)
-    keep their subprocesses."""
+    keep their subprocesses.
+
+    What a fresh process would show, this shows too: stdout and stderr are UTF-8 byte
+    streams as a pipe's are (strict on stdout, backslashreplace on stderr, so text a pipe
+    cannot carry fails here as it would there), and a warning goes to stderr under
+    Python's default filters, not to pytest's record of warnings, where a stray one would
+    pass unseen by a test that stderr is one line. The working directory, the SIGINT
+    handler and the warning filters the command sets are put back afterwards."""
     import contextlib
     import io
     import os
     import signal
+    import warnings
 
     from vdnnsim.cli import main
 
-    out, err = io.StringIO(), io.StringIO()
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace")
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:  # the interpreter's own, to the stderr of the moment
+        import sys
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
     here, sigint = os.getcwd(), signal.getsignal(signal.SIGINT)
     try:
         if cwd is not None:
             os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings():
+            warnings.resetwarnings()  # a fresh interpreter's filters (no -W, no PYTHONWARNINGS)
+            for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning,
+                             DeprecationWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            warnings.showwarning = show
             try:
                 code = main([str(a) for a in argv])
             except SystemExit as exc:  # argparse's errors and --help
-                code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+                code = exc.code
+                if code is not None and not isinstance(code, int):  # as the interpreter does
+                    print(code, file=err)
+                    code = 1
     finally:
         os.chdir(here)
         signal.signal(signal.SIGINT, sigint)
-    return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0),
-                                       out.getvalue(), err.getvalue())
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        text = stream.buffer.getvalue().decode("utf-8")  # text=True's universal newlines:
+        texts.append(text.replace("\r\n", "\n").replace("\r", "\n"))
+    return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0), *texts)
+
 
 
 def pytest_configure(config: Any) -> None:

@@ -1,7 +1,15 @@
 """Every bad input to the `vdnnsim` command ends in one line on stderr and exit code 2, with
 no traceback, nothing on stdout and no file left behind (NOTE [user errors]).
 
-The CLI runs as a real subprocess, so what is checked is what a user sees.
+The commands run in this process (conftest.run_cli: ``vdnnsim.cli.main`` with its own stdout
+and stderr, as a pipe would carry them, and warnings shown there as a fresh interpreter
+shows them): a fresh interpreter for each of some 160 cases cost over a minute of imports
+and checked nothing more, since every message and exit code comes from ``main``. A real
+``python -m vdnnsim`` process runs where the process is the point: the entry point's own
+contract (``test_the_entry_point_is_what_main_says``: a bad config, a bad argument and a
+good run give the same exit code, stdout and stderr in a fresh process as in-process, with
+no traceback; ``test_help_from_the_entry_point``), and the FIFO, which a regression would
+leave blocked for ever (a subprocess has a timeout, this process has none).
 """
 
 from __future__ import annotations
@@ -18,11 +26,25 @@ from typing import Any, Callable
 import pytest
 import yaml
 
+from .conftest import run_cli
+
 # `vdnnsim: error: ...` from our handler, `vdnnsim run: error: ...` from argparse.
 ERROR_LINE = re.compile(r"^vdnnsim(?: (?:run|trace|list))?: error: \S")
 
 
 def vdnnsim(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``vdnnsim ARGS`` in ``cwd``, run in this process, under umask 022 so that the mode of
+    a written file is known."""
+    old = os.umask(0o022)
+    try:
+        return run_cli(list(args), cwd=cwd)
+    finally:
+        os.umask(old)
+
+
+def vdnnsim_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m vdnnsim ARGS`` in ``cwd``: a real process, for the entry point's own
+    contract."""
     def umask() -> None:  # so that the mode of a written file is known
         os.umask(0o022)
 
@@ -161,6 +183,40 @@ def test_run_bad_config(tmp_path: Path, text: str, fragments: list[str]) -> None
     run_config(tmp_path, text, *fragments)
 
 
+ENTRY_POINT_CASES = [
+    # (id, files to write, argv): a user error from main's handler, one from argparse, and a
+    # run that succeeds
+    ("bad_config", {"cfg.yaml": "network: [vgg16\n"}, ["run", "cfg.yaml"]),
+    ("bad_argument", {}, ["run", "cfg.yaml", "--fast"]),
+    ("good_run", {"cfg.yaml": GOOD_CONFIG}, ["run", "--json", "cfg.yaml"]),
+]
+
+
+@pytest.mark.parametrize("files, args", [c[1:] for c in ENTRY_POINT_CASES],
+                         ids=[c[0] for c in ENTRY_POINT_CASES])
+def test_the_entry_point_is_what_main_says(tmp_path: Path, files: dict[str, str],
+                                           args: list[str]) -> None:
+    """`python -m vdnnsim` in a fresh interpreter gives what ``main`` gives in this process,
+    on which the rest of this file relies: the same exit code, stdout and stderr, and a
+    user error is exit 2 and exactly one stderr line, with no traceback."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    real, here = vdnnsim_process(tmp_path, *args), vdnnsim(tmp_path, *args)
+    assert (real.returncode, real.stdout, real.stderr) == \
+        (here.returncode, here.stdout, here.stderr)
+    if real.returncode:
+        assert_user_error(real)
+    else:
+        assert real.stderr == "" and json.loads(real.stdout)[0]["policy"] == "baseline_p"
+
+
+def test_help_from_the_entry_point(tmp_path: Path) -> None:
+    """`python -m vdnnsim --help`: the usage on stdout, exit 0, nothing on stderr."""
+    proc = vdnnsim_process(tmp_path, "--help")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("usage: vdnnsim") and "run" in proc.stdout
+
+
 def test_run_good_config_succeeds(tmp_path: Path) -> None:
     """The base the bad configs are made from runs, so their failures are their own."""
     (tmp_path / "cfg.yaml").write_text(GOOD_CONFIG + "memory_bytes: 12 GiB\n"
@@ -188,8 +244,11 @@ def test_run_undecodable_file(tmp_path: Path) -> None:
 
 
 def test_run_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A real process: were the FIFO opened, it would block for ever, and only a
+    subprocess has a timeout to end it."""
     os.mkfifo(tmp_path / "cfg.yaml")  # no writer: opening it would block for ever
-    assert_user_error(vdnnsim(tmp_path, "run", "cfg.yaml"), "cfg.yaml", "not a regular file")
+    assert_user_error(vdnnsim_process(tmp_path, "run", "cfg.yaml"), "cfg.yaml",
+                      "not a regular file")
 
 
 @pytest.mark.parametrize("text", ['{"network": "a\\udcffb", "batch_size": 2}',

@@ -1,7 +1,9 @@
 """NOTE [plan files]: one model per kind of plan file, one reader, one writer. Every plan
 file committed to the repository loads with the meaning it had (checked against the
 readers' rules before the model: planner.plan_from_file's and vdnnsim measure's); what
-`vdnnsim plan` writes is what it wrote; a bad file is one line naming it and its key."""
+`vdnnsim plan` writes is what it wrote; a bad file is one line naming it and its key. The
+`vdnnsim` commands run in this process (conftest.run_cli); a fresh interpreter only where
+the point is what importing a module loads."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from vdnnsim.errors import ConfigError
 from vdnnsim.planners.planfile import (BLOCK_FORMAT, FORMAT, BlockPlanFile, LayerPlanFile, LayerRow,
                               Predicted, dumps_plan, plan_from_data, read_plan_file,
                               write_plan_file)
+
+from .conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -194,16 +198,14 @@ def test_a_bad_plan_file_is_one_line_naming_the_file_and_key(tmp_path, data, mes
 def test_vdnnsim_measure_refuses_a_bad_plan_in_one_line(tmp_path):
     """Before it builds the model or looks for a GPU."""
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({**BLOCK, "blocks": "two"}))
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", "hf:gpt2",
-                        "-b", "8", "--plan", "p.yaml"], cwd=tmp_path, capture_output=True,
-                       text=True)
+    r = run_cli(["measure", "--model", "hf:gpt2", "-b", "8", "--plan", "p.yaml"],
+                cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == ("vdnnsim: error: p.yaml: blocks: expected a whole number, got "
                         "'two'\n")
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(BLOCK))
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "measure", "--model", "hf:gpt2",
-                        "-b", "4", "--plan", "p.yaml"], cwd=tmp_path, capture_output=True,
-                       text=True)
+    r = run_cli(["measure", "--model", "hf:gpt2", "-b", "4", "--plan", "p.yaml"],
+                cwd=tmp_path)
     assert r.returncode == 2 and r.stderr == ("vdnnsim: error: p.yaml: planned for batch 8, "
                                               "not 4\n")
 
@@ -255,8 +257,7 @@ def test_vdnnsim_plan_plans_under_the_allocator_given_and_says_so(tmp_path):
                                      "allocator: {expandable_segments: true}\n")
 
     def plan(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "vdnnsim", "plan", *args], cwd=tmp_path,
-                              capture_output=True, text=True)
+        return run_cli(["plan", *args], cwd=tmp_path)
     for args in (("c.yaml", "--allocator", "expandable_segments=true"), ("e.yaml",)):
         r = plan(*args, "--budget", "1GiB", "-o", "p.yaml")
         assert r.returncode == 0, r.stderr

@@ -1,9 +1,8 @@
-"""The planner (NOTE [planner]): engine-checked plans, the plan file, `vdnnsim plan`."""
+"""The planner (NOTE [planner]): engine-checked plans, the plan file, `vdnnsim plan` (run in
+this process, conftest.run_cli: what it prints is ``main``'s, and a fresh interpreter
+costs seconds of imports)."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -14,6 +13,8 @@ from vdnnsim.engine.plan import liveness
 from vdnnsim.engine import replay
 from vdnnsim.errors import ConfigError
 from vdnnsim.planners.greedy import plan_to_dict, search_plan
+
+from .conftest import run_cli
 
 GiB = 2**30
 
@@ -90,15 +91,13 @@ def test_vdnnsim_plan_prints_and_writes_a_plan(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("network: vgg16\nbatch_size: 256\ngpu: k40\n")
     out = tmp_path / "plan.yaml"
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
-                        "12 GiB", "-o", str(out)], capture_output=True, text=True)
+    r = run_cli(["plan", cfg, "--budget", "12 GiB", "-o", out])
     assert r.returncode == 0, r.stderr
     rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()
             if line.split() and line.split()[0] in ("planned", "vdnn_dyn")}
     assert rows["planned"][1] == "yes" and float(rows["planned"][3]) < float(rows["vdnn_dyn"][3])
     assert yaml.safe_load(out.read_text())["format"] == "vdnnsim-plan"
-    bad = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", str(cfg), "--budget",
-                          "lots"], capture_output=True, text=True)
+    bad = run_cli(["plan", cfg, "--budget", "lots"])
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
@@ -356,9 +355,6 @@ def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
     candidate of the greedy search and the MILP is replayed with AdamW's state and step on
     the CPU, so a budget that the step's state does not fit with it on the GPU gets a plan;
     the plan says so, its file too, and policy planned replays it so."""
-    import subprocess
-    import sys
-
     from vdnnsim.trace.optimizer import with_optimizer
     from vdnnsim.planners.planfile import read_plan_file, write_plan_file
     from vdnnsim.planners.greedy import plan_to_dict, search_plan
@@ -390,9 +386,8 @@ def test_the_layer_planners_plan_with_the_optimizer_on_the_cpu(tmp_path):
     # the command: on for a layer planner, said in its first line and in the file
     save_trace(blocks(3, 16 * U), tmp_path / "t.yaml")
     (tmp_path / "c.yaml").write_text("network: t.yaml\ngpu: h200\noptimizer: adamw\n")
-    out = subprocess.run([sys.executable, "-m", "vdnnsim", "plan", "c.yaml", "--budget",
-                          "100MiB", "--method", "greedy", "--optimizer-offload", "on", "-o",
-                          "q.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    out = run_cli(["plan", "c.yaml", "--budget", "100MiB", "--method", "greedy",
+                   "--optimizer-offload", "on", "-o", "q.yaml"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "budget 0.10 GiB, optimizer on the CPU" in out.stdout
     assert read_plan_file(tmp_path / "q.yaml").optimizer_offload

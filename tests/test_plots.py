@@ -1,19 +1,20 @@
-"""Plots from the CLI: real PNGs, and one-line errors."""
+"""Plots from the CLI: real PNGs, and one-line errors. The commands run in this process
+(conftest.run_cli): what they print and write is ``main``'s, and a fresh interpreter for
+each cost seconds of imports."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, "-m", "vdnnsim", "plot", *map(str, args)],
-                          capture_output=True, text=True)
+def _run(*args, cwd=None):
+    return run_cli(["plot", *args], cwd=cwd)
 
 
 @pytest.mark.parametrize("kind,inp,extra", [
@@ -33,25 +34,21 @@ def test_validation_plot_of_measurement_sets(tmp_path):
     """NOTE [measurement sets] in the plot too: several trace folders, and measurement files
     oldest first (the committed single-process records, then a fresh-process set), whose
     newer records are the ones drawn with their bands."""
-    from vdnnsim.cli import main
     from vdnnsim.report import plots
     traces = [ROOT / "traces" / "h200_torchvision", ROOT / "traces" / "h200_torchvision_heldout"]
     meas = [ROOT / "traces" / "h200_torchvision" / "measurements.json",
             ROOT / "traces" / "h200_reserved_heldout" / "launch_queue" / "queue" / "repeat.jsonl"]
     out = tmp_path / "v.png"
-    r = _run("validation", *traces, "--measurements", meas[0], "--measurements", meas[1],
-             "-o", out)
-    assert r.returncode == 0, r.stderr
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     drawn = []  # the table the command draws: both files' records, the newer winning
     real = plots.validation_scatter
     plots.validation_scatter = lambda t: drawn.append(t) or real(t)
-    try:
-        assert main(["plot", "validation", *map(str, traces), "--measurements",
-                     str(meas[0]), "--measurements", str(meas[1]), "-o",
-                     str(tmp_path / "w.png")]) == 0
+    try:  # one run of the command for both what it writes and what it draws
+        r = _run("validation", *traces, "--measurements", meas[0], "--measurements", meas[1],
+                 "-o", out)
     finally:
         plots.validation_scatter = real
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = drawn[0]
     assert table.attrs["replaced_records"] > 0 and table.time_band_min.notna().sum() == 12
     assert set(table.model) > {"vgg16", "convnext_tiny"}  # both folders' runs
@@ -80,8 +77,7 @@ def test_sweep_plot_of_a_network_without_time(tmp_path):
     study.write_text("base: {network: n.yaml}\nsweep: {policy: [eager, vdnn_all_p]}\n")
     for inp in (study, tmp_path / "r.csv"):
         if inp.suffix == ".csv":
-            r = subprocess.run([sys.executable, "-m", "vdnnsim", "sweep", study, "-o", inp],
-                               capture_output=True, text=True)
+            r = run_cli(["sweep", study, "-o", inp])
             assert r.returncode == 0, r.stderr
         r = _run("sweep", inp, "-o", tmp_path / "p.png")
         assert r.returncode == 0, r.stderr
@@ -102,8 +98,7 @@ def test_sweep_plot_of_a_network_without_time(tmp_path):
       "-o", "x.png"], "plot memory takes one input, not 2"),
 ])
 def test_plot_errors(tmp_path, args, match):
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "plot", *map(str, args)],
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = _run(*args, cwd=tmp_path)
     assert r.returncode == 2 and match in r.stderr and r.stderr.count("\n") == 1
     assert not list(tmp_path.iterdir())
 

@@ -24,6 +24,8 @@ from vdnnsim.measured.repeat import aggregate, child_argv, run_child
 from vdnnsim.measured.validate import (allocator_supported, format_validation, load_measurements,
                               summarize, validate)
 
+from .conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "traces" / "h200_torchvision"
 GiB = 2**30
@@ -708,18 +710,42 @@ def test_validate_refuses_allocator_settings_it_does_not_model(tmp_path, capsys)
 
 # ------------------------------------------------------------ the command without a GPU
 
-def _measure(*argv, env=None):
-    e = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+def _measure_process(*argv):
+    """`python -m vdnnsim measure ARGV` in a fresh process with no GPU visible and no
+    allocator settings in its environment."""
+    e = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     e.pop(ENV, None)
-    e.update(env or {})
     return subprocess.run([sys.executable, "-m", "vdnnsim", "measure", *argv], env=e,
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
+def _measure(monkeypatch, *argv, env=None):
+    """`vdnnsim measure ARGV` in this process, with no allocator settings in the
+    environment but ``env``'s (the command reads them from os.environ when it runs;
+    monkeypatch puts the environment back)."""
+    monkeypatch.delenv(ENV, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    return run_cli(["measure", *argv], cwd=ROOT)
+
+
+# A fresh process with CUDA hidden, for the errors that come from finding no GPU: this
+# process cannot hide one (CUDA reads CUDA_VISIBLE_DEVICES once, when it first starts, and
+# hiding it then would hide it from every later test here), and on a GPU machine these
+# commands would measure.
 @pytest.mark.parametrize("argv,words", [
     (["--repeat", "3"], "vdnnsim measure needs a CUDA GPU (none is visible)"),
     (["--repeat", "3", "--allocator", "expandable_segments=true", "--memory-history",
       "h.pickle"], "needs a CUDA GPU"),
+])
+def test_measure_without_a_gpu_is_one_line(argv, words):
+    p = _measure_process("--model", "torchvision:resnet18", "-b", "2", *argv)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+
+
+# These are refused before torch is imported, GPU or none: they run in this process.
+@pytest.mark.parametrize("argv,words", [
     (["--allocator", "expandable_segments=maybe"], "expandable_segments must be true or false"),
     (["--allocator", "backend=cudaMallocAsync"], "unknown allocator setting 'backend'"),
     (["--warmup-processes", "0"], "--warmup-processes goes with --repeat N"),
@@ -727,14 +753,14 @@ def _measure(*argv, env=None):
     (["--repeat", "3", "--warmup-processes", "11"], "--warmup-processes must be from 0 to 10"),
     (["--memory-history", "/nonexistent/dir/h.pickle"], "h.pickle"),
 ])
-def test_measure_errors_are_one_line(argv, words):
-    p = _measure("--model", "torchvision:resnet18", "-b", "2", *argv)
+def test_measure_errors_are_one_line(monkeypatch, argv, words):
+    p = _measure(monkeypatch, "--model", "torchvision:resnet18", "-b", "2", *argv)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
 
 
-def test_an_allocator_setting_in_the_environment_that_disagrees_is_one_line():
-    p = _measure("--model", "torchvision:resnet18", "-b", "2", "--allocator",
+def test_an_allocator_setting_in_the_environment_that_disagrees_is_one_line(monkeypatch):
+    p = _measure(monkeypatch, "--model", "torchvision:resnet18", "-b", "2", "--allocator",
                  "max_split_size_mb=64", env={ENV: "expandable_segments:True"})
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "give them one way" in p.stderr
 

@@ -112,11 +112,9 @@ def test_reduction_reference_readings(table):
 
 
 def test_reproduce_output_makes_its_folder(tmp_path):
-    import subprocess
-    import sys
+    from .conftest import run_cli
     out = tmp_path / "new" / "figures"
-    proc = subprocess.run([sys.executable, "-m", "vdnnsim", "reproduce", "-o", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli(["reproduce", "-o", out])  # in-process: main's exit code and output
     assert proc.returncode == 0, proc.stderr
     assert (out / "reproduction.md").read_text().startswith("**v1 (K40)**")
     assert len(list(out.glob("*.png"))) == 12
@@ -124,8 +122,7 @@ def test_reproduce_output_makes_its_folder(tmp_path):
         "paper_fig11.png", "paper_fig12.png", "paper_fig14.png", "paper_fig15.png"]
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    proc = subprocess.run([sys.executable, "-m", "vdnnsim", "reproduce", "-o",
-                           str(blocker / "sub")], capture_output=True, text=True, timeout=300)
+    proc = run_cli(["reproduce", "-o", blocker / "sub"])
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "cannot make this folder" in proc.stderr
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -26,11 +24,13 @@ from vdnnsim.gpu.profile.layers import profile_model, synthesize_model  # noqa: 
 from vdnnsim.gpu.runtime.vdnn import VDNN  # noqa: E402
 from vdnnsim.trace import load_trace, trace_from_dict  # noqa: E402
 
+from .conftest import run_cli  # noqa: E402
 
-def _vdnnsim(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it: a fresh process."""
-    return subprocess.run([sys.executable, "-m", "vdnnsim", *args], capture_output=True,
-                          text=True, timeout=300)
+
+def _vdnnsim(*args: str):
+    """The CLI's ``main`` in this process (conftest.run_cli): its exit code and what it
+    prints, without a fresh interpreter's seconds of importing torch and torchvision."""
+    return run_cli(list(args))
 
 
 def test_probe_sees_what_autograd_saves_on_the_meta_device():

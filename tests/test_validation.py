@@ -105,8 +105,7 @@ def test_reserved_memory_against_one_steps_own_peak(tmp_path):
     """`validate --reserved one-step` holds the prediction against one step's reserved peak
     from an emptied cache (traces/h200_reserved_remeasured/); a record measured before that number
     existed is a one-line error (exit 2), not a traceback."""
-    import subprocess
-    import sys
+    from .conftest import run_cli
     res = ROOT.parent / "h200_reserved_remeasured" / "measurements.json"
     one = validate(ROOT, res, reserved="one-step")
     timed = validate(ROOT, res)
@@ -117,9 +116,7 @@ def test_reserved_memory_against_one_steps_own_peak(tmp_path):
         r = recs[(row.model, row.batch_size, row.policy)]
         assert row.measured_reserved_gib == r["reserved_one_step_bytes"] / 2**30
     assert (one.predicted_reserved_gib == timed.predicted_reserved_gib).all()
-    p = subprocess.run([sys.executable, "-m", "vdnnsim", "validate", str(ROOT),
-                        str(ROOT / "measurements.json"), "--reserved", "one-step"],
-                       capture_output=True, text=True)
+    p = run_cli(["validate", ROOT, ROOT / "measurements.json", "--reserved", "one-step"])
     assert p.returncode == 2 and "has no reserved_one_step_bytes" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 

@@ -153,7 +153,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(shown(m) for m in args.measurements)}: no "
                               "measured run fits its card: nothing to plot")
         fig = plots.validation_scatter(table)
-    write_atomic(out, lambda f: fig.savefig(f, format=out.suffix[1:], dpi=100), binary=True)
+    try:
+        write_atomic(out, lambda f: fig.savefig(f, format=out.suffix[1:], dpi=100), binary=True)
+    finally:  # pyplot holds every figure it made until closed: main may run again here
+        plots.plt.close(fig)
     print(f"wrote {shown(out)}")
     return 0
 

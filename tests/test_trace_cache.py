@@ -38,7 +38,7 @@ def test_a_hit_is_the_trace_made_afresh(which, tmp_path, monkeypatch):
         args = ("zoo:alexnet", 2, resolve_gpu("h200"))
     fresh = _trace(None, monkeypatch, maker, *args)
     miss = _trace(tmp_path, monkeypatch, maker, *args)
-    assert len(list(tmp_path.glob("*.json"))) == 1
+    assert len(list(tmp_path.glob("*.json"))) == 1  # (and its .lock)
     hit = _trace(tmp_path, monkeypatch, maker, *args)
     assert miss == hit
     a, b = trace_from_dict(fresh, "m"), trace_from_dict(hit, "m")

@@ -32,7 +32,7 @@ from ..trace.model import Trace
 MIN_BYTES = 1 << 20  # buffers smaller than this are kept: their copies cost more than they free
 MIX_GRID = (1 / 8, 1 / 4, 1 / 2, 3 / 4)  # offload counts tried with checkpointed calls
 OUTSIDE = "<outside>"
-MAX_SHARE = 1 / 4  # a module running more of the step's ops is not checkpointed whole  # the op probe's module path of ops outside any module
+MAX_SHARE = 1 / 2  # a module running more of the step's ops is not checkpointed whole
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ default; the test suite sets it to a folder of its own, removed when the session
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -75,12 +76,23 @@ def cached(maker: str, spec: str, args: dict[str, Any], gpu: Any,
     key = json.dumps([maker, spec, _spec_text(spec), args, repr(gpu), _versions(),
                       _source_hash()], sort_keys=True, default=repr)
     path = Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # one process makes a key's trace while the others wait for it (two pytest-xdist
+    # workers asking for one model at once trace it once)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _made(path, make)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _made(path: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):  # not there yet (or half-written by a killed process)
         pass
     d = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,0 +1,149 @@
+"""NOTE [tensor plans]: a plan of an op-by-op trace at the granularity of saved tensors and
+module calls, every answer the engine's; NOTE [tensor prefetch] by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from .conftest import chain_trace, hand_gpu, run_cli
+from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.engine import liveness, replay
+from vdnnsim.planners.planfile import LayerPlanFile, read_plan_file
+from vdnnsim.planners.tensors import (ModuleCall, module_calls, plan_tensors, prefetch_slots,
+                                      recompute_order, taken, tensor_plan_to_dict)
+from vdnnsim.trace import trace_from_dict
+from vdnnsim.trace.optimizer import with_optimizer
+
+MB = 10**6
+
+
+class _Stage(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+                                  nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c))
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(x + self.body(x))
+
+
+def convnet() -> nn.Module:
+    """Six residual stages of 32 channels at full resolution: activations dominate."""
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                         nn.Sequential(*[_Stage(32) for _ in range(6)]),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+
+@pytest.fixture(scope="module")
+def traced():
+    from vdnnsim.gpu.probe.aten import memory_trace
+    gpu = resolve_gpu("h200")
+    d = memory_trace("tests.test_tensor_plans:convnet", 64, gpu, "fp32", None, {},
+                     "image:3,96,96:10")
+    trace = with_optimizer(trace_from_dict(d, "convnet"), "adamw")
+    return trace, gpu, run_trace(trace, gpu, "eager", record=False)
+
+
+def _calls(trace):
+    return {c.path: c for c in module_calls(trace)}
+
+
+def test_module_calls_are_the_calls_and_drop_what_their_ops_alone_keep(traced):
+    trace, _, _ = traced
+    calls = _calls(trace)
+    # the stages and their bodies are candidates; the model itself and the container of
+    # stages (one call running every stage: over MAX_SHARE of the ops) are not
+    assert "2.0" in calls and "2.0.body" in calls and "" not in calls and "2" not in calls
+    s0 = calls["2.0"]
+    assert len(s0.runs) == 1 and s0.drops >= calls["2.0.body"].drops > 0
+    ops = [i for i, x in enumerate(trace.layers) if x.attrs["module"].startswith("2.0.")]
+    assert s0.runs[0] == (min(ops), max(ops))
+    lv = liveness(trace)
+    dropped = sum(lv.size[b] for b, p in lv.producer.items() if min(ops) <= p <= max(ops)
+                  and all(min(ops) <= k <= max(ops) for k in
+                          [i for i, x in enumerate(trace.layers) if b in
+                           {lv.root[t] for t in x.saved}]) and lv.kept(b))
+    assert s0.drops == dropped
+
+
+def test_a_module_replaces_those_inside_it_and_nothing_inside_one_is_taken():
+    a = ModuleCall("a", ((0, 9),), 100, 10)
+    inner = ModuleCall("a.b", ((2, 3),), 10, 1)
+    other = ModuleCall("c", ((12, 15),), 10, 1)
+    inside_late = ModuleCall("a.d", ((5, 6),), 10, 1)
+    order = recompute_order([inner, other, a, inside_late])
+    assert [c.path for c in order] == ["a.b", "c", "a"]
+    assert [c.path for c in taken(order, 2)] == ["a.b", "c"]
+    assert [c.path for c in taken(order, 3)] == ["c", "a"]
+
+
+def test_prefetches_start_as_late_as_the_link_allows():
+    # four layers of 10 ms backward each; a and b offload 1 MB (1 ms on a 1 GB/s link)
+    gpu = hand_gpu(bw=1e9)
+    trace = chain_trace([dict(id=k, size=MB, fwd=1_000_000, bwd=10_000_000, saves="x")
+                         for k in ("a", "b", "c", "d")], framework="pytorch")
+    lv = liveness(trace)
+    off = ((), ("a",), ("b",), ())  # b reads a (copied by b, its last reader); c reads b
+    slots = prefetch_slots(trace, off, gpu)
+    # a is read by b's backward (starting at 20 ms): its copy (1 ms) starts at 19 ms, in
+    # c's backward (10..20 ms); b is read by c's backward (10 ms): in d's (0..10 ms)
+    assert slots == (-1, -1, 1, 2)
+    assert lv.size["a"] == MB
+
+
+def test_plans_fit_in_the_engine_and_beat_nothing_worse_than_the_block_plan(traced):
+    trace, gpu, eager = traced
+    for share in (0.5, 0.7):
+        budget = int(share * eager.peak_memory_bytes)
+        found = plan_tensors(trace, gpu, budget)
+        assert found.fits, found.steps
+        again = replay(trace, gpu, found.plan, budget, record_ops=False)
+        assert again.oom is None and again.peak_live_bytes == found.peak_memory_bytes
+        assert found.peak_memory_bytes <= budget
+        assert found.iteration_time_ns >= eager.iteration_time_ns * 0.99
+        assert found.offloaded or found.modules
+
+
+def test_the_plan_file_keys_every_offload_and_reads_back(traced, tmp_path):
+    trace, gpu, eager = traced
+    budget = int(0.5 * eager.peak_memory_bytes)
+    found = plan_tensors(trace, gpu, budget)
+    d = tensor_plan_to_dict(trace, gpu, budget, found, {"peak_memory_bytes": 1})
+    plan = LayerPlanFile.model_validate(d)
+    assert plan.version == 3 and plan.runnable and plan.layer_names == "ops"
+    assert {t.id for t in plan.tensors} == set(found.offloaded)
+    assert plan.recompute_modules == list(found.modules)
+    for t in plan.tensors:
+        assert trace.tensors[t.id].size_bytes == t.bytes and t.dtype == "float32"
+    bad = dict(d, tensors=d["tensors"][1:]) if d["tensors"] else None
+    if bad is not None:
+        with pytest.raises(ValueError, match="key every offloaded buffer"):
+            LayerPlanFile.model_validate(bad)
+
+
+def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
+    from vdnnsim.trace import save_trace
+    trace, gpu, eager = traced
+    path = tmp_path / "convnet.yaml"
+    save_trace(trace, path)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"network: {path}\nbatch_size: 64\ngpu: h200\npolicies: [eager]\n")
+    budget = int(0.6 * eager.peak_memory_bytes)
+    r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors",
+                 "-o", tmp_path / "p.yaml"])
+    assert r.returncode == 0, r.stderr
+    plan = read_plan_file(tmp_path / "p.yaml")
+    assert plan.version == 3 and plan.model == "tests.test_tensor_plans:convnet"
+    assert "planned" in r.stdout and "cannot run" not in r.stderr
+    r = run_cli(["plan", cfg, "--budget", str(budget), "-o", tmp_path / "auto.yaml"])
+    assert r.returncode == 0, r.stderr  # auto: the tensor plan or the block plan
+
+
+def test_only_timed_op_traces_get_tensor_plans(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("network: vgg16\nbatch_size: 8\ngpu: k40\npolicies: [baseline_p]\n")
+    r = run_cli(["plan", cfg, "--budget", "1GiB", "--method", "tensors"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "op-by-op" in r.stderr

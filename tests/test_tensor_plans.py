@@ -137,6 +137,7 @@ def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
     assert r.returncode == 0, r.stderr
     plan = read_plan_file(tmp_path / "p.yaml")
     assert plan.version == 3 and plan.model == "tests.test_tensor_plans:convnet"
+    assert plan.input == "image:3,96,96:10" and plan.dtype == "fp32" and plan.batch_size == 64
     assert "planned" in r.stdout and "cannot run" not in r.stderr
     r = run_cli(["plan", cfg, "--budget", str(budget), "-o", tmp_path / "auto.yaml"])
     assert r.returncode == 0, r.stderr  # auto: the tensor plan or the block plan

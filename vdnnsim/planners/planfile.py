@@ -26,6 +26,7 @@ differs; a replay of a layer plan under other settings (policy ``planned``) carr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Annotated, Any, Literal
@@ -128,6 +129,11 @@ class _PlanRun(_Strict):
         None, description="The precision it was profiled in.")
     seq_len: Annotated[int, Field(ge=1), BeforeValidator(whole)] | None = Field(
         None, description="An hf: language model's sequence length.")
+    # version 3 on: a factory model's input and keyword arguments
+    input: Name | None = Field(None, description="A factory model's input (vdnnsim "
+                               "measure --input), e.g. image:3,224,224:1000.")
+    model_args: dict[str, Any] | None = Field(None, description="A factory model's keyword "
+                                              "arguments (vdnnsim measure --model-arg).")
 
 
 class LayerPlanFile(_PlanRun):
@@ -298,7 +304,7 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
     if isinstance(plan, dict):
         plan = MODELS[plan["format"]].model_validate(plan)
     data = plan.model_dump(mode="json")
-    for key in ("model", "dtype", "seq_len"):  # version 2's, said where known
+    for key in ("model", "dtype", "seq_len", "input", "model_args"):  # said where known
         if data.get(key) is None:
             del data[key]
     if data["format"] == BLOCK_FORMAT and data.get("version") == 1:
@@ -327,18 +333,25 @@ def write_plan_file(path: str | os.PathLike, plan: PlanFile | dict[str, Any]) ->
 # meta device (memory_trace)
 PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtype ([\w-]+))?"
                          r"(?: --seq-len (\d+))?")
-META_AS = re.compile(r"(\S+), ([\w-]+)(?:, seq_len (\d+))?: meta device")
+META_AS = re.compile(r"(\S+), ([\w-]+)(?:, seq_len (\d+))?(?:, input (\S+))?"
+                     r"(?:, args (\{.*?\}))?: meta device")
 
 
 def with_run(plan_file: dict[str, Any], trace: Any) -> dict[str, Any]:
     """A plan file with what a measurement of it runs (version 2), where the trace says how
     it was profiled (its source's note); as it was where it does not."""
-    m = PROFILED_AS.match(trace.source.note or "") or META_AS.match(trace.source.note or "")
-    if not m:
+    note = trace.source.note or ""
+    m = PROFILED_AS.match(note)
+    meta = None if m else META_AS.match(note)
+    if not (m or meta):
         return plan_file
-    model, dtype, seq_len = m.groups()
+    model, dtype, seq_len = (m or meta).groups()[:3]
     run = {"optimizer": trace.optimizer, "model": model, "dtype": dtype or trace.dtype,
            **({"seq_len": int(seq_len)} if seq_len else {})}
+    if meta is not None and plan_file.get("version", 1) >= 3:  # a factory's input and args
+        inp, args = meta.groups()[3:]
+        run.update({"input": inp} if inp else {})
+        run.update({"model_args": json.loads(args)} if args else {})
     head = {k: v for k, v in plan_file.items() if k not in run}
     keys = list(head)
     at = keys.index("budget_bytes") + 1

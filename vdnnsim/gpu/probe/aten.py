@@ -24,6 +24,7 @@ seen: the temporaries inside a backward kernel. The times are the op-level kerne
 from __future__ import annotations
 
 import contextlib
+import json
 import weakref
 from typing import Any
 
@@ -398,6 +399,9 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
                          "software": software(),
                          "note": f"{spec}, {precision}"
                                  + (f", seq_len {seq_len}" if seq_len else "")
+                                 + (f", input {input_spec}" if input_spec else "")
+                                 + (f", args {json.dumps(model_kwargs, sort_keys=True)}"
+                                    if model_kwargs else "")
                                  + ": meta device, op-level kernel model "
                                  + (f"fitted to {gpu.op_calibration} ({om.source})"
                                     if gpu.op_calibration else

@@ -1,0 +1,115 @@
+"""The tensor planner on the held-out set (HELDOUT.md, committed before this was run):
+each model traced on the meta device for a preset, planned at 50% and 70% of its uncapped
+peak by tensors (NOTE [tensor plans]) and by blocks, the optimizer's place weighed, and
+PyTorch's own per-module checkpointing (every block checkpointed) replayed at the same
+budget. Writes the plan files a GPU measures (gpu_runs.sh) and prints the CPU judgement:
+does the plan fit in the engine, its step against the uncapped one, against the block plan.
+
+    python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
+
+DIR (default traces/GPU_tensor_plans) gets plans/NAME-PCT-tensors.yaml (the version 3
+plan), NAME-PCT-blocks.yaml (the block plan), NAME-PCT-ckpt.yaml (every block
+checkpointed) and predicted.json; nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from contextlib import redirect_stderr
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim and experiments, from any folder
+
+from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.engine import replay  # noqa: E402
+from vdnnsim.gpu.probe.aten import memory_trace  # noqa: E402
+from vdnnsim.planners.blocks import BlockPlan, plan_blocks  # noqa: E402
+from vdnnsim.planners.greedy import block_plan_to_dict  # noqa: E402
+from vdnnsim.planners.planfile import with_run, write_plan_file  # noqa: E402
+from vdnnsim.planners.tensors import plan_tensors, tensor_plan_to_dict  # noqa: E402
+from vdnnsim.policies.blocks import block_recompute_plan, block_regions  # noqa: E402
+from vdnnsim.trace import trace_from_dict  # noqa: E402
+from vdnnsim.trace.optimizer import with_optimizer  # noqa: E402
+
+GiB = 2**30
+HELDOUT = Path(__file__).resolve().parent / "heldout.yaml"
+
+
+def trace_of(m: dict, gpu):
+    with redirect_stderr(io.StringIO()):  # transformers' notes about its configs
+        d = memory_trace(m["spec"], m["batch"], gpu, m["dtype"], m.get("seq_len"),
+                         m.get("model_args") or {}, m.get("input"))
+    return with_optimizer(trace_from_dict(d, m["name"]), "adamw")
+
+
+def checkpoint_all(trace, gpu, budget: int) -> BlockPlan:
+    """PyTorch's per-module checkpointing: every block, under the budget."""
+    total = max(0, len(block_regions(trace)) - 2)
+    r = replay(trace, gpu, block_recompute_plan(trace, total), budget, record_ops=False)
+    return BlockPlan(0, total, r.oom is None, r.peak_live_bytes, r.end_ns, recompute=total)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args()
+    spec = yaml.safe_load(HELDOUT.read_text())
+    gpu = resolve_gpu(a.gpu)
+    out = a.out or ROOT / "traces" / f"{a.gpu}_tensor_plans"
+    (out / "plans").mkdir(parents=True, exist_ok=True)
+    predicted = {}
+    print("| model | budget | eager GiB, ms | tensor plan | block plan | checkpoint all |")
+    print("|---|---|---|---|---|---|")
+    for m in spec["models"]:
+        if a.names and m["name"] not in a.names:
+            continue
+        trace = trace_of(m, gpu)
+        eager = run_trace(trace, gpu, "eager", record=False)
+        base = eager.iteration_time_ns
+        for share in spec["budgets"]:
+            budget = int(share * eager.peak_memory_bytes)
+            key = f"{m['name']}-{round(share * 100)}"
+            t = plan_tensors(trace, gpu, budget, None)
+            b = plan_blocks(trace, gpu, budget, None)
+            c = checkpoint_all(trace, gpu, budget)
+            if t.fits:
+                pred = {"peak_memory_bytes": t.peak_memory_bytes,
+                        "iteration_time_ns": t.iteration_time_ns}
+                write_plan_file(out / "plans" / f"{key}-tensors.yaml", with_run(
+                    tensor_plan_to_dict(trace, gpu, budget, t, pred), trace))
+            if b.fits:
+                write_plan_file(out / "plans" / f"{key}-blocks.yaml",
+                                with_run(block_plan_to_dict(trace, gpu, budget, b), trace))
+            if c.fits:
+                write_plan_file(out / "plans" / f"{key}-ckpt.yaml",
+                                with_run(block_plan_to_dict(trace, gpu, budget, c), trace))
+
+            def cell(p, extra=""):
+                return (f"{p.iteration_time_ns / base:.2f}x, {p.peak_memory_bytes / GiB:.2f} "
+                        f"GiB{extra}" if p.fits else "does not fit")
+            tx = (f" ({len(t.offloaded)} off, {len(t.modules)} ckpt"
+                  + (", opt CPU" if t.optimizer_offload else "") + ")")
+            bx = (f" ({b.blocks} off, {b.recompute} ckpt, {b.params} param"
+                  + (", opt CPU" if b.optimizer_offload else "") + ")")
+            print(f"| {m['name']} | {share:.0%}, {budget / GiB:.2f} GiB | "
+                  f"{eager.peak_memory_bytes / GiB:.2f}, {base / 1e6:.1f} | {cell(t, tx)} | "
+                  f"{cell(b, bx)} | {cell(c)} |", flush=True)
+            predicted[key] = {
+                "model": m["name"], "share": share, "budget_bytes": budget,
+                "eager": {"peak_memory_bytes": eager.peak_memory_bytes, "iteration_time_ns": base},
+                **{k: {"fits": p.fits, "peak_memory_bytes": p.peak_memory_bytes,
+                       "iteration_time_ns": p.iteration_time_ns}
+                   for k, p in (("tensors", t), ("blocks", b), ("ckpt", c))}}
+    (out / "predicted.json").write_text(json.dumps(predicted, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

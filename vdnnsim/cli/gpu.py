@@ -139,9 +139,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     plan = None
     if args.plan:
         from ..planners.planfile import LayerPlanFile, read_plan_file
-        from ..planners.greedy import OP_LAYERS, OP_PLAN_CANNOT_RUN
+        from ..planners.greedy import OP_PLAN_CANNOT_RUN
         plan = read_plan_file(args.plan)
-        if isinstance(plan, LayerPlanFile) and plan.layer_names == OP_LAYERS:
+        if isinstance(plan, LayerPlanFile) and not plan.runnable:
             raise ConfigError(f"{args.plan}: {OP_PLAN_CANNOT_RUN}")
         if args.policy not in (None, "baseline", "planned"):
             raise ConfigError("--plan runs the plan's policy; leave --policy out")

@@ -308,8 +308,11 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
 OP_LAYERS = "ops"
 OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (an hf: or "
                       "factory model's), which the vDNN runtime "
-                      "cannot find in its fx graph of the model: it predicts, but cannot "
-                      "run yet; for a model with blocks plan with --method blocks")
+                      "cannot find in its fx graph of the model, and is older than version "
+                      "3, which says what the tensor runtime finds them by: it predicts, but "
+                      "cannot run; plan it again (vdnnsim plan writes version 3 plans of op "
+                      "traces, which run), or for a model with blocks plan with --method "
+                      "blocks")
 
 
 # NOTE [fragmentation caution]

@@ -1,18 +1,17 @@
 """Tensor-granular plans of op-by-op traces (``vdnnsim plan --method tensors``).
 
 NOTE [tensor plans]
-A plan of an op-by-op trace (the op probe's: any model) at the granularity of what autograd
-saves: each buffer a backward pass keeps is kept, offloaded (copied out after its last
-forward reader, brought back before its first backward reader) or recomputed inside a
-checkpointed module call (segments are whole calls of one module, so that the tensor
-runtime can checkpoint that module: NOTE [tensor runtime]). Every answer is the engine's
-replay under the budget. The search: offload candidates in the order they are made (the
-earliest has the longest copy windows); module calls ranked by forward time per byte they
-drop, taken in turn (a module replaces those inside it taken before); the fewest offloads that fit, the fewest calls that
-fit, and for a grid of offload counts below that, the fewest calls that fit with them
-(bisection: fitting is taken as monotone in each count); the fastest that fits wins, with
-the optimizer on the CPU tried too where its step is calibrated. A heuristic, no claim of
-optimality; prefetches are scheduled as late as the link allows (NOTE [tensor prefetch]).
+A plan of an op-by-op trace at the granularity of what autograd saves: each buffer a
+backward pass keeps is kept, offloaded (copied out after its last forward reader, back
+before its first backward reader, NOTE [tensor prefetch]) or recomputed inside a
+checkpointed call of a module (whole calls, so that the tensor runtime can checkpoint the
+module). Every answer is the engine's replay under the budget. Offloads are taken in the
+order they are made (the earliest has the longest copy windows); modules from one of two
+chains: all calls by forward time per byte dropped (a module replacing those inside it),
+or the blocks in order (the block planner's). The fewest offloads that fit, the fewest
+checkpointed that fit, and for a grid of offload counts the fewest checkpointed that fit
+with them (bisection: fitting taken as monotone); the fastest wins, the optimizer on the
+CPU tried too where its step is calibrated. A heuristic: no claim of optimality.
 """
 
 from __future__ import annotations
@@ -73,10 +72,10 @@ def offload_candidates(trace: Trace, min_bytes: int = MIN_BYTES) -> list[tuple[i
             if lv.size[b] >= min_bytes]
 
 
-def module_calls(trace: Trace) -> list[ModuleCall]:
-    """Every module (by path, not the model itself, nor one running more than MAX_SHARE of
-    the ops) whose checkpointing drops something, cheapest forward time per byte dropped
-    first."""
+def module_calls(trace: Trace, whole: bool = False) -> list[ModuleCall]:
+    """Every module (by path, not the model itself, nor, unless ``whole``, one running more
+    than MAX_SHARE of the ops) whose checkpointing drops something, cheapest forward time
+    per byte dropped first."""
     runs: dict[str, list[list[int]]] = {}
     prev: set[str] = set()
     for i, layer in enumerate(trace.layers):
@@ -108,9 +107,23 @@ def module_calls(trace: Trace) -> list[ModuleCall]:
                 if hi <= last:
                     drops += size
             cost += sum(fwd[first:last + 1])
-        if drops and sum(b - a + 1 for a, b in rs) <= len(trace.layers) * MAX_SHARE:
+        if drops and (whole or sum(b - a + 1 for a, b in rs) <= len(trace.layers) * MAX_SHARE):
             out.append(ModuleCall(path, tuple(map(tuple, rs)), drops, cost))
     out.sort(key=lambda c: (c.cost_ns / c.drops, -c.drops, c.path))
+    return out
+
+
+def block_calls(trace: Trace) -> list[ModuleCall]:
+    """The trace's blocks (NOTE [blocks]) as module calls in forward order: checkpointing
+    the first r of them is the block planner's recompute plan."""
+    from ..policies.blocks import block_regions
+
+    by_path = {c.path: c for c in module_calls(trace, whole=True)}
+    out = []
+    for region in block_regions(trace)[1:-1]:
+        path = trace.layers[region[0]].attrs.get("block_path") if region else None
+        if path in by_path and by_path[path].runs == ((region[0], region[-1]),):
+            out.append(by_path[path])
     return out
 
 
@@ -230,13 +243,17 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
     settings = allocator_settings(allocator)
     lv = liveness(trace)
     cands = offload_candidates(trace, min_bytes)
-    calls = recompute_order(module_calls(trace))
+    chains = {"modules": recompute_order(module_calls(trace)), "blocks": block_calls(trace)}
     held = {b for b, t in trace.buffers.items() if t.kind == "input"}
     out = TensorPlan(False, optimizer_offload=bool(optimizer_offload))
 
-    def build(k: int, r: int) -> Plan:
+    def chosen_calls(chain: str, r: int) -> list[ModuleCall]:
+        calls = chains[chain]
+        return taken(calls, r) if chain == "modules" else calls[:r]
+
+    def build(k: int, r: int, chain: str) -> Plan:
         segs, barred = [], set()
-        for c in taken(calls, r):
+        for c in chosen_calls(chain, r):
             for first, last in c.runs:
                 segs.append((first, last))
                 dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
@@ -249,21 +266,19 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                     recompute=tuple(sorted(segs)),
                     optimizer_offload=bool(optimizer_offload))
 
-    memo: dict[tuple[int, int, bool], Any] = {}
+    memo: dict[tuple[int, int, str, bool], Any] = {}
 
-    def run(k: int, r: int, stop: bool = True) -> Any:
-        key = (k, r, stop)
-        if key not in memo and not stop and (k, r, True) in memo \
-                and memo[(k, r, True)].oom is not None:
-            return memo[(k, r, True)]  # it does not fit: its time is not wanted
+    def run(k: int, r: int, chain: str, stop: bool = True) -> Any:
+        r = r if chains[chain] else 0
+        key = (k, r, chain, stop)
+        if key not in memo and not stop and (k, r, chain, True) in memo \
+                and memo[(k, r, chain, True)].oom is not None:
+            return memo[(k, r, chain, True)]  # it does not fit: its time is not wanted
         if key not in memo:
             out.simulations += 1
-            memo[key] = replay(trace, gpu, build(k, r), budget, record_ops=False,
+            memo[key] = replay(trace, gpu, build(k, r, chain), budget, record_ops=False,
                                stop_at_oom=stop, allocator=settings)
         return memo[key]
-
-    def fits(k: int, r: int) -> bool:
-        return run(k, r).oom is None
 
     def fewest(f: Callable[[int], bool], hi: int) -> int | None:
         """The least x in 0..hi with f(x), taking f as monotone; None if not f(hi)."""
@@ -275,43 +290,47 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
             lo, hi = (lo, mid) if f(mid) else (mid, hi)
         return hi
 
-    tried: list[tuple[int, int]] = []
-    if fits(0, 0):
-        tried.append((0, 0))
+    tried: list[tuple[int, int, str]] = []
+    if run(0, 0, "modules").oom is None:
+        tried.append((0, 0, "modules"))
     else:
-        k_fit = fewest(lambda k: fits(k, 0), len(cands))
-        r_fit = fewest(lambda r: fits(0, r), len(calls))
-        for k, r in ((k_fit, 0), (0, r_fit)):
-            if k is not None and r is not None:
-                tried.append((k, r))
+        k_fit = fewest(lambda k: run(k, 0, "modules").oom is None, len(cands))
+        if k_fit is not None:
+            tried.append((k_fit, 0, "modules"))
         top = k_fit if k_fit is not None else len(cands)
-        for share in MIX_GRID:
-            k = int(top * share)
-            if 0 < k < top:
-                r = fewest(lambda r: fits(k, r), len(calls))
-                if r is not None:
-                    tried.append((k, r))
-        out.steps.append(f"{len(cands)} buffers of at least {min_bytes >> 20} MiB to "
-                         f"offload, {len(calls)} module calls to checkpoint; fewest that fit: "
-                         f"{k_fit if k_fit is not None else 'none'} offloaded, "
-                         f"{r_fit if r_fit is not None else 'none'} checkpointed")
+        for chain, calls in chains.items():
+            if not calls:
+                continue
+            r_fit = fewest(lambda r: run(0, r, chain).oom is None, len(calls))
+            if r_fit is not None:
+                tried.append((0, r_fit, chain))
+            for share in MIX_GRID:
+                k = int(top * share)
+                if 0 < k < top:
+                    r = fewest(lambda r: run(k, r, chain).oom is None, len(calls))
+                    if r is not None:
+                        tried.append((k, r, chain))
+            out.steps.append(f"{len(cands)} buffers of at least {min_bytes >> 20} MiB to "
+                             f"offload, {len(calls)} {chain} to checkpoint; fewest that fit: "
+                             f"{k_fit if k_fit is not None else 'none'} offloaded, "
+                             f"{r_fit if r_fit is not None else 'none'} checkpointed")
     best = None
-    for k, r in dict.fromkeys(tried):
-        res = run(k, r, stop=False)
-        if res.oom is None and (best is None or res.end_ns < best[2].end_ns):
-            best = (k, r, res)
-        out.steps.append(f"{k} offloaded, {r} module(s) checkpointed"
+    for k, r, chain in dict.fromkeys(tried):
+        res = run(k, r, chain, stop=False)
+        if res.oom is None and (best is None or res.end_ns < best[3].end_ns):
+            best = (k, r, chain, res)
+        out.steps.append(f"{k} offloaded, {r} {chain} checkpointed"
                          + (" (optimizer on the CPU)" if optimizer_offload else "")
                          + (f": {res.end_ns / 1e6:.1f} ms, peak {res.peak_live_bytes / 2**30:.2f}"
                             " GiB" if res.oom is None else ": out of memory"))
     if best is None:
         return out
-    k, r, res = best
-    plan = build(k, r)
+    k, r, chain, res = best
+    plan = build(k, r, chain)
     return replace(out, fits=True, plan=plan, peak_memory_bytes=res.peak_live_bytes,
                    iteration_time_ns=res.end_ns,
                    offloaded=tuple(b for bs in plan.offload for b in bs),
-                   modules=tuple(c.path for c in taken(calls, r)))
+                   modules=tuple(c.path for c in chosen_calls(chain, r)))
 
 
 def tensor_plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, found: TensorPlan,

@@ -24,10 +24,11 @@ from typing import Any, Callable
 
 import torch
 
-from ...planners.planfile import BlockPlanFile, PlanFile, plan_from_data
+from ...planners.planfile import BlockPlanFile, LayerPlanFile, PlanFile, plan_from_data
 from ..runtime.blocks import BlockOffload
 from ..runtime.cpu_optimizer import CPUOffloadOptimizer
 from ..runtime.params import ParamOffload
+from ..runtime.tensors import TensorOffload
 from .hostprobe import StepProbe, host_probe_ns
 from ..profile.layers import software
 from ..runtime.vdnn import VDNN
@@ -64,7 +65,7 @@ class _Run:
             self.runtime.end_iteration()
 
     def release(self, dev: Any) -> None:
-        if isinstance(self.runtime, BlockOffload):
+        if isinstance(self.runtime, (BlockOffload, TensorOffload)):
             self.runtime.remove()
         if self.params is not None:
             self.params.remove(restore=False)
@@ -112,6 +113,7 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
                                                       "predicted", "split", "recompute",
                                                       "blocks", "block_paths",
                                                       "recompute_blocks", "recompute_paths",
+                                                      "recompute_modules",
                                                       "optimizer_offload", "param_blocks")}
     run = _Run()
     try:
@@ -136,8 +138,9 @@ def measure(model_spec: str, batch_size: int, policy: str = "baseline",
             # them after its retry
             _hand_over(history, record, at="out of memory")
     except RuntimeError as exc:
-        if not (isinstance(plan, BlockPlanFile) and plan.recompute_paths
-                and "modified by an inplace operation" in str(exc)):
+        checkpoints = getattr(plan, "recompute_paths", None) or \
+            getattr(plan, "recompute_modules", None)
+        if not (checkpoints and "modified by an inplace operation" in str(exc)):
             raise
         # autograd refusing what a plan does to this model (a checkpointed module whose
         # input is written in place where the trace did not show it) is the plan's
@@ -159,6 +162,9 @@ def _checked(policy: str, plan: Any, dtype: str, optimizer_offload: bool,
         raise ValueError("policy 'planned' takes a plan, and only it")
     if isinstance(plan, dict):
         plan = plan_from_data(plan)
+    if isinstance(plan, LayerPlanFile) and not plan.runnable:
+        from ...planners.greedy import OP_PLAN_CANNOT_RUN
+        raise ValueError(OP_PLAN_CANNOT_RUN)
     if plan is not None and plan.optimizer_offload:
         optimizer_offload = True  # the plan runs it on the CPU
     if getattr(plan, "optimizer_pinning", "caching") != "caching":
@@ -190,17 +196,19 @@ def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_s
     # not. What the cap then bounds is the training step, which is what the engine
     # predicts; the record says so (memory_cap_after_setup).
     blocks = isinstance(plan, BlockPlanFile)
+    tensors = isinstance(plan, LayerPlanFile) and plan.layer_names == "ops"
     if cap_bytes and not (blocks and plan.param_blocks):
         _cap(dev, cap_bytes)
     with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
         run.work = work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
     record.update(input_kind=work.kind, input_shape=list(work.shape),
                   parameters=sum(p.numel() for p in work.model.parameters()))
-    if policy not in ("baseline", "save_on_cpu") and not blocks and (
+    if policy not in ("baseline", "save_on_cpu") and not blocks and not tensors and (
             work.kind != "image" or work.hf_task):
         raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
-                         "probes an image input); baseline, save_on_cpu and a block plan "
-                         "(vdnnsim plan of a profiled trace) run any model")
+                         "probes an image input); baseline, save_on_cpu, a block plan and a "
+                         "plan of an op-by-op trace (vdnnsim plan of a profiled or meta "
+                         "trace) run any model")
     ctx = (lambda: torch.autograd.graph.save_on_cpu(pin_memory=True)) \
         if policy == "save_on_cpu" else contextlib.nullcontext
     work.model.to(dev, DTYPES.get(dtype, torch.float32)).train()
@@ -208,10 +216,15 @@ def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_s
         run.runtime = VDNN(work.model, work.shape, policy)
     elif blocks:  # NOTE [block runtime]
         run.runtime = BlockOffload.from_plan(work.model, plan)
+    elif tensors:  # NOTE [tensor runtime]: checked before any step
+        run.runtime = TensorOffload.from_plan(work.model, plan, model_spec, batch_size, dtype,
+                                              seq_len, input_spec, model_kwargs)
+        ctx = run.runtime.context
+        record["host_pool_bytes"] = run.runtime.pool.numel()
     elif plan is not None:
         run.runtime = VDNN(work.model, work.shape, policy, plan=plan)
     run.step = training_step(work, batch_size, dev, dtype, optimizer,
-                             runner=None if blocks else run.runtime, context=ctx)
+                             runner=None if blocks or tensors else run.runtime, context=ctx)
     if optimizer_offload:
         run.offloaded = run.step.optimizer = CPUOffloadOptimizer(
             work.model.parameters(), optimizer, optimizer_pinning)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -37,7 +37,7 @@ from .blocks import (  # noqa: F401  (importable from here, as callers do)
     BLOCK_SHARE, MIN_BLOCKS, OUTSIDE, block_output, choose_blocks, find_blocks,
     module_paths, tag_blocks)
 from .cuda import AUTOCAST_FP32, AUTOCAST_LOW, _as_cuda, _Autocast  # noqa: F401
-from .fx import Probe, ProbeNode, Saved, _nbytes, _sid
+from .fx import Pack, Probe, ProbeNode, Saved, _nbytes, _sid
 from .opfeatures import op_features
 from .values import VALUE_LIMIT, VALUE_OPS, _ValueError, _Values  # noqa: F401
 
@@ -69,7 +69,9 @@ class _Recorder(TorchDispatchMode):
         self.size: dict[str, int] = {}
         self.grad: dict[str, bool] = {v: False for v in data.values()}
         self.nodes: list[ProbeNode] = []
-        self.pending: list[tuple[int, int]] = []  # (storage, bytes) packed, not yet given
+        # (storage, bytes, index in ``packs`` or None) packed, not yet given
+        self.pending: list[tuple[int, int, int | None]] = []
+        self.packs: list[list[Any]] = []  # [tensor, op, shape, dtype, module] (NOTE [pack log])
         self.extra = 0
         self.hold: list[Any] = []  # every tensor made: a freed storage's address is reused
         self.last_outs: set[int] = set()  # the previous op's output storages
@@ -90,14 +92,33 @@ class _Recorder(TorchDispatchMode):
         if self.act.get(s) == name:
             del self.act[s]
 
+    # NOTE [pack log]
+    # The probe logs each call of autograd's pack hook in its step, in order (Probe.packs):
+    # the trace tensor its storage is (the root buffer of a view or an in-place op), the op
+    # it is given to, the packed tensor's shape and dtype; a weight's names no tensor.
+    # No trace depends on it. A pack given to an op that ``_live`` drops names no op, and
+    # keeps its tensor only where the trace keeps that tensor (another op saves it: the
+    # runtime must treat every pack of a buffer alike). With ``recompute`` those modules
+    # run under non-reentrant checkpoint as the tensor runtime runs them: what they save
+    # goes to checkpoint's hooks, not the log, though the recorder still gives it (so every
+    # id is the plain trace's), and checkpoint's own pack of each positional input is
+    # logged.
     def pack(self, t: torch.Tensor) -> None:
         self.hold.append(t)
-        self.pending.append((_sid(t), _nbytes(t)))
+        self.packs.append([None, None, tuple(t.shape), dtype_name(t.dtype), self.module])
+        self.pending.append((_sid(t), _nbytes(t), len(self.packs) - 1))
 
-    def _give(self, node: ProbeNode | None, storages: list[tuple[int, int]], role: str) -> None:
+    def pack_inner(self, t: torch.Tensor) -> torch.Tensor:
+        """A pack inside a checkpointed module: given, not logged (NOTE [pack log])."""
+        self.hold.append(t)
+        self.pending.append((_sid(t), _nbytes(t), None))
+        return t
+
+    def _give(self, node: ProbeNode | None, storages: list[tuple[int, int, int | None]],
+              role: str) -> None:
         if node is None:
             return
-        for s, nbytes in storages:
+        for s, nbytes, k in storages:
             if s in self.params:
                 continue  # weights are resident: nothing to keep
             tid = self.act.get(s)
@@ -113,6 +134,8 @@ class _Recorder(TorchDispatchMode):
                 node.saved.append(Saved(tid, self.size.get(tid, nbytes), r))
                 if r == "input" and tid not in node.inputs and tid != node.name:
                     node.inputs.append(tid)
+            if k is not None:
+                self.packs[k][:2] = tid, node.name
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.calls += 1  # every op the host dispatches, layer or not
@@ -203,16 +226,24 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """A dtype as torch names it (float32, bfloat16, bool)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
               autocast: torch.dtype | None = None,
-              values: dict[str, torch.Tensor] | None = None) -> Probe:
+              values: dict[str, torch.Tensor] | None = None,
+              recompute: Sequence[str] = (), as_cuda: bool = True) -> Probe:
     """``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
     profiler: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
     ``attrs['block']`` is its region among the blocks chosen from what the probe saw
     (``Probe.blocks``).
     ``values``: on the meta device, the batch's own values on the CPU, by key; a model
-    that reads a value the probe cannot know is a ConfigError."""
+    that reads a value the probe cannot know is a ConfigError. ``recompute``: module paths
+    run under checkpoint (NOTE [pack log]); ``as_cuda=False``: on the meta device its own
+    choices (a CPU's dropout, SDPA's math path), not CUDA's."""
     from ...errors import ConfigError
     params = {}
     for p in model.parameters():
@@ -227,12 +258,18 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     rec.size["data"] = _nbytes(first)
     if meta:
         ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
-        emulate = _as_cuda(rec)
+        emulate = _as_cuda(rec) if as_cuda else contextlib.nullcontext()
     else:
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()
         emulate = contextlib.nullcontext()
     calls: list[tuple[str, int]] = []  # every module call, and its caller
+    wrapped = None
+    if recompute:
+        from ..runtime.blocks import Checkpointed
+        wrapped = Checkpointed(model, recompute, "recompute module", preserve_rng_state=False,
+                               context_fn=lambda: (torch.autograd.graph.saved_tensors_hooks(
+                                   rec.pack_inner, _never), contextlib.nullcontext()))
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
@@ -258,6 +295,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     finally:
         for h in handles:
             h.remove()
+        if wrapped is not None:
+            wrapped.restore()
     if rec.failed:  # the model caught it and went on: a path CUDA would not take
         raise ConfigError(rec.failed)
     rec._give(rec.nodes[-1] if rec.nodes else None, rec.pending, "output")
@@ -275,9 +314,17 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
                     if q not in called]
         if uncalled:
             n.attrs["uncalled"] = uncalled
+    ops = {n.name for n in nodes}  # NOTE [pack log]: what the trace keeps
+    kept = ops | {s.tensor for n in nodes for s in n.saved} | {"data"}
+    packs = [Pack(t if t in kept else None, op if op in ops else None, shape, dtype, module)
+             for t, op, shape, dtype, module in rec.packs]
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), nodes, out, resident_weight_bytes=resident,
-                 blocks=blocks)
+                 blocks=blocks, packs=packs)
+
+
+def _never(packed: Any) -> Any:
+    raise AssertionError("the probe runs no backward pass")
 
 
 # who raised it. An exception from the model's own code, or from a torch
@@ -357,11 +404,13 @@ def memory_trace(spec: str, batch_size: int, gpu: Any, precision: str = "fp32",
         spec, batch_size, gpu, precision, seq_len, model_kwargs, input_spec))
 
 
-def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
-                  seq_len: int | None, model_kwargs: dict[str, Any] | None,
-                  input_spec: str | None) -> dict[str, Any]:
+def probe_workload(spec: str, batch_size: int, precision: str = "fp32",
+                   seq_len: int | None = None, model_kwargs: dict[str, Any] | None = None,
+                   input_spec: str | None = None, recompute: Sequence[str] = (),
+                   as_cuda: bool = True) -> tuple[Any, Probe]:
+    """The workload of ``spec`` built on the meta device and its step's probe, as
+    memory_trace makes it; ``recompute`` and ``as_cuda`` as probe_ops takes them."""
     from ...errors import ConfigError
-    from ..profile.assemble import assemble
     from ..model.workload import DTYPES, PRECISIONS, autocast_dtype, build_workload
 
     if precision not in PRECISIONS:
@@ -374,7 +423,18 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     moved: dict[int, torch.Tensor] = {}  # a tensor under two keys (ids as labels) stays one
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
-    p = probe_ops(work.model, batch, work.loss, work.name, autocast_dtype(precision), values)
+    return work, probe_ops(work.model, batch, work.loss, work.name, autocast_dtype(precision),
+                           values, recompute, as_cuda)
+
+
+def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
+                  seq_len: int | None, model_kwargs: dict[str, Any] | None,
+                  input_spec: str | None) -> dict[str, Any]:
+    from ..profile.assemble import assemble
+    from ..model.workload import DTYPES
+
+    work, p = probe_workload(spec, batch_size, precision, seq_len, model_kwargs, input_spec)
+    pure = DTYPES.get(precision, torch.float32)
     dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32")
     extra = (f"; {p.resident_weight_bytes} bytes of weights that no op the loss depends on "
              "reads are resident_bytes" if p.resident_weight_bytes else "")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,17 @@ class ProbeNode:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+class Pack(NamedTuple):
+    """One pack of autograd's saved-tensor hook in the op probe's step, in call order
+    (NOTE [pack log] in aten.py)."""
+
+    tensor: str | None  # the trace's tensor (its buffer's root id); None: a weight, or none
+    op: str | None  # the trace's op it was given to; None: an op the trace drops
+    shape: tuple[int, ...]  # the packed tensor's own (a view's, where a view is packed)
+    dtype: str  # as torch names it: float32, bfloat16, bool
+    module: str  # the innermost module running when it was packed
+
+
 @dataclass
 class Probe:
     name: str
@@ -81,6 +92,7 @@ class Probe:
     output: str
     resident_weight_bytes: int = 0  # weights no layer reads (no gradient)
     blocks: list[str] = field(default_factory=list)  # their paths, in order
+    packs: list[Pack] = field(default_factory=list)  # the op probe's pack log
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:

@@ -93,27 +93,8 @@ class BlockOffload:
         # streams only where something moves: a plan that only recomputes runs on a CPU
         self.d2h = torch.cuda.Stream() if offload else None
         self.h2d = torch.cuda.Stream() if offload else None
-        # the ``recompute`` blocks' (paths) forward under
-        # torch.utils.checkpoint (non-reentrant: its hooks and RNG state as PyTorch keeps them)
-        self._wrapped: list[tuple[nn.Module, Any]] = []
-        wrap = []
-        for p in dict.fromkeys(recompute):  # every path checked before any is wrapped
-            try:
-                wrap.append(model.get_submodule(p))
-            except AttributeError:
-                raise ValueError(f"the plan's block {p} is not a module of "
-                                 f"{type(model).__name__}") from None
-        for b in dict.fromkeys(wrap):
-            self._wrapped.append((b, b.__dict__.get("forward")))
-            b.forward = _checkpointed(b.forward)
-        # a recomputed block must not extend a KV cache its forward filled (BLOOM's
-        # recomputed attention saw twice the keys): the cache off while blocks are
-        # checkpointed, as transformers' own gradient_checkpointing_enable does
-        config = getattr(model, "config", None)
-        self._use_cache = getattr(config, "use_cache", None) if wrap else None
-        if self._use_cache:
-            config.use_cache = False
-        self._model = model
+        # the ``recompute`` blocks' (paths) forward under torch.utils.checkpoint
+        self._wrapped = Checkpointed(model, recompute)
         # block -> storage key -> entry, weakly: an entry lives as long as autograd keeps a
         # tensor packed with it, and its memory (host and GPU copies) goes with it
         self.entries: list[weakref.WeakValueDictionary] = [
@@ -125,7 +106,7 @@ class BlockOffload:
         self.handles = []
         # the checkpointed blocks after the offloaded ones, whose inputs
         # their checkpoints keep on the GPU
-        wrapped = {id(b) for b, _ in self._wrapped}
+        wrapped = {id(b) for b in self._wrapped.modules}
         self._keeps = {k for k, b in enumerate(self.blocks) if k >= offload and id(b) in wrapped}
         for k, b in enumerate(self.blocks):
             self.handles.append(b.register_forward_pre_hook(
@@ -176,14 +157,7 @@ class BlockOffload:
             entry = None  # a storage that died, its address given to this one
         if entry is None:
             host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=True)
-            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
-            self.d2h.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(self.d2h):
-                host.copy_(raw, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-            raw.record_stream(self.d2h)  # its memory is reused only after the copy
-            entry = _Entry(host, storage.nbytes(), done, storage)
+            entry = _Entry(host, storage.nbytes(), copy_out(storage, host, self.d2h), storage)
             self.entries[k][key] = entry
             self.stats["offloaded_bytes"] += storage.nbytes()
         return (entry, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()),
@@ -211,19 +185,7 @@ class BlockOffload:
 
     # -- backward ---------------------------------------------------------------------------
     def _fetch_one(self, entry: _Entry) -> None:
-        # allocated on the copy stream, which waits only for the entry's offload: the
-        # prefetch overlaps the compute it was issued behind. (Allocating for the compute
-        # stream instead, the copy waiting for all work queued before it, was tried on the
-        # H200: reserved 25.5 against 27.2 GiB at Llama-1B batch 2 with 8 blocks offloaded,
-        # but 253 against 208 ms, and 32.6 GiB allocated with 12 blocks: not kept.)
-        self.h2d.wait_event(entry.done)
-        with torch.cuda.stream(self.h2d):
-            gpu = torch.empty(entry.nbytes, dtype=torch.uint8, device="cuda")
-            gpu.copy_(entry.host, non_blocking=True)
-            entry.ready = torch.cuda.Event()
-            entry.ready.record()
-        gpu.record_stream(torch.cuda.current_stream())  # the compute stream reads it
-        entry.gpu = gpu
+        copy_in(entry, self.h2d)
         self.stats["prefetched_bytes"] += entry.nbytes
 
     def _fetch(self, k: int) -> None:
@@ -245,8 +207,7 @@ class BlockOffload:
             self.stats["late_fetches"] += 1
             self._fetch_one(entry)
         torch.cuda.current_stream().wait_event(entry.ready)
-        return torch.empty(0, dtype=dtype, device=device).set_(
-            entry.gpu.untyped_storage(), offset, shape, stride)
+        return rebuilt(entry.gpu, dtype, offset, shape, stride, device)
 
     def end_iteration(self) -> None:
         """After a step: every copy done, the step's bookkeeping dropped."""
@@ -259,24 +220,95 @@ class BlockOffload:
         for h in self.handles:
             h.remove()
         self.handles = []
-        for b, own in reversed(self._wrapped):  # the module's own forward back
-            if own is None:
-                del b.forward
-            else:
-                b.forward = own
-        self._wrapped = []
+        self._wrapped.restore()
+
+
+class Checkpointed:
+    """The modules at ``paths`` of ``model`` run under torch.utils.checkpoint
+    (``_checkpointed``, given ``options``) until ``restore()``; every path is checked
+    (a ValueError naming the plan's ``what``) before any is wrapped."""
+
+    def __init__(self, model: nn.Module, paths: Any, what: str = "block", **options: Any):
+        modules = []
+        for p in dict.fromkeys(paths):
+            try:
+                modules.append(model.get_submodule(p))
+            except AttributeError:
+                raise ValueError(f"the plan's {what} {p} is not a module of "
+                                 f"{type(model).__name__}") from None
+        self.modules: list[nn.Module] = list(dict.fromkeys(modules))
+        self._own = [m.__dict__.get("forward") for m in self.modules]
+        for m in self.modules:
+            m.forward = _checkpointed(m.forward, **options)
+        # a recomputed block must not extend a KV cache its forward filled (BLOOM's
+        # recomputed attention saw twice the keys): the cache off while blocks are
+        # checkpointed, as transformers' own gradient_checkpointing_enable does
+        self._config = getattr(model, "config", None)
+        self._use_cache = getattr(self._config, "use_cache", None) if self.modules else None
         if self._use_cache:
-            self._model.config.use_cache = self._use_cache
+            self._config.use_cache = False
+
+    def restore(self) -> None:
+        for m, own in reversed(list(zip(self.modules, self._own))):  # their own forward back
+            if own is None:
+                del m.forward
+            else:
+                m.forward = own
+        self.modules, self._own = [], []
+        if self._use_cache:
+            self._config.use_cache = self._use_cache
             self._use_cache = None
 
 
-def _checkpointed(forward: Any) -> Any:
-    """``forward`` run under torch.utils.checkpoint when autograd
-    records (in no_grad it runs as it is)."""
+def _checkpointed(forward: Any, **options: Any) -> Any:
+    """``forward`` run under torch.utils.checkpoint (non-reentrant: its hooks and RNG state
+    as PyTorch keeps them; ``options`` its other arguments) when autograd records (in
+    no_grad it runs as it is)."""
     from torch.utils.checkpoint import checkpoint
 
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)
     return run
+
+
+# -- the copies, shared with the tensor runtime (tensors.py) ---------------------------------
+def copy_out(storage: torch.UntypedStorage, host: torch.Tensor,
+             d2h: torch.cuda.Stream) -> torch.cuda.Event:
+    """``storage`` copied whole into pinned ``host`` bytes on ``d2h``, after the work queued
+    on the compute stream; its memory is reused only after the copy (``record_stream``).
+    Returns the copy's event."""
+    raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    d2h.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(d2h):
+        host.copy_(raw, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+    raw.record_stream(d2h)
+    return done
+
+
+def copy_in(entry: _Entry, h2d: torch.cuda.Stream) -> None:
+    """``entry``'s host copy back to a new GPU buffer on ``h2d`` (``entry.gpu``, its event
+    ``entry.ready``)."""
+    # allocated on the copy stream, which waits only for the entry's offload: the
+    # prefetch overlaps the compute it was issued behind. (Allocating for the compute
+    # stream instead, the copy waiting for all work queued before it, was tried on the
+    # H200: reserved 25.5 against 27.2 GiB at Llama-1B batch 2 with 8 blocks offloaded,
+    # but 253 against 208 ms, and 32.6 GiB allocated with 12 blocks: not kept.)
+    h2d.wait_event(entry.done)
+    with torch.cuda.stream(h2d):
+        gpu = torch.empty(entry.nbytes, dtype=torch.uint8, device="cuda")
+        gpu.copy_(entry.host, non_blocking=True)
+        entry.ready = torch.cuda.Event()
+        entry.ready.record()
+    gpu.record_stream(torch.cuda.current_stream())  # the compute stream reads it
+    entry.gpu = gpu
+
+
+def rebuilt(raw: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple[int, ...],
+            stride: tuple[int, ...], device: Any) -> torch.Tensor:
+    """The saved view (``dtype``, ``offset``, ``shape``, ``stride``) on the bytes ``raw``."""
+    return torch.empty(0, dtype=dtype, device=device).set_(
+        raw.untyped_storage(), offset, shape, stride)

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# GPU (the device machine, H200 or H100): the held-out set's plans (make_plans.py, made on a
+# CPU before this ran; their predictions in DIR/predicted.json) measured, and PyTorch's own
+# options beside them, each as `vdnnsim measure --repeat 3` (three fresh processes, the
+# median), after one discarded warm-up process (device_env.sh):
+#   bash experiments/tensor_plans/gpu_runs.sh OUT SECONDS [NAME ...]
+# DIR is traces/h200_tensor_plans or traces/h100_tensor_plans, by the card. Resumable: a
+# run whose name is in DIR/runs.jsonl (copied back from an earlier call's OUT) is skipped;
+# no run starts SECONDS after the start. Each record (or error) is a line of OUT/runs.jsonl
+# with `name`, `rc` and `gpu`. Names: KEY-tensors (the tensor plan), MODEL-eager (no cap),
+# KEY-ckpt (every block checkpointed, PyTorch's checkpoint), KEY-save_on_cpu (PyTorch's
+# save_on_cpu under the cap), KEY-blocks (the block plan, where it differs); KEY is
+# MODEL-50 or MODEL-70. In that order: the plans first.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${1:?usage: gpu_runs.sh OUT SECONDS [NAME...]}
+DEADLINE=$(( $(date +%s) + ${2:?usage: gpu_runs.sh OUT SECONDS [NAME...]} ))
+shift 2
+mkdir -p "$OUT"
+cd "$ROOT" || exit 2
+card=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))" 2>/dev/null)
+case "$card" in
+  *H100*) DIR=$ROOT/traces/h100_tensor_plans ;;
+  *) DIR=$ROOT/traces/h200_tensor_plans ;;
+esac
+echo "[$(date +%T)] $card: $DIR" >> "$OUT/log.txt"
+# shellcheck source=experiments/repeat_and_reserved/device_env.sh
+. "$ROOT/experiments/repeat_and_reserved/device_env.sh"
+R3="--repeat 3 --warmup-processes 0"
+# every run, in order: name and measure's arguments
+RUNS=$(python3 - "$DIR" "$HERE/heldout.yaml" "$R3" <<'PY'
+import json, sys, yaml
+from pathlib import Path
+d, spec, r3 = Path(sys.argv[1]), yaml.safe_load(open(sys.argv[2])), sys.argv[3]
+pred = json.loads((d / "predicted.json").read_text())
+models = {m["name"]: m for m in spec["models"]}
+def flags(m):
+    f = f"--model {m['spec']} -b {m['batch']} --dtype {m['dtype']} --optimizer adamw"
+    f += f" --seq-len {m['seq_len']}" if m.get("seq_len") else ""
+    f += f" --input {m['input']}" if m.get("input") else ""
+    f += "".join(f" --model-arg {k}={v}" for k, v in (m.get("model_args") or {}).items())
+    return f
+first, rest = [], []
+for key, p in pred.items():
+    m = models[p["model"]]
+    plan = d / "plans" / f"{key}-tensors.yaml"
+    if plan.exists():
+        first.append(f"{key}-tensors|--plan {plan} {r3}")
+    if f"{m['name']}-eager|" not in "".join(rest):
+        rest.append(f"{m['name']}-eager|{flags(m)} {r3}")
+    for kind in ("ckpt", "blocks"):
+        f = d / "plans" / f"{key}-{kind}.yaml"
+        if f.exists() and not (kind == "blocks" and p["blocks"]["iteration_time_ns"]
+                               >= p["tensors"]["iteration_time_ns"] and p["tensors"]["fits"]):
+            rest.append(f"{key}-{kind}|{flags(m)} --plan {f} {r3}")
+    rest.append(f"{key}-save_on_cpu|{flags(m)} --policy save_on_cpu "
+                f"--memory-cap {p['budget_bytes']} {r3}")
+print("\n".join(first + rest))
+PY
+)
+done_names=$(python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    print(json.loads(line)['name'])" "$DIR/runs.jsonl" 2>/dev/null)
+while IFS='|' read -r name args; do
+  [ -z "$name" ] && continue
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  if printf '%s\n' "$done_names" | grep -qx "$name"; then continue; fi
+  if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+    echo "[$(date +%T)] $name not started (deadline)" >> "$OUT/log.txt"
+    continue
+  fi
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  python3 -m vdnnsim measure $args --json > "$OUT/r.json" 2> "$OUT/r.err"
+  rc=$?
+  python3 - "$OUT/r.json" "$OUT/r.err" "$name" "$rc" "$card" >> "$OUT/runs.jsonl" <<'PY'
+import json, sys
+path, err, name, rc, card = sys.argv[1:6]
+try:
+    rec = json.load(open(path))
+except (OSError, ValueError):
+    rec = {"error": open(err).read()[-600:]}
+rec.update(name=name, rc=int(rc), gpu=card)
+print(json.dumps(rec))
+PY
+  echo "[$(date +%T)] $name rc=$rc $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
+done <<< "$RUNS"
+rm -f "$OUT/r.json" "$OUT/r.err"

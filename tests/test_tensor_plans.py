@@ -139,6 +139,12 @@ def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
     assert plan.version == 3 and plan.model == "tests.test_tensor_plans:convnet"
     assert plan.input == "image:3,96,96:10" and plan.dtype == "fp32" and plan.batch_size == 64
     assert "planned" in r.stdout and "cannot run" not in r.stderr
+    if not torch.cuda.is_available():  # the plan says all a measurement needs
+        r = run_cli(["measure", "--plan", tmp_path / "p.yaml"])
+        assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr
+    r = run_cli(["measure", "--plan", tmp_path / "p.yaml", "--input", "image:3,64,64:10"])
+    assert r.returncode == 2 and "with input image:3,96,96:10, not image:3,64,64:10" in \
+        r.stderr and r.stderr.count("\n") == 1
     r = run_cli(["plan", cfg, "--budget", str(budget), "-o", tmp_path / "auto.yaml"])
     assert r.returncode == 0, r.stderr  # auto: the tensor plan or the block plan
 

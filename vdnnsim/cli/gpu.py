@@ -75,6 +75,8 @@ class MeasuredRun:
     seq_len: int | None
     policy: str
     memory_cap_bytes: int | None = None  # --memory-cap, else the plan's budget
+    input: str | None = None  # a factory model's --input, else the plan's
+    model_args: tuple[str, ...] = ()  # its --model-arg KEY=VALUE, else the plan's
 
 
 def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
@@ -99,6 +101,13 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
         want = planned(key)
         if given is not None and want is not None and given != want:
             raise ConfigError(f"{where} {said.format(want)}, not {given}")
+    want = planned("input")
+    if args.input is not None and want is not None and args.input != want:
+        raise ConfigError(f"{where} with input {want}, not {args.input}")
+    want = planned("model_args")
+    given = model_kwargs(args.model_arg)
+    if args.model_arg and want is not None and given != want:
+        raise ConfigError(f"{where} with model arguments {want}, not {given}")
     if plan is not None and args.optimizer_offload and not plan.optimizer_offload:
         raise ConfigError(f"{where} with the optimizer on the GPU, not --optimizer-offload")
     model = args.model or planned("model")
@@ -116,10 +125,13 @@ def measured_run(args: argparse.Namespace, plan: Any) -> MeasuredRun:
         print(f"vdnnsim: warning: {args.plan} was planned for a budget of "
               f"{plan.budget_bytes / GiB:.2f} GiB; it is measured under --memory-cap's "
               f"{cap / GiB:.2f} GiB", file=sys.stderr)
+    margs = tuple(args.model_arg or ()) or tuple(
+        f"{k}={v}" for k, v in (planned("model_args") or {}).items())
     return MeasuredRun(model, batch, args.dtype or planned("dtype") or "fp32",
                        args.optimizer or planned("optimizer") or "sgd",
                        args.seq_len or planned("seq_len"),
-                       "planned" if plan is not None else args.policy or "baseline", cap)
+                       "planned" if plan is not None else args.policy or "baseline", cap,
+                       args.input or planned("input"), margs)
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -150,6 +162,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     run = measured_run(args, plan)
     args.model, args.batch_size, args.dtype, args.optimizer, args.seq_len, args.policy = (
         run.model, run.batch_size, run.dtype, run.optimizer, run.seq_len, run.policy)
+    args.input, args.model_arg = run.input, list(run.model_args)
+    kwargs = model_kwargs(args.model_arg)
     cap = run.memory_cap_bytes
     conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that

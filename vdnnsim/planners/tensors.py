@@ -122,8 +122,10 @@ def block_calls(trace: Trace) -> list[ModuleCall]:
     out = []
     for region in block_regions(trace)[1:-1]:
         path = trace.layers[region[0]].attrs.get("block_path") if region else None
-        if path in by_path and by_path[path].runs == ((region[0], region[-1]),):
-            out.append(by_path[path])
+        c = by_path.get(path)  # a block's call, which its region may outlast (a residual
+        if c is not None and len(c.runs) == 1 and c.runs[0][0] == region[0] \
+                and c.runs[0][1] <= region[-1]:  # add after it)
+            out.append(c)
     return out
 
 

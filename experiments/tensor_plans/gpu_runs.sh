@@ -4,8 +4,9 @@
 # options beside them, each as `vdnnsim measure --repeat 3` (three fresh processes, the
 # median), after one discarded warm-up process (device_env.sh):
 #   bash experiments/tensor_plans/gpu_runs.sh OUT SECONDS [NAME ...]
-# DIR is traces/h200_tensor_plans or traces/h100_tensor_plans, by the card. Resumable: a
-# run whose name is in DIR/runs.jsonl (copied back from an earlier call's OUT) is skipped;
+# DIR is traces/h200_tensor_plans or traces/h100_tensor_plans, by the card (the H200's on an
+# H100 without its own). Resumable: a run whose name is in DIR/runs_CARD.jsonl (an earlier
+# call's OUT/runs.jsonl, copied back) is skipped;
 # no run starts SECONDS after the start. Each record (or error) is a line of OUT/runs.jsonl
 # with `name`, `rc` and `gpu`. Names: KEY-tensors (the tensor plan), MODEL-eager (no cap),
 # KEY-ckpt (every block checkpointed, PyTorch's checkpoint), KEY-save_on_cpu (PyTorch's
@@ -22,9 +23,13 @@ mkdir -p "$OUT"
 cd "$ROOT" || exit 2
 card=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))" 2>/dev/null)
 case "$card" in
-  *H100*) DIR=$ROOT/traces/h100_tensor_plans ;;
-  *) DIR=$ROOT/traces/h200_tensor_plans ;;
+  *H100*) CARD=h100 ;;
+  *) CARD=h200 ;;
 esac
+DIR=$ROOT/traces/${CARD}_tensor_plans
+# the H200's plans on an H100 where it has none of its own (the caps hold as they are; the
+# predictions for the H100 are those plans replayed on its preset, made afterwards)
+[ -d "$DIR" ] || DIR=$ROOT/traces/h200_tensor_plans
 echo "[$(date +%T)] $card: $DIR" >> "$OUT/log.txt"
 # shellcheck source=experiments/repeat_and_reserved/device_env.sh
 . "$ROOT/experiments/repeat_and_reserved/device_env.sh"
@@ -68,7 +73,7 @@ PY
 done_names=$(python3 -c "
 import json, sys
 for line in open(sys.argv[1]):
-    print(json.loads(line)['name'])" "$DIR/runs.jsonl" 2>/dev/null)
+    print(json.loads(line)['name'])" "$DIR/runs_$CARD.jsonl" 2>/dev/null)
 while IFS='|' read -r name args; do
   [ -z "$name" ] && continue
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi

@@ -6,6 +6,7 @@ budget. Writes the plan files a GPU measures (gpu_runs.sh) and prints the CPU ju
 does the plan fit in the engine, its step against the uncapped one, against the block plan.
 
     python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
+    python experiments/tensor_plans/make_plans.py --summary     (the judgement, from DIR)
 
 DIR (default traces/GPU_tensor_plans) gets plans/NAME-PCT-tensors.yaml (the version 3
 plan), NAME-PCT-blocks.yaml (the block plan), NAME-PCT-ckpt.yaml (every block
@@ -55,12 +56,45 @@ def checkpoint_all(trace, gpu, budget: int) -> BlockPlan:
     return BlockPlan(0, total, r.oom is None, r.peak_live_bytes, r.end_ns, recompute=total)
 
 
+def summary(out: Path) -> None:
+    """The CPU judgement from DIR/predicted.json alone (no tracing, no planning): per case
+    the tensor plan's and the block plan's step against the uncapped one, which ``vdnnsim
+    plan``'s auto keeps (the faster that fits), and the counts the issue asks for."""
+    pred = json.loads((out / "predicted.json").read_text())
+    print("| model | budget | tensors | blocks | checkpoint all | auto |")
+    print("|---|---|---|---|---|---|")
+    fit = auto_fit = within = faster = 0
+    for key, p in pred.items():
+        base = p["eager"]["iteration_time_ns"]
+        cell = {k: f"{p[k]['iteration_time_ns'] / base:.2f}x" if p[k]["fits"] else "-"
+                for k in ("tensors", "blocks", "ckpt")}
+        fits = [k for k in ("tensors", "blocks") if p[k]["fits"]]
+        best = min(fits, key=lambda k: p[k]["iteration_time_ns"]) if fits else None
+        fit += p["tensors"]["fits"]
+        auto_fit += best is not None
+        within += best is not None and p[best]["iteration_time_ns"] <= 1.3 * base
+        faster += p["tensors"]["fits"] and (not p["blocks"]["fits"] or p["tensors"][
+            "iteration_time_ns"] <= p["blocks"]["iteration_time_ns"])
+        print(f"| {p['model']} | {p['share']:.0%} ({p['budget_bytes'] / GiB:.2f} GiB) | "
+              f"{cell['tensors']} | {cell['blocks']} | {cell['ckpt']} | "
+              f"{best or 'none fits'} |")
+    n = len(pred)
+    print(f"{n} cases: a tensor plan fits in {fit}, a plan (tensors or blocks) in {auto_fit}, "
+          f"at most 1.3x uncapped in {within}; the tensor plan as fast as the block plan or "
+          f"faster in {faster}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--summary", action="store_true",
+                    help="only the judgement of the plans already made (DIR/predicted.json)")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
+    if a.summary:
+        summary(a.out or ROOT / "traces" / f"{a.gpu}_tensor_plans")
+        return
     spec = yaml.safe_load(HELDOUT.read_text())
     gpu = resolve_gpu(a.gpu)
     out = a.out or ROOT / "traces" / f"{a.gpu}_tensor_plans"

@@ -13,10 +13,10 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_there_are_the_six_notebooks():
+def test_there_are_the_seven_notebooks():
     assert {p.stem for p in NOTEBOOKS} == {"batch_size_sweep", "policy_comparison",
                                            "k40_vs_h200", "validation", "llama_24gb",
-                                           "llama_7b"}
+                                           "llama_7b", "tensor_plans"}
 
 
 @pytest.mark.slow

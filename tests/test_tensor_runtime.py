@@ -358,7 +358,7 @@ def _gpu_grads(plan: LayerPlanFile | None, kwargs: dict[str, Any], batch: int):
     grads = {n: q.grad.detach().clone() for n, q in work.model.named_parameters()}
     stats = dict(rt.stats) if rt else {}
     if rt is not None:
-        assert rt.pool.is_pinned()
+        assert rt.pool.is_pinned()  # page-locked (cudaHostRegister)
         rt.remove()
     del work, step, rt
     gc.collect()

@@ -131,7 +131,7 @@ def test_a_checkpointed_module_s_packs_leave_the_log_and_its_input_joins_it():
     inside = [p for p in plain if p.module.startswith("blocks.1.")]
     assert inside and not [p for p in ck if p.module.startswith("blocks.1.")]
     entry = [p for p in ck if p.module == "blocks.1"]
-    assert [(p.tensor, p.shape) for p in entry] == [("add_13", (BATCH, 12, 16))]
+    assert [(p.tensor, p.op, p.shape) for p in entry] == [("add_13", None, (BATCH, 12, 16))]
     assert [p for p in ck if p not in entry] == [p for p in plain if p not in inside]
 
 
@@ -203,6 +203,41 @@ def test_gradients_are_the_plain_steps_to_the_bit(trace, plain, how):
     assert gone == set(offload)  # each only saved once the forward pass is over: freed
     if how == "checkpoint":
         assert rt.pool.numel() == 0
+
+
+class _Saver(torch.autograd.Function):
+    """How torch's checkpoint kept its inputs before ``_make_saved_tensor``."""
+
+    @staticmethod
+    def forward(ctx, dummy, *args):
+        ctx.n = 1 + len(args)
+        ctx.save_for_backward(dummy, *[a for a in args if isinstance(a, torch.Tensor)])
+        return torch.empty((0,))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (None,) * ctx.n
+
+
+def test_checkpoints_own_ops_and_packs_change_no_id(monkeypatch, trace, plain):
+    """NOTE [pack log]: a checkpoint that runs ops and saves tensors of its own (torch's
+    older ones: a dummy leaf and a Function saving the inputs) records none of its ops and
+    logs its packs, so the plan's ids are found and the gradients are still the plain
+    step's."""
+    import torch.utils.checkpoint as ck
+    real = ck.checkpoint
+
+    def older(fn, *args, **kwargs):
+        keep = _Saver.apply(torch.empty((0,), requires_grad=True), *args)  # noqa: F841
+        return real(fn, *args, **kwargs)
+    monkeypatch.setattr(ck, "checkpoint", older)
+    plan = layer_plan(trace, OFFLOAD[:6] + ["add_13"], ["blocks.1"], [("addmm_15", "add_26")],
+                      EXTRAS)
+    grads, rt = cpu_grads(plan)
+    assert all(torch.equal(plain[n], grads[n]) for n in plain)
+    assert rt.stats["offloads"] == 7  # the block's input packed twice, copied once
+    assert [(p.tensor, p.shape) for p in rt.log if p.module == "blocks.1"] == \
+        [(None, (0,))] + [("add_13", (BATCH, 12, 16))] * 2
 
 
 def test_the_wrapped_modules_are_restored():
@@ -358,7 +393,7 @@ def _gpu_grads(plan: LayerPlanFile | None, kwargs: dict[str, Any], batch: int):
     grads = {n: q.grad.detach().clone() for n, q in work.model.named_parameters()}
     stats = dict(rt.stats) if rt else {}
     if rt is not None:
-        assert rt.pool.is_pinned()
+        assert rt.pool.is_pinned()  # page-locked (cudaHostRegister)
         rt.remove()
     del work, step, rt
     gc.collect()

@@ -78,6 +78,7 @@ class _Recorder(TorchDispatchMode):
         self.last_main = -1
         self.last_op = ""
         self.calls = 0
+        self.quiet = False  # in checkpoint's own code: its ops not recorded (NOTE [pack log])
 
     def same(self, copy: torch.Tensor, original: torch.Tensor) -> None:
         """``copy`` (made unrecorded) stands for ``original``."""
@@ -100,13 +101,17 @@ class _Recorder(TorchDispatchMode):
     # keeps its tensor only where the trace keeps that tensor (another op saves it: the
     # runtime must treat every pack of a buffer alike). With ``recompute`` those modules
     # run under non-reentrant checkpoint as the tensor runtime runs them: what they save
-    # goes to checkpoint's hooks, not the log, though the recorder still gives it (so every
-    # id is the plain trace's), and checkpoint's own pack of each positional input is
-    # logged.
+    # goes to checkpoint's hooks, not the log, though the recorder still gives it; what
+    # checkpoint itself runs is not recorded and what it packs (its inputs) is logged by
+    # storage, given to no op. So every id is the plain trace's, whatever torch's version.
     def pack(self, t: torch.Tensor) -> None:
         self.hold.append(t)
-        self.packs.append([None, None, tuple(t.shape), dtype_name(t.dtype), self.module])
-        self.pending.append((_sid(t), _nbytes(t), len(self.packs) - 1))
+        entry = [None, None, tuple(t.shape), dtype_name(t.dtype), self.module]
+        self.packs.append(entry)
+        if self.quiet:
+            entry[0] = self.act.get(_sid(t))
+        else:
+            self.pending.append((_sid(t), _nbytes(t), len(self.packs) - 1))
 
     def pack_inner(self, t: torch.Tensor) -> torch.Tensor:
         """A pack inside a checkpointed module: given, not logged (NOTE [pack log])."""
@@ -138,6 +143,8 @@ class _Recorder(TorchDispatchMode):
                 self.packs[k][:2] = tid, node.name
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.quiet:
+            return func(*args, **(kwargs or {}))
         self.calls += 1  # every op the host dispatches, layer or not
         if self.values is None:
             out = func(*args, **(kwargs or {}))
@@ -268,8 +275,9 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     if recompute:
         from ..runtime.blocks import Checkpointed
         wrapped = Checkpointed(model, recompute, "recompute module", preserve_rng_state=False,
-                               context_fn=lambda: (torch.autograd.graph.saved_tensors_hooks(
-                                   rec.pack_inner, _never), contextlib.nullcontext()))
+                               context_fn=lambda: (_inside(rec), contextlib.nullcontext()))
+        for m in wrapped.modules:  # checkpoint's own code quiet, the module's recorded
+            m.forward = _quietly(rec, m.forward)
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
@@ -325,6 +333,29 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
 
 def _never(packed: Any) -> Any:
     raise AssertionError("the probe runs no backward pass")
+
+
+@contextlib.contextmanager
+def _quiet(rec: _Recorder, on: bool):
+    was, rec.quiet = rec.quiet, on
+    try:
+        yield
+    finally:
+        rec.quiet = was
+
+
+@contextlib.contextmanager
+def _inside(rec: _Recorder):
+    """A checkpointed module's own forward pass: recorded, its packs given, not logged."""
+    with _quiet(rec, False), torch.autograd.graph.saved_tensors_hooks(rec.pack_inner, _never):
+        yield
+
+
+def _quietly(rec: _Recorder, forward: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _quiet(rec, True):
+            return forward(*args, **kwargs)
+    return run
 
 
 # who raised it. An exception from the model's own code, or from a torch

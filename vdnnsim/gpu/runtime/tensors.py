@@ -30,6 +30,7 @@ from ..probe.aten import dtype_name, probe_workload
 from ..probe.blocks import OUTSIDE
 from ..probe.fx import Pack, Probe
 from .blocks import Checkpointed, _Entry, copy_in, copy_out, rebuilt
+from .cpu_optimizer import _unregister
 
 ALIGN = 512  # each buffer's slot in the pool starts at a multiple of this many bytes
 KEY_FIELDS = ("module", "shape", "dtype", "bytes")
@@ -104,7 +105,15 @@ class TensorOffload:
             if root not in self.slots:
                 self.slots[root] = (total, keys[root]["bytes"])
                 total += -(-keys[root]["bytes"] // ALIGN) * ALIGN
-        self.pool = torch.empty(total, dtype=torch.uint8, pin_memory=self.cuda and total > 0)
+        self.pool = torch.empty(total, dtype=torch.uint8)
+        self._unlock: Any = None
+        if self.cuda and total:  # page-locked as it is, as NOTE [optimizer pinning]'s
+            # registered buffer (the pinned allocator would round it up to a power of two)
+            err = torch.cuda.cudart().cudaHostRegister(self.pool.data_ptr(), total, 0)
+            if int(err) != 0:
+                raise RuntimeError(f"cudaHostRegister of {total} bytes failed ({err})")
+            self._unlock = weakref.finalize(self, _unregister, self.pool,
+                                            torch.device("cuda", torch.cuda.current_device()))
         # a buffer comes back at the row whose prefetch names the row that offloads it (the
         # last such row, the first the backward pass reaches); (row, root) from the last row
         owner: dict[str, str] = {}
@@ -268,5 +277,8 @@ class TensorOffload:
             torch.cuda.current_stream().wait_stream(self.h2d)
 
     def remove(self) -> None:
-        """The checkpointed modules' own forward back (and an HF model's cache)."""
+        """The checkpointed modules' own forward back (and an HF model's cache); the pool
+        unlocked once no copy uses it."""
         self._wrapped.restore()
+        if self._unlock is not None:
+            self._unlock()  # once: a finalizer runs at most once

@@ -295,16 +295,15 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
 
 # -- the plan file ---------------------------------------------------------------------------
 # NOTE [plan layer names]
-# A layer plan names the trace's layers, and the runtime that executes it (the vDNN runtime)
-# finds them among the layers of its own torch.fx graph of the model:
-# the names of a torchvision or zoo trace (vdnnsim profile/trace of such a model, layer by
-# layer). An op-by-op trace (the op probe's: an hf: or factory model)
-# names ATen ops (convolution_0) that no fx graph has, so its layer plans cannot run; they
-# are marked ``layer_names: ops``, vdnnsim plan says so when it writes one, and vdnnsim
-# measure --plan refuses one in one line before it builds the model. What runs
-# on such a model is a block plan, which names its blocks by module path
-# (chosen from the step's calls, so a CNN built by a factory has them too);
-# ``vdnnsim plan --method auto`` writes one wherever the trace has blocks.
+# A layer plan names the trace's layers. The vDNN runtime finds a torchvision or zoo
+# trace's layers (``layer_names: fx``) in its own torch.fx graph of the model. An op-by-op
+# trace's layers (``layer_names: ops``: the op probe's ATen ops, convolution_0) are in no
+# fx graph: such a plan runs only as version 3 (``vdnnsim plan --method tensors``, which
+# keys each offloaded buffer and names its checkpointed modules for the tensor runtime,
+# NOTE [tensor runtime]); the MILP's and the greedy search's plans of such a trace (version
+# 1 or 2) predict but cannot run, vdnnsim plan says so when it writes one, and vdnnsim
+# measure --plan refuses one in one line before it builds the model. ``vdnnsim plan
+# --method auto`` plans an op-by-op trace by tensors and by blocks, and keeps the faster.
 OP_LAYERS = "ops"
 OP_PLAN_CANNOT_RUN = ("this layer plan names the ATen ops of an op-by-op trace (an hf: or "
                       "factory model's), which the vDNN runtime "

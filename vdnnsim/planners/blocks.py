@@ -49,7 +49,8 @@ class BlockPlan:
     tried_mixed: list[tuple[int, int, int, bool, int, int]] = field(default_factory=list)
     mix_floors: int = 0
     # (parameter blocks, "offload" or "recompute", count, fits, peak, ns) of each replay
-    # with parameters on the host
+    # with parameters on the host (one that does not fit stopped there: its peak and ns are
+    # where it stopped)
     tried_params: list[tuple[int, str, int, bool, int, int]] = field(default_factory=list)
 
 
@@ -210,7 +211,7 @@ def _with_params(best: BlockPlan, total: int, replayed: Any, can_wrap: bool,
 
         def fits(k: int) -> bool:
             if k not in seen:
-                seen[k] = replayed(option, k, params)
+                seen[k] = replayed(option, k, params, stop=True)  # a miss: no time wanted
                 log.append((params, "offload" if option == "blocks" else "recompute", k,
                              *seen[k]))
             return seen[k][0]

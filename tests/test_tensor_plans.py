@@ -154,3 +154,25 @@ def test_only_timed_op_traces_get_tensor_plans(tmp_path):
     cfg.write_text("network: vgg16\nbatch_size: 8\ngpu: k40\npolicies: [baseline_p]\n")
     r = run_cli(["plan", cfg, "--budget", "1GiB", "--method", "tensors"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "op-by-op" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fcn_resnet50-50", "bart-base-70"])
+def test_committed_held_out_plans_match_their_models_as_the_runtime_finds_them(name):
+    """experiments/tensor_plans/check_keys.py on two committed plans that offload and
+    checkpoint (a factory CNN; an hf encoder-decoder): built on the meta device as the plan
+    names it, every key and module is found (the script says ok for all 20)."""
+    from pathlib import Path
+
+    from vdnnsim.gpu.probe.aten import probe_workload
+    from vdnnsim.gpu.runtime.tensors import check_keys
+
+    root = Path(__file__).resolve().parents[1]
+    plan = read_plan_file(root / "traces/h200_tensor_plans/plans" / f"{name}-tensors.yaml")
+    assert plan.tensors and plan.recompute_modules
+    work, probe = probe_workload(plan.model, plan.batch_size, plan.dtype, plan.seq_len,
+                                 plan.model_args or {}, plan.input, plan.recompute_modules)
+    for m in plan.recompute_modules:
+        work.model.get_submodule(m)
+    keys = check_keys(plan, probe, name)
+    assert all(keys[t.id]["bytes"] == t.bytes for t in plan.tensors)

@@ -26,6 +26,7 @@ from ..engine import cpu_step_calibrated
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..policies.plan import offload_sets
+from .greedy import OP_LAYERS, layer_names, plan_to_dict
 from ..trace.model import Trace
 
 MIN_BYTES = 1 << 20  # buffers smaller than this are kept: their copies cost more than they free
@@ -60,8 +61,8 @@ class TensorPlan:
 
 
 def op_trace(trace: Trace) -> bool:
-    """An op-by-op trace: its layers carry the module path the op probe gives every op."""
-    return any("module" in x.attrs for x in trace.layers)
+    """An op-by-op trace (NOTE [plan layer names]): its layers are ATen ops."""
+    return layer_names(trace) == OP_LAYERS
 
 
 def offload_candidates(trace: Trace, min_bytes: int = MIN_BYTES) -> list[tuple[int, str]]:
@@ -253,13 +254,17 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
         calls = chains[chain]
         return taken(calls, r) if chain == "modules" else calls[:r]
 
+    segment_sets: dict[tuple[int, int], frozenset[str]] = {}  # a segment's dropped | inputs
+
     def build(k: int, r: int, chain: str) -> Plan:
         segs, barred = [], set()
         for c in chosen_calls(chain, r):
-            for first, last in c.runs:
-                segs.append((first, last))
-                dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
-                barred |= dropped | inputs
+            for run in c.runs:
+                segs.append(run)
+                if run not in segment_sets:
+                    dropped, inputs = checkpoint_buffers(trace, lv, *run, held)
+                    segment_sets[run] = dropped | inputs
+                barred |= segment_sets[run]
         chosen = {b for _, b in cands[:k] if b not in barred}
         offload = tuple(tuple(b for b in bs if b in chosen)
                         for bs in offload_sets(trace, lv, False))
@@ -339,8 +344,6 @@ def tensor_plan_to_dict(trace: Trace, gpu: GPU, budget_bytes: int, found: Tensor
                         predicted: dict[str, Any], allocator: Any = None) -> dict[str, Any]:
     """The version 3 layer plan file of ``found`` (NOTE [plan files]): the layer plan with
     each offloaded buffer's key and the checkpointed modules."""
-    from .greedy import plan_to_dict
-
     plan = found.plan
     out = plan_to_dict(trace, gpu, budget_bytes, plan, predicted, allocator)
     out["version"] = 3

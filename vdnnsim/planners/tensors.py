@@ -217,6 +217,17 @@ def _first_keeper(trace: Trace, buf: str) -> int:
     return max(keep[buf])
 
 
+def _fewest(f: Callable[[int], bool], hi: int) -> int | None:
+    """The least x in 0..hi with f(x), taking f as monotone; None if not f(hi)."""
+    if not f(hi):
+        return None
+    lo = -1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if f(mid) else (mid, hi)
+    return hi
+
+
 def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                  optimizer_offload: bool | None = False, allocator: Any = None,
                  min_bytes: int = MIN_BYTES) -> TensorPlan:
@@ -287,34 +298,24 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                                stop_at_oom=stop, allocator=settings)
         return memo[key]
 
-    def fewest(f: Callable[[int], bool], hi: int) -> int | None:
-        """The least x in 0..hi with f(x), taking f as monotone; None if not f(hi)."""
-        if not f(hi):
-            return None
-        lo = -1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if f(mid) else (mid, hi)
-        return hi
-
     tried: list[tuple[int, int, str]] = []
     if run(0, 0, "modules").oom is None:
         tried.append((0, 0, "modules"))
     else:
-        k_fit = fewest(lambda k: run(k, 0, "modules").oom is None, len(cands))
+        k_fit = _fewest(lambda k: run(k, 0, "modules").oom is None, len(cands))
         if k_fit is not None:
             tried.append((k_fit, 0, "modules"))
         top = k_fit if k_fit is not None else len(cands)
         for chain, calls in chains.items():
             if not calls:
                 continue
-            r_fit = fewest(lambda r: run(0, r, chain).oom is None, len(calls))
+            r_fit = _fewest(lambda r: run(0, r, chain).oom is None, len(calls))
             if r_fit is not None:
                 tried.append((0, r_fit, chain))
             for share in MIX_GRID:
                 k = int(top * share)
                 if 0 < k < top:
-                    r = fewest(lambda r: run(k, r, chain).oom is None, len(calls))
+                    r = _fewest(lambda r: run(k, r, chain).oom is None, len(calls))
                     if r is not None:
                         tried.append((k, r, chain))
             out.steps.append(f"{len(cands)} buffers of at least {min_bytes >> 20} MiB to "

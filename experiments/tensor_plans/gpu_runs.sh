@@ -55,16 +55,19 @@ for name, m in models.items():  # PyTorch's options: as many of each as the time
         if plan.exists():
             plans.append(f"{key}-tensors|--plan {plan} {r3}")
     if keys:
-        eager.append(f"{name}-eager|{flags(m)} {r3}")
+        p = pred[keys[0]]
+        conf = f" --allocator {p['allocator'].replace(':', '=')}" if p.get("allocator") else ""
+        eager.append(f"{name}-eager|{flags(m)}{conf} {r3}")
     for key in keys:
         p = pred[key]
+        conf = f" --allocator {p['allocator'].replace(':', '=')}" if p.get("allocator") else ""
         for kind in ("ckpt", "blocks"):
             f = d / "plans" / f"{key}-{kind}.yaml"
             slower = p["tensors"]["fits"] and p["blocks"]["iteration_time_ns"] >= \
                 p["tensors"]["iteration_time_ns"]
             if f.exists() and not (kind == "blocks" and slower):
                 refs.append(f"{key}-{kind}|{flags(m)} --plan {f} {r3}")
-        refs.append(f"{key}-save_on_cpu|{flags(m)} --policy save_on_cpu "
+        refs.append(f"{key}-save_on_cpu|{flags(m)}{conf} --policy save_on_cpu "
                     f"--memory-cap {p['budget_bytes']} {r3}")
 runs = plans + eager + refs
 print("\n".join(runs))

@@ -4,6 +4,9 @@ peak by tensors (NOTE [tensor plans]) and by blocks, the optimizer's place weigh
 PyTorch's own per-module checkpointing (every block checkpointed) replayed at the same
 budget. Writes the plan files a GPU measures (gpu_runs.sh) and prints the CPU judgement:
 does the plan fit in the engine, its step against the uncapped one, against the block plan.
+Every plan is made, and every run measured, under PyTorch's expandable segments (--allocator):
+the first GPU runs under the default allocator ran out of memory near their caps with up to
+2.4 GiB reserved but unallocated (docs/beyond-vdnn.md).
 
     python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
     python experiments/tensor_plans/make_plans.py --summary     (the judgement, from DIR)
@@ -28,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim and experiments, from any folder
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
-from vdnnsim.engine import replay  # noqa: E402
+from vdnnsim.engine import allocator_settings, replay  # noqa: E402
 from vdnnsim.gpu.probe.aten import memory_trace  # noqa: E402
 from vdnnsim.planners.blocks import BlockPlan, plan_blocks  # noqa: E402
 from vdnnsim.planners.greedy import block_plan_to_dict  # noqa: E402
@@ -49,10 +52,11 @@ def trace_of(m: dict, gpu):
     return with_optimizer(trace_from_dict(d, m["name"]), "adamw")
 
 
-def checkpoint_all(trace, gpu, budget: int) -> BlockPlan:
+def checkpoint_all(trace, gpu, budget: int, allocator=None) -> BlockPlan:
     """PyTorch's per-module checkpointing: every block, under the budget."""
     total = max(0, len(block_regions(trace)) - 2)
-    r = replay(trace, gpu, block_recompute_plan(trace, total), budget, record_ops=False)
+    r = replay(trace, gpu, block_recompute_plan(trace, total), budget, record_ops=False,
+               allocator=allocator_settings(allocator))
     return BlockPlan(0, total, r.oom is None, r.peak_live_bytes, r.end_ns, recompute=total)
 
 
@@ -88,6 +92,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--allocator", default="expandable_segments:True",
+                    help="the caching allocator's settings every plan is made and run under")
     ap.add_argument("--summary", action="store_true",
                     help="only the judgement of the plans already made (DIR/predicted.json)")
     ap.add_argument("names", nargs="*")
@@ -111,20 +117,20 @@ def main() -> None:
         for share in spec["budgets"]:
             budget = int(share * eager.peak_memory_bytes)
             key = f"{m['name']}-{round(share * 100)}"
-            t = plan_tensors(trace, gpu, budget, None)
-            b = plan_blocks(trace, gpu, budget, None)
-            c = checkpoint_all(trace, gpu, budget)
+            t = plan_tensors(trace, gpu, budget, None, a.allocator)
+            b = plan_blocks(trace, gpu, budget, None, a.allocator)
+            c = checkpoint_all(trace, gpu, budget, a.allocator)
             if t.fits:
                 pred = {"peak_memory_bytes": t.peak_memory_bytes,
                         "iteration_time_ns": t.iteration_time_ns}
                 write_plan_file(out / "plans" / f"{key}-tensors.yaml", with_run(
-                    tensor_plan_to_dict(trace, gpu, budget, t, pred), trace))
+                    tensor_plan_to_dict(trace, gpu, budget, t, pred, a.allocator), trace))
             if b.fits:
                 write_plan_file(out / "plans" / f"{key}-blocks.yaml",
-                                with_run(block_plan_to_dict(trace, gpu, budget, b), trace))
+                                with_run(block_plan_to_dict(trace, gpu, budget, b, a.allocator), trace))
             if c.fits:
                 write_plan_file(out / "plans" / f"{key}-ckpt.yaml",
-                                with_run(block_plan_to_dict(trace, gpu, budget, c), trace))
+                                with_run(block_plan_to_dict(trace, gpu, budget, c, a.allocator), trace))
 
             def cell(p, extra=""):
                 return (f"{p.iteration_time_ns / base:.2f}x, {p.peak_memory_bytes / GiB:.2f} "
@@ -138,6 +144,7 @@ def main() -> None:
                   f"{cell(b, bx)} | {cell(c)} |", flush=True)
             predicted[key] = {
                 "model": m["name"], "share": share, "budget_bytes": budget,
+                "allocator": a.allocator,
                 "eager": {"peak_memory_bytes": eager.peak_memory_bytes, "iteration_time_ns": base},
                 **{k: {"fits": p.fits, "peak_memory_bytes": p.peak_memory_bytes,
                        "iteration_time_ns": p.iteration_time_ns}

@@ -6,12 +6,15 @@ backward pass keeps is kept, offloaded (copied out after its last forward reader
 before its first backward reader, NOTE [tensor prefetch]) or recomputed inside a
 checkpointed call of a module (whole calls, so that the tensor runtime can checkpoint the
 module). Every answer is the engine's replay under the budget. Offloads are taken in the
-order they are made (the earliest has the longest copy windows); modules from one of two
+order they are made (the earliest has the longest copy windows); modules from one of three
 chains: all calls by forward time per byte dropped (a module replacing those inside it),
-or the blocks in order (the block planner's). The fewest offloads that fit, the fewest
-checkpointed that fit, and for a grid of offload counts the fewest checkpointed that fit
-with them (bisection: fitting taken as monotone); the fastest wins, the optimizer on the
-CPU tried too where its step is calibrated. A heuristic: no claim of optimality.
+the blocks in order (the block planner's recompute plan), or the blocks from the last (its
+mixes: the first offloaded, the last checkpointed). The fewest offloads that fit, the
+fewest checkpointed that fit, and for a grid of offload counts the fewest checkpointed
+that fit with them (bisection: fitting taken as monotone); the fastest wins, the optimizer
+on the CPU tried too where its step is calibrated. Only where none fits are the same
+searched again with each prefetch one layer ahead (the backward may wait for the link).
+A heuristic: no claim of optimality.
 """
 
 from __future__ import annotations
@@ -162,15 +165,17 @@ def _holds(c: ModuleCall, d: ModuleCall) -> bool:
     return all(any(a[0] <= b[0] and b[1] <= a[1] for a in c.runs) for b in d.runs)
 
 
-def prefetch_slots(trace: Trace, offload: tuple[tuple[str, ...], ...], gpu: GPU
-                   ) -> tuple[int, ...]:
+def prefetch_slots(trace: Trace, offload: tuple[tuple[str, ...], ...], gpu: GPU,
+                   lazy: bool = False) -> tuple[int, ...]:
     """NOTE [tensor prefetch]
     Each offloading layer's buffers are brought back as late as the link allows: the
     copies, taken from the last needed to the first, each end by the backward start of the
     first layer that reads one of them (by the trace's backward times, the fastest
     algorithms) or by the start of the copy after it on the link, whichever is earlier; a
     copy is issued during the backward of the layer running when it must start (a slot
-    taken goes to the next earlier one in backward order: one layer's prefetch per slot)."""
+    taken goes to the next earlier one in backward order: one layer's prefetch per slot).
+    ``lazy``: each issued one layer ahead of its first reader, as vDNN does, whatever the
+    link: the backward may wait for it, and fewer fetched buffers are held at once."""
     lv = liveness(trace)
     n = len(trace.layers)
     bwd = [layer.algos[a].bwd_ns for layer, a in zip(trace.layers, trace.fastest_algos)]
@@ -184,10 +189,17 @@ def prefetch_slots(trace: Trace, offload: tuple[tuple[str, ...], ...], gpu: GPU
     for i, bs in enumerate(offload):
         if bs:
             first = max(_first_keeper(trace, b) for b in bs)
-            need.append((start[first], i, sum(lv.size[b] for b in bs)))
+            need.append((start[first], i, sum(lv.size[b] for b in bs), first))
     slots = [-1] * n
     link_free = float("inf")  # the start of the next copy on the link
-    for due, i, size in sorted(need, reverse=True):  # the last needed first
+    for due, i, size, first in sorted(need, reverse=True):  # the last needed first
+        if lazy:
+            j = max(first + 1, i + 1)
+            while j < n and slots[j] != -1:
+                j += 1
+            if j < n:
+                slots[j] = i
+            continue
         end = min(due, link_free)
         begin = end - size / bw * 1e9
         link_free = begin
@@ -257,7 +269,9 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
     settings = allocator_settings(allocator)
     lv = liveness(trace)
     cands = offload_candidates(trace, min_bytes)
-    chains = {"modules": recompute_order(module_calls(trace)), "blocks": block_calls(trace)}
+    blocks = block_calls(trace)
+    chains = {"modules": recompute_order(module_calls(trace)), "blocks": blocks,
+              "blocks, the last first": blocks[::-1]}
     held = {b for b, t in trace.buffers.items() if t.kind == "input"}
     out = TensorPlan(False, optimizer_offload=bool(optimizer_offload))
 
@@ -267,7 +281,7 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
 
     segment_sets: dict[tuple[int, int], frozenset[str]] = {}  # a segment's dropped | inputs
 
-    def build(k: int, r: int, chain: str) -> Plan:
+    def build(k: int, r: int, chain: str, lazy: bool) -> Plan:
         segs, barred = [], set()
         for c in chosen_calls(chain, r):
             for run in c.runs:
@@ -280,61 +294,65 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
         offload = tuple(tuple(b for b in bs if b in chosen)
                         for bs in offload_sets(trace, lv, False))
         return Plan("tensors", "layer_wise", trace.fastest_algos, offload,
-                    prefetch_slots(trace, offload, gpu), sync=False, runtime="tensors",
+                    prefetch_slots(trace, offload, gpu, lazy), sync=False, runtime="tensors",
                     recompute=tuple(sorted(segs)),
                     optimizer_offload=bool(optimizer_offload))
 
-    memo: dict[tuple[int, int, str, bool], Any] = {}
+    memo: dict[tuple[int, int, str, bool, bool], Any] = {}
 
-    def run(k: int, r: int, chain: str, stop: bool = True) -> Any:
+    def run(k: int, r: int, chain: str, lazy: bool, stop: bool = True) -> Any:
         r = r if chains[chain] else 0
-        key = (k, r, chain, stop)
-        if key not in memo and not stop and (k, r, chain, True) in memo \
-                and memo[(k, r, chain, True)].oom is not None:
-            return memo[(k, r, chain, True)]  # it does not fit: its time is not wanted
+        key = (k, r, chain, lazy, stop)
+        if not stop and key[:-1] + (True,) in memo and memo[key[:-1] + (True,)].oom:
+            return memo[key[:-1] + (True,)]  # it does not fit: its time is not wanted
         if key not in memo:
             out.simulations += 1
-            memo[key] = replay(trace, gpu, build(k, r, chain), budget, record_ops=False,
-                               stop_at_oom=stop, allocator=settings)
+            memo[key] = replay(trace, gpu, build(k, r, chain, lazy), budget,
+                               record_ops=False, stop_at_oom=stop, allocator=settings)
         return memo[key]
 
-    tried: list[tuple[int, int, str]] = []
-    if run(0, 0, "modules").oom is None:
-        tried.append((0, 0, "modules"))
-    else:
-        k_fit = _fewest(lambda k: run(k, 0, "modules").oom is None, len(cands))
+    def search(lazy: bool) -> list[tuple[int, int, str, bool]]:
+        if run(0, 0, "modules", lazy).oom is None:
+            return [(0, 0, "modules", lazy)]
+        tried = []
+        k_fit = _fewest(lambda k: run(k, 0, "modules", lazy).oom is None, len(cands))
         if k_fit is not None:
-            tried.append((k_fit, 0, "modules"))
+            tried.append((k_fit, 0, "modules", lazy))
         top = k_fit if k_fit is not None else len(cands)
         for chain, calls in chains.items():
             if not calls:
                 continue
-            r_fit = _fewest(lambda r: run(0, r, chain).oom is None, len(calls))
+            r_fit = _fewest(lambda r: run(0, r, chain, lazy).oom is None, len(calls))
             if r_fit is not None:
-                tried.append((0, r_fit, chain))
-            for share in MIX_GRID:
+                tried.append((0, r_fit, chain, lazy))
+            for share in MIX_GRID + ((1.0,) if k_fit is None else ()):
                 k = int(top * share)
-                if 0 < k < top:
-                    r = _fewest(lambda r: run(k, r, chain).oom is None, len(calls))
-                    if r is not None:
-                        tried.append((k, r, chain))
+                r = _fewest(lambda r: run(k, r, chain, lazy).oom is None,
+                            len(calls)) if 0 < k <= top and k != k_fit else None
+                if r is not None:
+                    tried.append((k, r, chain, lazy))
             out.steps.append(f"{len(cands)} buffers of at least {min_bytes >> 20} MiB to "
-                             f"offload, {len(calls)} {chain} to checkpoint; fewest that fit: "
-                             f"{k_fit if k_fit is not None else 'none'} offloaded, "
-                             f"{r_fit if r_fit is not None else 'none'} checkpointed")
-    best = None
-    for k, r, chain in dict.fromkeys(tried):
-        res = run(k, r, chain, stop=False)
-        if res.oom is None and (best is None or res.end_ns < best[3].end_ns):
-            best = (k, r, chain, res)
+                             f"offload, {len(calls)} {chain} to checkpoint"
+                             + (", prefetched one layer ahead" if lazy else "")
+                             + f"; fewest that fit: {k_fit if k_fit is not None else 'none'}"
+                             f" offloaded, {r_fit if r_fit is not None else 'none'} "
+                             "checkpointed")
+        return tried
+
+    best = None  # prefetches the backward may wait for only where no other plan fits
+    for k, r, chain, lazy in dict.fromkeys(search(False) or search(True)):
+        res = run(k, r, chain, lazy, stop=False)
+        if res.oom is None and (best is None or res.end_ns < best[4].end_ns):
+            best = (k, r, chain, lazy, res)
         out.steps.append(f"{k} offloaded, {r} {chain} checkpointed"
+                         + (", prefetched one layer ahead" if lazy else "")
                          + (" (optimizer on the CPU)" if optimizer_offload else "")
                          + (f": {res.end_ns / 1e6:.1f} ms, peak {res.peak_live_bytes / 2**30:.2f}"
                             " GiB" if res.oom is None else ": out of memory"))
     if best is None:
         return out
-    k, r, chain, res = best
-    plan = build(k, r, chain)
+    k, r, chain, lazy, res = best
+    plan = build(k, r, chain, lazy)
     return replace(out, fits=True, plan=plan, peak_memory_bytes=res.peak_live_bytes,
                    iteration_time_ns=res.end_ns,
                    offloaded=tuple(b for bs in plan.offload for b in bs),

@@ -7,7 +7,9 @@ Before any step, ``from_plan`` probes the step again on the meta device with the
 ``recompute_modules`` checkpointed as the step runs them: its pack log (NOTE [pack log]) is
 the packs the step's saved-tensor hook will see, and each of the plan's keys must be found
 in it, else a one-line ValueError. In the step the k-th pack must have the log's k-th
-shape and dtype; where its buffer is offloaded it is copied once per buffer (by storage,
+shape and dtype (an empty tensor the log does not have there holds no bytes and is
+passed by: an H100 step packed a uint8 [0] tensor after a checkpointed batch norm that
+the meta device does not save); where its buffer is offloaded it is copied once per buffer (by storage,
 however many views are packed) into the buffer's slot of one pool made for the plan.
 Unpacking a saved tensor of op u issues every prefetch planned at u or later in forward
 order (the backward pass has reached its row); one not issued by then is fetched when
@@ -135,7 +137,7 @@ class TensorOffload:
         # with it, and its copy back to the device with it
         self.entries: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self.stats = {"offloaded_bytes": 0, "prefetched_bytes": 0, "offloads": 0,
-                      "prefetches": 0, "late_fetches": 0}
+                      "prefetches": 0, "late_fetches": 0, "empty_packs": 0}
         self._k = 0  # packs so far in this step
         self._next = 0  # the first prefetch of ``_schedule`` not issued
 
@@ -207,6 +209,10 @@ class TensorOffload:
 
     def _pack(self, t: torch.Tensor) -> tuple:
         k = self._k
+        if t.numel() == 0 and not (k < len(self.log) and self.log[k].shape == tuple(t.shape)
+                                   and self.log[k].dtype == dtype_name(t.dtype)):
+            self.stats["empty_packs"] += 1  # NOTE [tensor runtime]: not in the log
+            return (-1, t)
         self._k += 1
         if k >= len(self.log):
             raise ValueError(f"the step saves more tensors than the {len(self.log)} its "

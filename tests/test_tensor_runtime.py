@@ -421,19 +421,20 @@ def _gpu_grads(plan: LayerPlanFile | None, kwargs: dict[str, Any], batch: int):
     step = training_step(work, batch, "cuda", "fp32", "sgd",
                          context=rt.context if rt else contextlib.nullcontext)
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
     torch.manual_seed(1)
     step.zero_grad()
     loss = step.forward()
     torch.cuda.synchronize()  # the copies out done: their buffers' frees due
     torch.empty(1, device="cuda")  # an allocation, which processes those frees
-    held = torch.cuda.memory_allocated()
+    held = torch.cuda.memory_allocated() - start
     step.backward(loss)
     del loss
     if rt is not None:
         rt.end_iteration()
     torch.cuda.synchronize()
-    grads = {n: q.grad.detach().clone() for n, q in work.model.named_parameters()}
+    grads = {n: q.grad.detach().cpu() for n, q in work.model.named_parameters()}  # not
+    # on the GPU, where the next call's memory is counted
     stats = dict(rt.stats) if rt else {}
     if rt is not None:
         assert rt.pool.is_pinned()  # page-locked (cudaHostRegister)

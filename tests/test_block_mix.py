@@ -120,7 +120,7 @@ def test_vdnnsim_plan_says_the_mix(vgg, tmp_path):
     eager = run_trace(vgg, resolve_gpu("h200"), "eager", record=False)
     out = tmp_path / "plan.yaml"
     r = run_cli(["plan", str(cfg), "--budget", str(int(0.8 * eager.peak_memory_bytes)),
-                 "-o", str(out)], cwd=ROOT)
+                 "--method", "blocks", "-o", str(out)], cwd=ROOT)  # (auto: a tensor plan)
     assert r.returncode == 0, r.stderr
     plan = yaml.safe_load(out.read_text())
     assert plan["blocks"] > 0 and plan["recompute_blocks"] > 0

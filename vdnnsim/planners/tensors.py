@@ -1,19 +1,16 @@
 """Tensor-granular plans of op-by-op traces (``vdnnsim plan --method tensors``).
 
 NOTE [tensor plans]
-A plan of an op-by-op trace at the granularity of what autograd saves: each buffer a
-backward pass keeps is kept, offloaded (copied out after its last forward reader, back
-before its first backward reader, NOTE [tensor prefetch]) or recomputed inside a
-checkpointed call of a module (whole calls, so that the tensor runtime can checkpoint the
-module). Every answer is the engine's replay under the budget. Offloads are taken in the
-order they are made (the earliest has the longest copy windows); modules from one of three
-chains: all calls by forward time per byte dropped (a module replacing those inside it),
-the blocks in order (the block planner's recompute plan), or the blocks from the last (its
-mixes: the first offloaded, the last checkpointed). The fewest offloads that fit, the
-fewest checkpointed that fit, and for a grid of offload counts the fewest checkpointed
-that fit with them (bisection: fitting taken as monotone); the fastest wins, the optimizer
-on the CPU tried too where its step is calibrated. Only where none fits are the same
-searched again with each prefetch one layer ahead (the backward may wait for the link).
+Each buffer a backward pass keeps is kept, offloaded (out after its last forward reader,
+back before its first backward reader, NOTE [tensor prefetch]) or recomputed inside a
+checkpointed module call (whole calls: the runtime checkpoints modules). Every answer is
+the engine's replay under the budget. Offloads go in the order made; calls come from one
+of three chains: all calls by forward time per byte dropped (a module replacing those in
+it), the blocks in order, or the blocks from the last (the block planner's mixes). Tried:
+the fewest offloads that fit, the fewest checkpointed, and for a grid of offload counts
+the fewest checkpointed with them (bisection, fitting taken as monotone); the fastest
+wins, the optimizer on the CPU weighed where its step is calibrated. Only where none fits,
+the same again with each prefetch one layer ahead (the backward may wait for the link).
 A heuristic: no claim of optimality.
 """
 

@@ -5,17 +5,14 @@ op-by-op trace names, offloaded and prefetched, and its modules checkpointed
 NOTE [tensor runtime]
 Before any step, ``from_plan`` probes the step again on the meta device with the plan's
 ``recompute_modules`` checkpointed as the step runs them: its pack log (NOTE [pack log]) is
-the packs the step's saved-tensor hook will see, and each of the plan's keys must be found
-in it, else a one-line ValueError. In the step the k-th pack must have the log's k-th
-shape and dtype (an empty tensor the log does not have there holds no bytes and is
-passed by: an H100 step packed a uint8 [0] tensor after a checkpointed batch norm that
-the meta device does not save); where its buffer is offloaded it is copied once per buffer (by storage,
-however many views are packed) into the buffer's slot of one pool made for the plan.
-Unpacking a saved tensor of op u issues every prefetch planned at u or later in forward
-order (the backward pass has reached its row); one not issued by then is fetched when
-unpacked. The copies are exact: the gradients are the plain step's. On a CUDA GPU they
-run on two side streams, to pinned memory, as NOTE [block runtime] copies; on a CPU they
-are plain copies into a host pool.
+the packs the step's hook will see, and each of the plan's keys must be found in it, else a
+one-line ValueError. In the step the k-th pack must have the log's k-th shape and dtype (an
+empty tensor that is not the log's next holds no bytes and is passed by); an offloaded
+buffer is copied once (by storage, however many views are packed) into its slot of one pool
+made for the plan. Unpacking a saved tensor of op u issues every prefetch planned at u or
+later in forward order; one not issued by then is fetched when unpacked. The copies are
+exact: the gradients are the plain step's. On a CUDA GPU they run on two side streams, to
+pinned memory, as NOTE [block runtime] copies; on a CPU, plain copies into a host pool.
 """
 
 from __future__ import annotations

@@ -30,6 +30,18 @@ class ExpandablePool(CachingPool):
         self._es: dict[tuple[str, str], int] = {}  # (pool, stream) -> its segment
         self._high: dict[int, int] = {}  # segment -> the end of its mapped range
         self._holes: dict[int, dict[int, int]] = {}  # segment -> {offset: size} unmapped
+        # what ``_plan`` reads changes only through the methods that count here: its last
+        # answer holds while the count stands (an allocation asks twice: would_release, alloc)
+        self._changes = 0
+        self._last_plan: tuple[tuple[int, int, int, int], tuple[int, list]] | None = None
+
+    def _add_free(self, seg: int, off: int, size: int) -> None:
+        self._changes += 1
+        super()._add_free(seg, off, size)
+
+    def _take_free(self, seg: int, off: int) -> int:
+        self._changes += 1
+        return super()._take_free(seg, off)
 
     @staticmethod
     def _page(pool: str) -> int:
@@ -44,11 +56,20 @@ class ExpandablePool(CachingPool):
             self._stream[seg] = stream
             self._free[seg], self._ends[seg], self._holes[seg] = {}, {}, {}
             self._high[seg] = 0
+            self._changes += 1
         return seg
 
     def _plan(self, seg: int, size: int, page: int) -> tuple[int, list[tuple[int, int]]]:
         """Where ``size`` goes once pages are mapped: (its start, [(offset, bytes) to map]),
         the lowest start whose free and unmapped ranges from there hold it."""
+        asked = (self._changes, seg, size, page)
+        if self._last_plan is not None and self._last_plan[0] == asked:
+            return self._last_plan[1]
+        found = self._find(seg, size, page)
+        self._last_plan = (asked, found)
+        return found
+
+    def _find(self, seg: int, size: int, page: int) -> tuple[int, list[tuple[int, int]]]:
         free, holes, high = self._free[seg], self._holes[seg], self._high[seg]
         for at in [*sorted(holes), high]:
             start = self._ends[seg].get(at, at)  # the free block just before, if any
@@ -85,6 +106,7 @@ class ExpandablePool(CachingPool):
             return None
         start, maps = plan
         holes = self._holes[seg]
+        self._changes += 1
         for off, m in maps:  # map: the range becomes a free block, merged with neighbours
             if off == self._high[seg]:
                 self._high[seg] += m
@@ -133,6 +155,7 @@ class ExpandablePool(CachingPool):
             self._merge_holes(seg)
 
     def _merge_holes(self, seg: int) -> None:
+        self._changes += 1
         holes, merged = self._holes[seg], {}
         last = None
         for off in sorted(holes):

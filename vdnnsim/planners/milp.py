@@ -470,20 +470,27 @@ def build(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tuple[int, in
 def solve_structure(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tuple[int, int], ...],
                     split: tuple = (), time_limit_s: float = TIME_LIMIT_S,
                     rounds: int = ROUNDS, bound_ns: float = math.inf,
-                    allocator: Any = None, optimizer_offload: bool = False) -> Solution:
+                    allocator: Any = None, optimizer_offload: bool = False,
+                    links: tuple[tuple[int, ...], ...] = (), tensors: bool = False
+                    ) -> Solution:
     """Solve, check with the engine, cut where it ran out, again.
     ``bound_ns``: the best engine time found so far; a program whose optimum is no faster
     is given up (a cut only ever makes the optimum slower). ``allocator``: the caching
     allocator's settings the engine checks under;
     ``optimizer_offload``: the optimizer on the CPU: the
     program counts each weight gradient only to the next layer's backward pass (it is
-    copied out as it is made), and the engine checks with the step on the CPU."""
+    copied out as it is made), and the engine checks with the step on the CPU.
+    ``links``: groups of chunks checkpointed together or not at all (one module's calls);
+    ``tensors``: the plan is checked as the tensor runtime runs it (NOTE [tensor milp])."""
     lv = liveness(trace)
     chunk_at = {j: s for s, (f, l_) in enumerate(chunks) for j in range(f, l_ + 1)}
     last = Solution(None, math.inf, None, 0, False, "infeasible")
     built = build(trace, gpu, budget_bytes, chunks, {}, optimizer_offload)  # a cut moves one
     # row's bound
     prog, algo_vars, chunk_vars = built.program, built.algo_vars, built.chunk_vars
+    for group in links:
+        for a, b in zip(group, group[1:]):
+            prog.row({chunk_vars[a]: 1.0, chunk_vars[b]: -1.0}, 0.0, 0.0)
     off_vars, cands, slot = built.off_vars, built.cands, built.slot
     for rnd in range(1, rounds + 1):
         x, optimal = prog.solve(time_limit_s)
@@ -500,9 +507,13 @@ def solve_structure(trace: Trace, gpu: GPU, budget_bytes: int, chunks: tuple[tup
         for L, j in slot.items():
             if offload[L]:
                 prefetch[j] = L
-        plan = Plan("planned", "layer_wise", algos, offload, tuple(prefetch), True,
-                    runtime=True, recompute=segs,
-                    trace=trace if (segs or split) else None, split=split)
+        if tensors:  # no synchronisation; each copy paid for, not each layer
+            plan = Plan("tensors", "layer_wise", algos, offload, tuple(prefetch), sync=False,
+                        runtime="tensors", recompute=segs, optimizer_offload=optimizer_offload)
+        else:
+            plan = Plan("planned", "layer_wise", algos, offload, tuple(prefetch), True,
+                        runtime=True, recompute=segs,
+                        trace=trace if (segs or split) else None, split=split)
         objective = float(np.dot(prog.cost, x)) * MS
         if optimal and objective >= bound_ns:
             return Solution(None, objective, None, rnd, optimal,

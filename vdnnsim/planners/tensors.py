@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..policies.plan import offload_sets
 from .greedy import OP_LAYERS, layer_names, plan_to_dict
+from .tensor_milp import MAX_LAYERS, solve_calls
 from ..trace.model import Trace
 
 MIN_BYTES = 1 << 20  # buffers smaller than this are kept: their copies cost more than they free
@@ -162,6 +163,35 @@ def _holds(c: ModuleCall, d: ModuleCall) -> bool:
     return all(any(a[0] <= b[0] and b[1] <= a[1] for a in c.runs) for b in d.runs)
 
 
+def _disjoint(calls: list[ModuleCall]) -> list[ModuleCall]:
+    """``calls`` less any whose runs overlap those of a call kept before it (by first op)."""
+    kept: list[ModuleCall] = []
+    taken: list[tuple[int, int]] = []
+    for c in sorted(calls, key=lambda c: (c.runs[0][0], c.path)):
+        if all(b < f or a > last for a, b in c.runs for f, last in taken):
+            kept.append(c)
+            taken.extend(c.runs)
+    return kept
+
+
+def milp_structures(trace: Trace) -> list[tuple[str, list[ModuleCall]]]:
+    """NOTE [tensor milp]'s structures: (name, the module calls it may checkpoint)."""
+    out: list[tuple[str, list[ModuleCall]]] = [("none checkpointed", [])]
+    blocks = block_calls(trace)
+    seen = set()
+    if blocks:
+        out.append(("the blocks", blocks))
+        seen.add(tuple(sorted(c.path for c in blocks)))
+    calls = module_calls(trace)
+    for depth in sorted({c.path.count(".") for c in calls}):
+        level = _disjoint([c for c in calls if c.path.count(".") == depth])
+        key = tuple(sorted(c.path for c in level))
+        if level and key not in seen:
+            seen.add(key)
+            out.append((f"modules at depth {depth + 1}", level))
+    return out
+
+
 def prefetch_slots(trace: Trace, offload: tuple[tuple[str, ...], ...], gpu: GPU,
                    lazy: bool = False) -> tuple[int, ...]:
     """NOTE [tensor prefetch]
@@ -239,10 +269,11 @@ def _fewest(f: Callable[[int], bool], hi: int) -> int | None:
 
 def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                  optimizer_offload: bool | None = False, allocator: Any = None,
-                 min_bytes: int = MIN_BYTES) -> TensorPlan:
+                 min_bytes: int = MIN_BYTES, exact: bool | None = None) -> TensorPlan:
     """NOTE [tensor plans] for ``trace`` under ``budget_bytes``. ``optimizer_offload``: with
     the optimizer on the CPU, or not; None: both where the host's CPU step is calibrated,
-    the faster that fits winning."""
+    the faster that fits winning. ``exact``: NOTE [tensor milp] too (None: where the trace
+    has at most its MAX_LAYERS ops), the faster kept."""
     if not op_trace(trace):
         raise ConfigError(f"{trace.name}: tensor plans are for op-by-op traces (vdnnsim "
                           "trace --model of an hf: or factory model, vdnnsim profile)")
@@ -250,10 +281,10 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
         raise ConfigError(f"{trace.name}: a memory-only trace has no times to choose "
                           "between offloading and recomputing by")
     if optimizer_offload is None:
-        on_gpu = plan_tensors(trace, gpu, budget_bytes, False, allocator, min_bytes)
+        on_gpu = plan_tensors(trace, gpu, budget_bytes, False, allocator, min_bytes, exact)
         if not (trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host)):
             return on_gpu
-        on_cpu = plan_tensors(trace, gpu, budget_bytes, True, allocator, min_bytes)
+        on_cpu = plan_tensors(trace, gpu, budget_bytes, True, allocator, min_bytes, exact)
         on_cpu.simulations += on_gpu.simulations
         on_cpu.steps[:0] = on_gpu.steps
         if on_gpu.fits != on_cpu.fits:
@@ -263,6 +294,28 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
         budget = _capacity(budget_bytes)
     except ValueError as exc:
         raise ConfigError(f"budget: {exc}") from None
+    found = _search(trace, gpu, budget, optimizer_offload, allocator, min_bytes)
+    if exact is None:
+        exact = len(trace.layers) <= MAX_LAYERS
+    if not exact:
+        return found
+    settings = allocator_settings(allocator)
+    other = solve_calls(trace, gpu, budget, milp_structures(trace), optimizer_offload,
+                        settings)
+    found.steps += other.steps
+    found.simulations += other.simulations
+    if other.plan is None or (found.fits and found.iteration_time_ns <= other.engine_ns):
+        return found
+    res = replay(trace, gpu, other.plan, budget, record_ops=False, allocator=settings)
+    return replace(found, fits=res.oom is None, plan=other.plan,
+                   peak_memory_bytes=res.peak_live_bytes, iteration_time_ns=res.end_ns,
+                   offloaded=tuple(b for bs in other.plan.offload for b in bs),
+                   modules=other.modules, simulations=found.simulations + 1)
+
+
+def _search(trace: Trace, gpu: GPU, budget: int, optimizer_offload: bool, allocator: Any,
+            min_bytes: int) -> TensorPlan:
+    """NOTE [tensor plans]'s search, for one place of the optimizer."""
     settings = allocator_settings(allocator)
     lv = liveness(trace)
     cands = offload_candidates(trace, min_bytes)

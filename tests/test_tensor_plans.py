@@ -176,3 +176,70 @@ def test_committed_held_out_plans_match_their_models_as_the_runtime_finds_them(n
         work.model.get_submodule(m)
     keys = check_keys(plan, probe, name)
     assert all(keys[t.id]["bytes"] == t.bytes for t in plan.tensors)
+
+
+# -- the exact program (NOTE [tensor milp]) ---------------------------------------------------
+
+class _Twice(nn.Module):
+    """One stage called twice, an op of the caller's between the calls."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.stage = _Stage(c)
+
+    def forward(self, x):
+        return self.stage(self.stage(x) * 0.5)
+
+
+def twice() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), _Twice(32), _Twice(32),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+
+def test_the_structures_checkpoint_calls_that_do_not_overlap(traced):
+    from vdnnsim.planners.tensors import milp_structures
+    trace, _, _ = traced
+    found = milp_structures(trace)
+    assert [name for name, _ in found][:2] == ["none checkpointed", "the blocks"]
+    assert len(found) > 3  # module levels beside the blocks
+    for name, calls in found:
+        runs = sorted(r for c in calls for r in c.runs)
+        assert all(a[1] < b[0] for a, b in zip(runs, runs[1:])), name
+
+
+def test_the_exact_program_is_kept_where_it_is_faster_and_fits(traced):
+    trace, gpu, eager = traced
+    budget = int(0.5 * eager.peak_memory_bytes)
+    heuristic = plan_tensors(trace, gpu, budget, exact=False)
+    both = plan_tensors(trace, gpu, budget, exact=True)
+    assert any(s.startswith("exact program") for s in both.steps)
+    assert not any(s.startswith("exact program") for s in heuristic.steps)
+    assert both.fits and both.iteration_time_ns <= heuristic.iteration_time_ns
+    again = replay(trace, gpu, both.plan, budget, record_ops=False)
+    assert again.oom is None and again.end_ns == both.iteration_time_ns
+    assert again.peak_live_bytes == both.peak_memory_bytes <= budget
+
+
+def test_a_module_called_twice_is_checkpointed_in_both_calls_or_neither():
+    from vdnnsim.engine import allocator_settings
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.planners.tensor_milp import solve_calls
+    gpu = resolve_gpu("h200")
+    d = memory_trace("tests.test_tensor_plans:twice", 64, gpu, "fp32", None, {},
+                     "image:3,96,96:10")
+    trace = with_optimizer(trace_from_dict(d, "twice"), "adamw")
+    eager = run_trace(trace, gpu, "eager", record=False)
+    calls = [c for c in module_calls(trace) if c.path in ("2.stage", "3.stage")]
+    assert [len(c.runs) for c in calls] == [2, 2]
+    seen = set()
+    for share in (0.5, 0.6, 0.7):
+        got = solve_calls(trace, gpu, int(share * eager.peak_memory_bytes),
+                          [("the stages", calls)], False, allocator_settings(None))
+        assert got.plan is not None, got.steps
+        for c in calls:
+            inside = [r in got.plan.recompute for r in c.runs]
+            assert all(inside) or not any(inside), (share, c.path, got.plan.recompute)
+            if all(inside):
+                seen.add(c.path)
+                assert c.path in got.modules
+    assert seen  # some budget checkpoints a stage: the rule was put to the test

@@ -114,7 +114,10 @@ class Memory:
 
     def _charge_segments(self, before: tuple[int, int, int, int], layer: str) -> None:
         """The host pays for the segments released and made again."""
-        freed, made, fb, mb = (a - b for a, b in zip(self._seg_count(), before))
+        now = self._seg_count()
+        if now == before:  # (the common case: nothing released or made)
+            return
+        freed, made, fb, mb = (a - b for a, b in zip(now, before))
         if freed or made:
             h = self.gpu.host
             ns = freed * h.segment_free_ns + made * h.segment_malloc_ns + round(

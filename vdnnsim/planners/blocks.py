@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine import allocator_settings, cpu_step_calibrated, replay
+from ..engine import allocator_settings, cpu_step_calibrated, optimizer_state, replay
 from ..errors import ConfigError
 from ..hardware import GPU, _capacity
 from ..policies.blocks import (block_mixed_plan, block_plan, block_recompute_plan,
@@ -79,6 +79,10 @@ def plan_blocks(trace: Trace, gpu: GPU, budget_bytes: Any,
     if optimizer_offload is None:
         if not weighs_cpu_optimizer(trace, gpu):
             return plan_blocks(trace, gpu, budget_bytes, False, allocator)
+        if trace.timed and _gpu_cannot_hold(trace, budget_bytes):  # the answer is the
+            on_cpu = plan_blocks(trace, gpu, budget_bytes, True, allocator, pinning)  # one
+            if on_cpu.fits:  # below would give, without replaying the hopeless ones first
+                return on_cpu
         on_gpu = plan_blocks(trace, gpu, budget_bytes, False, allocator)
         if on_gpu.fits and not trace.timed:  # no time to weigh the CPU's step against
             return on_gpu
@@ -149,6 +153,16 @@ def plan_blocks(trace: Trace, gpu: GPU, budget_bytes: Any,
     if trace.timed and can_wrap and best.fits and (best.blocks or best.recompute):
         best = _with_mix(best, total, replayed)
     return best
+
+
+def _gpu_cannot_hold(trace: Trace, budget_bytes: Any) -> bool:
+    """Whether the weights and the optimizer's state, both on the GPU from the first step
+    on, are alone more than ``budget_bytes``: no plan with the optimizer there fits."""
+    try:
+        budget = _capacity(budget_bytes)
+    except ValueError:
+        return False  # the search below says what is wrong with it
+    return trace.weight_bytes + sum(optimizer_state(trace)) > budget
 
 
 def _fewest(best: BlockPlan, how: str) -> int | None:

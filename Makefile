@@ -15,16 +15,14 @@ WHEEL_CHECK := build/wheel-check
 
 .PHONY: demo test quick wheel-check bench fuzz clean
 
-# --no-compile: modules are byte-compiled as they are first imported, not all of torch's at
-# install (25 of the dev install's 65 s on two cores)
 $(CORE): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -e .
+	$(BIN)/python -m pip install -q -e .
 	touch $(CORE)
 
 $(DEV): $(CORE)
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev,torch,hf]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,hf]'
 	touch $(DEV)
 
 demo: $(CORE)

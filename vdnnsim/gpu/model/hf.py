@@ -3,7 +3,7 @@
 NOTE [hf models]
 ``hf:NAME`` names a file ``vdnnsim/data/hf/NAME.yaml`` (a ``/`` in a hub name is ``__``
 in the file name: ``hf:google/vit-base-patch16-224``), and ``hf:PATH.yaml`` any file of
-the same form: ``name``, ``task`` (``causal_lm``, ``masked_lm`` or
+the same form: ``name``, ``task`` (``causal_lm``, ``masked_lm``, ``seq2seq_lm`` or
 ``image_classification``) and ``config``, the keyword arguments of the model's
 ``PretrainedConfig`` with its ``model_type``. The shipped files are the hub models'
 ``config.json`` written out, so nothing is downloaded: the model is built by
@@ -13,7 +13,8 @@ SDPA path (a CNN such as BiT or MobileNet, or a model whose attention transforme
 out) is built with ``'eager'``, the library's own.
 
 The task sets the example batch and the loss: token ids of ``seq_len`` over the vocabulary with the ids as
-labels (the model shifts them for a causal LM; a masked LM is scored at every position),
+labels (the model shifts them for a causal LM; a masked LM is scored at every position; an
+encoder-decoder takes them as the encoder's input and, shifted right, as the decoder's),
 or images of the config's size (224 x 224 where it names none: a CNN takes any) with
 class labels; the loss is the model's own
 (``outputs.loss``), as a training script calls it.
@@ -27,7 +28,7 @@ from typing import Any
 from ...errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "hf"
-TASKS = ("causal_lm", "masked_lm", "image_classification")
+TASKS = ("causal_lm", "masked_lm", "seq2seq_lm", "image_classification")
 
 
 def shipped() -> list[str]:
@@ -88,6 +89,7 @@ def build(name: str, overrides: dict[str, Any] | None = None):
         raise ConfigError(f"hf:{name}: {str(exc).splitlines()[0][:200]}") from None
     auto = {"causal_lm": transformers.AutoModelForCausalLM,
             "masked_lm": transformers.AutoModelForMaskedLM,
+            "seq2seq_lm": transformers.AutoModelForSeq2SeqLM,
             "image_classification": transformers.AutoModelForImageClassification}[spec["task"]]
     if attn is None:
         attn = "sdpa" if _supports_sdpa(auto, config) else "eager"

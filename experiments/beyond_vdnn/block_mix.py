@@ -9,23 +9,30 @@ checkpointed, and the plan ``vdnnsim plan`` chooses (offloaded / checkpointed af
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
-
 from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.gpu.probe.aten import memory_trace
 from vdnnsim.planners.blocks import plan_blocks
-from vdnnsim.trace import load_trace
+from vdnnsim.trace import trace_from_dict
+from vdnnsim.trace.optimizer import with_optimizer
 
 GiB = 2**30
-CASES = (  # name, vdnnsim trace's arguments, budget as a share of the step's peak
-    ("VGG-16 (32), fp32", ["--model", "torchvision.models:vgg16", "--input",
-                           "image:3,224,224", "-b", "32", "--dtype", "fp32"], 0.8),
-    ("ResNet-50 (256), fp32", ["--model", "torchvision.models:resnet50", "--input",
-                               "image:3,224,224", "-b", "256", "--dtype", "fp32"], 0.5),
-    ("Llama 1B (4 x 2048), bf16", ["--model", "hf:llama-1b", "-b", "4", "--seq-len", "2048",
-                                   "--dtype", "autocast-bf16", "--optimizer", "adamw"], 0.6),
+CASES = (  # name, what vdnnsim trace --model is given (model, batch, dtype, sequence
+    # length, input, optimizer), the budget as a share of the step's peak
+    ("VGG-16 (32), fp32", ("torchvision.models:vgg16", 32, "fp32", None, "image:3,224,224",
+                           "sgd"), 0.8),
+    ("ResNet-50 (256), fp32", ("torchvision.models:resnet50", 256, "fp32", None,
+                               "image:3,224,224", "sgd"), 0.5),
+    ("Llama 1B (4 x 2048), bf16", ("hf:llama-1b", 4, "autocast-bf16", 2048, None, "adamw"),
+     0.6),
 )
+
+
+def traced(gpu, model: str, batch: int, dtype: str, seq_len: int | None,
+           input_spec: str | None, optimizer: str):
+    """What ``vdnnsim trace --model MODEL ...`` writes for ``gpu``, made in this process."""
+    trace = trace_from_dict(memory_trace(model, batch, gpu, dtype, seq_len, {}, input_spec),
+                            model)
+    return with_optimizer(trace, optimizer) if optimizer != "sgd" else trace
 
 
 def fewest(tried):
@@ -37,21 +44,17 @@ def main() -> int:
     gpu = resolve_gpu("h200")
     print(f"{'H200, op model':26s} {'step':>8s} {'budget':>9s}  {'offloaded alone':15s}  "
           f"{'checkpointed alone':18s}  plan (offloaded / checkpointed)")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, args, share in CASES:
-            path = f"{tmp}/t.json"
-            subprocess.run([sys.executable, "-m", "vdnnsim", "trace", *args, "--gpu", "h200",
-                            "-o", path], check=True, capture_output=True)
-            trace = load_trace(path)
-            eager = run_trace(trace, gpu, "eager", record=False)
-            peak = eager.peak_memory_bytes
-            p = plan_blocks(trace, gpu, int(share * peak))
-            pure = [ns for _, ok, _, ns in p.tried + p.tried_recompute if ok]
-            gain = f", {min(pure) / p.iteration_time_ns:.2f}x faster" if pure and \
-                p.blocks and p.recompute else ""
-            print(f"{name:26s} {eager.iteration_time_ns / 1e6:5.1f} ms {share * peak / GiB:5.2f} GiB  {fewest(p.tried):15s}  "
-                  f"{fewest(p.tried_recompute):18s}  {p.blocks} / {p.recompute} at "
-                  f"{p.iteration_time_ns / 1e6:.1f} ms{gain}")
+    for name, args, share in CASES:
+        trace = traced(gpu, *args)
+        eager = run_trace(trace, gpu, "eager", record=False)
+        peak = eager.peak_memory_bytes
+        p = plan_blocks(trace, gpu, int(share * peak))
+        pure = [ns for _, ok, _, ns in p.tried + p.tried_recompute if ok]
+        gain = f", {min(pure) / p.iteration_time_ns:.2f}x faster" if pure and \
+            p.blocks and p.recompute else ""
+        print(f"{name:26s} {eager.iteration_time_ns / 1e6:5.1f} ms {share * peak / GiB:5.2f} GiB  {fewest(p.tried):15s}  "
+              f"{fewest(p.tried_recompute):18s}  {p.blocks} / {p.recompute} at "
+              f"{p.iteration_time_ns / 1e6:.1f} ms{gain}")
     return 0
 
 

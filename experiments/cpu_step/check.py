@@ -15,21 +15,23 @@ DATA/runs.jsonl: measured (median of 3 fresh processes, band) against predicted.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from vdnnsim.api import run_trace
+from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.costs.fits import copy_share
 from vdnnsim.costs.cpustep import fit
 from vdnnsim.hardware import apply_overrides, gpu_preset, parse_overrides
-from vdnnsim.trace import load_trace
+from vdnnsim.gpu.probe.aten import memory_trace
+from vdnnsim.trace import trace_from_dict
+from vdnnsim.trace.optimizer import with_optimizer
 
 GiB = 2**30
-MODELS = {"1b": ["hf:llama-1b", "-b", "2", "--seq-len", "2048"],
-          "3b": ["hf:llama-3b", "-b", "1", "--seq-len", "1024"]}
+MODELS = {"1b": ("hf:llama-1b", 2, 2048),  # model, batch, sequence length
+          "3b": ("hf:llama-3b", 1, 1024)}
 THREADS = {"t8": 8}
+
+
 
 
 def main() -> None:
@@ -40,14 +42,12 @@ def main() -> None:
     if any(data.glob("contention*.json")):
         fields["cpu_step_copy_share"] = round(copy_share(data)[0], 3)
     print("host:", fields)
-    traces = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for m, args in MODELS.items():
-            out = f"{tmp}/{m}.json"
-            subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", *args,
-                            "--gpu", "h100", "--dtype", "autocast-bf16", "--optimizer",
-                            "adamw", "-o", out], check=True, capture_output=True)
-            traces[m] = load_trace(out)
+    traces = {}  # what `vdnnsim trace --model M -b B --seq-len S --gpu h100 --dtype
+    # autocast-bf16 --optimizer adamw` writes, made in this process
+    h100 = resolve_gpu("h100")
+    for m, (model, batch, seq) in MODELS.items():
+        traces[m] = with_optimizer(trace_from_dict(memory_trace(
+            model, batch, h100, "autocast-bf16", seq), model), "adamw")
     print(f"{'run':<16}{'measured ms':>12}{'band':>18}{'predicted':>11}{'error':>8}"
           f"{'alloc GiB':>11}{'predicted':>10}{'host GiB':>9}{'predicted':>10}")
     for line in (data / "runs.jsonl").read_text().splitlines():

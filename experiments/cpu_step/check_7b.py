@@ -15,15 +15,15 @@ segments and the 22 GiB cap)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from vdnnsim.api import resolve_gpu, run_trace
 from vdnnsim.measured.repeat import aggregate
 from vdnnsim.planners.planfile import read_plan_file
-from vdnnsim.trace import load_trace
+from vdnnsim.gpu.probe.aten import memory_trace
+from vdnnsim.trace import trace_from_dict
+from vdnnsim.trace.optimizer import with_optimizer
 
 GiB = 2**30
 EXPANDABLE = {"expandable_segments": True}
@@ -41,12 +41,10 @@ def main() -> None:
             key = r["name"] + (" (cap after setup)" if late else "")
             runs.setdefault(key, []).append(r)
     g = resolve_gpu("h100")
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", "hf:llama-7b",
-                        "-b", "1", "--seq-len", "2048", "--gpu", "h100", "--dtype",
-                        "autocast-bf16", "--optimizer", "adamw", "-o", f"{tmp}/t.json"],
-                       check=True, capture_output=True)
-        t = load_trace(f"{tmp}/t.json")
+    # what `vdnnsim trace --model hf:llama-7b -b 1 --seq-len 2048 --gpu h100 --dtype
+    # autocast-bf16 --optimizer adamw` writes, made in this process
+    t = with_optimizer(trace_from_dict(memory_trace("hf:llama-7b", 1, g, "autocast-bf16",
+                                                    2048), "hf:llama-7b"), "adamw")
     for name, recs in runs.items():
         base = name.split(" ")[0]
         if base in PLANS:

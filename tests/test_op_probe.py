@@ -517,6 +517,48 @@ def test_values_of_the_batch_are_those_of_a_cpu_run():
     assert "mul" in [n.kind for n in got.nodes[-4:]]  # the branch on a zero token taken
 
 
+class _PadCheck(nn.Module):
+    """Asks, as transformers does, whether the first or last token of a sequence is padding
+    (a list index of the batch), then takes one path or the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+
+    def forward(self, x):
+        h = self.emb(x)
+        return h * 2 if 0 in x[:, [-1, 0]] else h
+
+
+def test_a_list_index_of_the_batch_keeps_its_values():
+    """NOTE [op values] (ListIndices): the list becomes a CPU tensor with its values, so the
+    probe answers the question from the batch, both ways, as a CPU run does."""
+    for pad in (True, False):
+        ids = torch.randint(1, 50, (3, 7), generator=torch.Generator().manual_seed(2))
+        if pad:
+            ids[1, -1] = 0
+        torch.manual_seed(0)
+        real = probe_ops(_PadCheck(), {"x": ids}, lambda m, b: m(b["x"]).sum(), "t")
+        got = probe_ops(_PadCheck().to("meta"), {"x": ids.to("meta")},
+                        lambda m, b: m(b["x"]).sum(), "t", values={"x": ids})
+        assert _nodes(got) == _nodes(real)
+        assert ("mul" in [n.kind for n in got.nodes]) == pad
+
+
+@pytest.mark.skipif(not HAS_HF, reason="needs transformers")
+@pytest.mark.parametrize("dtype", ["fp32", "autocast-bf16"])
+def test_deberta_v2_traces_on_the_meta_device(dtype):
+    """Its relative positions come from the length and its padding question from the batch:
+    nothing it reads comes from the weights or the activations."""
+    from vdnnsim.api import resolve_gpu
+    from vdnnsim.gpu.probe.aten import memory_trace
+    d = memory_trace(f"hf:{ROOT / 'tests' / 'hf' / 'deberta-tiny.yaml'}", 2,
+                     resolve_gpu("h200"), dtype, 32)
+    trace = trace_from_dict(d, "deberta-tiny")
+    modules = [x.attrs.get("module", "") for x in trace.layers]
+    assert sum("attention.self" in m for m in modules) > 10  # both layers' attention
+
+
 @pytest.mark.parametrize("how,op", [("item", "aten::_local_scalar_dense"),
                                     ("mask", "aten::index"),
                                     ("stale", "aten::_local_scalar_dense"),

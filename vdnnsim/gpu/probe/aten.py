@@ -39,7 +39,7 @@ from .blocks import (  # noqa: F401  (importable from here, as callers do)
 from .cuda import AUTOCAST_FP32, AUTOCAST_LOW, _as_cuda, _Autocast  # noqa: F401
 from .fx import Pack, Probe, ProbeNode, Saved, _nbytes, _sid
 from .opfeatures import op_features
-from .values import VALUE_LIMIT, VALUE_OPS, _ValueError, _Values  # noqa: F401
+from .values import VALUE_LIMIT, VALUE_OPS, ListIndices, _ValueError, _Values  # noqa: F401
 
 
 # ops whose backward reads their own output (``result`` in PyTorch's derivatives.yaml):
@@ -266,10 +266,12 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     if meta:
         ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
         emulate = _as_cuda(rec) if as_cuda else contextlib.nullcontext()
+        lists = ListIndices()
     else:
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()
         emulate = contextlib.nullcontext()
+        lists = contextlib.nullcontext()
     calls: list[tuple[str, int]] = []  # every module call, and its caller
     wrapped = None
     if recompute:
@@ -281,7 +283,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
-            with rec, ctx:
+            with rec, ctx, lists:
                 loss = loss_fn(model, batch)
     except ConfigError:
         raise

@@ -126,3 +126,33 @@ class _Values:
                     "model to take the value from its config")
         return (f"{name}: the meta device cannot run aten::{op} ({msg}); trace it on a "
                 "GPU with vdnnsim profile")
+
+
+def _ints(index: Any) -> bool:
+    """A (nested) list of ints, no bools: an index PyTorch turns into a long tensor."""
+    if isinstance(index, list):
+        return bool(index) and all(_ints(i) for i in index)
+    return isinstance(index, int) and not isinstance(index, bool)
+
+
+def _on_cpu(index: Any) -> Any:
+    if isinstance(index, list) and _ints(index):
+        return torch.tensor(index, dtype=torch.long)
+    if isinstance(index, tuple):
+        return tuple(_on_cpu(i) for i in index)
+    return index
+
+
+class ListIndices(torch.overrides.TorchFunctionMode):
+    """NOTE [op values]: a list in an index (``ids[:, [-1, 0]]``) becomes a long tensor that
+    PyTorch makes on the indexed tensor's device out of the probe's sight, so on the meta
+    device it has no values. Made here on the CPU instead, it keeps them (a CUDA run makes
+    the same few bytes on the GPU). Example: transformers asks whether the last or first
+    token of each sequence is padding."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__ and len(args) == 2 \
+                and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
+            args = (args[0], _on_cpu(args[1]))
+        return func(*args, **(kwargs or {}))
+

@@ -243,3 +243,23 @@ def test_a_module_called_twice_is_checkpointed_in_both_calls_or_neither():
                 seen.add(c.path)
                 assert c.path in got.modules
     assert seen  # some budget checkpoints a stage: the rule was put to the test
+
+
+def test_a_tensor_plan_file_replays_to_its_own_prediction(traced, tmp_path):
+    """Policy planned reads a version 3 plan as the tensor runtime's (paid per copy, no
+    synchronisation), as the planner replayed it: its time and peak to the nanosecond and
+    byte (the layer runtime's costs gave another time)."""
+    from vdnnsim.planners.planfile import write_plan_file
+    from vdnnsim.policies.planned import plan_from_file
+    trace, gpu, eager = traced
+    budget = int(0.5 * eager.peak_memory_bytes)
+    found = plan_tensors(trace, gpu, budget)
+    path = tmp_path / "t.yaml"
+    write_plan_file(path, tensor_plan_to_dict(trace, gpu, budget, found, {
+        "peak_memory_bytes": found.peak_memory_bytes,
+        "iteration_time_ns": found.iteration_time_ns}))
+    plan = plan_from_file(str(path), trace, gpu)
+    assert plan.runtime == "tensors" and plan.sync is False
+    again = replay(trace, gpu, plan, budget, record_ops=False)
+    assert (again.end_ns, again.peak_live_bytes) == (found.iteration_time_ns,
+                                                     found.peak_memory_bytes)

@@ -62,8 +62,10 @@ def plan_from_file(path: str, trace: Trace, gpu: GPU) -> Plan:
         offload.append(tuple(r.offload))
         prefetch.append(index[r.prefetch] if r.prefetch is not None else -1)
     conf = allocator_settings(data.allocator.conf() if data.allocator else None).conf()
+    tensors = data.version >= 3 and data.layer_names == "ops"  # the tensor runtime's plan,
+    # paid for per copy as the planner replayed it (NOTE [tensor runtime])
     return Plan("planned", "layer_wise", tuple(algos), tuple(offload), tuple(prefetch),
-                data.sync, runtime=True, recompute=data.segments(),
+                data.sync, runtime="tensors" if tensors else True, recompute=data.segments(),
                 trace=trace if data.split else None,
                 split=tuple((a, b, k) for a, b, k in data.split),
                 optimizer_offload=data.optimizer_offload,

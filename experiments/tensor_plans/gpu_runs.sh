@@ -3,16 +3,19 @@
 # CPU before this ran; their predictions in DIR/predicted.json) measured, and PyTorch's own
 # options beside them, each as `vdnnsim measure --repeat 3` (three fresh processes, the
 # median), after one discarded warm-up process (device_env.sh):
-#   bash experiments/tensor_plans/gpu_runs.sh OUT SECONDS [NAME ...]
+#   bash experiments/tensor_plans/gpu_runs.sh OUT SECONDS [CASE ...]
 # DIR is traces/h200_tensor_plans or traces/h100_tensor_plans, by the card (the H200's on an
-# H100 without its own). Resumable: a run whose name is in DIR/runs_CARD.jsonl (an earlier
-# call's OUT/runs.jsonl, copied back) is skipped;
-# no run starts SECONDS after the start. Each record (or error) is a line of OUT/runs.jsonl
-# with `name`, `rc` and `gpu`. Names: KEY-tensors (the tensor plan), MODEL-eager (no cap),
-# KEY-ckpt (every block checkpointed, PyTorch's checkpoint), KEY-save_on_cpu (PyTorch's
-# save_on_cpu under the cap), KEY-blocks (the block plan, where it differs); KEY is
-# MODEL-50 or MODEL-70. Every tensor plan first, then every step without a cap, then
-# PyTorch's options (and the block plans that are faster), in heldout.yaml's order.
+# H100 without its own). Resumable: a run whose name is in DIR/runs_CARD.jsonl (earlier
+# calls' OUT/runs.jsonl, copied back) or in STATE (GPU_RUNS_STATE, default
+# /tmp/vdnnsim_gpu_runs.jsonl: every record of this machine, kept while it stays lent) is
+# skipped. No run starts SECONDS after the start, nor once less is left than the longest run
+# so far took. Each record (or error) is a line of OUT/runs.jsonl and of STATE with `name`,
+# `rc` and `gpu`. Names: KEY-tensors (the tensor plan), KEY-ckpt (every block checkpointed,
+# PyTorch's checkpoint), KEY-save_on_cpu (PyTorch's save_on_cpu under the cap), KEY-blocks
+# (the block plan, where it is faster), MODEL-eager (no cap; with a KEY given, after its
+# runs); KEY is MODEL-50 or MODEL-70.
+# Case by case, in that order, the model's step without a cap after its first case; the
+# cases in heldout.yaml's order, or the CASEs' (a KEY or a MODEL) where given.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -35,7 +38,7 @@ echo "[$(date +%T)] $card: $DIR" >> "$OUT/log.txt"
 . "$ROOT/experiments/repeat_and_reserved/device_env.sh"
 R3="--repeat 3 --warmup-processes 0"
 # every run, in order: name and measure's arguments
-RUNS=$(python3 - "$DIR" "$HERE/heldout.yaml" "$R3" <<'PY'
+RUNS=$(python3 - "$DIR" "$HERE/heldout.yaml" "$R3" "$@" <<'PY'
 import json, sys, yaml
 from pathlib import Path
 d, spec, r3 = Path(sys.argv[1]), yaml.safe_load(open(sys.argv[2])), sys.argv[3]
@@ -47,41 +50,42 @@ def flags(m):
     f += f" --input {m['input']}" if m.get("input") else ""
     f += "".join(f" --model-arg {k}={v}" for k, v in (m.get("model_args") or {}).items())
     return f
-plans, eager, refs = [], [], []  # the plans first, then the steps without a cap, then
-for name, m in models.items():  # PyTorch's options: as many of each as the time allows
+runs = []  # case by case: the tensor plan, PyTorch's options, the block plan where faster
+for name, m in models.items():
     keys = [k for k, p in pred.items() if p["model"] == name]
-    for key in keys:
-        plan = d / "plans" / f"{key}-tensors.yaml"
-        if plan.exists():
-            plans.append(f"{key}-tensors|--plan {plan} {r3}")
-    if keys:
-        p = pred[keys[0]]
-        conf = f" --allocator {p['allocator'].replace(':', '=')}" if p.get("allocator") else ""
-        eager.append(f"{name}-eager|{flags(m)}{conf} {r3}")
-    for key in keys:
+    for i, key in enumerate(keys):
         p = pred[key]
         conf = f" --allocator {p['allocator'].replace(':', '=')}" if p.get("allocator") else ""
+        plan = d / "plans" / f"{key}-tensors.yaml"
+        if plan.exists():
+            runs.append(f"{key}-tensors|--plan {plan} {r3}")
         for kind in ("ckpt", "blocks"):
             f = d / "plans" / f"{key}-{kind}.yaml"
             slower = p["tensors"]["fits"] and p["blocks"]["iteration_time_ns"] >= \
                 p["tensors"]["iteration_time_ns"]
             if f.exists() and not (kind == "blocks" and slower):
-                refs.append(f"{key}-{kind}|{flags(m)} --plan {f} {r3}")
-        refs.append(f"{key}-save_on_cpu|{flags(m)}{conf} --policy save_on_cpu "
+                runs.append(f"{key}-{kind}|{flags(m)} --plan {f} {r3}")
+        runs.append(f"{key}-save_on_cpu|{flags(m)}{conf} --policy save_on_cpu "
                     f"--memory-cap {p['budget_bytes']} {r3}")
-runs = plans + eager + refs
-print("\n".join(runs))
+        if i == 0:
+            runs.append(f"{name}-eager|{flags(m)}{conf} {r3}")
+cases = sys.argv[4:]  # a KEY or a MODEL: its runs, in the order given
+if cases:
+    runs = [r for c in cases for r in runs if r.split("|")[0].startswith(c + "-") or
+            r.split("|")[0] == c.rstrip("0123456789").rstrip("-") + "-eager"]
+print("\n".join(dict.fromkeys(runs)))
 PY
 )
-done_names=$(python3 -c "
+STATE=${GPU_RUNS_STATE:-/tmp/vdnnsim_gpu_runs.jsonl}
+done_names=$(cat "$DIR/runs_$CARD.jsonl" "$STATE" 2>/dev/null | python3 -c "
 import json, sys
-for line in open(sys.argv[1]):
-    print(json.loads(line)['name'])" "$DIR/runs_$CARD.jsonl" 2>/dev/null)
+for line in sys.stdin:
+    print(json.loads(line)['name'])")
+longest=0
 while IFS='|' read -r name args; do
   [ -z "$name" ] && continue
-  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
   if printf '%s\n' "$done_names" | grep -qx "$name"; then continue; fi
-  if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+  if [ $(( $(date +%s) + longest )) -ge "$DEADLINE" ]; then
     echo "[$(date +%T)] $name not started (deadline)" >> "$OUT/log.txt"
     continue
   fi
@@ -99,6 +103,9 @@ except (OSError, ValueError):
 rec.update(name=name, rc=int(rc), gpu=card)
 print(json.dumps(rec))
 PY
-  echo "[$(date +%T)] $name rc=$rc $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"
+  tail -n 1 "$OUT/runs.jsonl" >> "$STATE"
+  took=$(( $(date +%s) - t0 ))
+  [ "$took" -gt "$longest" ] && longest=$took
+  echo "[$(date +%T)] $name rc=$rc $took s" >> "$OUT/log.txt"
 done <<< "$RUNS"
 rm -f "$OUT/r.json" "$OUT/r.err"

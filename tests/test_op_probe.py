@@ -106,6 +106,42 @@ def test_bf16_autocast_takes_flash_attention_and_casts_the_weights_once():
     assert casts and len([n for n in casts if n.out_shape == (64, 64)]) == 1  # q's weight
 
 
+class _PixelAttn(nn.Module):
+    """DDPM's single-head attention over the pixels: q, k and v are transposed views of
+    a 1x1 convolution's output, their last dimension strided by the pixel count (or made
+    contiguous)."""
+
+    def __init__(self, c: int, contiguous: bool):
+        super().__init__()
+        self.qkv, self.contiguous = nn.Conv2d(c, 3 * c, 1), contiguous
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        q, k, v = (t[:, None].contiguous() if self.contiguous else t[:, None] for t in
+                   self.qkv(x).reshape(n, 3, c, h * w).transpose(-1, -2).unbind(1))
+        return nn.functional.scaled_dot_product_attention(q, k, v)[:, 0]
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_attention_on_strided_views_takes_the_math_path_as_cuda_does(contiguous):
+    """CUDA's fused SDPA kernels want q, k and v each with its last dimension's stride 1
+    (check_last_dim_stride_equals_1_dense): the held-out DDPM U-Net's attention took the
+    math path on an H100, in fp32 under bf16 autocast (its step saved an fp32 key of shape
+    [12, 512, 256] where the probe had the memory-efficient kernel's bf16 query). The same
+    attention on contiguous copies takes a fused kernel."""
+    with torch.device("meta"):
+        m = _PixelAttn(32, contiguous)
+        x = torch.empty(2, 32, 8, 8)
+    p, trace = _probe(m.train(), x, lambda y: y.float().pow(2).mean(), torch.bfloat16)
+    fused = [n.kind for n in p.nodes if n.kind.startswith("_scaled_dot_product")]
+    if contiguous:
+        assert fused == ["_scaled_dot_product_flash_attention"]
+        assert not _scores(trace, 2, 1, 64)
+    else:
+        assert fused == [] and "_safe_softmax" in [n.kind for n in p.nodes]
+        assert _scores(trace, 2, 1, 64)  # fp32 score matrices kept: the math path in fp32
+
+
 class _Heads3d(nn.Module):
     """SAM's ViT (timm's samvit): SDPA on 3-D q, k and v (batch x heads first), with a
     relative-position bias as the mask where asked, its output viewed back into heads."""
@@ -194,6 +230,26 @@ def test_dropout_keeps_a_bool_mask_as_cuda_does_and_log_softmax_its_output():
     lsm = next(n for n in p.nodes if n.kind == "_log_softmax")
     assert any(s.tensor == lsm.name for s in lsm.saved)
     assert sum(n.weight_bytes for n in p.nodes) == (32 * 32 + 32 + 32 * 10 + 10) * 4
+
+
+def test_in_place_dropout_keeps_a_mask_of_its_inputs_dtype_as_cuda_does():
+    """``at::dropout_`` has no fused kernel on CUDA: a noise tensor of the input's dtype,
+    multiplied in place and saved by the multiply (an H100's step of torchvision's MViT
+    packed its head's fp32 mask where the probe had a bool one)."""
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Dropout(0.1, inplace=True),
+                          nn.Linear(32, 10))
+        x = torch.empty(8, 32)
+    p, _ = _probe(m.train(), x, lambda y: y.float().sum())
+    kinds = [n.kind for n in p.nodes]
+    assert "native_dropout" not in kinds and "bernoulli_" in kinds
+    mul = next(n for n in p.nodes if n.kind == "mul_")
+    assert [s.nbytes for s in mul.saved] == [8 * 32 * 4]  # the fp32 noise, not a bool mask
+    with torch.device("meta"):  # not in place: the fused kernel's bool mask
+        m[2].inplace = False
+    p, _ = _probe(m.train(), x, lambda y: y.float().sum())
+    drop = next(n for n in p.nodes if n.kind == "native_dropout")
+    assert [s.nbytes for s in drop.saved if s.role == "extra"] == [8 * 32]
 
 
 def test_an_output_nothing_reads_is_dropped():

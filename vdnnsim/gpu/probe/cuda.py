@@ -41,13 +41,16 @@ def _as_cuda(rec: Any = None):
     """Dropout and attention as CUDA runs them. On a CUDA tensor PyTorch's
     dropout is the fused ``native_dropout`` (a bool mask, saved for backward); on the meta
     device it takes the generic path (a float mask and a multiply), four times the mask's
-    bytes. SDPA on the meta device always takes the math path; where CUDA takes it too
+    bytes. In-place dropout (``inplace=True``, ``at::dropout_``) takes the generic path on
+    CUDA too (an H100 saved torchvision MViT's head dropout mask as fp32). SDPA on the meta device always takes the math path; where CUDA takes it too
     (no fused kernel fits) with dropout, its dropout is the fused one as well
     (``_math_sdpa``)."""
     import torch.nn.functional as F
     plain = F.dropout
 
     def fused(x, p=0.5, training=True, inplace=False):
+        if inplace:  # ``at::dropout_`` is the generic path on CUDA too: a mask of x's dtype
+            return plain(x, p, training, inplace)
         if not training or p == 0:
             return x
         return torch.native_dropout(x, p, True)[0]
@@ -61,7 +64,9 @@ def _as_cuda(rec: Any = None):
         # masks, no grouped-query heads), else the math path (the meta device's own, which
         # keeps the score matrices). Both fused kernels take only 4-D q, k and v of one
         # batch size (sdp_utils' check_tensor_shapes: SAM's ViT passes 3-D ones, batch x
-        # heads first, and gets the math path); flash wants one head dim of at most 256 and
+        # heads first, and gets the math path), each with its last dim's stride 1
+        # (check_last_dim_stride_equals_1_dense: DDPM's pixel attention, q a transposed
+        # view, took the math path on an H100); flash wants one head dim of at most 256 and
         # no causal mask over unequal lengths; memory-efficient wants q's and k's head dims
         # equal and q's and v's multiples of 8 (16-bit) or 4 (fp32)
         auto = _Autocast.active
@@ -69,7 +74,8 @@ def _as_cuda(rec: Any = None):
             with torch._C.DisableTorchFunction():
                 q, k, v = (auto._cast(t, auto.dtype) for t in (q, k, v))
         fused = q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0] \
-            and k.shape[1] == v.shape[1]
+            and k.shape[1] == v.shape[1] and all(t.stride(-1) == 1 or t.shape[-1] == 1
+                                                 for t in (q, k, v))
         gqa = fused and enable_gqa and k.shape[-3] != q.shape[-3]
         low = q.dtype in (torch.float16, torch.bfloat16)
         dq, dk, dv = q.shape[-1], k.shape[-1], v.shape[-1]

@@ -9,6 +9,7 @@ the first GPU runs under the default allocator ran out of memory near their caps
 2.4 GiB reserved but unallocated (docs/beyond-vdnn.md).
 
     python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
+        (NAMEs: those models planned again, the others' predictions kept)
     python experiments/tensor_plans/make_plans.py --summary     (the judgement, from DIR)
 
 DIR (default traces/GPU_tensor_plans) gets plans/NAME-PCT-tensors.yaml (the version 3
@@ -149,6 +150,9 @@ def main() -> None:
                 **{k: {"fits": p.fits, "peak_memory_bytes": p.peak_memory_bytes,
                        "iteration_time_ns": p.iteration_time_ns}
                    for k, p in (("tensors", t), ("blocks", b), ("ckpt", c))}}
+    if a.names and (out / "predicted.json").exists():  # the other models' kept, in order
+        kept = json.loads((out / "predicted.json").read_text())
+        predicted = {k: predicted.get(k, v) for k, v in kept.items()} | predicted
     (out / "predicted.json").write_text(json.dumps(predicted, indent=1) + "\n")
 
 

@@ -10,7 +10,8 @@ fast as the fastest PyTorch-only option that fits.
     python experiments/tensor_plans/compare_gpu.py RUNS.jsonl [--gpu h100]
 
 A run whose host issued for at least 90% of its step is marked host-bound: its step is the
-host's, whatever the GPU's work.
+host's, whatever the GPU's work. A run of a plan file since made again (its predictions
+differ) is shown measured only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from vdnnsim.planners.planfile import read_plan_file  # noqa: E402
 from vdnnsim.policies.blocks import block_recompute_plan  # noqa: E402
 
 from experiments.tensor_plans.make_plans import HELDOUT, trace_of  # noqa: E402
+from experiments.tensor_plans.records import is_current  # noqa: E402
 
 GiB = 2**30
 
@@ -67,6 +69,8 @@ def main() -> int:
     a = ap.parse_args()
     gpu = resolve_gpu(a.gpu)
     models = {m["name"]: m for m in yaml.safe_load(HELDOUT.read_text())["models"]}
+    budgets = {k: p["budget_bytes"] for k, p in
+               json.loads((a.plans.parent / "predicted.json").read_text()).items()}
     recs = [json.loads(line) for line in a.runs.read_text().splitlines() if line.strip()]
     traces: dict[str, object] = {}
     print("| run | measured step ms (band) | host ms | predicted ms | step | "
@@ -81,6 +85,11 @@ def main() -> int:
         if rec.get("rc") or not rec.get("fits"):
             why = (rec.get("error") or "").strip().splitlines()
             print(f"| {name} | failed: {why[-1][:160] if why else rec.get('rc')} |||||||||")
+            continue
+        if not is_current(rec, a.plans, budgets):
+            name += " (a plan since replaced)"
+            print(f"| {name} | {rec['iteration_ms']:.1f} | {rec['host_issue_ms']:.1f} | "
+                  f"- | - | {rec['peak_allocated_bytes'] / GiB:.2f} | - | - | - | - |")
             continue
         if model not in traces:
             traces[model] = trace_of(models[model], gpu)

@@ -5,11 +5,11 @@
 # median), after one discarded warm-up process (device_env.sh):
 #   bash experiments/tensor_plans/gpu_runs.sh OUT SECONDS [CASE ...]
 # DIR is traces/h200_tensor_plans or traces/h100_tensor_plans, by the card (the H200's on an
-# H100 without its own). Resumable: a run whose name is in DIR/runs_CARD.jsonl (earlier
-# calls' OUT/runs.jsonl, copied back) or in STATE (GPU_RUNS_STATE, default
+# H100 without its own). Resumable: a run done in DIR/runs_CARD.jsonl (earlier calls'
+# OUT/runs.jsonl, copied back) or in STATE (GPU_RUNS_STATE, default
 # /tmp/vdnnsim_gpu_runs.jsonl: every record of this machine, kept while it stays lent) is
-# skipped. No run starts SECONDS after the start, nor once less is left than the longest run
-# so far took. Each record (or error) is a line of OUT/runs.jsonl and of STATE with `name`,
+# skipped: one that ran (rc 0) of its case's present plan and budget. No run starts
+# SECONDS after the start, nor once less is left than the longest run so far took. Each record (or error) is a line of OUT/runs.jsonl and of STATE with `name`,
 # `rc` and `gpu`. Names: KEY-tensors (the tensor plan), KEY-ckpt (every block checkpointed,
 # PyTorch's checkpoint), KEY-save_on_cpu (PyTorch's save_on_cpu under the cap), KEY-blocks
 # (the block plan, where it is faster), MODEL-eager (no cap; with a KEY given, after its
@@ -77,10 +77,8 @@ print("\n".join(dict.fromkeys(runs)))
 PY
 )
 STATE=${GPU_RUNS_STATE:-/tmp/vdnnsim_gpu_runs.jsonl}
-done_names=$(cat "$DIR/runs_$CARD.jsonl" "$STATE" 2>/dev/null | python3 -c "
-import json, sys
-for line in sys.stdin:
-    print(json.loads(line)['name'])")
+# done: records.py's (a record of the plan made now, under its cap)
+done_names=$(cat "$DIR/runs_$CARD.jsonl" "$STATE" 2>/dev/null | python3 "$HERE/records.py" "$DIR")
 longest=0
 while IFS='|' read -r name args; do
   [ -z "$name" ] && continue

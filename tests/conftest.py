@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from typing import Any
 
@@ -82,6 +83,21 @@ def chain_trace(layers: list[dict[str, Any]], input_bytes: int = 1 * MB,
 @pytest.fixture
 def gpu() -> GPU:
     return hand_gpu()
+
+
+@functools.lru_cache(maxsize=None)
+def k40_vgg16_plan() -> tuple[Trace, GPU, Any, Any]:
+    """The paper's VGG-16 (256) on the K40, and ``search_plan``'s answer for it in 12 GiB
+    (the default method, auto: the MILP's plan and the greedy one's, the faster), as
+    ``(trace, gpu, plan, search)``: made once in a worker, as several tests hold what that
+    answer is (the MILP takes seconds). Nothing reading it changes it."""
+    from vdnnsim.api import build_trace, resolve_gpu
+    from vdnnsim.planners.greedy import search_plan
+
+    k40 = resolve_gpu("k40")
+    trace = build_trace("vgg16", 256, k40)
+    plan, search = search_plan(trace, k40, 12 * 2**30)
+    return trace, k40, plan, search
 
 
 def experiment(relpath: str) -> Any:

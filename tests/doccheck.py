@@ -8,7 +8,8 @@ command line, a name) is checked against the program, so that it cannot drift:
   prints, run from the repository root. ``<!-- output (first lines): COMMAND -->``: the
   first lines of it.
 - A fenced block whose first line starts with ``$ `` is a transcript: each ``$ COMMAND``
-  is run by bash, in order, each block starting in the repository root (a ``cd`` holds for
+  is run by bash (a ``vdnnsim`` line without shell syntax in this process, as an output
+  mark's), in order, each block starting in the repository root (a ``cd`` holds for
   the block's later lines), and what follows it up to the next ``$`` is what it prints
   (stdout, then stderr). ``/tmp/vdnn_docs`` is a fresh folder for each document (its
   transcripts and files share it). A command whose shown output ends in
@@ -64,6 +65,9 @@ ERROR_LINE = re.compile(r"^vdnnsim(?: [a-z]+)?: error: ")
 MARK = re.compile(r"^<!-- (?P<kind>output \(first lines\)|output|file|files|not run|all): "
                   r"(?P<arg>.*?) -->$")
 ELLIPSIS = "..."
+# what bash would read as more than words split on spaces (quotes, escapes, expansions,
+# redirections, several commands)
+SHELL_SYNTAX = re.compile(r"[^\w ./:,+@%=-]")
 
 
 def doc_paths() -> list[Path]:
@@ -224,9 +228,10 @@ _FRESH_FILTERS = [("default", None, DeprecationWarning, "__main__", 0),
                   ("ignore", None, ResourceWarning, None, 0)]
 
 
-def run_in_process(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_in_process(argv: list[str], env: dict[str, str], cwd: Path = ROOT
+                   ) -> subprocess.CompletedProcess[str]:
     """``vdnnsim ARGS``, ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` run here as
-    ``__main__``, from the repository root, with ``env``'s COLUMNS and MPLBACKEND; its exit
+    ``__main__``, from ``cwd`` (the repository root), with ``env``'s COLUMNS and MPLBACKEND; its exit
     code, stdout and stderr as ``subprocess.run`` gives them. What the run changes of this
     process is put back: the working folder, ``sys.argv``, ``sys.path``, the modules a script
     imported from beside it (two scripts' ``check`` modules are not one), the environment,
@@ -244,7 +249,7 @@ def run_in_process(argv: list[str], env: dict[str, str]) -> subprocess.Completed
     threads = torch.get_num_threads() if torch is not None else None
     code: Any = 0
     try:
-        os.chdir(ROOT)
+        os.chdir(cwd)
         for key in ("COLUMNS", "MPLBACKEND"):
             if key in env:
                 os.environ[key] = env[key]
@@ -335,15 +340,20 @@ class Session:
         raise DocError(f"{shown}: files a document makes live under {WORKSPACE}")
 
     def run(self, cmd: str, cwd: Path) -> tuple[int, list[str], Path]:
-        state = self.workspace.parent / ".cwd"
-        script = (cmd.replace(WORKSPACE, str(self.workspace))
-                  + f'\n__rc=$?; pwd > "{state}"; exit $__rc\n')
-        proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True,
-                              text=True, timeout=600, env=self.env)
+        cmd = cmd.replace(WORKSPACE, str(self.workspace))
+        if cmd.startswith("vdnnsim ") and not SHELL_SYNTAX.search(cmd):
+            # a plain command line, which bash would only split on spaces: in this process
+            # (no interpreter start and imports), as an output mark's command
+            proc = run_in_process(cmd.split(), self.env, cwd)
+        else:
+            state = self.workspace.parent / ".cwd"
+            script = cmd + f'\n__rc=$?; pwd > "{state}"; exit $__rc\n'
+            proc = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True,
+                                  text=True, timeout=600, env=self.env)
+            cwd = Path(state.read_text().strip()) if state.exists() else cwd
         got = lines_of(proc.stdout) + lines_of(proc.stderr)
         got = [line.replace(str(self.workspace), WORKSPACE) for line in got]
-        new_cwd = Path(state.read_text().strip()) if state.exists() else cwd
-        return proc.returncode, got, new_cwd
+        return proc.returncode, got, cwd
 
     def transcript(self, block: Block) -> None:
         cwd = ROOT

@@ -19,7 +19,7 @@ from vdnnsim.planners.planfile import (BLOCK_FORMAT, FORMAT, BlockPlanFile, Laye
                               Predicted, dumps_plan, plan_from_data, read_plan_file,
                               write_plan_file)
 
-from .conftest import run_cli
+from .conftest import k40_vgg16_plan, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -121,13 +121,11 @@ def test_the_committed_layer_plans_replay_as_before(path: Path):
 def test_vdnnsim_plan_writes_what_it_wrote_before(tmp_path):
     """The writer goes through the model and writes the same bytes as the plain dump of
     the planner's dict did (rows without empty offloads or prefetches of none)."""
-    from vdnnsim.api import build_trace, resolve_gpu
-    from vdnnsim.planners.greedy import plan_to_dict, search_plan
+    from vdnnsim.planners.greedy import plan_to_dict
     from vdnnsim.policies import get_policy
 
-    gpu = resolve_gpu("k40")
-    trace = build_trace("vgg16", 256, gpu)
-    split, _ = search_plan(trace, gpu, 12 * GiB)  # a batch split and checkpointed segments
+    # search_plan(VGG-16 (256), the K40, 12 GiB): a batch split and checkpointed segments
+    trace, gpu, split, _ = k40_vgg16_plan()
     fn, fixed = get_policy("vdnn_conv_p")  # offloads and prefetches
     moving = fn(trace, gpu, gpu.memory_bytes, dict(fixed))
     for plan in (split, moving):

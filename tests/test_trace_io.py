@@ -88,3 +88,26 @@ def test_written_yaml_is_readable_by_people(tmp_path):
     conv1 = data["layers"][0]
     assert [a["name"] for a in conv1["algos"]][0] == "implicit_gemm"
     assert trace_to_dict(load_trace(tmp_path / "a.yaml")) == data
+
+
+def test_a_settled_file_read_again_is_the_trace_it_gave(tmp_path, monkeypatch):
+    """vdnnsim/trace/io.py: an unchanged trace file whose times are older than a clock's
+    tick could hide a rewrite in is read once in a process; a file just written is read
+    each time; a settled file changed (of the same length) is read again."""
+    import os
+
+    from vdnnsim.trace import io as trace_io
+
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(_base()))
+    assert load_trace(path) is not load_trace(path)  # just written: read each time
+    monkeypatch.setattr(trace_io, "_SETTLED_NS", 0)  # (its change time cannot be set back)
+    os.utime(path, ns=(10**18, 10**18))
+    first = load_trace(path)
+    assert load_trace(path) is first and load_trace(str(path)) is first
+    d = _base()
+    d["tensors"][1]["size_bytes"] = d["tensors"][2]["size_bytes"] = 2048  # the same length
+    path.write_text(yaml.safe_dump(d))
+    os.utime(path, ns=(10**18 + 1, 10**18 + 1))
+    again = load_trace(path)
+    assert again is not first and again.tensors["a"].size_bytes == 2048

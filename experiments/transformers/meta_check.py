@@ -26,7 +26,9 @@ def spec(model: str) -> str:
     return f"hf:{ROOT / model[3:]}" if model.startswith("hf:traces/") else model
 
 
-def rows(which: str = "all"):
+def rows(which: str = "all", reverse: bool = False):
+    """(set, record, predicted, measured) for each run, in the files' order or (``reverse``)
+    the other way round."""
     import io
     from contextlib import redirect_stderr
 
@@ -36,10 +38,11 @@ def rows(which: str = "all"):
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200")
-    for name in ("main", "heldout"):
+    for name in ("heldout", "main") if reverse else ("main", "heldout"):
         if which not in (name, "all"):
             continue
-        for line in (DATA / f"{name}.jsonl").read_text().splitlines():
+        lines = (DATA / f"{name}.jsonl").read_text().splitlines()
+        for line in reversed(lines) if reverse else lines:
             r = json.loads(line)
             with redirect_stderr(io.StringIO()):  # transformers' notes about its configs
                 d = memory_trace(spec(r["model"]), r["batch_size"], gpu, r["dtype"],

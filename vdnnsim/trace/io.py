@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import stat
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,49 @@ def trace_from_dict(data: Any, source: str = "<trace>") -> Trace:
         return _build(spec, source)
 
 
+# A trace file read again, unchanged, gives the Trace it gave, a trace being immutable
+# (NOTE [trace analyses]): validation reads a folder's traces for each set of records, and
+# a session (a test run, a notebook) the same committed traces many times. Unchanged: the
+# same name from the same folder, the same file (device, inode) of the same size and
+# modification and change times, those over _SETTLED_NS old when it was read (a file
+# rewritten within the clock's tick could keep its times; one read as settled that
+# changes gets new ones). The last _READ_MAX are kept, in this process only.
+_READ: dict[tuple[Any, ...], Trace] = {}
+_READ_MAX = 64
+_READ_LOCK = threading.Lock()
+_SETTLED_NS = 2 * 10**9
+
+
+def _file_key(path: Any) -> tuple[Any, ...] | None:
+    if not isinstance(path, (str, os.PathLike)):
+        return None  # read_yaml says what is wrong with it
+    try:
+        st = os.stat(path)
+        here = os.getcwd()
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode) or \
+            time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _SETTLED_NS:
+        return None
+    return (os.fspath(path), here, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns)
+
+
 def load_trace(path: str | os.PathLike) -> Trace:
-    return trace_from_dict(read_yaml(path, TraceError), str(path))
+    key = _file_key(path)
+    if key is not None:
+        with _READ_LOCK:
+            hit = _READ.pop(key, None)
+            if hit is not None:
+                _READ[key] = hit  # the most recent again
+                return hit
+    trace = trace_from_dict(read_yaml(path, TraceError), str(path))
+    if key is not None:
+        with _READ_LOCK:
+            _READ[key] = trace
+            while len(_READ) > _READ_MAX:
+                del _READ[next(iter(_READ))]
+    return trace
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> None:

@@ -17,12 +17,11 @@ try:  # torch (vdnnsim[torch]): one intra-op thread in the test process, see bel
     import torch
 except ImportError:
     torch = None
-# What a fresh process's torch runs on (a `python -m vdnnsim` subprocess keeps it): the tests
-# that pass thread counts to a subprocess read this. The test process itself runs torch on
-# one thread: pytest-xdist already runs a worker per core, and torch's worker threads on a
-# machine with no core to spare wait for one at every parallel op, spinning (a harness test
-# of small ops took 60 CPU seconds so on a loaded machine, under 2 on one thread).
-TORCH_DEFAULT_THREADS = torch.get_num_threads() if torch is not None else 1
+# The test process runs torch on one thread: pytest-xdist already runs a worker per core,
+# and torch's worker threads on a machine with no core to spare wait for one at every
+# parallel op, spinning (a harness test of small ops took 60 CPU seconds so on a loaded
+# machine, under 2 on one thread). A test that passes thread counts to a subprocess asks a
+# fresh process for its default.
 if torch is not None:
     torch.set_num_threads(1)
 
@@ -191,6 +190,12 @@ def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str
         texts.append(text.replace("\r\n", "\n").replace("\r", "\n"))
     return subprocess.CompletedProcess(["vdnnsim", *map(str, argv)], int(code or 0), *texts)
 
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    """The tests marked slow first, in their order: pytest-xdist's workers then start on
+    the longest and end on the many short ones, not one worker alone on a notebook."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_configure(config: Any) -> None:

@@ -5,6 +5,7 @@ it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,9 +19,23 @@ from vdnnsim.costs.cpustep import fit, format_fit, what_if_error
 from vdnnsim.errors import ConfigError
 from vdnnsim.hardware import CPU_STEP_BYTES, cpu_step_roofline_ns, gpu_preset
 
-from .conftest import TORCH_DEFAULT_THREADS, run_cli
+from .conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# A fresh process as a user starts it: without the thread-count variables that a Dask
+# cluster started earlier in the test process sets in its environment (OMP_NUM_THREADS=1,
+# distributed's pre-spawn environment), which made torch's default one thread there
+FRESH_ENV = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def _fresh_threads() -> int:
+    """torch's default thread count in a fresh process (FRESH_ENV)."""
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                       capture_output=True, text=True, timeout=300, env=FRESH_ENV)
+    return int(r.stdout)
 
 
 def test_the_roofline_is_the_longer_of_arithmetic_and_bytes():
@@ -249,7 +264,7 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
     override, every number in it positive, or the one-line refusal with nothing written;
     never a wrong-signed calibration."""
     pytest.importorskip("torch")
-    top = TORCH_DEFAULT_THREADS  # the subprocess's
+    top = _fresh_threads()
     threads = ",".join(str(n) for n in sorted({1, top}))
     out = tmp_path / "cpu.json"
     r = subprocess.run([sys.executable, "-c",
@@ -258,7 +273,7 @@ def test_calibrate_cpu_step_runs_on_this_cpu(tmp_path):
                         "co.BANDWIDTH_ELEMENTS = 1 << 22; import vdnnsim.cli as cli; "
                         "sys.exit(cli.main(sys.argv[1:]))",
                         "calibrate", "--cpu-step", "--threads", threads, "-o", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=FRESH_ENV)
     if r.returncode == 2:
         assert r.stderr.strip().splitlines()[-1].startswith("vdnnsim: error: cpu step sweep: ")
         assert "the host was busy" in r.stderr and not out.exists()
@@ -287,11 +302,11 @@ def test_calibrate_cpu_step_refuses_in_one_line(tmp_path, args, match):
 
 def test_the_default_threads_are_required_before_the_sweep(tmp_path):
     pytest.importorskip("torch")
-    if TORCH_DEFAULT_THREADS == 1:  # the subprocess's
+    if _fresh_threads() == 1:
         pytest.skip("torch runs one thread here: --threads 1 is the default")
     r = subprocess.run([sys.executable, "-m", "vdnnsim", "calibrate", "--cpu-step",
                         "--threads", "1", "-o", str(tmp_path / "c.json")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=FRESH_ENV)
     assert r.returncode == 2 and "must include torch's default" in r.stderr, r.stderr
     assert "threads: memory" not in r.stderr  # refused before any of the sweep ran
 

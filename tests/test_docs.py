@@ -42,7 +42,9 @@ def test_the_docs_declare_outputs():
     assert len(OUTPUTS) >= 30 and len(SESSIONS) >= 3
 
 
-@pytest.mark.parametrize("block", OUTPUTS, ids=[f"{b.doc}: {b.arg}" for b in OUTPUTS])
+@pytest.mark.parametrize("block", [
+    pytest.param(b, marks=pytest.mark.slow) if b.arg.startswith("python experiments/") else b
+    for b in OUTPUTS], ids=[f"{b.doc}: {b.arg}" for b in OUTPUTS])
 def test_documented_output_is_current(block: Block, env):
     proc = _output(block.arg, env)
     assert proc.returncode == 0, proc.stderr

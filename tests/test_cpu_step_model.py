@@ -24,9 +24,9 @@ from .conftest import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# A fresh process as a user starts it: without the thread-count variables that a Dask
-# cluster started earlier in the test process sets in its environment (OMP_NUM_THREADS=1,
-# distributed's pre-spawn environment), which made torch's default one thread there
+# A fresh process as a user starts it, without thread-count variables in the environment
+# (a Dask cluster's Nanny writes OMP_NUM_THREADS=1 into the environment of the process that
+# starts it: test_sweep puts it back; once left, torch's default was one thread here)
 FRESH_ENV = {k: v for k, v in os.environ.items()
              if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 

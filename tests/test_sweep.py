@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -38,11 +39,16 @@ def test_local_processes_give_identical_rows():
 
 def test_a_dask_local_cluster_gives_identical_rows():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        with distributed.Client(cluster) as client:
-            got = _frame(scheduler=client)
-        addr_got = _frame(scheduler=cluster.scheduler_address)
+    saved = dict(os.environ)  # distributed's Nanny writes its pre-spawn environment
+    try:  # (OMP_NUM_THREADS=1) into ours: put back, or later subprocesses run one thread
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster:
+            with distributed.Client(cluster) as client:
+                got = _frame(scheduler=client)
+            addr_got = _frame(scheduler=cluster.scheduler_address)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     want = _frame()
     pd.testing.assert_frame_equal(want, got)
     pd.testing.assert_frame_equal(want, addr_got)

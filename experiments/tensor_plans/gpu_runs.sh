@@ -15,7 +15,7 @@
 # (the block plan, where it is faster), MODEL-eager (no cap; with a KEY given, after its
 # runs); KEY is MODEL-50 or MODEL-70.
 # Case by case, in that order, the model's step without a cap after its first case; the
-# cases in heldout.yaml's order, or the CASEs' (a KEY or a MODEL) where given.
+# cases in heldout.yaml's order, or the CASEs' (a KEY, a MODEL or one run's name) where given.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -69,9 +69,10 @@ for name, m in models.items():
                     f"--memory-cap {p['budget_bytes']} {r3}")
         if i == 0:
             runs.append(f"{name}-eager|{flags(m)}{conf} {r3}")
-cases = sys.argv[4:]  # a KEY or a MODEL: its runs, in the order given
+cases = sys.argv[4:]  # a KEY, a MODEL or a run: its runs, in the order given
 if cases:
-    runs = [r for c in cases for r in runs if r.split("|")[0].startswith(c + "-") or
+    runs = [r for c in cases for r in runs if r.split("|")[0] == c or
+            r.split("|")[0].startswith(c + "-") or
             r.split("|")[0] == c.rstrip("0123456789").rstrip("-") + "-eager"]
 print("\n".join(dict.fromkeys(runs)))
 PY

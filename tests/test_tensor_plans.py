@@ -149,6 +149,43 @@ def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
     assert r.returncode == 0, r.stderr  # auto: the tensor plan or the block plan
 
 
+def test_a_tensor_plan_leaves_its_margin_free_and_its_file_keeps_the_cap(traced, tmp_path):
+    """NOTE [plan margin]: planned under the budget less PLAN_MARGIN of it, the file's
+    budget is the run's cap and says the margin; --margin 0 plans at the budget, and a
+    margin that is not a percentage is refused in one line."""
+    from vdnnsim.planners.tensors import PLAN_MARGIN
+    from vdnnsim.trace import save_trace
+    trace, gpu, eager = traced
+    path = tmp_path / "convnet.yaml"
+    save_trace(trace, path)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"network: {path}\nbatch_size: 64\ngpu: h200\npolicies: [eager]\n")
+    budget = int(0.6 * eager.peak_memory_bytes)
+    room = budget - int(budget * PLAN_MARGIN)
+    r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors",
+                 "-o", tmp_path / "m.yaml"])
+    assert r.returncode == 0, r.stderr
+    plan = read_plan_file(tmp_path / "m.yaml")
+    assert plan.budget_bytes == budget and plan.margin_bytes == budget - room
+    assert plan.predicted.peak_memory_bytes <= room
+    assert f"{(budget - room) / 2**30:.2f} GiB of it left free" in r.stdout
+    r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors", "--margin",
+                 "0%", "-o", tmp_path / "z.yaml"])
+    assert r.returncode == 0, r.stderr
+    assert "margin_bytes" not in (tmp_path / "z.yaml").read_text()
+    at_cap = read_plan_file(tmp_path / "z.yaml")
+    assert at_cap.margin_bytes == 0 and at_cap.budget_bytes == budget
+    r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors", "--margin",
+                 "25", "-o", tmp_path / "q.yaml"])  # a margin the plan at the cap breaks
+    quarter = read_plan_file(tmp_path / "q.yaml")
+    assert r.returncode == 0 and quarter.margin_bytes == int(budget * 0.25)
+    assert quarter.predicted.peak_memory_bytes <= budget - quarter.margin_bytes < \
+        at_cap.predicted.peak_memory_bytes
+    for bad in ("four", "100", "-1%", "nan"):
+        r = run_cli(["plan", cfg, "--budget", str(budget), "--margin", bad])
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--margin" in r.stderr
+
+
 def test_only_timed_op_traces_get_tensor_plans(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("network: vgg16\nbatch_size: 8\ngpu: k40\npolicies: [baseline_p]\n")

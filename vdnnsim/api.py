@@ -13,7 +13,8 @@ from typing import Any
 from . import limits
 from .costs.analytic import synthesize
 from .engine import (PINNINGS, AllocatorSettings, aligned, allocator_settings,
-                     cpu_step_per_element, optimizer_host_bytes, optimizer_pinned_bytes, replay)
+                     cpu_step_calibrated, cpu_step_per_element, optimizer_host_bytes,
+                     optimizer_pinned_bytes, replay)
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_preset
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
@@ -26,7 +27,8 @@ from .policies.context import PolicyContext
 from .results import RunResult
 from .trace import Trace, trace_from_dict
 from .yamlio import misplaced, paused_gc, read_yaml
-from .planners.planfile import with_run
+from .planners.planfile import margin_said, with_run
+from .report.plan import BlockPlanReport, LayerPlanReport, PlanReport
 from .config import RunConfig
 
 
@@ -419,74 +421,33 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                 for p in cfg.policy_list]
 
 
-@dataclass(frozen=True)
-class LayerPlanReport:
-    """What a layer planner (MILP, greedy) found for a run config under a budget: the plan
-    (None: none fits), its search, its replay and the policies it is compared with."""
-
-    trace: Trace  # the trace the plan runs (reshaped where it splits the batch)
-    gpu: GPU
-    budget_bytes: int
-    allocator: AllocatorSettings
-    optimizer_offload: bool
-    plan: Any  # the planner's Plan, or None
-    search: Any  # its Search: steps and simulations
-    planned: RunResult | None
-    reference: tuple[tuple[str, RunResult], ...]  # the policies beside it
-    caution: str | None  # the fragmentation caution (planners.greedy)
-    op_layers: bool  # the plan names an op-by-op trace's ATen ops: the runtime cannot run it
-    cpu_step_calibrated: bool
-    plan_file: dict[str, Any] | None  # the plan file's contents
-
-    @property
-    def fits(self) -> bool:
-        return self.plan is not None
-
-
-@dataclass(frozen=True)
-class BlockPlanReport:
-    """What the block planner found for a run config under a budget."""
-
-    trace: Trace
-    gpu: GPU
-    budget_bytes: int
-    allocator: AllocatorSettings
-    plan: Any  # the planner's BlockPlan
-    uncapped: RunResult | None  # the step without a cap (eager), where a plan fits
-    host_short: tuple[int, int] | None  # (needed, host) bytes where the host is too small
-    caution: str | None
-    cpu_step_calibrated: bool
-    plan_file: dict[str, Any] | None
-
-    @property
-    def fits(self) -> bool:
-        return bool(self.plan.fits)
-
-
-PlanReport = LayerPlanReport | BlockPlanReport
 
 
 def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int, *,
                 method: str = "auto", optimizer_offload: str | None = None,
-                allocator: Any = None, headroom: bool = True,
+                allocator: Any = None, headroom: bool = True, margin: float | None = None,
                 source: str | None = None) -> PlanReport:
     """Plan a run config's network under ``budget_bytes``: the block planner for a trace
     with blocks (or ``method="blocks"``), else the layer planners.
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
-    settings over the config's."""
+    settings over the config's; ``margin``: the share of the budget left free (NOTE [plan
+    margin]; None: PLAN_MARGIN for tensor plans, none for the others)."""
     from .planners.greedy import search_plan
-    from .planners.tensors import op_trace
+    from .planners.tensors import PLAN_MARGIN, op_trace
     from .policies.blocks import block_regions
 
     s = setup_run(cfg, base_dir, source, allocator=allocator)
     trace, gpu, settings = s.trace, s.gpu, s.allocator
     offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
-    if method == "tensors" or method == "auto" and op_trace(trace) and trace.timed:
-        return _plan_tensors(trace, gpu, budget_bytes, cfg, offload, settings,
+    tensors = method == "tensors" or method == "auto" and op_trace(trace) and trace.timed
+    room = budget_bytes - int(budget_bytes * (margin if margin is not None else
+                                              PLAN_MARGIN if tensors else 0))
+    if tensors:
+        return _plan_tensors(trace, gpu, (budget_bytes, room), cfg, offload, settings,
                              blocks=method == "auto" and len(block_regions(trace)) > 2)
     if method == "blocks" or method == "auto" and len(block_regions(trace)) > 2:
-        return _plan_blocks(trace, gpu, budget_bytes, {"auto": None, "on": True,
-                                                       "off": False}[offload],
+        return _plan_blocks(trace, gpu, (budget_bytes, room), {"auto": None, "on": True,
+                                                               "off": False}[offload],
                             settings, cfg.optimizer_pinning)
     if cfg.optimizer_pinning != "caching":
         raise ConfigError(f"{source}: optimizer_pinning: {cfg.optimizer_pinning} is "
@@ -499,21 +460,23 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
                           "plan by times it does not have; plan by memory with --method "
                           "blocks (a model with blocks), or plan a timed trace (vdnnsim "
                           "profile on a GPU)")
-    plan, search = search_plan(trace, gpu, budget_bytes, method=method, headroom=headroom,
+    plan, search = search_plan(trace, gpu, room, method=method, headroom=headroom,
                                allocator=settings, optimizer_offload=on_cpu)
     ref = tuple((p, run_trace(trace, gpu, p, memory_bytes=budget_bytes, record=False,
                               allocator=settings, optimizer_offload=on_cpu))
                 for p in ("eager" if trace.pytorch else "baseline_p", "vdnn_dyn"))
     common = dict(gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
                   optimizer_offload=on_cpu, search=search, reference=ref,
-                  cpu_step_calibrated=_cpu_step_calibrated(gpu))
+                  margin_bytes=budget_bytes - room,
+                  cpu_step_calibrated=bool(cpu_step_calibrated(gpu.host)))
     if plan is None:
         return LayerPlanReport(trace=trace, plan=None, planned=None, caution=None,
                                op_layers=False, plan_file=None, **common)
-    return _layer_report(trace, plan, common)
+    return _layer_report(trace, plan, common, margin_said((budget_bytes, room)))
 
 
-def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanReport:
+def _layer_report(trace: Trace, plan: Any, common: dict[str, Any],
+                  margin: dict[str, int]) -> LayerPlanReport:
     """The report of a layer plan that fits: replayed, cautioned, as a plan file."""
     from .planners.greedy import fragmentation_caution, layer_names, plan_to_dict
 
@@ -527,29 +490,31 @@ def _layer_report(trace: Trace, plan: Any, common: dict[str, Any]) -> LayerPlanR
         trace=trace, plan=plan, planned=r, op_layers=layer_names(trace) == "ops",
         caution=fragmentation_caution(trace, budget, r.peak_memory_bytes, settings),
         plan_file=with_run(plan_to_dict(trace, gpu, budget, plan, predicted, settings),
-                            trace), **common)
+                           trace) | margin, **common)
 
 
-def _plan_tensors(trace: Trace, gpu: GPU, budget_bytes: int, cfg: "RunConfig", offload: str,
-                  settings: AllocatorSettings, blocks: bool) -> PlanReport:
-    """NOTE [tensor plans]; with ``blocks``, the block plan too, the faster that fits kept."""
+def _plan_tensors(trace: Trace, gpu: GPU, budgets: tuple[int, int], cfg: "RunConfig",
+                  offload: str, settings: AllocatorSettings, blocks: bool) -> PlanReport:
+    """NOTE [tensor plans] under ``budgets`` (the budget, the room planned: NOTE [plan
+    margin]); with ``blocks``, the block plan too, the faster that fits kept."""
     from .planners.greedy import Search, fragmentation_caution
     from .planners.tensors import plan_tensors, tensor_plan_to_dict
 
+    budget_bytes, room = budgets
     on_cpu = {"auto": None, "on": True, "off": False}[offload]
-    found = plan_tensors(trace, gpu, budget_bytes, on_cpu, settings)
+    found = plan_tensors(trace, gpu, room, on_cpu, settings)
     if blocks:
-        other = _plan_blocks(trace, gpu, budget_bytes, on_cpu, settings, cfg.optimizer_pinning)
+        other = _plan_blocks(trace, gpu, budgets, on_cpu, settings, cfg.optimizer_pinning)
         if other.fits and (not found.fits
                            or other.plan.iteration_time_ns < found.iteration_time_ns):
             return other
-    ref = tuple((p, run_trace(trace, gpu, p, memory_bytes=budget_bytes, record=False,
-                              allocator=settings, optimizer_offload=found.optimizer_offload))
-                for p in ("eager",))
+    ref = (("eager", run_trace(trace, gpu, "eager", memory_bytes=budget_bytes, record=False,
+                               allocator=settings, optimizer_offload=found.optimizer_offload)),)
     common = dict(gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
                   optimizer_offload=found.optimizer_offload, reference=ref,
                   search=Search(found.steps, found.simulations),
-                  cpu_step_calibrated=_cpu_step_calibrated(gpu))
+                  margin_bytes=budget_bytes - room,
+                  cpu_step_calibrated=bool(cpu_step_calibrated(gpu.host)))
     if not found.fits:
         return LayerPlanReport(trace=trace, plan=None, planned=None, caution=None,
                                op_layers=False, plan_file=None, **common)
@@ -560,24 +525,23 @@ def _plan_tensors(trace: Trace, gpu: GPU, budget_bytes: int, cfg: "RunConfig", o
         trace=trace, plan=found.plan, planned=r, op_layers=False,
         caution=fragmentation_caution(trace, budget_bytes, r.peak_memory_bytes, settings),
         plan_file=with_run(tensor_plan_to_dict(trace, gpu, budget_bytes, found, predicted,
-                                               settings), trace), **common)
+                                               settings), trace) | margin_said(budgets),
+        **common)
 
 
-def _cpu_step_calibrated(gpu: GPU) -> bool:
-    from .engine import cpu_step_calibrated
-    return bool(cpu_step_calibrated(gpu.host))
-
-
-def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: bool | None,
-                 settings: AllocatorSettings, pinning: str) -> BlockPlanReport:
-    """The fewest offloaded blocks that fit, and the step without a
-    cap beside it."""
+def _plan_blocks(trace: Trace, gpu: GPU, budgets: tuple[int, int],
+                 optimizer_offload: bool | None, settings: AllocatorSettings,
+                 pinning: str) -> BlockPlanReport:
+    """The fewest offloaded blocks that fit in ``budgets`` (as _plan_tensors takes
+    them), and the step without a cap beside it."""
     from .planners.blocks import weighs_cpu_optimizer
     from .planners.greedy import block_plan_to_dict, fragmentation_caution
 
-    plan = plan_blocks(trace, gpu, budget_bytes, optimizer_offload, settings, pinning)
+    budget_bytes, room = budgets
+    plan = plan_blocks(trace, gpu, room, optimizer_offload, settings, pinning)
     common = dict(trace=trace, gpu=gpu, budget_bytes=budget_bytes, allocator=settings,
-                  plan=plan, cpu_step_calibrated=_cpu_step_calibrated(gpu))
+                  plan=plan, cpu_step_calibrated=bool(cpu_step_calibrated(gpu.host)),
+                  margin_bytes=budget_bytes - room)
     if not plan.fits:
         need, host = optimizer_host_bytes(trace, pinning), gpu.host_memory_bytes
         short = ((need, host) if optimizer_offload is not False
@@ -590,4 +554,4 @@ def _plan_blocks(trace: Trace, gpu: GPU, budget_bytes: int, optimizer_offload: b
         uncapped=base, host_short=None,
         caution=fragmentation_caution(trace, budget_bytes, plan.peak_memory_bytes, settings),
         plan_file=with_run(block_plan_to_dict(trace, gpu, budget_bytes, plan, settings),
-                            trace), **common)
+                           trace) | margin_said(budgets), **common)

@@ -6,7 +6,9 @@ budget. Writes the plan files a GPU measures (gpu_runs.sh) and prints the CPU ju
 does the plan fit in the engine, its step against the uncapped one, against the block plan.
 Every plan is made, and every run measured, under PyTorch's expandable segments (--allocator):
 the first GPU runs under the default allocator ran out of memory near their caps with up to
-2.4 GiB reserved but unallocated (docs/beyond-vdnn.md).
+2.4 GiB reserved but unallocated (docs/beyond-vdnn.md). The tensor and block plans leave
+4% of each budget free (--margin, NOTE [plan margin]): planned to fill their caps, the
+third loan's plans made the allocator free its cache and synchronise every step.
 
     python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
         (NAMEs: those models planned again, the others' predictions kept)
@@ -36,8 +38,8 @@ from vdnnsim.engine import allocator_settings, replay  # noqa: E402
 from vdnnsim.gpu.probe.aten import memory_trace  # noqa: E402
 from vdnnsim.planners.blocks import BlockPlan, plan_blocks  # noqa: E402
 from vdnnsim.planners.greedy import block_plan_to_dict  # noqa: E402
-from vdnnsim.planners.planfile import with_run, write_plan_file  # noqa: E402
-from vdnnsim.planners.tensors import plan_tensors, tensor_plan_to_dict  # noqa: E402
+from vdnnsim.planners.planfile import margin_said, with_run, write_plan_file  # noqa: E402
+from vdnnsim.planners.tensors import PLAN_MARGIN, plan_tensors, tensor_plan_to_dict  # noqa: E402
 from vdnnsim.policies.blocks import block_recompute_plan, block_regions  # noqa: E402
 from vdnnsim.trace import trace_from_dict  # noqa: E402
 from vdnnsim.trace.optimizer import with_optimizer  # noqa: E402
@@ -95,6 +97,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--allocator", default="expandable_segments:True",
                     help="the caching allocator's settings every plan is made and run under")
+    ap.add_argument("--margin", type=float, default=PLAN_MARGIN,
+                    help="the share of each budget the tensor and block plans leave free "
+                    "(NOTE [plan margin]); PyTorch's checkpointing is judged at the budget")
     ap.add_argument("--summary", action="store_true",
                     help="only the judgement of the plans already made (DIR/predicted.json)")
     ap.add_argument("names", nargs="*")
@@ -118,17 +123,22 @@ def main() -> None:
         for share in spec["budgets"]:
             budget = int(share * eager.peak_memory_bytes)
             key = f"{m['name']}-{round(share * 100)}"
-            t = plan_tensors(trace, gpu, budget, None, a.allocator)
-            b = plan_blocks(trace, gpu, budget, None, a.allocator)
+            room = budget - int(budget * a.margin)
+            t = plan_tensors(trace, gpu, room, None, a.allocator)
+            b = plan_blocks(trace, gpu, room, None, a.allocator)
             c = checkpoint_all(trace, gpu, budget, a.allocator)
+            said = margin_said((budget, room))
+            for kind in ("tensors", "blocks", "ckpt"):  # none left of an earlier plan
+                (out / "plans" / f"{key}-{kind}.yaml").unlink(missing_ok=True)
             if t.fits:
                 pred = {"peak_memory_bytes": t.peak_memory_bytes,
                         "iteration_time_ns": t.iteration_time_ns}
                 write_plan_file(out / "plans" / f"{key}-tensors.yaml", with_run(
-                    tensor_plan_to_dict(trace, gpu, budget, t, pred, a.allocator), trace))
+                    tensor_plan_to_dict(trace, gpu, budget, t, pred, a.allocator), trace)
+                    | said)
             if b.fits:
-                write_plan_file(out / "plans" / f"{key}-blocks.yaml",
-                                with_run(block_plan_to_dict(trace, gpu, budget, b, a.allocator), trace))
+                write_plan_file(out / "plans" / f"{key}-blocks.yaml", with_run(
+                    block_plan_to_dict(trace, gpu, budget, b, a.allocator), trace) | said)
             if c.fits:
                 write_plan_file(out / "plans" / f"{key}-ckpt.yaml",
                                 with_run(block_plan_to_dict(trace, gpu, budget, c, a.allocator), trace))
@@ -145,6 +155,7 @@ def main() -> None:
                   f"{cell(b, bx)} | {cell(c)} |", flush=True)
             predicted[key] = {
                 "model": m["name"], "share": share, "budget_bytes": budget,
+                "margin_bytes": budget - room,
                 "allocator": a.allocator,
                 "eager": {"peak_memory_bytes": eager.peak_memory_bytes, "iteration_time_ns": base},
                 **{k: {"fits": p.fits, "peak_memory_bytes": p.peak_memory_bytes,

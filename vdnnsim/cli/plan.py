@@ -6,7 +6,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import ConfigError
 from .common import shown, size_arg, writable
+
+
+def margin_arg(text: str | None) -> float | None:
+    """--margin's share of the budget (a fraction), from a percentage such as '4%'."""
+    if text is None:
+        return None
+    try:
+        pct = float(text.strip().removesuffix("%"))
+    except ValueError:
+        pct = -1.0
+    if not 0 <= pct < 100:
+        raise ConfigError(f"--margin: a percentage from 0 to 99, e.g. 4%, got {text!r}")
+    return pct / 100
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -19,7 +33,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget_bytes = size_arg("--budget", args.budget, required=True)
     report = plan_config(cfg, base, budget_bytes, method=args.method,
                          optimizer_offload=args.optimizer_offload, allocator=args.allocator,
-                         headroom=not args.no_headroom, source=args.config)
+                         headroom=not args.no_headroom, margin=margin_arg(args.margin),
+                         source=args.config)
     out, notes = format_plan(report)
     print("\n".join(out), flush=True)  # before the notes: one stream shows them in order
     for line in notes:

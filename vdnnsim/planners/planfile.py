@@ -120,6 +120,8 @@ class _PlanRun(_Strict):
     gpu: str = Field(description="The GPU preset it was planned on.")
     budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
         description="The memory budget it fits.")
+    margin_bytes: Count = Field(0, description="Bytes of the budget it was planned to leave "
+                                "free (NOTE [plan margin]); left out where none.")
     optimizer: Name = Field("sgd", description="The optimizer of the planned step.")
     # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
     # asks for nothing the plan knows (left out where the planned trace does not say)
@@ -315,6 +317,8 @@ def dumps_plan(plan: PlanFile | dict[str, Any]) -> str:
         del data["tensors"], data["recompute_modules"]
     if data.get("optimizer_offload") is False:  # said only where on: older plans read alike
         del data["optimizer_offload"]
+    if data.get("margin_bytes") == 0:  # likewise
+        del data["margin_bytes"]
     if data.get("param_blocks") == 0:  # likewise
         del data["param_blocks"]
     if data.get("optimizer_pinning") == "caching":  # likewise
@@ -335,6 +339,12 @@ PROFILED_AS = re.compile(r"vdnnsim profile --model (\S+) --batch \d+;?(?: --dtyp
                          r"(?: --seq-len (\d+))?")
 META_AS = re.compile(r"(\S+), ([\w-]+)(?:, seq_len (\d+))?(?:, input (\S+))?"
                      r"(?:, args (\{.*?\}))?: meta device")
+
+
+def margin_said(budgets: tuple[int, int]) -> dict[str, int]:
+    """What a plan file says of NOTE [plan margin] for (budget, room planned): nothing where
+    there is none."""
+    return {"margin_bytes": budgets[0] - budgets[1]} if budgets[0] > budgets[1] else {}
 
 
 def with_run(plan_file: dict[str, Any], trace: Any) -> dict[str, Any]:

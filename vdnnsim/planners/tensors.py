@@ -35,6 +35,18 @@ MIX_GRID = (1 / 8, 1 / 4, 1 / 2, 3 / 4)  # offload counts tried with checkpointe
 OUTSIDE = "<outside>"
 MAX_SHARE = 1 / 2  # a module running more of the step's ops is not checkpointed whole
 
+# NOTE [plan margin]
+# A plan that fills its budget in the engine fails on the GPU by the engine's error: where
+# the step allocates a little more than its trace (cuDNN's workspaces, which a meta-device
+# trace lacks; peak allocated 0.5-3.9% over on the H100), the caching allocator meets the
+# cap, frees its cache and synchronises every step (10-15 times a step), and the host
+# becomes the limit (docs/beyond-vdnn.md, "A third loan"). So `vdnnsim plan --method
+# tensors` checks its plans under the budget less PLAN_MARGIN of it, the largest error
+# measured, and the plan file keeps the budget as the run's cap and says the margin
+# (margin_bytes); the block plan it is weighed against gets the same. Other methods plan
+# at the budget unless given a margin (--margin).
+PLAN_MARGIN = 0.04
+
 
 @dataclass(frozen=True)
 class ModuleCall:

@@ -3,20 +3,70 @@ policies beside it. Lines for stdout, and notes for stderr."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
+from ..engine import AllocatorSettings
+from ..hardware import GPU
+from ..results import RunResult
+from ..trace.model import Trace
 from ..units import GiB
 from .table import UNTIMED_NOTE, format_seconds, format_slowdown
-
-if TYPE_CHECKING:
-    from ..api import BlockPlanReport, LayerPlanReport, PlanReport
 
 DONE = {"offload": "offloaded", "recompute": "checkpointed"}
 
 
+@dataclass(frozen=True)
+class LayerPlanReport:
+    """What a layer planner (MILP, greedy) found for a run config under a budget: the plan
+    (None: none fits), its search, its replay and the policies it is compared with."""
+
+    trace: Trace  # the trace the plan runs (reshaped where it splits the batch)
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    optimizer_offload: bool
+    plan: Any  # the planner's Plan, or None
+    search: Any  # its Search: steps and simulations
+    planned: RunResult | None
+    reference: tuple[tuple[str, RunResult], ...]  # the policies beside it
+    caution: str | None  # the fragmentation caution (planners.greedy)
+    op_layers: bool  # the plan names an op-by-op trace's ATen ops: the runtime cannot run it
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None  # the plan file's contents
+    margin_bytes: int = 0  # of the budget, left free (NOTE [plan margin])
+
+    @property
+    def fits(self) -> bool:
+        return self.plan is not None
+
+
+@dataclass(frozen=True)
+class BlockPlanReport:
+    """What the block planner found for a run config under a budget."""
+
+    trace: Trace
+    gpu: GPU
+    budget_bytes: int
+    allocator: AllocatorSettings
+    plan: Any  # the planner's BlockPlan
+    uncapped: RunResult | None  # the step without a cap (eager), where a plan fits
+    host_short: tuple[int, int] | None  # (needed, host) bytes where the host is too small
+    caution: str | None
+    cpu_step_calibrated: bool
+    plan_file: dict[str, Any] | None
+    margin_bytes: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.plan.fits)
+
+
+PlanReport = LayerPlanReport | BlockPlanReport
+
+
 def format_plan(report: "PlanReport") -> tuple[list[str], list[str]]:
     """The report's lines for stdout and its notes for stderr."""
-    from ..api import BlockPlanReport
     if isinstance(report, BlockPlanReport):
         return _block_lines(report), _notes(report, report.plan.peak_memory_bytes
                                             if report.fits else None)
@@ -30,6 +80,8 @@ def plan_head(report: "PlanReport", on_cpu: bool) -> str:
     t, s = report.trace, report.allocator
     return (f"{t.name} ({t.batch_size}) on {report.gpu.name}, budget "
             f"{report.budget_bytes / GiB:.2f} GiB"
+            + (f" ({report.margin_bytes / GiB:.2f} GiB of it left free)"
+               if report.margin_bytes else "")
             + ("" if s.default else f", allocator {s.conf()}")
             + (", optimizer on the CPU" if on_cpu else ""))
 

@@ -430,8 +430,8 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     """Plan a run config's network under ``budget_bytes``: the block planner for a trace
     with blocks (or ``method="blocks"``), else the layer planners.
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
-    settings over the config's; ``margin``: the share of the budget left free (NOTE [plan
-    margin]; None: PLAN_MARGIN for tensor plans, none for the others)."""
+    settings over the config's; ``margin``: the share of the budget left free
+    (NOTE [plan margin]; None: PLAN_MARGIN for tensor plans, none for the others)."""
     from .planners.greedy import search_plan
     from .planners.tensors import PLAN_MARGIN, op_trace
     from .policies.blocks import block_regions
@@ -495,8 +495,8 @@ def _layer_report(trace: Trace, plan: Any, common: dict[str, Any],
 
 def _plan_tensors(trace: Trace, gpu: GPU, budgets: tuple[int, int], cfg: "RunConfig",
                   offload: str, settings: AllocatorSettings, blocks: bool) -> PlanReport:
-    """NOTE [tensor plans] under ``budgets`` (the budget, the room planned: NOTE [plan
-    margin]); with ``blocks``, the block plan too, the faster that fits kept."""
+    """NOTE [tensor plans] under ``budgets`` (the budget, the room planned:
+    NOTE [plan margin]); with ``blocks``, the block plan too, the faster that fits kept."""
     from .planners.greedy import Search, fragmentation_caution
     from .planners.tensors import plan_tensors, tensor_plan_to_dict
 

@@ -90,9 +90,10 @@ def _plan(sub: Any) -> None:
                     "expandable_segments=true (over the run config's allocator:); the plan "
                     "file says it and vdnnsim measure --plan runs under it")
     pn.add_argument("--margin", default=None, metavar="PCT",
-                    help="leave this share of the budget free, e.g. 4%% (NOTE [plan "
-                    "margin]): the plan's run keeps the budget as its cap; default 4%% for "
-                    "tensor plans (and the block plan weighed against them), 0 otherwise")
+                    help="leave this share of the budget free, e.g. 4%%, so that the run's "
+                    "real peak stays under its cap (the plan's run keeps the budget as its "
+                    "cap); default 4%% for tensor plans (and the block plan weighed against "
+                    "them), 0 otherwise")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them")

@@ -121,7 +121,7 @@ class _PlanRun(_Strict):
     budget_bytes: Annotated[int, Field(ge=1), BeforeValidator(parse_bytes)] = Field(
         description="The memory budget it fits.")
     margin_bytes: Count = Field(0, description="Bytes of the budget it was planned to leave "
-                                "free (NOTE [plan margin]); left out where none.")
+                                "free (vdnnsim plan --margin); left out where none.")
     optimizer: Name = Field("sgd", description="The optimizer of the planned step.")
     # version 2 on: what a measurement builds and trains, so that vdnnsim measure --plan
     # asks for nothing the plan knows (left out where the planned trace does not say)

@@ -49,8 +49,10 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
                          autotune=tune and first,
                          first_step=first and warmup > 0).run()
         if warm and not sem.paged and memory.oom is not None:
-            # a run whose first iteration does not fit is that
-            # iteration, replayed again to be recorded
+            # a run whose first iteration does not fit is that iteration, replayed again to
+            # be recorded; unrecorded, the first was that replay already (same inputs)
+            if first and not record_ops:
+                return replayed(sim)
             memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
             return replayed(Simulation(trace, gpu, plan, memory, lv, record_ops=record_ops,
                                        checks=checks, stop_at_oom=stop_at_oom, autotune=tune,

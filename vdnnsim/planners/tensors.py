@@ -365,8 +365,12 @@ def _search(trace: Trace, gpu: GPU, budget: int, optimizer_offload: bool, alloca
     def run(k: int, r: int, chain: str, lazy: bool, stop: bool = True) -> Any:
         r = r if chains[chain] else 0
         key = (k, r, chain, lazy, stop)
-        if not stop and key[:-1] + (True,) in memo and memo[key[:-1] + (True,)].oom:
-            return memo[key[:-1] + (True,)]  # it does not fit: its time is not wanted
+        stopped = memo.get(key[:-1] + (True,)) if not stop else None
+        if stopped is not None and stopped.oom:
+            return stopped  # it does not fit: its time is not wanted
+        if stopped is not None and key not in memo:  # it fits: it never stopped, so it is
+            out.simulations += 1  # the whole run (counted, as the search asked for it)
+            memo[key] = stopped
         if key not in memo:
             out.simulations += 1
             memo[key] = replay(trace, gpu, build(k, r, chain, lazy), budget,

@@ -50,14 +50,19 @@ from .recompute import with_segments, without_checkpointed
 
 def block_regions(trace: Trace) -> list[list[int]]:
     """Each region's layer indices, region 0 first (empty lists for
-    regions with no ops); [] where the trace has no block tags."""
+    regions with no ops); [] where the trace has no block tags. Worked out once per trace
+    (the planners ask for it at every count they replay); the lists are the caller's."""
+    return [list(r) for r in trace.memo("block regions", lambda: _block_regions(trace))]
+
+
+def _block_regions(trace: Trace) -> tuple[tuple[int, ...], ...]:
     tags = [layer.attrs.get("block") for layer in trace.layers]
     if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in tags):
-        return []
+        return ()
     out: list[list[int]] = [[] for _ in range(max(tags) + 1)]
     for i, t in enumerate(tags):
         out[t].append(i)
-    return out
+    return tuple(tuple(r) for r in out)
 
 
 def block_plan(trace: Trace, blocks: int, name: str = "vdnn_blocks") -> Plan:
@@ -127,29 +132,37 @@ def block_segments(trace: Trace, recompute: int,
     written in place, by the block (a ReLU(inplace=True) module) or by anything after it,
     cannot be: the checkpoint keeps its input to run it again, and the write changes it
     (autograd refuses); it is left as it is. So is every block of a trace whose blocks
-    carry no path (an older probe's): the runtime would not know which module to wrap."""
-    regions = block_regions(trace)
-    lv = liveness(trace)
+    carry no path (an older probe's): the runtime would not know which module to wrap.
+    Each block's segment is worked out once per trace."""
+    regions = trace.memo("block regions", lambda: _block_regions(trace))
     segs: dict[str, tuple[int, int]] = {}
     for r in range(start + 1, min(start + recompute, len(regions) - 2) + 1):
-        idx = regions[r]
-        if not idx:
-            continue
-        path = trace.layers[idx[0]].attrs.get("block_path")
-        if not isinstance(path, str):  # a trace of an older probe: no module to wrap
-            continue
-        own = [i for i in idx if _under(trace.layers[i].attrs.get("module"), path)]
-        if not own:
-            continue
-        a, b = min(own), max(own)
-        inputs = {lv.root[t] for i in range(a, b + 1) for t in trace.layers[i].inputs
-                  if lv.producer.get(lv.root[t], -1) < a}
-        if any(trace.layers[i].kind.endswith("_") and any(
-                lv.root[t] in inputs for t in trace.layers[i].outputs)
-               for i in range(a, len(trace.layers))):
-            continue
-        segs[path] = (a, b)
+        seg = trace.memo(("block segment", r), lambda: _block_segment(trace, regions[r]))
+        if seg is not None:
+            segs[seg[0]] = seg[1]
     return segs
+
+
+def _block_segment(trace: Trace, idx: tuple[int, ...]) -> tuple[str, tuple[int, int]] | None:
+    """The block of region ``idx`` as ``block_segments`` checkpoints it: (path, (first,
+    last)), or None where it cannot be."""
+    if not idx:
+        return None
+    path = trace.layers[idx[0]].attrs.get("block_path")
+    if not isinstance(path, str):  # a trace of an older probe: no module to wrap
+        return None
+    own = [i for i in idx if _under(trace.layers[i].attrs.get("module"), path)]
+    if not own:
+        return None
+    lv = liveness(trace)
+    a, b = min(own), max(own)
+    inputs = {lv.root[t] for i in range(a, b + 1) for t in trace.layers[i].inputs
+              if lv.producer.get(lv.root[t], -1) < a}
+    if any(trace.layers[i].kind.endswith("_") and any(
+            lv.root[t] in inputs for t in trace.layers[i].outputs)
+           for i in range(a, len(trace.layers))):
+        return None
+    return path, (a, b)
 
 
 def _under(module: Any, path: str) -> bool:

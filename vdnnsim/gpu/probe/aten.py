@@ -61,10 +61,9 @@ class _Recorder(TorchDispatchMode):
     name = ""  # the model's, for the message
     failed: str | None = None  # the message, once a value was asked for in vain
 
-    def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True,
-                 frozen: set[int] | None = None):
+    def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
-        self.frozen = frozen if frozen is not None else set()  # storages of frozen weights
+        self.frozen: set[int] = set()  # storages of frozen weights (of ``params``)
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
         self.module = OUTSIDE  # the innermost module now running
         self.finalizers: list[weakref.finalize] = []
@@ -268,7 +267,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     meta = first.device.type == "meta"
     known = {batch[k]: v for k, v in (values or {}).items()
              if k in batch and v.numel() <= VALUE_LIMIT}
-    rec = _Recorder(params, data, hold_all=meta, frozen=frozen)
+    rec = _Recorder(params, data, hold_all=meta)
+    rec.frozen = frozen
     rec.values, rec.name = (_Values(known) if meta else None), name
     rec.size["data"] = _nbytes(first)
     if meta:

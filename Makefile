@@ -1,6 +1,6 @@
 # make demo:  set up a virtual environment and run the built-in demo.
-# make test:  set up with vdnnsim[dev,torch,hf] (test dependencies, torch, torchvision and
-#             transformers) and run the test suite on every core (pytest-xdist).
+# make test:  set up with vdnnsim[dev,torch,hf,peft] (test dependencies, torch, torchvision,
+#             transformers and peft) and run the test suite on every core (pytest-xdist).
 # make quick: the tests without those marked slow (a minute or so), for the edit-test loop.
 # make wheel-check: build the wheel, install it into a fresh virtual environment and run the
 #             demo, reproduce and list from it, outside the source tree (.ci/run does this).
@@ -22,7 +22,7 @@ $(CORE): setup.cfg pyproject.toml
 	touch $(CORE)
 
 $(DEV): $(CORE)
-	$(BIN)/python -m pip install -q -e '.[dev,torch,hf]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,hf,peft]'
 	touch $(DEV)
 
 demo: $(CORE)

@@ -97,5 +97,26 @@ def workload_args(p: argparse.ArgumentParser) -> None:
                    "or tokens:SEQ:VOCAB")
     p.add_argument("--seq-len", type=int, default=None,
                    help="sequence length of an hf: language model (default: up to 512)")
+    p.add_argument("--lora", default=None, metavar="KEY=VALUE,...",
+                   help="fine-tune an hf: model with PEFT's LoRA adapters, its base frozen: "
+                   "r=16,alpha=32,targets=q_proj+v_proj[,dropout=P][,bias=none|all|lora_only]"
+                   "[,modules_to_save=NAME+NAME] (targets left out: PEFT's default for the "
+                   "model type)")
+
+
+def fold_lora(args: argparse.Namespace) -> None:
+    """``--lora SETTINGS`` checked and put into ``args.model_arg`` as the model argument
+    ``lora`` (NOTE [lora]): the form a trace's note, a plan file and a child process of
+    ``measure --repeat`` carry it in."""
+    if args.lora is None:
+        return
+    from ..gpu.model.lora import KEY, canonical
+    model = getattr(args, "model", None)
+    if model is not None and not model.startswith("hf:"):
+        raise ConfigError(f"--lora goes with hf: models, not {model}")
+    if any(a.partition("=")[0].strip() == KEY for a in args.model_arg or []):
+        raise ConfigError(f"give --lora or --model-arg {KEY}=..., not both")
+    args.model_arg = list(args.model_arg or []) + [f"{KEY}={canonical(args.lora)}"]
+    args.lora = None
 
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..units import GiB, MiB
-from .common import memory_cap, model_kwargs, need_torch, shown, writable
+from .common import fold_lora, memory_cap, model_kwargs, need_torch, shown, writable
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     writable(args.output)
+    fold_lora(args)  # bad settings need no GPU to be told
     # Kineto's own log lines ("gpuGetDeviceCount failed" where there
     # is no GPU) are not the user's business; it reads this when torch starts it
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
@@ -147,6 +148,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         raise ConfigError("--optimizer-pinning goes with --optimizer-offload (or a plan "
                           "that offloads the optimizer)")
     writable(args.memory_history)
+    fold_lora(args)
     kwargs = model_kwargs(args.model_arg)
     plan = None
     if args.plan:

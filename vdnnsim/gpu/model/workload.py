@@ -6,9 +6,9 @@ NOTE [workloads]
 Model specs:
 - ``zoo:NAME`` and ``torchvision:NAME``: image classifiers (NOTE in models.py): a batch of
   3xHxW images and 1,000 classes, cross-entropy on the logits;
-- ``hf:NAME`` or ``hf:PATH.yaml``: a transformers model from a config in the repository
-  (NOTE [hf models] in hf.py); its task sets the batch (token ids of ``seq_len``, or
-  images) and the loss is the model's own;
+- ``hf:NAME`` or ``hf:PATH.yaml``: a transformers model from a config (NOTE [hf models]);
+  its task sets the batch (token ids of ``seq_len``, or images), the loss is the model's
+  own; the model argument ``lora`` adds PEFT's LoRA adapters (NOTE [lora]);
 - ``package.module:factory``: any importable callable that returns an nn.Module, called
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
@@ -114,12 +114,18 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
         model, shape, display = build_model(spec)
         return Workload(model, display, "image", tuple(shape), 1000)
     if kind == "hf" and name:
-        from . import hf
+        from . import hf, lora
         if input_spec:
             raise ConfigError(f"{spec}: an hf: model's input comes from its config; use "
                               "--seq-len for a language model")
-        model, hspec = hf.build(name, model_kwargs)
+        adapters = lora.settings(spec, model_kwargs)  # NOTE [lora]
+        config_args = {k: v for k, v in (model_kwargs or {}).items() if k != lora.KEY}
+        if adapters is not None:
+            lora.parse(adapters)  # its errors before the model is built
+        model, hspec = hf.build(name, config_args)
         cfg = model.config
+        if adapters is not None:
+            model = lora.apply(model, adapters, spec)
         if hspec["task"] == "image_classification":
             if seq_len:
                 raise ConfigError(f"{spec}: an image model takes no --seq-len")
@@ -304,7 +310,9 @@ def training_step(workload: Workload, batch_size: int, device, precision: str = 
     auto = autocast_dtype(precision)
     scaler = torch.amp.GradScaler(device.type) if precision == "autocast-fp16" else None
     batch = workload.batch(batch_size, device, pure)
-    opt = make_optimizer(optimizer, workload.model.parameters())
+    # the trainable parameters: a frozen one (a LoRA base, NOTE [lora]) never has a gradient,
+    # so the optimizer would skip it anyway
+    opt = make_optimizer(optimizer, [q for q in workload.model.parameters() if q.requires_grad])
     return Step(runner or workload.model, opt, batch, workload.loss, auto, scaler,
                 device.type, context, workload)
 

@@ -8,8 +8,10 @@ an input's storage (a view, an in-place op) is an alias and keeps its base's nam
 autograd saves comes from saved-tensor hooks; a pack goes to the next op when that op
 reads it, else to the op before. Only the ops the loss depends on stay (``_live``), and an
 in-place op whose base a later op reads. A parameter is the ``weight_bytes`` of the first
-kept op that reads it (tied weights once); one that no kept op reads is the trace's
-``resident_bytes``: held on the GPU, with no gradient and no optimizer state.
+kept op that reads it (tied weights once); one that no kept op reads, or a frozen one
+(``requires_grad`` off: a LoRA base, NOTE [lora]), is the trace's ``resident_bytes``: held
+on the GPU, with no gradient and no optimizer state; an op reading only frozen weights and
+tensors that need none makes one that needs none.
 
 Why ops: torch.fx cannot trace most transformers models (their forward passes branch on
 configuration and shapes). An in-place op whose backward needs its input as it was
@@ -61,6 +63,7 @@ class _Recorder(TorchDispatchMode):
 
     def __init__(self, params: dict[int, int], data: dict[int, str], hold_all: bool = True):
         super().__init__()
+        self.frozen: set[int] = set()  # storages of frozen weights (of ``params``)
         self.hold_all = hold_all  # False on CUDA: a dead storage leaves ``act`` instead
         self.module = OUTSIDE  # the innermost module now running
         self.finalizers: list[weakref.finalize] = []
@@ -88,6 +91,8 @@ class _Recorder(TorchDispatchMode):
             self.act[_sid(copy)] = self.act[s]
         elif s in self.params:
             self.params[_sid(copy)] = 0
+            if s in self.frozen:
+                self.frozen.add(_sid(copy))
 
     def _dead(self, s: int, name: str) -> None:
         if self.act.get(s) == name:
@@ -173,7 +178,7 @@ class _Recorder(TorchDispatchMode):
                 reads.append(sa)
         grad = main.dtype.is_floating_point and (
             any(self.grad.get(t, False) for t in inputs)
-            or any(_sid(a) in self.params for a in ins))
+            or any(_sid(a) in self.params and _sid(a) not in self.frozen for a in ins))
         name = f"{func.__name__.split('.')[0]}_{len(self.nodes)}"
         alias = self.act.get(s)
         if alias is not None and alias not in inputs:
@@ -252,15 +257,18 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     run under checkpoint (NOTE [pack log]); ``as_cuda=False``: on the meta device its own
     choices (a CPU's dropout, SDPA's math path), not CUDA's."""
     from ...errors import ConfigError
-    params = {}
+    params, frozen = {}, set()
     for p in model.parameters():
         params[_sid(p)] = _nbytes(p)
+        if not p.requires_grad:
+            frozen.add(_sid(p))
     first = next(iter(batch.values()))
     data = {_sid(first): "data"}
     meta = first.device.type == "meta"
     known = {batch[k]: v for k, v in (values or {}).items()
              if k in batch and v.numel() <= VALUE_LIMIT}
     rec = _Recorder(params, data, hold_all=meta)
+    rec.frozen = frozen
     rec.values, rec.name = (_Values(known) if meta else None), name
     rec.size["data"] = _nbytes(first)
     if meta:
@@ -314,7 +322,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         f.detach()
     rec.hold.clear()
     out = rec.act.get(_sid(loss), rec.nodes[-1].name)
-    nodes, resident = _live(rec.nodes, out, params)
+    nodes, resident = _live(rec.nodes, out, params, rec.frozen)
     blocks = choose_blocks(model, calls, nodes)
     tag_blocks(nodes, blocks)
     called = {path for path, _ in calls}
@@ -384,8 +392,8 @@ def _from_vdnnsim(tb) -> bool:
 
 
 
-def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
-          ) -> tuple[list[ProbeNode], int]:
+def _live(nodes: list[ProbeNode], out: str, params: dict[int, int],
+          frozen: set[int] = frozenset()) -> tuple[list[ProbeNode], int]:
     """The ops the loss depends on or whose outputs autograd keeps, and
     the bytes of the weights that none of them reads (resident: no gradient, no optimizer
     state). An output nothing reads is freed at once in PyTorch, where the trace would hold
@@ -393,7 +401,8 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
     view) keeps its base's name, so no later op names it: it is kept when a later op reads
     its base, for it wrote what that op reads. An op that saves a tensor that stays stays
     too (so a thrown-away head on a live activation is kept: an overestimate, left as it
-    was). Each weight's bytes go to the first kept op that reads it (tied weights once)."""
+    was). Each weight's bytes go to the first kept op that reads it (tied weights once); a
+frozen weight's (``frozen``, its storages) to none: resident."""
     keep = {out}
     for n in reversed(nodes):
         if n.name in keep or any(s.tensor in keep for s in n.saved) or \
@@ -409,7 +418,7 @@ def _live(nodes: list[ProbeNode], out: str, params: dict[int, int]
     live = [n for n in nodes if n.name in keep]
     given: set[int] = set()
     for n in live:
-        fresh = [s for s in n.attrs.get("_reads", ()) if s not in given]
+        fresh = [s for s in n.attrs.get("_reads", ()) if s not in given and s not in frozen]
         given.update(fresh)
         n.weight_bytes = sum(params[s] for s in fresh)
     return live, sum(params.values()) - sum(n.weight_bytes for n in live)
@@ -466,11 +475,14 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     from ..profile.assemble import assemble
     from ..model.workload import DTYPES
 
+    from ..model.lora import frozen_bytes, note
+
     work, p = probe_workload(spec, batch_size, precision, seq_len, model_kwargs, input_spec)
     pure = DTYPES.get(precision, torch.float32)
     dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32")
-    extra = (f"; {p.resident_weight_bytes} bytes of weights that no op the loss depends on "
-             "reads are resident_bytes" if p.resident_weight_bytes else "")
+    unread = p.resident_weight_bytes - frozen_bytes(work.model)  # frozen ones: note()'s
+    extra = (f"; {unread} bytes of weights that no op the loss depends on "
+             "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model)
     om = op_model_for(gpu)
     if om is None:
         d = assemble(p, dtype=dtype, source={

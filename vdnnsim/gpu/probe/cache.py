@@ -6,7 +6,7 @@ test session traces the same model many times. With ``VDNNSIM_TRACE_CACHE=DIR`` 
 makers of traces from models (``memory_trace``, ``synthesize_model``) keep each trace file
 in DIR, keyed by their arguments, the GPU preset as a whole, an ``hf:`` file's or a
 factory module's text (not what that module imports), the versions of torch, torchvision,
-transformers and timm, and a hash of vdnnsim's source and data: any change misses. A hit
+transformers, timm and peft, and a hash of vdnnsim's source and data: any change misses. A hit
 is the file read back and gives the same ``Trace`` as tracing afresh (tested). Off by
 default; the test suite sets it to a folder of its own, removed when the session ends.
 """
@@ -40,7 +40,7 @@ def _source_hash() -> str:
 
 def _versions() -> list[str]:
     out = []
-    for dist in ("torch", "torchvision", "transformers", "timm"):
+    for dist in ("torch", "torchvision", "transformers", "timm", "peft"):
         try:
             out.append(f"{dist}={metadata.version(dist)}")
         except metadata.PackageNotFoundError:

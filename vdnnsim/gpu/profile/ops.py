@@ -251,7 +251,8 @@ def step_memory(step: Any, cuda: bool) -> tuple[int, int]:
     if temp is None:  # the optimizer state's count
         from ...trace.optimizer import ADAM_TEMP
         temp = ADAM_TEMP * sum(p.numel() * p.element_size()
-                               for p in step.workload.model.parameters()) if state else 0
+                               for p in step.workload.model.parameters()
+                               if p.requires_grad) if state else 0
     step.zero_grad()
     return state, temp
 
@@ -310,6 +311,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     check (default h200)."""
     from ...api import resolve_gpu
     from ...errors import ConfigError
+    from ..model.lora import note
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
@@ -356,7 +358,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                    f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
                    f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "
                    f"backward in {t['host_bwd_pass_ms']:.2f} ms"
-}
+                   + note(spec, model_kwargs, work.model)}
     d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
                  dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  hosts=hosts, host_step_ns=round(host_step_ns))

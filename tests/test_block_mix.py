@@ -72,14 +72,14 @@ def test_a_mix_offloads_the_first_blocks_and_checkpoints_the_ones_after(vgg):
 
 
 def test_the_planner_mixes_where_that_is_faster_than_either_alone(vgg, tmp_path):
-    """At 80% of the step's peak: checkpointing alone never fits (a checkpointed
+    """At 85% of the step's peak: checkpointing alone never fits (a checkpointed
     convolution keeps its input, and a ReLU(inplace=True), which writes its input, cannot
-    be checkpointed), offloading alone fits with 15 blocks; offloading the first few and
+    be checkpointed), offloading alone fits with 13 blocks; offloading the first few and
     checkpointing some after them fits faster. The plan file says both, and the policy's
     budget replays the same plan."""
     gpu = resolve_gpu("h200")
     eager = run_trace(vgg, gpu, "eager", record=False)
-    budget = int(0.8 * eager.peak_memory_bytes)
+    budget = int(0.85 * eager.peak_memory_bytes)
     p = plan_blocks(vgg, gpu, budget)
     assert p.fits and p.blocks > 0 and p.recompute > 0
     assert not any(ok for _, ok, _, _ in p.tried_recompute)
@@ -97,9 +97,10 @@ def test_the_planner_mixes_where_that_is_faster_than_either_alone(vgg, tmp_path)
                      record=False)
     assert not less.fits
     # why counting up and not bisecting: fitting is not monotone in the checkpointed count
-    # (the docstring's example: 3 offloaded fit with 7 checkpointed, not with 8, and with 14)
-    assert [run_trace(vgg, gpu, "vdnn_blocks", {"blocks": 3, "recompute": r}, budget,
-                      record=False).fits for r in (7, 8, 14)] == [True, False, True]
+    # (docs/beyond-vdnn.md's example: 8 offloaded fit with 2 checkpointed, not with 3 to 8,
+    # and again with 9)
+    assert [run_trace(vgg, gpu, "vdnn_blocks", {"blocks": 8, "recompute": r}, budget,
+                      record=False).fits for r in (2, 3, 8, 9)] == [True, False, False, True]
     via = run_trace(vgg, gpu, "vdnn_blocks", {"budget": budget}, budget, record=False)
     assert via.fits and via.iteration_time_ns == p.iteration_time_ns
     d = block_plan_to_dict(vgg, gpu, budget, p)
@@ -119,7 +120,7 @@ def test_vdnnsim_plan_says_the_mix(vgg, tmp_path):
                                    "policy": "eager"}))
     eager = run_trace(vgg, resolve_gpu("h200"), "eager", record=False)
     out = tmp_path / "plan.yaml"
-    r = run_cli(["plan", str(cfg), "--budget", str(int(0.8 * eager.peak_memory_bytes)),
+    r = run_cli(["plan", str(cfg), "--budget", str(int(0.85 * eager.peak_memory_bytes)),
                  "--method", "blocks", "-o", str(out)], cwd=ROOT)  # (auto: a tensor plan)
     assert r.returncode == 0, r.stderr
     plan = yaml.safe_load(out.read_text())

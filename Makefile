@@ -6,8 +6,6 @@
 #             demo, reproduce and list from it, outside the source tree (.ci/run does this).
 # make fuzz:  the full fuzzing campaign, 10,000 cases of the test run's seed (the test run
 #             takes the first 1,500); bench/fuzz.py explores other seeds.
-# pip installs with --no-compile: Python compiles a module when it is first imported, and
-# most of torch's and transformers' thousands of files never are (36 s of make test's install).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -20,11 +18,11 @@ WHEEL_CHECK := build/wheel-check
 $(CORE): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -e .
+	$(BIN)/python -m pip install -q -e .
 	touch $(CORE)
 
 $(DEV): $(CORE)
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev,torch,hf,peft]'
+	$(BIN)/python -m pip install -q -e '.[dev,torch,hf,peft]'
 	touch $(DEV)
 
 demo: $(CORE)
@@ -40,7 +38,7 @@ wheel-check: $(CORE)
 	rm -rf $(WHEEL_CHECK)
 	$(BIN)/python -m pip wheel -q --no-deps -w $(WHEEL_CHECK)/dist .
 	$(PYTHON) -m venv $(WHEEL_CHECK)/venv
-	$(WHEEL_CHECK)/venv/bin/python -m pip install -q --no-compile $(WHEEL_CHECK)/dist/vdnnsim-*.whl
+	$(WHEEL_CHECK)/venv/bin/python -m pip install -q $(WHEEL_CHECK)/dist/vdnnsim-*.whl
 	bash bench/wheel_check.sh $(WHEEL_CHECK)/venv $(BIN)/vdnnsim
 
 bench: $(CORE)

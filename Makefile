@@ -28,11 +28,13 @@ $(DEV): $(CORE)
 demo: $(CORE)
 	$(BIN)/vdnnsim run configs/demo.yaml
 
+# The test run writes bytecode (an empty PYTHONDONTWRITEBYTECODE, where the machine sets
+# it): its hundreds of vdnnsim subprocesses then compile the package once, not each.
 test: $(DEV)
-	$(BIN)/python -m pytest -n auto --dist worksteal
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n auto --dist worksteal
 
 quick: $(DEV)
-	$(BIN)/python -m pytest -n auto --dist worksteal -m "not slow"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n auto --dist worksteal -m "not slow"
 
 wheel-check: $(CORE)
 	rm -rf $(WHEEL_CHECK)

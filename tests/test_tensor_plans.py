@@ -124,14 +124,19 @@ def test_the_plan_file_keys_every_offload_and_reads_back(traced, tmp_path):
             LayerPlanFile.model_validate(bad)
 
 
-def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
+def _run_config(traced, tmp_path):
+    """A run config of the traced convnet, and a budget of 60% of its peak."""
     from vdnnsim.trace import save_trace
-    trace, gpu, eager = traced
+    trace, _, eager = traced
     path = tmp_path / "convnet.yaml"
     save_trace(trace, path)
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"network: {path}\nbatch_size: 64\ngpu: h200\npolicies: [eager]\n")
-    budget = int(0.6 * eager.peak_memory_bytes)
+    return cfg, int(0.6 * eager.peak_memory_bytes)
+
+
+def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
+    cfg, budget = _run_config(traced, tmp_path)
     r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors",
                  "-o", tmp_path / "p.yaml"])
     assert r.returncode == 0, r.stderr
@@ -154,13 +159,7 @@ def test_a_tensor_plan_leaves_its_margin_free_and_its_file_keeps_the_cap(traced,
     budget is the run's cap and says the margin; --margin 0 plans at the budget, and a
     margin that is not a percentage is refused in one line."""
     from vdnnsim.planners.tensors import PLAN_MARGIN
-    from vdnnsim.trace import save_trace
-    trace, gpu, eager = traced
-    path = tmp_path / "convnet.yaml"
-    save_trace(trace, path)
-    cfg = tmp_path / "run.yaml"
-    cfg.write_text(f"network: {path}\nbatch_size: 64\ngpu: h200\npolicies: [eager]\n")
-    budget = int(0.6 * eager.peak_memory_bytes)
+    cfg, budget = _run_config(traced, tmp_path)
     room = budget - int(budget * PLAN_MARGIN)
     r = run_cli(["plan", cfg, "--budget", str(budget), "--method", "tensors",
                  "-o", tmp_path / "m.yaml"])

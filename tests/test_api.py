@@ -147,3 +147,17 @@ def test_plan_config_returns_a_frozen_report_that_vdnnsim_plan_prints(tmp_path, 
     assert printed.out == "\n".join(out) + "\n"
     assert printed.err.startswith("\n".join(notes + ["wrote "]).lstrip("\n"))
     assert yaml.safe_load(plan.read_text())["budget_bytes"] == 2**30
+
+
+def test_plan_config_refuses_a_margin_that_is_not_a_share_of_the_budget():
+    """NOTE [plan margin] through the library: a margin from 0 to below 1, else one
+    ConfigError (the CLI's --margin checks its percentage itself)."""
+    from vdnnsim.api import plan_config
+    from vdnnsim.config import config_from_dict
+    cfg = config_from_dict({"network": "vgg16", "batch_size": 8, "gpu": "k40",
+                            "policies": ["baseline_p"]})
+    for bad in (1.0, -0.1, float("nan"), "4%"):
+        with pytest.raises(ConfigError, match="margin: a share of the budget"):
+            plan_config(cfg, ".", 2**30, method="greedy", margin=bad)
+    assert plan_config(cfg, ".", 2**30, method="greedy", margin=0.1).margin_bytes == \
+        int(2**30 * 0.1)

@@ -439,6 +439,8 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     s = setup_run(cfg, base_dir, source, allocator=allocator)
     trace, gpu, settings = s.trace, s.gpu, s.allocator
     offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
+    if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < 1):
+        raise ConfigError(f"margin: a share of the budget from 0 to below 1, got {margin!r}")
     tensors = method == "tensors" or method == "auto" and op_trace(trace) and trace.timed
     room = budget_bytes - int(budget_bytes * (margin if margin is not None else
                                               PLAN_MARGIN if tensors else 0))

@@ -108,7 +108,8 @@ def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
         skipped = [{k: v for k, v in c.items() if k != "error"} for c in raw["skipped"]]
         # the shipped file's cases, in order, are the grid's (less what it skipped)
         keys = lambda c: tuple(sorted((k, v) for k, v in c.items()  # noqa: E731
-                                      if k not in ("pass", "ops", "time_ns", "host_ns")))
+                                      if k not in ("pass", "ops", "time_ns", "host_ns",
+                                                   "workspace_bytes")))
         seen = []
         for r in raw["records"]:
             k = keys(r)
@@ -116,8 +117,14 @@ def test_the_cnn_grid_leaves_the_transformer_grid_of_a_seed_as_it_was():
                 seen.append(k)
         assert seen == [keys(c) for c in grid if c not in skipped], name
     cnn = co._todo("cnn", 1.0, 0, "bf16")
+    video = co._todo("video", 1.0, 0, "bf16")
     assert co._todo("all", 1.0, 0, "bf16") == co._todo("transformer", 1.0, 0, "bf16") + cnn \
-        + co._todo("norms", 1.0, 0, "bf16")
+        + co._todo("norms", 1.0, 0, "bf16") + video
+    # the video grid: 3-D convolutions of each kind video CNNs have, within the memory caps
+    assert len(video) == 100 and {c["op"] for c in video} == {"conv3d"}
+    assert {(c["kt"], c["kh"]) for c in video} >= {(3, 3), (1, 1), (1, 3), (3, 1)}
+    assert all(c["batch"] * max(c["c"], c["k_out"]) * c["t"] * c["h"] ** 2 * 2 <= 2**31
+               for c in video)
     convs = [c for c in cnn if c["op"] == "conv"]
     for cl in (False, True):
         dw = [c for c in convs if c["cl"] == cl and c["groups"] == c["c"] > 1]

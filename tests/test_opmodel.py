@@ -412,3 +412,39 @@ def test_batch_norm_takes_the_reduction_form_where_it_cross_validates_better():
     flat = {"op": "native_batch_norm", "dt": "fp32", "form": "bcast", "bytes": 1 << 20}
     t_flat, own = om.time_ns(flat, "fwd")
     assert own and t_flat == pytest.approx(c["own"]["a"] + c["own"]["s"] * (1 << 20))
+
+
+def test_a_3d_convolution_has_classes_of_its_own_and_takes_the_2d_class_without_them():
+    """NOTE [op model]: a 3-D convolution's features count its taps in time and key a class
+    of their own; where the calibration has no 3-D case (the shipped H200 model), the 2-D
+    class of its kind times it, counted as a stand-in."""
+    import random
+
+    import torch
+    from vdnnsim.gpu.probe.opfeatures import op_features
+
+    x, w = torch.empty(2, 8, 4, 14, 14, device="meta"), torch.empty(16, 8, 3, 1, 1,
+                                                                    device="meta")
+    y = torch.nn.functional.conv3d(x, w, None, (1, 2, 2), (1, 0, 0))
+    f = op_features(torch.ops.aten.convolution.default, (x, w, None, [1, 2, 2], [1, 0, 0], [1, 1, 1], False,
+                                    [0, 0, 0], 1), {}, (y,))
+    assert (f["nd"], f["kd"], f["kh"], f["kw"], f["stride"]) == (3, 3, 1, 1, 2)
+    assert opmodel.conv_kind(f) == "dense3d" and f["k"] == 8 * 3
+    rng = random.Random(0)
+    peaks = {"fp32": 67e12, "tf32": 494.7e12, "bf16": 989e12}
+    fitted = opmodel.fit([_conv_raw("fp32", rng), _conv_raw("bf16", rng)], peaks, 4.8e12, 132)
+    om = opmodel.OpModel(fitted, peaks, 4.8e12, 132, "test")
+    conv3d = {"op": "convolution", "dt": "bf16", "bytes": 1 << 26, "b": 1,
+              "m": 64 * 8 * 28 * 28, "n": 128, "k": 128 * 27, "c": 128, "kd": 3, "kh": 3,
+              "kw": 3, "stride": 1, "nd": 3}
+    t, own = om.time_ns(conv3d, "fwd")
+    flat = {k: v for k, v in conv3d.items() if k != "nd"}
+    assert not own and t == pytest.approx(om.time_ns(flat, "fwd")[0])
+    # the taps in time count: a 3 x 3 x 3 kernel's features are not a 3 x 3 one's
+    assert opmodel.conv_phi(conv3d, "fwd", 132, 989e12, 4.8e12)[0] != \
+        opmodel.conv_phi(dict(conv3d, kd=1), "fwd", 132, 989e12, 4.8e12)[0]
+    with_3d = dict(fitted, classes={**fitted["classes"], **{
+        k.replace(":dense|", ":dense3d|"): v for k, v in fitted["classes"].items()
+        if k.startswith("convolution:dense|")}})
+    t3, own3 = opmodel.OpModel(with_3d, peaks, 4.8e12, 132, "test").time_ns(conv3d, "fwd")
+    assert own3 and t3 == pytest.approx(t)

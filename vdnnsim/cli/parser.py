@@ -229,8 +229,10 @@ def _calibrate(sub: Any) -> None:
                     "(GEMMs, attention, norms, pointwise, loss, AdamW; convolutions, CNN norms "
                     "and pooling) for the op-level model, instead of "
                     "the CNN layer grid")
-    ca.add_argument("--classes", default="all", choices=["all", "transformer", "cnn", "norms"],
-                    help="with --ops: which grids to run (default: all three)")
+    ca.add_argument("--classes", default="all",
+                    choices=["all", "transformer", "cnn", "norms", "video"],
+                    help="with --ops: which grids to run (default: all four; video: 3-D "
+                    "convolutions)")
     ca.add_argument("--host-only", action="store_true", help="with --ops: only the host's "
                     "cost per op (chains of small ops, of one op and mixed; fp32, bf16, "
                     "bf16 autocast)")

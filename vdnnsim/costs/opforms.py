@@ -20,7 +20,7 @@ CASE_OP = {"gelu_tanh": "gelu", "mul_scalar": "mul", "add_scalar": "add", "mul_r
            "add_row": "add", "to_bf16": "_to_copy", "to_fp32": "_to_copy",
            "layer_norm": "native_layer_norm", "softmax": "_softmax",
            "log_softmax": "_log_softmax", "nll_loss": "nll_loss_forward",
-           "conv": "convolution", "batch_norm": "native_batch_norm",
+           "conv": "convolution", "conv3d": "convolution", "batch_norm": "native_batch_norm",
            "group_norm": "native_group_norm", "max_pool": "max_pool2d_with_indices",
            "avg_pool": "avg_pool2d", "adaptive_avg_pool": "mean", "pad": "constant_pad_nd",
            "relu4d": "relu"}
@@ -78,9 +78,10 @@ def gemm_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float,
 
 
 def conv_kind(f: dict[str, Any]) -> str:
-    """A convolution's class: depthwise or dense, channels-last apart."""
+    """A convolution's class: depthwise or dense, 3-D and channels-last apart."""
     dw = f.get("b", 1) > 1 and f.get("n") == 1 and f.get("b") == f.get("c")
-    return ("dw" if dw else "dense") + ("_cl" if f.get("cl") else "")
+    return ("dw" if dw else "dense") + ("3d" if f.get("nd") == 3 else "") + \
+        ("_cl" if f.get("cl") else "")
 
 
 def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
@@ -92,7 +93,7 @@ def conv_phi(f: dict[str, Any], pass_: str, sms: int, peak: float, bw: float
     nbytes = max(float(f.get("bytes", 0)), 1.0) * (1 if pass_ == "fwd" else 2)
     phi, roof = gemm_phi(f, pass_, sms, peak, bw, nbytes)
     ln = math.log
-    return phi + [ln(f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
+    return phi + [ln(f.get("kd", 1) * f.get("kh", 1) * f.get("kw", 1)), ln(f.get("stride", 1)),
                   ln(max(f.get("c", 1) // max(f.get("b", 1), 1), 1))], roof
 
 

@@ -31,9 +31,10 @@ time (where its output takes a gradient), and the host's cost of both:
   implicit GEMM's unfolded input); no conv is faster than its class's fastest case (below
   the grid a conv is launch-bound); no feature counts beyond 3 sd of the class's cases
   (``clip``: a depthwise conv's intensity barely varies over the grid, and a small
-  model's conv would otherwise be extrapolated to absurd times). A kind or format without
-  cases takes the other format's
-  class, then the ``mm`` fit (a stand-in the trace's note counts). Batch and group norm,
+  model's conv would otherwise be extrapolated to absurd times). A 3-D convolution has
+  classes of its own (its taps in time among the taps). A kind or format without cases
+  takes the other format's class, a 3-D one the 2-D class, then the ``mm`` fit (a
+  stand-in the trace's note counts). Batch and group norm,
   pooling, padding and hardtanh are streaming ops like any other.
 - A batch norm of a 4-D feature map: ``a + s x bytes``, or the CNN kernel model's form
   ``a + max(channel bytes / k, bytes / b)`` (a block reduces each channel: a few long
@@ -106,7 +107,9 @@ class OpModel:
         if op == "convolution" and "m" in f:
             kind = conv_kind(f)
             other = kind[:-3] if kind.endswith("_cl") else kind + "_cl"
-            for k in (kind, other):  # the other memory format's class, then a stand-in
+            flat = [k.replace("3d", "") for k in (kind, other)] if "3d" in kind else []
+            # the other memory format's class, a 3-D conv's 2-D class, then a stand-in
+            for k in [kind, other] + flat:
                 c = self._cls(f"convolution:{k}|{look}|{pass_}")
                 if c is not None:
                     phi, roof = conv_phi(f, pass_, self.sms, conv_peak(dt, self.peaks),

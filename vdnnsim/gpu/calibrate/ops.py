@@ -30,8 +30,10 @@ recorded); and the 4-D streaming ops of CNNs: batch norm (training), group norm,
 average pooling, global average pooling, constant padding, hardtanh (ReLU6), ReLU. The
 norms grid (``--classes norms``, in ``all`` too; its own seed) times batch norm and group
 norm five times as often, over the same stages and batch sizes: the CNN grid's six batch
-norms a precision could not tell a per-channel reduction from a stream. Nothing here is
-fitted; vdnnsim/costs/ops.py fits the file this writes. The host's chains: host.py
+norms a precision could not tell a per-channel reduction from a stream. The video grid
+(``--classes video``, in ``all`` too; its own seed) times 3-D convolutions of video-CNN
+stages (STAGES_VIDEO), NCDHW. A convolution's pass records its workspace too (the peak
+allocated during one call beyond what it returns). Nothing here is fitted; vdnnsim/costs/ops.py fits the file this writes. The host's chains: host.py
 (NOTE [host mixes]).
 """
 
@@ -46,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .host import HOST_CHAINS, MIX_FAMILIES, host_chains, host_mixes  # noqa: F401
-from .kernels import _Clock, _weights
+from .kernels import _Clock, _peak_beyond, _weights
 from .record import _Ops
 from ..model.workload import DTYPES
 from ..profile.assemble import software
@@ -61,7 +63,7 @@ UNARY = ["gelu", "gelu_tanh", "silu", "tanh", "neg", "rsqrt", "pow", "exp", "sig
 BINARY = ["add", "mul", "sub", "div", "mul_row", "add_row", "where"]
 OTHER = ["to_bf16", "to_fp32", "native_dropout", "layer_norm", "mean", "softmax",
          "log_softmax", "nll_loss", "embedding", "cat", "clone"]
-CLASSES = ("all", "transformer", "cnn", "norms")
+CLASSES = ("all", "transformer", "cnn", "norms", "video")
 # CNN stages: (feature map side, channel widths) as CNN grids draw them (calibrate.py)
 # Grid 1 (the shipped CNN files': a file without "grid" is of grid 1); grid 2 adds 224 (VGG's
 # and U-Net's first stage) and 112 x 128 (VGG's second), where grid 1 had 224 only for
@@ -71,6 +73,10 @@ _STAGES_1 = [(112, [16, 32, 64]), (56, [24, 48, 64, 96, 128, 256]),
              (7, [160, 320, 512, 960, 1280, 2048])]
 STAGES_CNN = {1: _STAGES_1, 2: [(224, [32, 64]), (112, [16, 32, 64, 128])] + _STAGES_1[1:]}
 GRID = 2  # the CNN and norms grids' version a calibration now draws (recorded as "grid")
+# video CNN stages: (frames, side, channel widths), 112- and 224-pixel clips of 8-32 frames
+STAGES_VIDEO = [(16, 56, [24, 45, 64, 96, 144]), (8, 56, [64, 192]),
+                (8, 28, [128, 192, 230, 256, 288, 480]), (4, 14, [256, 460, 480, 512, 832]),
+                (2, 7, [512, 832, 921, 1024]), (32, 28, [64, 128])]
 CNN_STREAMING = ["batch_norm", "group_norm", "max_pool", "avg_pool", "adaptive_avg_pool",
                  "pad", "hardtanh", "relu4d"]
 
@@ -158,6 +164,32 @@ def cnn_cases(rng: random.Random, n_each: int, dtype: str, grid: int = GRID
     return out + _feature_map_cases(rng, CNN_STREAMING, n_each, grid)
 
 
+def video_cases(rng: random.Random, n_each: int, dtype: str) -> list[dict[str, Any]]:
+    """The video grid: ``10 n_each`` 3-D convolutions (NCDHW) as video CNNs have them: full
+    3 x 3 x 3 and 1 x 1 x 1, (2+1)-D's 1 x 3 x 3 and 3 x 1 x 1, strided, a stem on the clip."""
+    e = 4 if dtype == "fp32" else 2
+    out: list[dict[str, Any]] = []
+    while len(out) < 10 * n_each:
+        b = rng.choice([2, 4, 8, 16, 32, 64])
+        if rng.random() < 0.08:  # a stem: the clip itself
+            t, h, c = rng.choice([8, 16, 32]), rng.choice([112, 224]), 3
+            kt, k, (st, ss) = rng.choice([(3, 7, (1, 2)), (1, 7, (1, 2)), (3, 3, (1, 1))])
+            kk = rng.choice([45, 64])
+        else:
+            t, h, chans = rng.choice(STAGES_VIDEO)
+            c = rng.choice(chans)
+            kt, k = rng.choice([(3, 3), (3, 3), (1, 1), (1, 3), (3, 1), (1, 1)])
+            st = ss = 2 if rng.random() < 0.15 else 1
+            kk = max(8, int(c * rng.choice([0.25, 0.5, 1, 1, 2, 4])))
+        to, ho = (t + 2 * (kt // 2) - kt) // st + 1, (h + 2 * (k // 2) - k) // ss + 1
+        if to < 1 or ho < 1 or max(b * c * t * h * h, b * kk * to * ho * ho) * e > 2**31 \
+                or 2 * b * kk * to * ho * ho * c * kt * k * k > 4e12:
+            continue
+        out.append(dict(op="conv3d", batch=b, c=c, t=t, h=h, k_out=kk, kt=kt, kh=k,
+                        st=st, stride=ss))
+    return out
+
+
 def _feature_map_cases(rng: random.Random, ops: list[str], n: int, grid: int = GRID
                        ) -> list[dict[str, Any]]:
     """Each op of ``ops`` ``n`` times on a feature map of a CNN stage (at most 2 GiB)."""
@@ -231,6 +263,14 @@ def _passes(case: dict[str, Any], dev: torch.device, dt: torch.dtype
             calls["bwd"] = lambda: torch.autograd.grad(y, wrt, gy, retain_graph=True)
         return calls
 
+    if op == "conv3d":
+        kt, k = case["kt"], case["kh"]
+        x = rand(case["batch"], case["c"], case["t"], case["h"], case["h"]) \
+            .detach().requires_grad_(case["c"] > 3)
+        w = rand(case["k_out"], case["c"], kt, k, k)
+        return fwd_bwd(lambda x_, w_: F.conv3d(x_, w_, None, (case["st"], case["stride"],
+                                                              case["stride"]),
+                                               (kt // 2, k // 2, k // 2)), x, w)
     if op == "conv" or op in CNN_STREAMING:
         return _cnn_passes(case, rand, fwd_bwd)
     if op in ("mm", "addmm"):
@@ -383,7 +423,9 @@ def calibrate_ops(dtype: str = "bf16", scale: float = 1.0, seed: int = 0,
             ops = _record_ops(calls["fwd"])
             for name, fn in calls.items():
                 gpu, host = clock.time_ms(fn)
-                records.append({**case, "pass": name, "ops": ops,
+                ws = {"workspace_bytes": _peak_beyond(fn, dev)} \
+                    if case["op"] in ("conv", "conv3d") and dev.type == "cuda" else {}
+                records.append({**case, "pass": name, "ops": ops, **ws,
                                 "time_ns": round(gpu * 1e6, 1), "host_ns": round(host * 1e6, 1)})
             del calls
         except RuntimeError as exc:  # out of memory, or a kernel refusing the shape: logged
@@ -426,6 +468,8 @@ def _todo(classes: str, scale: float, seed: int, dtype: str, grid: int = GRID
         todo += cnn_cases(random.Random(seed + 2), n_each, dtype, grid)
     if classes in ("all", "norms"):
         todo += norm_cases(random.Random(seed + 3), n_each, dtype, grid)
+    if classes in ("all", "video"):
+        todo += video_cases(random.Random(seed + 4), n_each, dtype)
     return todo
 
 

@@ -88,7 +88,7 @@ def pooled_note(pooled: Counter) -> str:
         return ""
     top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
     return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
-            f"of their own, timed by a stand-in (a convolution by its other memory format's class "
-            f"or, without one, as an implicit GEMM; any other by the median streaming class)"
+            f"of their own, timed by a stand-in (a convolution by its other memory format's class, "
+            f"a 3-D one by the 2-D class or, without one, as an implicit GEMM; any other by the median streaming class)"
             f": {top}")
 

@@ -86,6 +86,9 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             if x.dim() == 4 and not x.is_contiguous() \
                     and x.is_contiguous(memory_format=torch.channels_last):
                 f["cl"] = True
+            if w.dim() == 5:  # a 3-D convolution: its taps in time, then as a 2-D one's
+                f.update(nd=3, kd=int(w.shape[2]), kh=int(w.shape[3]), kw=int(w.shape[4]),
+                         stride=int(args[3][-1]) if len(args) > 3 and len(args[3]) else 1)
         elif op.endswith("batch_norm") or op.startswith("_batch_norm"):  # its feature map
             x = args[0]
             if x.dim() == 4:

@@ -55,7 +55,7 @@ for m in yaml.safe_load(open(sys.argv[1]))["models"]:
         f = f"--model {m['spec']} -b {m['batch']} --dtype {m['dtype']} --optimizer adamw"
         f += f" --input {m['input']}" if m.get("input") else ""
         f += "".join(f" --model-arg {k}={v}" for k, v in (m.get("model_args") or {}).items())
-        print(f"{m['name']}|{f}")
+        print(f"{m['name']}-eager|{f}")
 PY
   while IFS='|' read -r name args; do
     grep -q "\"name\": \"$name\"" "$W/steps_$card.jsonl" 2>/dev/null && continue

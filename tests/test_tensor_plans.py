@@ -144,6 +144,8 @@ def test_vdnnsim_plan_method_tensors_writes_a_version_3_plan(traced, tmp_path):
     assert plan.version == 3 and plan.model == "tests.test_tensor_plans:convnet"
     assert plan.input == "image:3,96,96:10" and plan.dtype == "fp32" and plan.batch_size == 64
     assert "planned" in r.stdout and "cannot run" not in r.stderr
+    # its convolutions' workspaces are unknown, and the report says what that leaves out
+    assert "convolution(s) have no workspace" in r.stderr, r.stderr
     if not torch.cuda.is_available():  # the plan says all a measurement needs
         r = run_cli(["measure", "--plan", tmp_path / "p.yaml"])
         assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr, r.stderr

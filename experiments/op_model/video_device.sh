@@ -6,7 +6,8 @@
 #    microbenchmarks and workspaces): OUT/CARD_ops_video_DTYPE.json;
 # 2. on a card without a shipped op calibration of its own (the H100), the rest of one:
 #    the transformer grids (fp32, bf16), the CNN grids (scale 0.6, as the H200's) and the
-#    host's chains: OUT/CARD_ops_NAME.json;
+#    host's chains, less what traces/h200_op_model_heldout/h100_sets12/cal/ has from an
+#    earlier loan: OUT/CARD_ops_NAME.json;
 # 3. the held-out video CNNs' uncapped steps (experiments/tensor_plans/heldout.yaml; three
 #    fresh processes each) on a card that has none measured: OUT/steps_CARD.jsonl;
 # 4. with what is left of SECONDS, experiments/tensor_plans/device.sh OUT LEFT CASE ...
@@ -28,9 +29,12 @@ CAL=$ROOT/vdnnsim/data/calibration
 W=/tmp/vdnnsim_video
 pack() { tar -czf "$OUT/op_calibration.tgz" -C "$W" . ; }
 left() { echo $(( END - $(date +%s) )); }
+# the H100's transformer grids and host chains, made on an earlier loan
+EARLIER=$ROOT/traces/h200_op_model_heldout/h100_sets12/cal
 calibrate() {  # NAME, then calibrate's arguments
   local name=$1; shift
-  [ -e "$CAL/${card}_ops_$name.json" ] || [ -e "$W/${card}_ops_$name.json" ] && return 0
+  [ -e "$CAL/${card}_ops_$name.json" ] || [ -e "$W/${card}_ops_$name.json" ] || \
+    [ -e "$EARLIER/${card}_ops_$name.json" ] && return 0
   [ "$(left)" -lt 200 ] && { echo "$name not started (deadline)" >> "$W/log.txt"; return 0; }
   local t0; t0=$(date +%s)
   python3 -m vdnnsim calibrate --ops "$@" -o "$W/${card}_ops_$name.json" >> "$W/log.txt" 2>&1
@@ -44,7 +48,7 @@ if [ ! -e "$CAL/${card}_ops.model.json" ]; then  # a card without its own op mod
   calibrate fp32 --classes transformer --dtype fp32
   calibrate cnn_bf16 --classes cnn --scale 0.6 --dtype bf16
   calibrate cnn_fp32 --classes cnn --scale 0.6 --dtype fp32
-  calibrate host --host-only
+  [ -e "$EARLIER/host_1.json" ] || calibrate host --host-only
 fi
 STEPS=$ROOT/traces/${card}_video_steps/steps_$card.jsonl
 if [ ! -e "$STEPS" ] && [ "$card" != h100 ]; then  # the H100's are in runs_h100.jsonl

@@ -448,3 +448,32 @@ def test_a_3d_convolution_has_classes_of_its_own_and_takes_the_2d_class_without_
         if k.startswith("convolution:dense|")}})
     t3, own3 = opmodel.OpModel(with_3d, peaks, 4.8e12, 132, "test").time_ns(conv3d, "fwd")
     assert own3 and t3 == pytest.approx(t)
+
+
+def test_gemms_whose_operands_differ_in_size_are_fitted_as_gemms_not_broadcasts():
+    """A GEMM's operands differ in size, which the op features mark as a broadcast form
+    (a binary op's); the fit keys GEMMs without it, so the model finds its GEMM classes.
+    (An H100 calibration fitted before this had its GEMMs filed as per-byte
+    ``mm@bcast`` classes.)"""
+    import random
+
+    rng = random.Random(1)
+    recs = []
+    for i in range(60):
+        op = ("mm", "addmm", "bmm")[i % 3]
+        b = 8 if op == "bmm" else 1
+        m, n, k = (rng.choice([256, 1024, 4096]) for _ in range(3))
+        f = {"op": op, "dt": "bf16", "bytes": 2 * b * (m * k + k * n + m * n), "b": b,
+             "m": m, "n": n, "k": k, "form": "bcast"}
+        for pass_ in ("fwd", "bwd"):
+            _, roof = opmodel.gemm_phi(f, pass_, 132, 989e12, 4.8e12)
+            recs.append({"op": op, "pass": pass_, "ops": [f],
+                         "time_ns": roof / 0.7 * rng.uniform(0.95, 1.05)})
+    raw = {"dtype": "bf16", "gpu": {"name": "test", "sm_count": 132}, "records": recs,
+           "host_chains": []}
+    fitted = opmodel.fit([raw], {"fp32": 67e12, "bf16": 989e12}, 4.8e12, 132)
+    keys = set(fitted["classes"])
+    assert {f"{op}|bf16|{p}" for op in ("mm", "addmm", "bmm") for p in ("fwd", "bwd")} <= keys
+    assert not [k for k in keys if "@" in k]
+    assert all(fitted["classes"][f"{op}|bf16|fwd"]["fit_error"]["median"] < 0.1
+               for op in ("mm", "addmm", "bmm"))

@@ -86,8 +86,8 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
                 key = f"sdpa:{kern}|{f['dt']}|{r['pass']}"
             elif f["op"] == "convolution":
                 key = f"convolution:{conv_kind(f)}|{f['dt']}|{r['pass']}"
-            else:
-                form = CASE_FORM.get(r["op"], f.get("form", ""))
+            else:  # (a GEMM's operands differ in size: no broadcast form, one class)
+                form = "" if f["op"] in GEMMS else CASE_FORM.get(r["op"], f.get("form", ""))
                 key = f"{f['op']}{'@' + form if form else ''}|{f['dt']}|{r['pass']}"
             groups.setdefault(key, []).append((f, r["time_ns"]))
     classes: dict[str, Any] = {}

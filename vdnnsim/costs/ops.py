@@ -213,7 +213,7 @@ SPEC_MODEL = MODEL + "-specs"
 # what ``vdnnsim trace`` says of the rule's error where the GPU differs from the donor in
 # bandwidth alone (tests/test_opmodel.py holds it to the committed comparison)
 SPEC_RULE_ERROR = ("measured on an H100, blind (22 runs of seen transformers and CNNs): fp32 "
-                   "2.4% median, 11.4% max; autocast-bf16 10.6% / 20.9% (host-bound: the host "
+                   "2.4% median, 11.4% max; autocast-bf16 10.5% / 20.9% (host-bound: the host "
                    "costs are the H200 machine's)")
 
 

@@ -8,6 +8,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .fx import _sid
+from .moe import fallback, grouped_mm_out
 
 
 # NOTE [op values]
@@ -52,6 +53,10 @@ class _Values:
         self.of[id(t)] = v
         self.on.setdefault(_sid(t), set()).add(id(t))
 
+    def put(self, t: torch.Tensor, v: torch.Tensor) -> None:
+        """``v`` (on the CPU) as the values of the meta tensor ``t``."""
+        self._put(t, v)
+
     def get(self, t: torch.Tensor) -> torch.Tensor | None:
         return self.of.get(id(t)) if t.device.type == "meta" else t
 
@@ -74,7 +79,10 @@ class _Values:
                 lambda a: self.get(a) if isinstance(a, torch.Tensor) else self._cpu(a),
                 (args, kwargs))
         try:
-            out = func(*args, **kwargs)
+            if func.overloadpacket is torch.ops.aten._grouped_mm and fallback(*args[:2]):
+                out = grouped_mm_out(*args, **kwargs)  # CUDA's fallback (NOTE [moe routing])
+            else:
+                out = func(*args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:
             if not known:
                 raise _ValueError(self._why(func, exc, name)) from None

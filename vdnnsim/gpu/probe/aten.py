@@ -275,7 +275,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     if meta:
         ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
         emulate = _as_cuda(rec) if as_cuda else contextlib.nullcontext()
-        lists = ListIndices()
+        lists = ListIndices(rec.values)
     else:
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()

@@ -480,6 +480,7 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
 
     from ..model.lora import frozen_bytes, note
     from .moe import note as moe_note
+    from .ssm import note as ssm_note
 
     work, p = probe_workload(spec, batch_size, precision, seq_len, model_kwargs, input_spec)
     pure = DTYPES.get(precision, torch.float32)
@@ -487,7 +488,7 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     unread = p.resident_weight_bytes - frozen_bytes(work.model)  # frozen ones: note()'s
     extra = (f"; {unread} bytes of weights that no op the loss depends on "
              "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
-        + moe_note(work.model, precision)
+        + moe_note(work.model, precision) + ssm_note(work.model)
     om = op_model_for(gpu)
     if om is None:
         d = assemble(p, dtype=dtype, source={

@@ -88,3 +88,23 @@ def test_longformer_traces_on_the_meta_device(dtype, monkeypatch):
     trace = trace_from_dict(d, "longformer-tiny")
     modules = [x.attrs.get("module", "") for x in trace.layers]
     assert sum("attention.self" in m for m in modules) > 10
+
+
+class _FromTensor(nn.Module):
+    """``torch.tensor`` of a tensor (a copy of the activations): no data of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        c = torch.tensor(y.detach(), device=x.device)
+        return y * 2 if c.sum() > 0 else y
+
+
+def test_torch_tensor_of_the_activations_has_no_values():
+    with pytest.raises(ConfigError) as e:
+        probe_ops(_FromTensor().to("meta"), {"x": torch.empty(4, 8, device="meta")},
+                  lambda m, b: m(b["x"]).sum(), "t")
+    assert "aten::" in str(e.value) and "\n" not in str(e.value)

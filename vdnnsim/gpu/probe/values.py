@@ -242,10 +242,14 @@ class ListIndices(torch.overrides.TorchFunctionMode):
             args = (args[0], _on_cpu(args[1]))
         out = func(*args, **kwargs)
         if func is torch.tensor and self.values is not None and isinstance(out, torch.Tensor) \
-                and out.device.type == "meta" and out.numel() <= VALUE_LIMIT:
+                and out.device.type == "meta" and out.numel() <= VALUE_LIMIT \
+                and not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
             from torch.utils._python_dispatch import _disable_current_modes
             with _disable_current_modes(), torch._C.DisableTorchFunction():
-                data = torch.tensor(*args, **dict(kwargs, device="cpu"))
+                try:
+                    data = torch.tensor(*args, **dict(kwargs, device="cpu"))
+                except (RuntimeError, TypeError, ValueError):
+                    return out  # no values: as before
             self.values.put(out, data)
         return out
 

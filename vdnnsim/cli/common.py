@@ -94,7 +94,8 @@ def workload_args(p: argparse.ArgumentParser) -> None:
                    help="a keyword argument of the factory, or a config key of an hf: model "
                    "(repeatable)")
     p.add_argument("--input", default=None, help="a factory's input: image:C,H,W[:CLASSES] "
-                   "or tokens:SEQ:VOCAB")
+                   "or tokens:SEQ:VOCAB; an hf: encoder-decoder's: tokens:N;labels:M or "
+                   "mel:BINS,FRAMES;labels:M")
     p.add_argument("--seq-len", type=int, default=None,
                    help="sequence length of an hf: language model (default: up to 512)")
     p.add_argument("--lora", default=None, metavar="KEY=VALUE,...",

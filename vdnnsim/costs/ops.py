@@ -18,6 +18,8 @@ time (where its output takes a gradient), and the host's cost of both:
   forward's: it recomputes the scores), ``phi`` the logs of ``S, L, D`` and ``B H`` and
   causality; fitted per kernel (memory-efficient with a mask apart), precision and pass.
   The cuDNN kernel takes the flash fit.
+- A grouped GEMM (a MoE layer's experts, ``_grouped_mm``): its groups as one ``bmm``, or
+  where CUDA runs its fallback (any dtype but bf16) one ``mm`` per group (a stand-in).
 - Every other op: ``t = a + s * bytes`` per ATen op, precision and pass (bytes: the op
   features'; an embedding's backward ``a + s * output + u * table``: it zeroes the whole
   table's gradient), least squares on the relative error. An op
@@ -115,6 +117,11 @@ class OpModel:
                     phi, roof = conv_phi(f, pass_, self.sms, conv_peak(dt, self.peaks),
                                          self.mem_bw)
                     return max(util_time(c, phi, roof), c.get("floor", 0.0)), mine and k == kind
+        if op == "_grouped_mm" and "m" in f:  # a MoE layer's experts (NOTE [moe routing])
+            loop = f.get("loop")
+            t, _ = self.time_ns(dict(f, op="mm" if loop else "bmm", b=1 if loop else f["b"]),
+                                pass_)
+            return t * (f["b"] if loop else 1), False
         if op in GEMMS + ("convolution",) and "m" in f:
             # a convolution without conv classes: its implicit GEMM by the mm fit (a stand-in)
             keys = [op, base, "mm"] if op != "convolution" else ["mm"]

@@ -7,8 +7,8 @@ Model specs:
 - ``zoo:NAME`` and ``torchvision:NAME``: image classifiers (NOTE in models.py): a batch of
   3xHxW images and 1,000 classes, cross-entropy on the logits;
 - ``hf:NAME`` or ``hf:PATH.yaml``: a transformers model from a config (NOTE [hf models]);
-  its task sets the batch (token ids of ``seq_len``, or images), the loss is the model's
-  own; the model argument ``lora`` adds PEFT's LoRA adapters (NOTE [lora]);
+  its task sets the batch (token ids of ``seq_len``, an encoder-decoder's input and labels
+  as NOTE [seq2seq inputs] states them, or images), the loss is the model's own; the model argument ``lora`` adds PEFT's LoRA adapters (NOTE [lora]);
 - ``package.module:factory``: any importable callable that returns an nn.Module, called
   with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
   (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
@@ -57,15 +57,24 @@ class Workload:
     classes: int  # classes (image) or vocabulary (tokens)
     hf_task: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    labels: int | None = None  # an encoder-decoder's labels, where not one per input token
 
     def batch(self, n: int, device, dtype: torch.dtype = torch.float32,
               seed: int = 0) -> dict[str, torch.Tensor]:
         g = torch.Generator(device="cpu").manual_seed(seed)
-        if self.kind == "image":
+        if self.kind in ("image", "audio"):  # audio: a mel spectrogram (NOTE [seq2seq inputs])
             x = torch.randn(n, *self.shape, generator=g).to(device, dtype)
+            if self.kind == "audio":
+                y = torch.randint(0, self.classes, (n, self.labels), generator=g).to(device)
+                return {"input_features": x, "labels": y}
             y = torch.randint(0, self.classes, (n,), generator=g).to(device)
             return {"pixel_values" if self.hf_task else "x": x, "labels": y}
         ids = torch.randint(0, self.classes, (n, *self.shape), generator=g).to(device)
+        if self.labels is not None or self.hf_task == "sequence_classification":
+            shape = (n, self.labels) if self.labels is not None else (n,)
+            top = self.classes if self.labels is not None else self.info["num_labels"]
+            y = torch.randint(0, top, shape, generator=g).to(device)
+            return {"input_ids": ids, "labels": y}
         return {"input_ids": ids, "labels": ids} if self.hf_task else {"x": ids, "labels": ids}
 
     def loss(self, runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -115,9 +124,10 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
         return Workload(model, display, "image", tuple(shape), 1000)
     if kind == "hf" and name:
         from . import hf, lora
-        if input_spec:
+        if input_spec and hf.load_spec(name)["task"] != "seq2seq_lm":
             raise ConfigError(f"{spec}: an hf: model's input comes from its config; use "
-                              "--seq-len for a language model")
+                              "--seq-len for a language model (an encoder-decoder's "
+                              "--input: tokens:N;labels:M or mel:BINS,FRAMES;labels:M)")
         adapters = lora.settings(spec, model_kwargs)  # NOTE [lora]
         config_args = {k: v for k, v in (model_kwargs or {}).items() if k != lora.KEY}
         if adapters is not None:
@@ -135,6 +145,13 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             chans = getattr(cfg, "num_channels", None) or 3
             return Workload(model, hspec["name"], "image", (chans, h, w),
                             cfg.num_labels, hspec["task"], {"config": hspec["config"]})
+        info = {"config": hspec["config"]}
+        if hspec["task"] == "seq2seq_lm":  # NOTE [seq2seq inputs]
+            ikind, shape, labels = hf.seq2seq_inputs(cfg, spec, seq_len, input_spec)
+            return Workload(model, hspec["name"], ikind, shape, cfg.vocab_size,
+                            hspec["task"], info, labels)
+        if hspec["task"] == "sequence_classification":
+            info["num_labels"] = cfg.num_labels
         # a learned or rotary position table bounds the sequence; ALiBi models (BLOOM)
         # have none, and take any length
         most = (getattr(cfg, "max_position_embeddings", None)
@@ -144,7 +161,7 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             bound = f"the model's {most} positions" if most else "any length"
             raise ConfigError(f"{spec}: --seq-len must be from 1 to {bound}, got {seq}")
         return Workload(model, hspec["name"], "tokens", (seq,), cfg.vocab_size,
-                        hspec["task"], {"config": hspec["config"]})
+                        hspec["task"], info)
     if kind and name and re.fullmatch(r"[A-Za-z_][\w.]*", kind) and name.isidentifier():
         if input_spec is None:
             raise ConfigError(f"{spec}: a factory's model needs --input image:C,H,W or "

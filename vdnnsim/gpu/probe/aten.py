@@ -40,6 +40,7 @@ from .blocks import (  # noqa: F401  (importable from here, as callers do)
     module_paths, tag_blocks)
 from .cuda import AUTOCAST_FP32, AUTOCAST_LOW, _as_cuda, _Autocast  # noqa: F401
 from .fx import Pack, Probe, ProbeNode, Saved, _nbytes, _sid
+from .moe import route_balanced
 from .opfeatures import op_features
 from .values import VALUE_LIMIT, VALUE_OPS, ListIndices, _ValueError, _Values  # noqa: F401
 
@@ -274,7 +275,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     if meta:
         ctx = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
         emulate = _as_cuda(rec) if as_cuda else contextlib.nullcontext()
-        lists = ListIndices()
+        lists = ListIndices(rec.values)
     else:
         ctx = torch.autocast(first.device.type, dtype=autocast) if autocast is not None \
             else contextlib.nullcontext()
@@ -289,6 +290,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         for m in wrapped.modules:  # checkpoint's own code quiet, the module's recorded
             m.forward = _quietly(rec, m.forward)
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
+    if meta:  # the routing assumed (NOTE [moe routing])
+        handles += route_balanced(model, rec)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx, lists:
@@ -476,13 +479,16 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     from ..model.workload import DTYPES
 
     from ..model.lora import frozen_bytes, note
+    from .moe import note as moe_note
+    from .ssm import note as ssm_note
 
     work, p = probe_workload(spec, batch_size, precision, seq_len, model_kwargs, input_spec)
     pure = DTYPES.get(precision, torch.float32)
     dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32")
     unread = p.resident_weight_bytes - frozen_bytes(work.model)  # frozen ones: note()'s
     extra = (f"; {unread} bytes of weights that no op the loss depends on "
-             "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model)
+             "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
+        + moe_note(work.model, precision) + ssm_note(work.model)
     om = op_model_for(gpu)
     if om is None:
         d = assemble(p, dtype=dtype, source={

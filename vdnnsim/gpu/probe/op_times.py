@@ -72,9 +72,13 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
                 kb += extra
         out.times[n.name] = (round(fwd), round(bwd), 0, 0)
         hf, hb = om.host_ns(f["op"], variant, family)
+        kf = 1
+        if f["op"] == "_grouped_mm" and "m" in f:  # two grouped GEMMs back (NOTE [moe routing])
+            kf, kb = (f["b"], 2 * f["b"]) if f.get("loop") else (1, 2)
+            hf, hb = (h * kf for h in om.host_ns("mm", variant, family))
         out.hosts[n.name] = (round(hf + mod_f + host_unseen),
                              round(hb) if n.requires_grad else 0)
-        out.kernels[n.name] = (1, kb)
+        out.kernels[n.name] = (kf, kb)
     for opt in ("sgd", "adam", "adamw"):  # calibrated, each
         g, hs = om.step_ns(opt, param_bytes, param_tensors)
         out.steps[opt] = [round(g), round(hs)]
@@ -89,6 +93,7 @@ def pooled_note(pooled: Counter) -> str:
     top = ", ".join(f"{op} x{k}" for op, k in pooled.most_common(6))
     return (f"; {sum(pooled.values())} ops of {len(pooled)} kinds without a calibrated class "
             f"of their own, timed by a stand-in (a convolution by its other memory format's class, "
-            f"a 3-D one by the 2-D class or, without one, as an implicit GEMM; any other by the median streaming class)"
+            f"a 3-D one by the 2-D class or, without one, as an implicit GEMM; a grouped GEMM as "
+            f"its groups' GEMMs; any other by the median streaming class)"
             f": {top}")
 

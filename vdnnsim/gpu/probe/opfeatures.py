@@ -18,7 +18,9 @@ an embedding its table's bytes (``w``) and its output's
 channels and input channels times kernel taps per group), its input channels ``c``, kernel
 ``kh, kw``, ``stride``, and ``cl`` where its input is
 channels-last (NHWC in memory, not also NCHW-contiguous); a batch norm of a 4-D input its
-``N, C, H, W``.
+``N, C, H, W``; a grouped GEMM (``_grouped_mm``, a MoE layer's experts) its groups ``b``,
+each group's rows ``m`` (an equal share: the balanced routing of NOTE [moe routing]),
+``n, k``, and ``loop`` where CUDA runs it as a GEMM per group (any dtype but bf16).
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             if x.dim() == 4:
                 f.update(N=int(x.shape[0]), C=int(x.shape[1]), H=int(x.shape[2]),
                          W=int(x.shape[3]))
+        elif op == "_grouped_mm":
+            f.update(_grouped(args[0], args[1]))
         elif op == "embedding":
             f.update(w=_nbytes(args[0]), o=_nbytes(outs[0]))
     except (IndexError, AttributeError, TypeError):  # an overload of another signature
@@ -105,3 +109,19 @@ def _gemm(a: torch.Size, b: torch.Size) -> dict[str, int]:
     if len(a) == 3:
         return {"b": int(a[0]), "m": int(a[1]), "k": int(a[2]), "n": int(b[2])}
     return {"b": 1, "m": int(a[0]), "k": int(a[1]), "n": int(b[1])}
+
+
+def _grouped(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
+    """A grouped GEMM as a batch of equal GEMMs: the forward's (tokens x K) by (experts x K x
+    N), or a batched one (3-D by 3-D)."""
+    if a.dim() == 2 and b.dim() == 3:
+        g = int(b.shape[0])
+        f: dict[str, Any] = {"b": g, "m": -(-int(a.shape[0]) // g), "k": int(a.shape[1]),
+                             "n": int(b.shape[2])}
+    elif a.dim() == 3 and b.dim() == 3:
+        f = _gemm(a.shape, b.shape)
+    else:
+        return {}
+    if a.dtype != torch.bfloat16:
+        f["loop"] = True
+    return f

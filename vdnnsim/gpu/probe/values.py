@@ -8,6 +8,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from .fx import _sid
+from .moe import fallback, grouped_mm_out
 
 
 # NOTE [op values]
@@ -24,7 +25,14 @@ from .fx import _sid
 # Random values (the batch's tokens, dropout) are as a seeded run's on the CPU: another
 # sample, the same shapes. Example: transformers' OPT asks whether its all-ones attention
 # mask is all ones before it picks SDPA's causal path.
+#
+# A larger output of such an op keeps the op, not its values: they are made on the CPU
+# when an op that needs them runs (up to MAKE_LIMIT elements, else they are unknown), and
+# not kept; a write to a storage drops what is kept for it and what was made from it.
+# Example: Longformer's 2-D mask, a slice of the batch-by-length-squared mask transformers
+# builds from the batch's. ``torch.tensor(..., device="meta")`` (no ATen op) keeps its data.
 VALUE_LIMIT = 1 << 22  # elements of a tensor whose values the probe keeps (16 MiB in fp32)
+MAKE_LIMIT = 1 << 26  # elements of a tensor whose values it makes when asked, not kept
 VALUE_OPS = frozenset({  # ops that exist to read values: the message says so
     "_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim",
     "unique_consecutive", "equal", "is_nonzero", "allclose", "bincount", "histc",
@@ -40,6 +48,9 @@ class _Values:
 
     def __init__(self, known: dict[torch.Tensor, torch.Tensor]):
         self.of: dict[int, torch.Tensor] = {}  # id(meta tensor) -> its values on the CPU
+        # id(meta tensor) -> (op, args, kwargs, output leaf, its storage, the storages it
+        # was made from): values made when asked
+        self.lazy: dict[int, tuple[Any, tuple, dict, int, int, frozenset[int]]] = {}
         self.on: dict[int, set[int]] = {}  # storage -> ids of the tensors with values on it
         self.hold: list[torch.Tensor] = []  # the meta tensors, so that no id is reused
         for t, v in known.items():
@@ -52,12 +63,79 @@ class _Values:
         self.of[id(t)] = v
         self.on.setdefault(_sid(t), set()).add(id(t))
 
+    def put(self, t: torch.Tensor, v: torch.Tensor) -> None:
+        """``v`` (on the CPU) as the values of the meta tensor ``t``."""
+        self._put(t, v)
+
+    def has(self, t: torch.Tensor) -> bool:
+        return t.device.type != "meta" or id(t) in self.of or id(t) in self.lazy
+
     def get(self, t: torch.Tensor) -> torch.Tensor | None:
-        return self.of.get(id(t)) if t.device.type == "meta" else t
+        if t.device.type != "meta":
+            return t
+        v = self.of.get(id(t))
+        if v is None and id(t) in self.lazy and t.numel() <= MAKE_LIMIT:
+            v = self._make(t)
+        return v
+
+    def _make(self, t: torch.Tensor) -> torch.Tensor | None:
+        """A deferred output's values, made now on the CPU."""
+        func, args, kwargs, leaf = self.lazy[id(t)][:4]
+        cpu = self._on_cpu(args, kwargs)
+        if cpu is None:
+            return None
+        try:
+            v = tree_leaves(func(*cpu[0], **cpu[1]))[leaf]
+        except (RuntimeError, NotImplementedError, ValueError, IndexError):
+            return None
+        ok = isinstance(v, torch.Tensor) and v.shape == t.shape and v.dtype == t.dtype
+        return v if ok else None
+
+    def _defer(self, o: torch.Tensor, func: Any, args: tuple, kwargs: dict, leaf: int) -> None:
+        deps: set[int] = set()
+        for a in tree_leaves((args, kwargs)):
+            if isinstance(a, torch.Tensor) and a.device.type == "meta":
+                deps.add(_sid(a))
+                deps.update(self.lazy.get(id(a), (None,) * 6)[5] or ())
+        self.hold.append(o)
+        self.lazy[id(o)] = (func, args, kwargs, leaf, _sid(o), frozenset(deps))
+        self.on.setdefault(_sid(o), set()).add(id(o))
+
+    def _stale(self, s: int) -> None:
+        """A write to storage ``s``: what was deferred on it or made from it is stale."""
+        for i, entry in list(self.lazy.items()):
+            if entry[4] == s or s in entry[5]:
+                del self.lazy[i]
+
+    def _on_cpu(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The arguments with the CPU values of their tensors, or None if one has none."""
+        from torch.utils._pytree import tree_map
+        missing = []
+
+        def cpu(a: Any) -> Any:
+            if not isinstance(a, torch.Tensor):
+                return self._cpu(a)
+            v = self.get(a)
+            if v is None:
+                missing.append(a)
+            return v
+        out = tree_map(cpu, (args, kwargs))
+        return None if missing else out
 
     def _drop(self, t: torch.Tensor) -> None:
         for i in self.on.pop(_sid(t), ()):
             self.of.pop(i, None)
+            self.lazy.pop(i, None)
+        self._stale(_sid(t))
+
+    @staticmethod
+    def _writes(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """The tensors ``func`` writes in place."""
+        schema = getattr(func, "_schema", None)
+        out = [a for arg, a in zip(schema.arguments if schema else (), args)
+               if arg.alias_info is not None and arg.alias_info.is_write
+               and isinstance(a, torch.Tensor)]
+        return out + [a for k, a in kwargs.items() if k == "out" and isinstance(a, torch.Tensor)]
 
     @staticmethod
     def _cpu(a: Any) -> Any:
@@ -67,20 +145,19 @@ class _Values:
         """``func`` on the meta device, with values where its inputs have them."""
         from torch.utils._pytree import tree_map
         ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-        known = all(self.get(a) is not None for a in ins)
-        cpu_args = cpu_kwargs = None
-        if known:
-            cpu_args, cpu_kwargs = tree_map(
-                lambda a: self.get(a) if isinstance(a, torch.Tensor) else self._cpu(a),
-                (args, kwargs))
+        known = all(self.has(a) for a in ins)
         try:
-            out = func(*args, **kwargs)
+            if func.overloadpacket is torch.ops.aten._grouped_mm and fallback(*args[:2]):
+                out = grouped_mm_out(*args, **kwargs)  # CUDA's fallback (NOTE [moe routing])
+            else:
+                out = func(*args, **kwargs)
         except (RuntimeError, NotImplementedError) as exc:
-            if not known:
+            cpu = self._on_cpu(args, kwargs) if known else None
+            if cpu is None:
                 raise _ValueError(self._why(func, exc, name)) from None
             # an op the meta device cannot run, answered on the CPU
             try:
-                cpu_out = func(*cpu_args, **cpu_kwargs)
+                cpu_out = func(*cpu[0], **cpu[1])
             except (RuntimeError, NotImplementedError, ValueError, IndexError) as cpu_exc:
                 raise _ValueError(self._why(func, cpu_exc, name)) from None
             stays = str(kwargs.get("device", "meta")) != "meta"  # asked for the CPU
@@ -90,27 +167,30 @@ class _Values:
                 if isinstance(o, torch.Tensor) and o.device.type == "meta":
                     self._put(o, c)
             return out
+        writes = self._writes(func, args, kwargs)
+        for a in writes:
+            self._stale(_sid(a))
         outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
-        if known and any(o.device.type == "meta" for o in outs) \
-                and all(o.numel() <= VALUE_LIMIT for o in outs):
-            try:
-                cpu_out = func(*cpu_args, **cpu_kwargs)
-            except (RuntimeError, NotImplementedError):
-                cpu_out = None
-            if cpu_out is not None:
-                for o, c in zip(tree_leaves(out), tree_leaves(cpu_out)):
-                    if isinstance(o, torch.Tensor) and isinstance(c, torch.Tensor) \
-                            and o.device.type == "meta":
-                        self._put(o, c)
+        if known and any(o.device.type == "meta" for o in outs):
+            if all(o.numel() <= VALUE_LIMIT for o in outs):
+                cpu = self._on_cpu(args, kwargs)
+                try:
+                    cpu_out = func(*cpu[0], **cpu[1]) if cpu is not None else None
+                except (RuntimeError, NotImplementedError):
+                    cpu_out = None
+                if cpu_out is not None:
+                    for o, c in zip(tree_leaves(out), tree_leaves(cpu_out)):
+                        if isinstance(o, torch.Tensor) and isinstance(c, torch.Tensor) \
+                                and o.device.type == "meta":
+                            self._put(o, c)
+                    return out
+            elif not writes:  # kept as the op that makes it
+                for i, o in enumerate(tree_leaves(out)):
+                    if isinstance(o, torch.Tensor) and o.device.type == "meta":
+                        self._defer(o, func, args, kwargs, i)
                 return out
-        schema = getattr(func, "_schema", None)  # a write the copies did not follow
-        for arg, a in zip(schema.arguments if schema else (), args):
-            if arg.alias_info is not None and arg.alias_info.is_write \
-                    and isinstance(a, torch.Tensor):
-                self._drop(a)
-        for k, a in kwargs.items():
-            if isinstance(a, torch.Tensor) and k == "out":
-                self._drop(a)
+        for a in writes:  # a write the copies did not follow
+            self._drop(a)
         return out
 
     @staticmethod
@@ -148,11 +228,28 @@ class ListIndices(torch.overrides.TorchFunctionMode):
     PyTorch makes on the indexed tensor's device out of the probe's sight, so on the meta
     device it has no values. Made here on the CPU instead, it keeps them (a CUDA run makes
     the same few bytes on the GPU). Example: transformers asks whether the last or first
-    token of each sequence is padding."""
+    token of each sequence is padding. And ``torch.tensor(data, device="meta")``, which no
+    ATen op makes, keeps its data as its values (``values``)."""
+
+    def __init__(self, values: _Values | None = None):
+        super().__init__()
+        self.values = values
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is torch.Tensor.__getitem__ and len(args) == 2 \
                 and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
             args = (args[0], _on_cpu(args[1]))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **kwargs)
+        if func is torch.tensor and self.values is not None and isinstance(out, torch.Tensor) \
+                and out.device.type == "meta" and out.numel() <= VALUE_LIMIT \
+                and not any(isinstance(a, torch.Tensor) for a in tree_leaves(args)):
+            from torch.utils._python_dispatch import _disable_current_modes
+            with _disable_current_modes(), torch._C.DisableTorchFunction():
+                try:
+                    data = torch.tensor(*args, **dict(kwargs, device="cpu"))
+                except (RuntimeError, TypeError, ValueError):
+                    return out  # no values: as before
+            self.values.put(out, data)
+        return out
 

@@ -192,10 +192,25 @@ def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str
 
 
 
+# The longest of the slow tests, longest first (about 27 s down to 5 s on 2 cores).
+LONGEST_FIRST = ("[llama_7b]", "::test_fuzz_contract", "[tensor_plans]", "meta_check.py]",
+                 "::test_on_the_k40_the_milp_", "::test_resnet50_256_in_12_gib_",
+                 "block_mix.py]", "[llama_24gb]", "::test_committed_profiles_predict_",
+                 "op_model/check.py]", "profiled_check.py]", "beyond_vdnn/compare.py]",
+                 "op_model/check.py --set set2]", "::test_the_h200_transformer_runs_")
+
+
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """The tests marked slow first, in their order: pytest-xdist's workers then start on
-    the longest and end on the many short ones, not one worker alone on a notebook."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests marked slow first, the longest of them (LONGEST_FIRST) before the others:
+    pytest-xdist's workers then start on the longest and end on the many short ones, not
+    one worker alone on a notebook. (A worker under --dist worksteal keeps the test it
+    runs and the one after it: a long test there at the end runs alone.)"""
+    def order(item: Any) -> tuple[bool, int]:
+        rank = next((i for i, part in enumerate(LONGEST_FIRST) if part in item.nodeid),
+                    len(LONGEST_FIRST))
+        return item.get_closest_marker("slow") is None, rank
+
+    items.sort(key=order)
 
 
 def pytest_configure(config: Any) -> None:

@@ -9,21 +9,27 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+PIP    := $(VENV)/.pip-upgraded
 CORE   := $(VENV)/.installed-core
 DEV    := $(VENV)/.installed-dev
 WHEEL_CHECK := build/wheel-check
 
 .PHONY: demo test quick wheel-check bench fuzz clean
 
-$(CORE): setup.cfg pyproject.toml
+$(PIP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	touch $(PIP)
+
+$(CORE): setup.cfg pyproject.toml | $(PIP)
 	$(BIN)/python -m pip install -q -e .
 	touch $(CORE)
 
-$(DEV): $(CORE)
+# One pip run installs vdnnsim and every extra (the core install is part of it: a second
+# run only resolved and built it again); after make demo it adds the extras.
+$(DEV): setup.cfg pyproject.toml | $(PIP)
 	$(BIN)/python -m pip install -q -e '.[dev,torch,hf,peft]'
-	touch $(DEV)
+	touch $(CORE) $(DEV)
 
 demo: $(CORE)
 	$(BIN)/vdnnsim run configs/demo.yaml

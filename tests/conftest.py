@@ -192,10 +192,25 @@ def run_cli(argv: list[str], cwd: Any = None) -> subprocess.CompletedProcess[str
 
 
 
+# The longest of the slow tests, longest first (about 27 s down to 5 s on 2 cores).
+LONGEST_FIRST = ("[llama_7b]", "::test_fuzz_contract", "[tensor_plans]", "meta_check.py]",
+                 "::test_on_the_k40_the_milp_", "::test_resnet50_256_in_12_gib_",
+                 "block_mix.py]", "[llama_24gb]", "::test_committed_profiles_predict_",
+                 "op_model/check.py]", "profiled_check.py]", "beyond_vdnn/compare.py]",
+                 "op_model/check.py --set set2]", "::test_the_h200_transformer_runs_")
+
+
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """The tests marked slow first, in their order: pytest-xdist's workers then start on
-    the longest and end on the many short ones, not one worker alone on a notebook."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests marked slow first, the longest of them (LONGEST_FIRST) before the others:
+    pytest-xdist's workers then start on the longest and end on the many short ones, not
+    one worker alone on a notebook. (A worker under --dist worksteal keeps the test it
+    runs and the one after it: a long test there at the end runs alone.)"""
+    def order(item: Any) -> tuple[bool, int]:
+        rank = next((i for i, part in enumerate(LONGEST_FIRST) if part in item.nodeid),
+                    len(LONGEST_FIRST))
+        return item.get_closest_marker("slow") is None, rank
+
+    items.sort(key=order)
 
 
 def pytest_configure(config: Any) -> None:
@@ -207,11 +222,82 @@ def pytest_configure(config: Any) -> None:
 
     from vdnnsim.gpu.probe.cache import ENV
 
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _cache_milp_answers()  # where tests run: a worker, or a run without workers
     if hasattr(config, "workerinput") or os.environ.get(ENV):
         return
     folder = tempfile.mkdtemp(prefix="vdnnsim-trace-cache-")
     os.environ[ENV] = folder
     config._vdnnsim_trace_cache = folder
+
+
+def _fields(x: Any) -> Any:
+    """``x`` as plain data: a dataclass as its type and its fields' values (a trace's cached
+    views left out), a mapping's items and a sequence's items in order, recursively."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__qualname__,
+                *(_fields(getattr(x, f.name)) for f in dataclasses.fields(x)))
+    if isinstance(x, dict):
+        return ("dict", *((_fields(k), _fields(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, *map(_fields, x))
+    return x
+
+
+def _cache_milp_answers() -> None:
+    """NOTE [milp cache]
+    Tests and a documented script solve the same MILP programs, seconds each (the K40's
+    VGG-16 (256) in 12 GiB in each worker, `vdnnsim plan` and compare.py). In the test
+    processes, not their subprocesses (a Ctrl-C test must still find the solver running),
+    ``milp_plan`` keeps its answers in the session's folder of NOTE [trace cache], keyed
+    by its arguments' fields (a trace's, not the views it worked out and kept: any
+    difference misses), vdnnsim's source and scipy's version. A hit is the pickled answer
+    read back, as a miss returns it too (no two callers share an object); a test that
+    monkeypatches solves afresh (the folder is unset there)."""
+    import fcntl
+    import hashlib
+    import inspect
+    import os
+    import pickle
+    import tempfile
+    from pathlib import Path
+
+    from vdnnsim.gpu.probe.cache import ENV, _source_hash
+    from vdnnsim.planners import milp
+
+    solve = milp.milp_plan
+    if hasattr(solve, "__wrapped__"):
+        return
+    signature = inspect.signature(solve)
+
+    @functools.wraps(solve)
+    def milp_plan(*args: Any, **kwargs: Any) -> Any:
+        folder = os.environ.get(ENV)
+        if not folder:
+            return solve(*args, **kwargs)
+        import scipy
+
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        key = pickle.dumps((_fields(tuple(call.arguments.items())), _source_hash(),
+                            scipy.__version__), protocol=5)
+        path = Path(folder) / f"milp-{hashlib.sha256(key).hexdigest()}.pickle"
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process solves, the others wait for it
+            try:
+                if not path.exists():
+                    answer = pickle.dumps(solve(*args, **kwargs), protocol=5)
+                    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(answer)
+                    os.replace(tmp, path)  # whole or not at all
+                return pickle.loads(path.read_bytes())
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    milp.milp_plan = milp_plan
 
 
 def pytest_unconfigure(config: Any) -> None:

@@ -4,6 +4,7 @@ optimum against a brute force over the same plans, and the planner on the paper'
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from vdnnsim.engine.plan import Plan, liveness
 from vdnnsim.engine import replay
 from vdnnsim.engine.sim import checkpoint_buffers
 from vdnnsim.errors import ConfigError
+from vdnnsim.gpu.probe.cache import ENV
 from vdnnsim.planners.milp import build, chunk_grid, milp_plan, solve_structure
 from vdnnsim.planners.greedy import search_plan
 from vdnnsim.policies.builtin import algo_choice
@@ -158,6 +160,34 @@ def test_a_budget_nothing_fits_in_gives_no_plan():
     trace = _small()
     sol = solve_structure(trace, hand_gpu(), 5 * MB, chunk_grid(0, len(trace.layers), 2))
     assert sol.plan is None and sol.engine_ns is None and "no solution" in sol.note
+
+
+def test_the_sessions_milp_cache_reads_back_the_answer_solved_afresh(tmp_path, monkeypatch):
+    """NOTE [milp cache]: a hit is the answer the solver gives (its plan, time and
+    structures; not the seconds it took), never an object a caller already holds; another
+    budget, or a trace whose fields differ, misses; unset, nothing is kept."""
+    from vdnnsim.planners import milp
+
+    from .conftest import _fields
+
+    trace, gpu = _small(), hand_gpu(bw=2e9)
+    monkeypatch.setenv(ENV, str(tmp_path))
+    first = milp.milp_plan(trace, gpu, 19 * MB)
+    again = milp.milp_plan(trace, gpu, 19 * MB)
+    fresh = milp.milp_plan.__wrapped__(trace, gpu, 19 * MB)
+    assert first[1] is not None and again is not first and again[0] is not first[0]
+    for got in (first, again):
+        assert _fields(got[:2]) == _fields(fresh[:2])
+        assert _fields(got[2].solutions) == _fields(fresh[2].solutions)
+    assert len(list(tmp_path.glob("milp-*.pickle"))) == 1
+    replay(trace, gpu, first[0], 19 * MB, record_ops=False)  # views worked out: still a hit
+    milp.milp_plan(trace, gpu, 19 * MB)
+    milp.milp_plan(trace, gpu, 22 * MB)
+    milp.milp_plan(replace(trace, name="other"), gpu, 19 * MB)
+    assert len(list(tmp_path.glob("milp-*.pickle"))) == 3
+    monkeypatch.delenv(ENV)
+    milp.milp_plan(trace, gpu, 30 * MB)
+    assert len(list(tmp_path.glob("milp-*.pickle"))) == 3
 
 
 @pytest.mark.slow

@@ -60,6 +60,10 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
                         lambda rng, n, dt, grid: _small_cnn(real_norms(rng, n, dt, grid)))
     real_steps = co.step_cases
     monkeypatch.setattr(co, "step_cases", lambda rng, n: _small(real_steps(rng, n)))
+    real_video = co.video_cases  # full size, 3-D convolutions of up to 2 GiB each
+    monkeypatch.setattr(co, "video_cases", lambda rng, n, dt: [
+        dict(c, batch=1, c=min(c["c"], 8), k_out=min(c["k_out"], 8), t=min(c["t"], 4),
+             h=min(c["h"], 16)) for c in real_video(rng, n, dt)])
     data = co.calibrate_ops(dtype, scale=0.1, dev=torch.device("cpu"), clock=FakeClock())
     assert data["format"] == co.FORMAT and data["dtype"] == dtype
     recs = data["records"]
@@ -67,7 +71,9 @@ def test_harness_runs_every_case_kind_on_cpu(monkeypatch, dtype):
     # every streaming op and every GEMM kind was timed (attention's fused kernels have no CPU
     # backend: those cases are logged as skipped, not lost)
     assert set(co.UNARY + co.BINARY + co.OTHER) <= kinds
-    assert {"mm", "addmm", "bmm"} <= kinds
+    assert {"mm", "addmm", "bmm", "conv3d"} <= kinds
+    c3 = next(r for r in recs if r["op"] == "conv3d")
+    assert [o for o in c3["ops"] if o["op"] == "convolution"][0]["nd"] == 3
     assert all(s["op"] == "sdpa" for s in data["skipped"])
     mm = next(r for r in recs if r["op"] == "mm" and r["pass"] == "fwd")
     main = [o for o in mm["ops"] if o["op"] == "mm"][0]

@@ -1,0 +1,127 @@
+"""Issue 57's held-out families measured on the GPU: each model of heldout.yaml that
+traces, in fp32, bf16 and autocast-bf16, as ``vdnnsim measure --repeat 3`` (three fresh
+processes, the median and band of their peak allocated memory), AdamW, the batch, tokens,
+input and adapters its trace has (trace_heldout.py's flags).
+
+    python experiments/model_families/measure_heldout.py OUT [--jobs N] [--seconds S]
+        [--only NAME ...] [--dtype D ...] [--dry-run]
+
+Only memory is judged here, so the runs go ``--jobs`` at a time on the one GPU (each
+process's peak is its own caching allocator's); their step times are recorded but are
+not measurements (processes share the GPU and the host). One line per run in
+OUT/families.jsonl and in STATE (FAMILIES_STATE, default /tmp/vdnnsim_families.jsonl,
+kept while the machine stays lent): measure's record with ``name``, ``dtype``, ``rc`` and
+``gpu``. Resumable: a run recorded with rc 0 in STATE or in
+traces/model_families_gpu/measured_CARD.jsonl (earlier calls' lines, copied back) is
+skipped; none starts once SECONDS have passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from trace_heldout import DTYPES, SPECS, entries, input_of, lora_of  # noqa: E402
+
+KEPT = ROOT / "traces" / "model_families_gpu"
+STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second step
+
+
+def flags(e: dict, dtype: str) -> list[str]:
+    """measure's arguments for one entry in one dtype: the trace's (trace_heldout.command)."""
+    f = ["--model", f"hf:{SPECS / (e['name'] + '.yaml')}", "-b", str(e["batch"]),
+         "--dtype", dtype, "--optimizer", "adamw"]
+    if e.get("seq_len"):
+        f += ["--seq-len", str(e["seq_len"])]
+    if input_of(e):
+        f += ["--input", input_of(e)]
+    if lora_of(e):
+        f += ["--lora", lora_of(e)]
+    return f
+
+
+def card() -> str:
+    import torch
+    name = torch.cuda.get_device_name(0)
+    return "h100" if "H100" in name else "h200" if "H200" in name else name
+
+
+def done(gpu: str, state: Path) -> set[tuple[str, str]]:
+    have = set()
+    for path in (KEPT / f"measured_{gpu}.jsonl", state):
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                r = json.loads(line)
+                if r.get("rc") == 0:
+                    have.add((r["name"], r["dtype"]))
+    return have
+
+
+def measure(e: dict, dtype: str, gpu: str) -> dict:
+    cmd = [sys.executable, "-m", "vdnnsim", "measure", *flags(e, dtype), *STEPS,
+           "--repeat", "3", "--warmup-processes", "0", "--json"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    try:
+        rec = json.loads(p.stdout)
+    except ValueError:
+        rec = {"error": p.stderr[-600:]}
+    rec.update(name=e["name"], dtype=dtype, rc=p.returncode, gpu=gpu, s=round(time.time() - t0))
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--jobs", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=540)
+    ap.add_argument("--only", nargs="+", metavar="NAME")
+    ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = ap.parse_args(argv)
+    todo = [(e, d) for e in entries() if "task" in e and (not args.only or e["name"] in args.only)
+            for d in args.dtype]
+    if args.dry_run:
+        for e, d in todo:
+            print(" ".join(["vdnnsim", "measure", *flags(e, d), *STEPS, "--repeat", "3"]))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = Path(os.environ.get("FAMILIES_STATE", "/tmp/vdnnsim_families.jsonl"))
+    gpu = card()
+    have = done(gpu, state)
+    todo = [(e, d) for e, d in todo if (e["name"], d) not in have]
+    end = time.time() + args.seconds
+
+    def one(item):
+        e, d = item
+        if time.time() > end:
+            return None
+        rec = measure(e, d, gpu)
+        line = json.dumps(rec) + "\n"
+        for path in (out / "families.jsonl", state):
+            with open(path, "a") as f:
+                f.write(line)
+        print(f"[{time.strftime('%T')}] {e['name']} {d} rc={rec['rc']} {rec['s']} s",
+              flush=True)
+        return rec
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(one, todo))
+    left = sum(r is None for r in results)
+    print(f"{len(todo) - left} run, {left} not started (time), {len(have)} done before")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,15 +4,13 @@ mel spectrogram, Pegasus' tokens and labels; and a classifier's task
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from .conftest import HAS_HF  # noqa: E402
+from .conftest import HAS_HF, run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WHISPER = f"hf:{ROOT / 'tests' / 'hf' / 'whisper-tiny.yaml'}"
@@ -89,7 +87,6 @@ def test_a_sequence_classifier_is_scored_on_one_class_a_sequence():
     (ROBERTA, ["--input", "tokens:8"], "an hf: model's input comes from its config"),
 ])
 def test_a_bad_input_is_one_line(spec, argv, frag):
-    r = subprocess.run([sys.executable, "-m", "vdnnsim", "trace", "--model", spec, "-b", "1",
-                        "-o", "-", *argv], capture_output=True, text=True, cwd=ROOT)
+    r = run_cli(["trace", "--model", spec, "-b", "1", "-o", "-", *argv], cwd=ROOT)
     assert r.returncode == 2 and frag in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len([x for x in r.stderr.splitlines() if x.startswith("vdnnsim:")]) == 1

@@ -21,14 +21,16 @@ $(PIP):
 	$(BIN)/python -m pip install -q --upgrade pip
 	touch $(PIP)
 
+# --no-compile: pip would byte-compile every file of torch and transformers (a minute of
+# the install on 2 cores); what runs compiles its own modules once, on first import.
 $(CORE): setup.cfg pyproject.toml | $(PIP)
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q --no-compile -e .
 	touch $(CORE)
 
 # One pip run installs vdnnsim and every extra (the core install is part of it: a second
 # run only resolved and built it again); after make demo it adds the extras.
 $(DEV): setup.cfg pyproject.toml | $(PIP)
-	$(BIN)/python -m pip install -q -e '.[dev,torch,hf,peft]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev,torch,hf,peft]'
 	touch $(CORE) $(DEV)
 
 demo: $(CORE)

@@ -486,7 +486,7 @@ def make_targets() -> set[str]:
 
 
 def makefile_dev_extras() -> set[str]:
-    m = re.search(r"install -q -e '\.\[([^\]]+)\]'", (ROOT / "Makefile").read_text())
+    m = re.search(r"install -q (?:--no-compile )?-e '\.\[([^\]]+)\]'", (ROOT / "Makefile").read_text())
     return set(m[1].split(",")) if m else set()
 
 

@@ -373,9 +373,21 @@ def _search(trace: Trace, gpu: GPU, budget: int, optimizer_offload: bool, alloca
             memo[key] = stopped
         if key not in memo:
             out.simulations += 1
-            memo[key] = replay(trace, gpu, build(k, r, chain, lazy), budget,
-                               record_ops=False, stop_at_oom=stop, allocator=settings)
+            memo[key] = replay_of(build(k, r, chain, lazy), stop)
         return memo[key]
+
+    replays: dict[tuple[Plan, bool], Any] = {}  # counts and chains that build one plan
+
+    def replay_of(plan: Plan, stop: bool) -> Any:  # replay it once (the engine is exact)
+        full = replays.get((plan, False))
+        if full is not None:
+            return full
+        stopped = replays.get((plan, True))
+        if stopped is not None and (stop or stopped.oom is None):  # it never stopped
+            return stopped
+        replays[(plan, stop)] = res = replay(trace, gpu, plan, budget, record_ops=False,
+                                             stop_at_oom=stop, allocator=settings)
+        return res
 
     def search(lazy: bool) -> list[tuple[int, int, str, bool]]:
         if run(0, 0, "modules", lazy).oom is None:

@@ -89,9 +89,9 @@ def lora_of(e: dict) -> str | None:
     return text
 
 
-def command(e: dict, dtype: str, out: str) -> list[str]:
+def command(e: dict, dtype: str, out: str, gpu: str = "h100") -> list[str]:
     cmd = [sys.executable, "-m", "vdnnsim", "trace", "--model",
-           f"hf:{SPECS / (e['name'] + '.yaml')}", "-b", str(e["batch"]), "--gpu", "h100",
+           f"hf:{SPECS / (e['name'] + '.yaml')}", "-b", str(e["batch"]), "--gpu", gpu,
            "--dtype", dtype, "--optimizer", "adamw", "-o", out]
     if e.get("seq_len"):
         cmd += ["--seq-len", str(e["seq_len"])]
@@ -102,15 +102,16 @@ def command(e: dict, dtype: str, out: str) -> list[str]:
     return cmd
 
 
-def one(e: dict, dtype: str) -> dict:
-    """Trace one model in one dtype in a fresh process; replay it if it traced."""
+def one(e: dict, dtype: str, gpu: str = "h100") -> dict:
+    """Trace one model in one dtype in a fresh process (for the ``gpu`` preset); replay it
+    if it traced."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "trace.yaml")
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
             "PYTHONPATH", ""))
         t0 = time.time()
         try:
-            p = subprocess.run(command(e, dtype, out), capture_output=True, text=True,
+            p = subprocess.run(command(e, dtype, out, gpu), capture_output=True, text=True,
                                timeout=TIMEOUT, env=env)
         except subprocess.TimeoutExpired:
             return {"outcome": "timeout", "message": f"over {TIMEOUT} s", "s": TIMEOUT}
@@ -120,7 +121,7 @@ def one(e: dict, dtype: str) -> dict:
             from vdnnsim.api import resolve_gpu, run_trace
             from vdnnsim.trace import load_trace
             trace = load_trace(out)
-            r = run_trace(trace, resolve_gpu("h100"), "eager", record=False)
+            r = run_trace(trace, resolve_gpu(gpu), "eager", record=False)
             note = trace.source.note or ""
             return {"outcome": "traced", "peak": r.peak_memory_bytes / 2**30,
                     "ms": r.iteration_time_ns / 1e6, "s": s, "note": note}

@@ -16,7 +16,7 @@ from .engine import (PINNINGS, AllocatorSettings, aligned, allocator_settings,
                      cpu_step_calibrated, cpu_step_per_element, optimizer_host_bytes,
                      optimizer_pinned_bytes, replay)
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
-from .hardware import GPU, gpu_preset
+from .hardware import GPU, gpu_from_file, gpu_preset, is_spec_path
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
 from .trace.optimizer import with_optimizer
@@ -55,12 +55,22 @@ def _capacity(memory_bytes: Any) -> int | None:
     return _user_value(check, memory_bytes, "memory_bytes")
 
 
-def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None) -> GPU:
+def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None,
+                base_dir: str | os.PathLike | None = None) -> GPU:
+    """A preset name, a GPU spec file (a path ending in .yaml or .yml, or with a folder; one
+    preset's mapping, as in vdnnsim/data/gpus.yaml) or a ``vdnnsim.GPU``, with
+    ``overrides``. A relative spec path is looked for under ``base_dir`` (a config's
+    folder) first, then as written."""
     if overrides is not None and not isinstance(overrides, dict):
         raise ConfigError(f"gpu overrides must be a mapping, got {type(overrides).__name__}")
     if not isinstance(gpu, (str, GPU)):
-        raise ConfigError(f"gpu must be a preset name or a vdnnsim.GPU, got "
+        raise ConfigError(f"gpu must be a preset name, a GPU spec file or a vdnnsim.GPU, got "
                           f"{type(gpu).__name__}")
+    if isinstance(gpu, str) and is_spec_path(gpu):
+        path = Path(gpu)
+        if base_dir is not None and not path.is_absolute() and (Path(base_dir) / path).exists():
+            path = Path(base_dir) / path
+        gpu = gpu_from_file(path)
     if isinstance(gpu, GPU):
         if overrides:
             from .hardware import apply_overrides, parse_overrides
@@ -387,7 +397,7 @@ def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str |
     (NOTE [user errors]); ``check_policies``: refuse a bad policy name before any work."""
     name, overrides = cfg.gpu_name_and_overrides()
     with in_file(source, "gpu"):
-        g = resolve_gpu(name, overrides)
+        g = resolve_gpu(name, overrides, base_dir)
     with in_file(source, "network"):
         trace = build_trace(config_network(cfg, base_dir), cfg.batch_size, g, cfg.dtype)
         trace = with_optimizer(trace, cfg.optimizer or trace.optimizer)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
@@ -12,8 +14,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
                       field_validator)
 
 from . import limits
-from .errors import ConfigError, UnknownNameError
-from .yamlio import parse_bytes, validation_message
+from .errors import ConfigError, UnknownNameError, shown
+from .yamlio import misplaced, parse_bytes, parse_model, read_yaml, validation_message
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 
@@ -127,6 +129,8 @@ def cpu_step_modelled(host: Host) -> bool:
 # algo_efficiency may name
 ALGO_CLASSES = ("implicit_gemm", "implicit_precomp_gemm", "gemm", "fft", "fft_tiling",
                 "winograd", "fc", "elementwise")
+# the dtypes a preset's peak_flops may name; the first three it must (the cost models time them)
+PEAK_DTYPES = ("fp32", "fp16", "bf16", "tf32", "fp8")
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,10 @@ class _HostSpec(BaseModel):
 class _GPUSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     display_name: str = Field(description="Marketing name.")
-    memory_bytes: Bytes = Field(description="Device memory capacity.")
-    peak_flops: dict[str, float] = Field(description="Peak FLOP/s per dtype.")
+    memory_bytes: Bytes = Field(gt=0, description="Device memory capacity.")
+    peak_flops: dict[str, float] = Field(description="Peak FLOP/s per dtype, dense: fp32, "
+                                         "fp16 and bf16, and where the chip has them tf32 "
+                                         "and fp8.")
     mem_bw_bytes_per_s: float = Field(gt=0, description="DRAM bandwidth.")
     launch_overhead_ns: int = Field(ge=0, description="Fixed cost per layer call.")
     winograd: bool = Field(description="cuDNN of the era offers Winograd.")
@@ -239,6 +245,21 @@ class _GPUSpec(BaseModel):
     algo_efficiency: dict[str, float] = Field(
         default_factory=dict, description="The analytic cost model's share of peak FLOP/s "
         "for an algorithm class on this card, where calibrated.")
+
+    @field_validator("peak_flops")
+    @classmethod
+    def _known_dtypes(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, f in v.items():
+            if k not in PEAK_DTYPES:
+                raise ValueError(f"unknown dtype {k!r} (one of "
+                                 f"{', '.join(PEAK_DTYPES)})")
+            if not 0 < f <= 1e18:
+                raise ValueError(f"{k} must be in (0, 1e18] FLOP/s, got {f}")
+        missing = [k for k in PEAK_DTYPES[:3] if k not in v]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} missing (fp32, fp16 and bf16 "
+                             "are required; a chip without bf16 gives it the fp32 rate)")
+        return v
 
     @field_validator("algo_efficiency")
     @classmethod
@@ -311,6 +332,14 @@ class GPUOverrides(BaseModel):
     host: HostOverrides | None = Field(None, description="The host's CPU optimizer step.")
 
 
+def _gpu(name: str, s: _GPUSpec) -> GPU:
+    return GPU(name, s.display_name, s.memory_bytes, dict(s.peak_flops), s.mem_bw_bytes_per_s,
+               s.launch_overhead_ns, s.winograd, Link(**s.link.model_dump()), s.source,
+               Host(**s.host.model_dump(exclude={"source"})), s.sm_count, s.calibration,
+               s.cublas_workspace_bytes, s.host_memory_bytes, s.op_calibration,
+               dict(s.algo_efficiency))
+
+
 @lru_cache(maxsize=1)
 def _presets() -> dict[str, GPU]:
     raw = yaml.safe_load(resources.files("vdnnsim").joinpath("data/gpus.yaml").read_text())
@@ -320,13 +349,64 @@ def _presets() -> dict[str, GPU]:
             s = _GPUSpec.model_validate(data)
         except ValidationError as exc:  # a broken package, not a user error
             raise RuntimeError(validation_message(f"gpus.yaml: {name}", exc)) from None
-        out[name] = GPU(name, s.display_name, s.memory_bytes, dict(s.peak_flops),
-                        s.mem_bw_bytes_per_s, s.launch_overhead_ns, s.winograd,
-                        Link(**s.link.model_dump()), s.source,
-                        Host(**s.host.model_dump(exclude={"source"})), s.sm_count,
-                        s.calibration, s.cublas_workspace_bytes, s.host_memory_bytes,
-                        s.op_calibration, dict(s.algo_efficiency))
+        out[name] = _gpu(name, s)
     return out
+
+
+def is_spec_path(gpu: str) -> bool:
+    """Whether a ``--gpu`` or ``gpu:`` value names a GPU spec file rather than a preset: it
+    ends in .yaml or .yml, or holds a folder separator."""
+    return gpu.endswith((".yaml", ".yml")) or "/" in gpu or os.sep in gpu
+
+
+def gpu_from_file(path: str | os.PathLike) -> GPU:
+    """A GPU from a spec file: one preset's mapping, as in ``data/gpus.yaml`` (named by the
+    file's stem), or one ``NAME: mapping`` entry copied from it (named NAME). A relative
+    ``calibration`` or ``op_calibration`` is looked up beside the file, then in vdnnsim/data."""
+    data = read_yaml(path, ConfigError)
+    wrong = misplaced(data, path, "a GPU spec", ())
+    if wrong:
+        raise ConfigError(wrong)
+    name = Path(path).stem
+    if isinstance(data, dict) and len(data) == 1:
+        (key, value), = data.items()
+        if isinstance(value, dict) and key not in _GPUSpec.model_fields:
+            name, data = str(key), value
+    spec = parse_model(_GPUSpec, data, shown(path), ConfigError)
+    for key in ("calibration", "op_calibration"):
+        if getattr(spec, key):
+            spec = spec.model_copy(update={key: _fitted_path(path, key, getattr(spec, key))})
+    return _gpu(name, spec)
+
+
+def _fitted_path(path: str | os.PathLike, key: str, value: str) -> str:
+    beside = Path(path).parent / value
+    if beside.is_file():
+        return str(beside.resolve())
+    if not Path(value).is_absolute() and resources.files("vdnnsim").joinpath("data",
+                                                                              value).is_file():
+        return value
+    raise ConfigError(f"{shown(path)}: {key}: no such file {value!r} (beside the spec file or "
+                      "in vdnnsim/data)")
+
+
+def timing_of(gpu: GPU) -> str:
+    """How vdnnsim times ``gpu``, in words: by its own fitted models where it has them, else
+    by the spec rules on its datasheet numbers alone (NOTE [spec rule], NOTE [op spec rule]);
+    and which of its host's costs are calibrated (NOTE [host costs])."""
+    own = [what for what, has in (("op model", gpu.op_calibration),
+                                  ("kernel model", gpu.calibration)) if has]
+    parts = [f"calibrated {' and '.join(own)}" if own else "spec rule (datasheet numbers only)"]
+    if gpu.algo_efficiency:
+        parts[0] += f", {', '.join(sorted(gpu.algo_efficiency))} efficiency fitted"
+    h = gpu.host
+    if h.layer_fwd_ns or h.step_ns:
+        parts.append("host costs calibrated")
+    elif h.cpu_step_ns_per_element:
+        parts.append("host: CPU optimizer step calibrated, other costs not")
+    else:
+        parts.append("host costs not calibrated")
+    return "; ".join(parts)
 
 
 def preset_names() -> list[str]:

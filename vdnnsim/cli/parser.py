@@ -35,7 +35,8 @@ def _trace(sub: Any) -> None:
     t.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
                    help="the optimizer whose state and step the trace holds")
     t.add_argument("--batch-size", "-b", type=int, default=None)
-    t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it")
+    t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it, or a "
+                   "GPU spec file (YAML; docs/hardware.md)")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
                                                        "autocast-fp16"],
                    help="autocast-*: hf: and factory models only")
@@ -104,7 +105,8 @@ def _maxbatch(sub: Any) -> None:
     mb = sub.add_parser("maxbatch", help="the largest batch size that fits (a search)")
     mb.add_argument("--network", "-n", action="append", required=True,
                     help="zoo name or network spec YAML (repeatable)")
-    mb.add_argument("--gpu", "-g", action="append", default=None, help="preset (repeatable)")
+    mb.add_argument("--gpu", "-g", action="append", default=None,
+                    help="preset or GPU spec file (repeatable)")
     mb.add_argument("--policy", "-p", action="append", default=None,
                     help="policy (repeatable; default vdnn_dyn)")
     mb.add_argument("--memory", default=None, help="pool capacity, e.g. '12 GiB'")
@@ -251,7 +253,7 @@ def _validate(sub: Any) -> None:
     va.add_argument("measurements", help="JSON list of measurement records (or JSON Lines); "
                     "several files, oldest first, where runs were measured again: a later "
                     "file's record of a run replaces the earlier ones")
-    va.add_argument("--gpu", default="h200", help="GPU preset to simulate with")
+    va.add_argument("--gpu", default="h200", help="GPU preset (or spec file) to simulate with")
     va.add_argument("--reserved", choices=["timed", "one-step"], default="timed",
                     help="the measured reserved peak to compare with: over the timed steps "
                     "(default), or one step's own from an emptied cache")
@@ -276,7 +278,8 @@ def _import(sub: Any) -> None:
 
 
 def _list(sub: Any) -> None:
-    ls = sub.add_parser("list", help="list networks, GPU presets and policies")
+    ls = sub.add_parser("list", help="list networks, GPU presets (with their sources and "
+                        "calibrations) and policies")
     ls.add_argument("what", nargs="?", default="all",
                     choices=["all", "networks", "gpus", "policies"])
     ls.set_defaults(fn=simulate.cmd_list)

@@ -321,7 +321,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..hardware import gpu_preset, preset_names
+    from ..hardware import gpu_preset, preset_names, timing_of
     from ..network import ZOO
     from ..policies.registry import POLICIES, policy_names
 
@@ -332,7 +332,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("hf models (vdnnsim measure --model; vdnnsim[hf]): "
               + ", ".join(f"hf:{n}" for n in shipped()))
     if what in ("gpus", "all"):
-        print("gpus:")
+        print("gpus (or --gpu FILE.yaml, a spec file of your own: docs/hardware.md):")
         for n in preset_names():
             g = gpu_preset(n)
             print(f"  {n:15s} {g.display_name}: {g.memory_bytes / GiB:.1f} GiB, "
@@ -340,6 +340,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                   f"{g.mem_bw_bytes_per_s / GB:.0f} GB/s, link "
                   f"{g.link.h2d_bw_bytes_per_s / GB:.1f} GB/s, host "
                   f"{(g.host_memory_bytes or 0) / GiB:.0f} GiB")
+            print(f"  {'':15s} timing: {timing_of(g)}")
+            print(f"  {'':15s} source: {g.source}")
     if what in ("policies", "all"):
         print("policies:")
         for n in policy_names():

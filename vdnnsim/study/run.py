@@ -63,7 +63,7 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
             if "network" not in point:
                 raise VdnnError("network: required key is missing")
             if cached is None:
-                gpu = resolve_gpu(name, over or None)
+                gpu = resolve_gpu(name, over or None, base)
                 net = point["network"]
                 path = base / str(net)
                 trace = build_trace(path if os.path.exists(path) else net, point.get("batch_size"),

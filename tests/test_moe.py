@@ -92,3 +92,61 @@ def test_the_fallback_is_timed_as_one_gemm_per_expert():
     assert om.time_ns(f, "fwd")[0] == pytest.approx(8 * one)
     g = dict(f, dt="bf16", loop=False)
     assert om.time_ns(g, "fwd")[0] == pytest.approx(om.time_ns(dict(g, op="bmm"), "fwd")[0])
+
+
+# -- NOTE [moe load]: a routing other than the balanced one ---------------------------------
+@pytest.mark.parametrize("routing", ["zipf:1", "hot:3", "loads:0,1,2,5", "balanced"])
+def test_a_given_load_sets_each_experts_rows(routing):
+    """The eager loop's GEMMs (gate-up and down per expert hit, each layer) take each
+    expert's count of the 16 tokens' 2 choices; an expert with none is not run."""
+    from vdnnsim.gpu.probe.aten import probe_workload
+    from vdnnsim.gpu.probe.moe import expert_counts
+    counts = expert_counts(routing, 16, 2, 4)
+    assert sum(counts) == 32 and max(counts) <= 16
+    _, p = probe_workload(TINY, 2, "fp32", 8, {"experts_implementation": "eager",
+                                                "routing": routing})
+    rows = [n.out_shape[0] for n in p.nodes
+            if n.attrs["module"].endswith("mlp.experts") and n.kind == "mm"]
+    per_layer = [c for c in counts if c for _ in range(2)]  # gate-up, then down
+    assert sorted(rows) == sorted(per_layer * (len(rows) // len(per_layer)))
+
+
+def test_the_loads_are_shares_of_the_choices_each_at_most_every_token():
+    from vdnnsim.gpu.probe.moe import expert_counts, routed
+    assert expert_counts("zipf:1", 100, 2, 8) == [74, 37, 25, 18, 15, 12, 10, 9]
+    assert expert_counts("hot:3", 100, 2, 8)[0] == 75  # 3 x 200 / 8
+    assert expert_counts("hot:40", 100, 2, 8)[0] == 100  # a token picks an expert once
+    # 5 and 15 asked; 15 is over the 10 tokens, so its excess goes by the weights left
+    assert expert_counts("loads:1,0,0,3", 10, 2, 4) == [10, 0, 0, 10]
+    idx = routed("zipf:1.5", 50, 3, 6, torch.int64)
+    assert all(len(set(row.tolist())) == 3 for row in idx)  # k distinct experts a token
+    assert torch.bincount(idx.flatten(), minlength=6).tolist() == expert_counts(
+        "zipf:1.5", 50, 3, 6)
+
+
+@pytest.mark.parametrize("argv,frag", [
+    (["--routing", "zipf:x"], "--routing 'zipf:x': one of balanced, zipf:S"),
+    (["--routing", "hot:0.5"], "one of balanced"),
+    (["--routing", "loads:1,2"], "2 weights for 4 experts"),
+    (["--routing", "zipf:1", "--model-arg", "routing=balanced"], "not both"),
+])
+def test_a_bad_routing_is_one_line(argv, frag):
+    from .conftest import run_cli
+    r = run_cli(["trace", "--model", TINY, "-b", "2", "--seq-len", "8", "--gpu", "h200",
+                 "-o", "-", *argv])
+    assert r.returncode == 2 and frag in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([x for x in r.stderr.splitlines() if x.startswith("vdnnsim:")]) == 1
+
+
+def test_routing_is_named_in_the_note_and_refused_without_experts(tmp_path):
+    from .conftest import run_cli
+    out = tmp_path / "t.yaml"
+    r = run_cli(["trace", "--model", TINY, "-b", "2", "--seq-len", "8", "--gpu", "h200",
+                 "--dtype", "bf16", "--routing", "zipf:1.20", "-o", str(out)])
+    assert r.returncode == 0, r.stderr
+    from vdnnsim.trace import load_trace
+    assert "routing assumed zipf:1.2 (--routing" in load_trace(out).source.note
+    gpt = f"hf:{ROOT / 'tests' / 'hf' / 'roberta-tiny.yaml'}"
+    r = run_cli(["trace", "--model", gpt, "-b", "2", "--seq-len", "8", "--gpu", "h200",
+                 "--routing", "hot:2", "-o", "-"])
+    assert r.returncode == 2 and "goes with mixture-of-experts models" in r.stderr

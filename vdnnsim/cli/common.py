@@ -105,6 +105,20 @@ def workload_args(p: argparse.ArgumentParser) -> None:
                    "model type)")
 
 
+def fold_routing(args: argparse.Namespace) -> None:
+    """``vdnnsim trace --routing LOAD`` checked and put into ``args.model_arg`` as
+    ``routing``, the form the trace's note and a plan file carry (NOTE [moe load])."""
+    if args.routing is None:
+        return
+    from ..gpu.probe.moe import parse_routing
+    if not args.model:
+        raise ConfigError("--routing goes with --model (a mixture-of-experts model)")
+    if any(a.partition("=")[0].strip() == "routing" for a in args.model_arg or []):
+        raise ConfigError("give --routing or --model-arg routing=..., not both")
+    args.model_arg = list(args.model_arg or []) + [f"routing={parse_routing(args.routing)}"]
+    args.routing = None
+
+
 def fold_lora(args: argparse.Namespace) -> None:
     """``--lora SETTINGS`` checked and put into ``args.model_arg`` as the model argument
     ``lora`` (NOTE [lora]): the form a trace's note, a plan file and a child process of

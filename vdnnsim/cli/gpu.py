@@ -166,6 +166,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
         run.model, run.batch_size, run.dtype, run.optimizer, run.seq_len, run.policy)
     args.input, args.model_arg = run.input, list(run.model_args)
     kwargs = model_kwargs(args.model_arg)
+    if "routing" in kwargs:  # the meta trace's assumption (NOTE [moe load])
+        print(f"note: routing {kwargs.pop('routing')} was the trace's assumption; on the GPU "
+              "the model's router routes the tokens", file=sys.stderr)
+        args.model_arg = [a for a in args.model_arg if a.partition("=")[0].strip() != "routing"]
     cap = run.memory_cap_bytes
     conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that

@@ -32,6 +32,10 @@ def _trace(sub: Any) -> None:
                    "hf:NAME or package.module:factory, op by op, timed by the GPU's op-level "
                    "model (memory only on a GPU without one)")
     workload_args(t)
+    t.add_argument("--routing", default=None, metavar="LOAD",
+                   help="a mixture-of-experts model's routing, which the meta device cannot "
+                   "know: balanced (default), zipf:S, hot:F (expert 0 gets F times the "
+                   "balanced share) or loads:W0,W1,... (a weight per expert)")
     t.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
                    help="the optimizer whose state and step the trace holds")
     t.add_argument("--batch-size", "-b", type=int, default=None)

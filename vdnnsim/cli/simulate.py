@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..units import GB, GiB
-from .common import (clean, fold_lora, json_default, model_kwargs, need_torch, shown, size_arg,
+from .common import (clean, fold_lora, fold_routing, json_default, model_kwargs, need_torch, shown, size_arg,
                      writable)
 
 
@@ -260,6 +260,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.lora is not None and not args.model:
         raise ConfigError("--lora goes with --model hf:NAME")
     fold_lora(args)
+    fold_routing(args)
     gpu = resolve_gpu(args.gpu)
     if args.model:
         if args.network:

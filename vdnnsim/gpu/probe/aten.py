@@ -40,7 +40,7 @@ from .blocks import (  # noqa: F401  (importable from here, as callers do)
     module_paths, tag_blocks)
 from .cuda import AUTOCAST_FP32, AUTOCAST_LOW, _as_cuda, _Autocast  # noqa: F401
 from .fx import Pack, Probe, ProbeNode, Saved, _nbytes, _sid
-from .moe import route_balanced
+from .moe import experts_modules, parse_routing, route
 from .opfeatures import op_features
 from .values import VALUE_LIMIT, VALUE_OPS, ListIndices, _ValueError, _Values  # noqa: F401
 
@@ -247,7 +247,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, name: str,
               autocast: torch.dtype | None = None,
               values: dict[str, torch.Tensor] | None = None,
-              recompute: Sequence[str] = (), as_cuda: bool = True) -> Probe:
+              recompute: Sequence[str] = (), as_cuda: bool = True,
+              routing: str = "balanced") -> Probe:
     """``model`` and ``batch`` on the meta device, or on a CUDA GPU (the
     profiler: nothing emulated, autocast real); ``loss_fn(model,
     batch)`` the step's forward pass and loss (a Workload's ``loss``). Each op's
@@ -290,8 +291,8 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
         for m in wrapped.modules:  # checkpoint's own code quiet, the module's recorded
             m.forward = _quietly(rec, m.forward)
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
-    if meta:  # the routing assumed (NOTE [moe routing])
-        handles += route_balanced(model, rec)
+    if meta:  # the routing assumed (NOTE [moe routing], NOTE [moe load])
+        handles += route(model, rec, routing)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
             with rec, ctx, lists:
@@ -460,16 +461,22 @@ def probe_workload(spec: str, batch_size: int, precision: str = "fp32",
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    kwargs = dict(model_kwargs or {})  # a routing is the probe's, not the model's
+    routing = parse_routing(kwargs.pop("routing", "balanced"))
     with torch.device("meta"):
-        work = build_workload(spec, seq_len, input_spec, model_kwargs)
+        work = build_workload(spec, seq_len, input_spec, kwargs or None)
     pure = DTYPES.get(precision, torch.float32)
     work.model.to(pure).train()
     values = work.batch(batch_size, "cpu", pure)  # the batch's values
     moved: dict[int, torch.Tensor] = {}  # a tensor under two keys (ids as labels) stays one
     batch = {k: moved[id(v)] if id(v) in moved else moved.setdefault(id(v), v.to("meta"))
              for k, v in values.items()}
+    if routing != "balanced" and not experts_modules(work.model):
+        raise ConfigError(f"{spec}: --routing goes with mixture-of-experts models (this one "
+                          "has no experts layers)")
+    work.info["routing"] = routing
     return work, probe_ops(work.model, batch, work.loss, work.name, autocast_dtype(precision),
-                           values, recompute, as_cuda)
+                           values, recompute, as_cuda, routing)
 
 
 def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
@@ -488,7 +495,7 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     unread = p.resident_weight_bytes - frozen_bytes(work.model)  # frozen ones: note()'s
     extra = (f"; {unread} bytes of weights that no op the loss depends on "
              "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
-        + moe_note(work.model, precision) + ssm_note(work.model)
+        + moe_note(work.model, precision, work.info["routing"]) + ssm_note(work.model)
     om = op_model_for(gpu)
     if om is None:
         d = assemble(p, dtype=dtype, source={

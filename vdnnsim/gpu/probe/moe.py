@@ -3,9 +3,12 @@ the routing the probe assumes (NOTE [moe routing])."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
+
+from ...errors import ConfigError
 
 # NOTE [moe routing]
 # transformers runs an experts module (``@use_experts_implementation``) by the config's
@@ -64,9 +67,88 @@ def balanced(tokens: int, k: int, experts: int, dtype: torch.dtype) -> torch.Ten
     return (torch.arange(tokens * k).reshape(tokens, k) % experts).to(dtype)
 
 
-def route_balanced(model: torch.nn.Module, rec: Any) -> list[Any]:
-    """Hooks that give each experts module's routing indices the balanced values (on the
-    meta device, beside the recorder's values); remove them after the probe."""
+# NOTE [moe load]
+# ``--routing`` replaces the balanced assumption by a load: ``zipf:S`` (expert e's share of
+# the T k choices is proportional to 1 / (e + 1)^S), ``hot:F`` (expert 0 gets F times the
+# balanced share, the others the rest evenly) or ``loads:W0,W1,...`` (one weight per
+# expert). Counts are the shares rounded by largest remainder, each at most T (a token
+# picks an expert once), the excess given to the others by their weights. Expert e's
+# choices are then the next c_e places of the T x k indices read column by column, so a
+# token's k choices stay distinct. Which tokens go where does not matter to memory or time.
+# The eager loop's GEMMs follow the counts; a grouped GEMM (grouped_mm, and its fp32
+# fallback) is timed as equal groups, so there the load changes neither memory nor time.
+ROUTINGS = ("balanced", "zipf:S", "hot:F", "loads:W0,W1,...")
+
+
+def parse_routing(text: str) -> str:
+    """``text`` checked and made canonical ('balanced', 'zipf:1.2', ...)."""
+    kind, _, arg = str(text).strip().partition(":")
+    bad = ConfigError(f"--routing {text!r}: one of {', '.join(ROUTINGS)}")
+    if kind == "balanced" and not arg:
+        return "balanced"
+    try:
+        nums = [float(x) for x in arg.split(",")] if arg else []
+    except ValueError:
+        raise bad from None
+    if not nums or not all(math.isfinite(x) and x >= 0 for x in nums):
+        raise bad
+    if kind == "zipf" and len(nums) == 1:
+        return f"zipf:{nums[0]:g}"
+    if kind == "hot" and len(nums) == 1 and nums[0] >= 1:
+        return f"hot:{nums[0]:g}"
+    if kind == "loads" and len(nums) >= 2 and sum(nums) > 0:
+        return "loads:" + ",".join(f"{x:g}" for x in nums)
+    raise bad
+
+
+def expert_counts(routing: str, tokens: int, k: int, experts: int) -> list[int]:
+    """Each expert's share of the ``tokens`` x ``k`` choices under ``routing``
+    (NOTE [moe load])."""
+    kind, _, arg = routing.partition(":")
+    if kind == "balanced":
+        return [tokens * k // experts + (e < tokens * k % experts) for e in range(experts)]
+    if kind == "zipf":
+        w = [1 / (e + 1) ** float(arg) for e in range(experts)]
+    elif kind == "hot":
+        hot = min(float(arg) / experts, 1.0)  # expert 0's share of the choices
+        w = [hot] + [(1 - hot) / max(experts - 1, 1)] * (experts - 1)
+    else:
+        w = [float(x) for x in arg.split(",")]
+        if len(w) != experts:
+            raise ConfigError(f"--routing {routing}: {len(w)} weights for {experts} experts")
+    counts, free = [0] * experts, set(range(experts))
+    left = tokens * k
+    while left and free:
+        total = sum(w[e] for e in free) or len(free)
+        want = {e: left * (w[e] if sum(w[e] for e in free) else 1) / total for e in free}
+        take = {e: min(int(want[e]), tokens - counts[e]) for e in free}
+        order = sorted(free, key=lambda e: (take[e] - want[e], e))  # largest remainder
+        short = left - sum(take.values())
+        for e in order:
+            if short and take[e] < tokens - counts[e] and take[e] < want[e]:
+                take[e] += 1
+                short -= 1
+        for e in free:
+            counts[e] += take[e]
+        left = tokens * k - sum(counts)
+        free = {e for e in free if counts[e] < tokens}
+    return counts
+
+
+def routed(routing: str, tokens: int, k: int, experts: int, dtype: torch.dtype
+           ) -> torch.Tensor:
+    """The routing indices (tokens x k) of ``routing``: the balanced ones, or expert e's
+    counts laid down column by column (NOTE [moe load])."""
+    if routing == "balanced":
+        return balanced(tokens, k, experts, dtype)
+    counts = expert_counts(routing, tokens, k, experts)
+    flat = torch.repeat_interleave(torch.arange(experts), torch.tensor(counts))
+    return flat.reshape(k, tokens).t().contiguous().to(dtype)
+
+
+def route(model: torch.nn.Module, rec: Any, routing: str = "balanced") -> list[Any]:
+    """Hooks that give each experts module's routing indices the values of ``routing`` (on
+    the meta device, beside the recorder's values); remove them after the probe."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     def hook(module, args, kwargs):
@@ -77,7 +159,8 @@ def route_balanced(model: torch.nn.Module, rec: Any) -> list[Any]:
                 or idx.shape[1] > module.num_experts:
             return None
         with _disable_current_modes(), torch._C.DisableTorchFunction():
-            values = balanced(idx.shape[0], idx.shape[1], module.num_experts, idx.dtype)
+            values = routed(routing, idx.shape[0], idx.shape[1], module.num_experts,
+                            idx.dtype)
             copy = torch.empty_like(idx)
         rec.same(copy, idx)
         rec.values.put(copy, values)
@@ -91,7 +174,7 @@ def route_balanced(model: torch.nn.Module, rec: Any) -> list[Any]:
             for m in experts_modules(model)]
 
 
-def note(model: torch.nn.Module, precision: str) -> str:
+def note(model: torch.nn.Module, precision: str, routing: str = "balanced") -> str:
     """What a trace's note says of the model's experts ("" without any)."""
     mods = experts_modules(model)
     if not mods:
@@ -102,5 +185,8 @@ def note(model: torch.nn.Module, precision: str) -> str:
         path += (", one grouped GEMM kernel (bf16 on sm90/sm100)" if precision == "bf16" else
                  ", ATen's per-expert fallback (offsets copied to the host, an mm per expert)")
     e = mods[0].num_experts
-    return (f"; MoE: {len(mods)} experts layers of {e} experts by {path}; routing assumed "
-            f"balanced (each expert gets tokens x top-k / {e} of the tokens' choices)")
+    if routing == "balanced":
+        how = f"balanced (each expert gets tokens x top-k / {e} of the tokens' choices)"
+    else:
+        how = f"{routing} (--routing; the busiest expert's share of the choices as given)"
+    return f"; MoE: {len(mods)} experts layers of {e} experts by {path}; routing assumed {how}"

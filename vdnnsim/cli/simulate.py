@@ -260,7 +260,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.lora is not None and not args.model:
         raise ConfigError("--lora goes with --model hf:NAME")
     fold_lora(args)
-    gpu = resolve_gpu(args.gpu)
+    gpu = resolve_gpu(args.gpu or "k40")
     if args.model:
         if args.network:
             raise ConfigError("give a network or --model, not both")
@@ -294,7 +294,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
             raise ConfigError("--seq-len, --input and --model-arg go with --model")
-        trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
+        trace = build_trace(args.network, args.batch_size, gpu, args.dtype,
+                            retime=args.gpu is not None)  # NOTE [retime]
     else:
         raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
     if args.optimizer != "sgd":  # its moments and step temporary
@@ -315,6 +316,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
                  else f"times as recorded ({trace.source.kind})")
         if trace.source.cost_model == "none":
             timed = "memory only, not timed"
+        from ..costs.retime import run_note
+        timed = run_note(trace)[0] if run_note(trace) else timed
         print(f"wrote {shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0

@@ -1,17 +1,16 @@
 """One trace, any GPU: an op trace's times made again for another GPU (``retime``).
 
 NOTE [retime]
-A trace of the op probe (``vdnnsim trace --model``) keeps what its op model read: each
-layer's op features (``attrs.op``, NOTE [op features]; none on a view) and its place among
-the ops the host dispatched (``attrs.seq``), and ``source.retime`` the step's precision
-(``variant``) and the trainable parameters' bytes and tensors. ``retime(trace, gpu)`` runs
-time_probe over them with ``gpu``'s op model (its calibration, else the spec rule,
-NOTE [op spec rule]), so a trace made for A and re-timed for B has the times tracing it
-for B gives, and re-timed for A its own. A profiled trace's times are measured: each layer's is
-carried by the ratio of the op model's times for B and for A (its host times and the
-measured step kept but for the step's GPU time, carried alike), and the trace says so. A
-run whose GPU is not its trace's re-times a timed trace that can be (api.build_trace); one
-that cannot, or a memory-only one, runs with its times as recorded, as before.
+An op probe's trace keeps what its op model read: each layer's op features (``attrs.op``,
+NOTE [op features]; none on a view) and its place among the ops the host dispatched
+(``attrs.seq``); ``source.retime`` the step's precision (``variant``), the trainable
+parameters' bytes and tensors, and the GPU's cuBLAS workspaces in ``resident_bytes``.
+``retime(trace, gpu)`` runs time_probe over them with ``gpu``'s op model (calibrated, else
+the spec rule), and swaps the workspaces: the trace tracing for ``gpu`` gives. A profiled
+trace's measured times are carried by the ratio of the op model's times for the two GPUs,
+layer by layer (host times and memory as measured), and the trace says so. A run on a GPU
+not its trace's re-times a timed trace that can be (api.build_trace); one that cannot, or
+a memory-only one, runs with its times as recorded, as before.
 """
 
 from __future__ import annotations
@@ -106,11 +105,15 @@ def _retime(trace: Trace, gpu: Any) -> Trace:
                               host_fwd_ns=hf, host_bwd_ns=hb, kernels_fwd=kf,
                               kernels_bwd=kb))
     steps = ot.steps.get(trace.optimizer, [ot.step_ns, ot.host_step_ns])
+    matmul = any(x.kind in ("mm", "addmm", "bmm", "baddbmm") for x in trace.layers)
+    ws = gpu.cublas_workspace_bytes if matmul else 0  # the GPU's, as tracing for it counts
     note = (f"re-timed for {gpu.name} from a trace made for {made_for}: meta device, {how}"
             + pooled_note(ot.pooled) + _made(src, made_for))
+    resident = trace.resident_bytes - src.retime.get("workspace_bytes", 0) + ws
     return replace(trace, layers=tuple(layers), step_ns=steps[0], host_step_ns=steps[1],
                    optimizer_steps=tuple((k, *v) for k, v in ot.steps.items()),
-                   source=_source(src, gpu, model, note, made_for))
+                   resident_bytes=resident,
+                   source=_source(src, gpu, model, note, made_for, ws))
 
 
 def _made(src: Source, made_for: str) -> str:
@@ -122,9 +125,13 @@ def _made(src: Source, made_for: str) -> str:
     return f"{head}{note})"
 
 
-def _source(src: Source, gpu: Any, model: str, note: str, made_for: str) -> Source:
+def _source(src: Source, gpu: Any, model: str, note: str, made_for: str,
+            workspace: int | None = None) -> Source:
+    rec = {k: v for k, v in src.retime.items() if k not in ("workspace_bytes", "made_for")}
+    ws = src.retime.get("workspace_bytes", 0) if workspace is None else workspace
     return replace(src, gpu=gpu.name, cost_model=model, note=note,
-                   retime={**src.retime, "made_for": made_for})
+                   retime={**rec, **({"workspace_bytes": ws} if ws else {}),
+                           "made_for": made_for})
 
 
 def _carried(trace: Trace, gpu: Any, new: Any, made_for: str, model: str, how: str) -> Trace:

@@ -204,7 +204,8 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note,
                         s.host_probe_ns, s.host_probe_between_ns,
-                        s.retime.model_dump(exclude_none=True) if s.retime else None),
+                        {k: v for k, v in s.retime.model_dump().items() if v}
+                        if s.retime else None),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
                  spec.step_workspace_bytes, spec.optimizer,
                  tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))

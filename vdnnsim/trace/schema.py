@@ -132,6 +132,8 @@ class RetimeSpec(_Strict):
     param_bytes: Bytes = Field(description="Trainable parameter bytes the optimizer steps.")
     param_tensors: Annotated[int, Field(ge=0, le=10**9), BeforeValidator(whole)] = Field(
         description="Trainable parameter tensors the optimizer steps.")
+    workspace_bytes: Bytes = Field(0, description="The GPU's cuBLAS workspaces counted in "
+                                   "resident_bytes: another GPU's replace them.")
     made_for: str | None = Field(None, description="The GPU the trace was made for, where "
                                  "it has been re-timed since.")
 

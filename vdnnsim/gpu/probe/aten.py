@@ -522,6 +522,8 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
         d["optimizer_steps"] = ot.steps
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
-    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \
-        p.resident_weight_bytes  # held, no gradient, no optimizer state
+    ws = gpu.cublas_workspace_bytes if matmul else 0
+    d["resident_bytes"] = buffers + ws + p.resident_weight_bytes  # held, no gradient, no
+    if ws:  # optimizer state; the GPU's workspaces, which re-timing swaps (NOTE [retime])
+        d["source"]["retime"]["workspace_bytes"] = ws
     return d

@@ -137,6 +137,11 @@ def test_a_profiled_trace_is_carried_by_the_models_ratio(made):
     assert carried.source.cost_model.endswith("-ratio")
     assert "carried by the ratio" in carried.source.note
     assert run_note(carried)[0].startswith(PREFIX) and "ratio" in run_note(carried)[0]
+    assert build_trace(prof, None, h100).source.cost_model.endswith("-ratio")  # a run's
+    cpu = replace(prof, source=replace(prof.source, gpu="cpu (cpu)"))  # no preset's
+    assert build_trace(cpu, None, h100) is cpu
+    with pytest.raises(ConfigError, match="no GPU preset"):
+        retime(cpu, h100)
 
 
 def test_vdnnsim_trace_retimes_a_file_only_when_asked(made, tmp_path, capsys):

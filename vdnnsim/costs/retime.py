@@ -136,10 +136,8 @@ def _source(src: Source, gpu: Any, model: str, note: str, made_for: str,
 
 def _carried(trace: Trace, gpu: Any, new: Any, made_for: str, model: str, how: str) -> Trace:
     """A profiled trace: each measured time times the op model's ratio, B's over A's."""
-    from ..hardware import gpu_preset, preset_names
     src = trace.source
-    a = next((gpu_preset(n) for n in preset_names()
-              if made_for in (n, gpu_preset(n).display_name)), None)
+    a = _preset_named(made_for)
     if a is None:
         raise ConfigError(f"{trace.name}: profiled on {made_for}, which is no GPU preset: "
                           "no op model to carry its times from")
@@ -162,6 +160,13 @@ def _carried(trace: Trace, gpu: Any, new: Any, made_for: str, model: str, how: s
                    source=_source(src, gpu, f"{model}-ratio", note, made_for))
 
 
+def _preset_named(name: str) -> Any:
+    """The preset a profiled trace's GPU is (its name or display name), else None."""
+    from ..hardware import gpu_preset, preset_names
+    return next((gpu_preset(n) for n in preset_names()
+                 if name in (n, gpu_preset(n).display_name)), None)
+
+
 def run_note(trace: Trace) -> tuple[str, ...]:
     """A run's one line where its trace was re-timed (NOTE [retime])."""
     made_for = (trace.source.retime or {}).get("made_for")
@@ -179,4 +184,7 @@ def for_run(trace: Trace, gpu: Any) -> Trace:
     another, else as it is (NOTE [retime])."""
     if trace.source.gpu == gpu.name or not trace.timed or not retimable(trace):
         return trace
+    made_for = trace.source.retime.get("made_for") or trace.source.gpu or ""
+    if trace.source.kind == "profiled" and _preset_named(made_for) is None:
+        return trace  # measured on no preset (a CPU): no model to carry it from
     return retime(trace, gpu)

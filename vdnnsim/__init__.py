@@ -19,7 +19,7 @@ _WHERE = {
     "ConfigError": "errors", "TraceError": "errors", "UnknownNameError": "errors",
     "VdnnError": "errors",
     "GPU": "hardware", "Link": "hardware", "gpu_preset": "hardware",
-    "preset_names": "hardware",
+    "preset_names": "hardware", "retime": "costs.retime",
     "policy_names": "policies", "RunResult": "results", "sweep": "study",
     "Trace": "trace", "load_trace": "trace", "save_trace": "trace",
 }

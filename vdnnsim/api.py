@@ -80,8 +80,10 @@ def resolve_gpu(gpu: str | GPU, overrides: dict[str, Any] | None = None,
 
 
 def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: int | None,
-                gpu: GPU, dtype: str = "fp32") -> Trace:
-    """A zoo name, a network spec (object or YAML path) or a trace (object or YAML path)."""
+                gpu: GPU, dtype: str = "fp32", *, retime: bool = True) -> Trace:
+    """A zoo name, a network spec (object or YAML path) or a trace (object or YAML path);
+    a trace made for another GPU re-timed for ``gpu`` where it can be, unless ``retime`` is
+    off (NOTE [retime])."""
     spec_file = ""
     if not isinstance(gpu, GPU):
         raise ConfigError(f"build_trace needs a vdnnsim.GPU (vdnnsim.gpu_preset(name)), got "
@@ -94,7 +96,7 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
     if isinstance(network, str) and not network:
         raise ConfigError("network: an empty name")
     if isinstance(network, Trace):
-        return _check_trace(network, batch_size, "the trace")
+        return _check_trace(network, batch_size, "the trace", gpu if retime else None)
     if isinstance(network, NetworkSpec):
         spec = network
     elif isinstance(network, str) and network in ZOO:
@@ -111,7 +113,8 @@ def build_trace(network: str | os.PathLike | NetworkSpec | Trace, batch_size: in
         if is_network_file(data):
             spec, spec_file = network_from_dict(data, str(path)), f"{path}: "
         else:
-            return _check_trace(trace_from_dict(data, str(path)), batch_size, str(path))
+            return _check_trace(trace_from_dict(data, str(path)), batch_size, str(path),
+                                gpu if retime else None)
     if dtype not in ("fp32", "fp16", "bf16"):
         raise ConfigError(f"unknown dtype {limits.short_repr(dtype)}; known: bf16, fp16, fp32")
     b = batch_size or spec.batch_size
@@ -154,10 +157,17 @@ def _check_size(trace: Trace, where: str, error: type[VdnnError] = TraceError) -
     return trace
 
 
-def _check_trace(trace: Trace, batch_size: int | None, where: str) -> Trace:
+def _check_trace(trace: Trace, batch_size: int | None, where: str,
+                 gpu: GPU | None = None) -> Trace:
     if batch_size is not None and batch_size != trace.batch_size:
         raise ConfigError(f"{where} was recorded at batch size {trace.batch_size}, not "
                           f"{batch_size}; a trace's sizes and times hold for its own batch")
+    if gpu is not None:
+        from .costs.retime import for_run
+        try:
+            trace = for_run(trace, gpu)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     return _check_size(trace, where)
 
 
@@ -329,6 +339,7 @@ def run_plan(trace: Trace, gpu: GPU, plan: Any, budget_bytes: int, name: str = "
 
 def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
             sim: Replayed, record: bool) -> RunResult:
+    from .costs.retime import run_note
     oracle_ns = oracle_time_ns(trace, gpu)
     return RunResult(
         network=trace.name, batch_size=trace.batch_size, dtype=trace.dtype, gpu=gpu.name,
@@ -340,7 +351,8 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         offloaded_bytes=sim.offloaded_bytes, prefetched_bytes=sim.prefetched_bytes,
         peak_host_bytes=sim.peak_host_bytes, stall_time_ns=sim.stall_ns,
         host_bound_time_ns=sim.host_bound_ns,
-        peak_breakdown=dict(sim.peak_breakdown), oom=sim.oom, notes=plan.notes,
+        peak_breakdown=dict(sim.peak_breakdown), oom=sim.oom,
+        notes=run_note(trace) + plan.notes,  # NOTE [retime]
         algos=algorithm_names(trace, plan.algos),
         _ops=sim.ops if record else (), _mem=sim.memory_steps,
         _spans=sim.spans if record else (),

@@ -39,8 +39,9 @@ def _trace(sub: Any) -> None:
     t.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
                    help="the optimizer whose state and step the trace holds")
     t.add_argument("--batch-size", "-b", type=int, default=None)
-    t.add_argument("--gpu", default="k40", help="GPU preset whose cost model times it, or a "
-                   "GPU spec file (YAML; docs/hardware.md)")
+    t.add_argument("--gpu", default=None, help="GPU preset whose cost model times it, or a "
+                   "GPU spec file (YAML; docs/hardware.md); default k40; with a trace file, "
+                   "re-times an op trace for it")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
                                                        "autocast-fp16"],
                    help="autocast-*: hf: and factory models only")

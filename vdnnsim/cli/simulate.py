@@ -261,7 +261,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise ConfigError("--lora goes with --model hf:NAME")
     fold_lora(args)
     fold_routing(args)
-    gpu = resolve_gpu(args.gpu)
+    gpu = resolve_gpu(args.gpu or "k40")
     if args.model:
         if args.network:
             raise ConfigError("give a network or --model, not both")
@@ -288,14 +288,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
                       "runs show memory, not times; GPUs with an "
                       f"op-level model: {timed_on}", file=sys.stderr)
             elif not gpu.op_calibration:
-                from ..costs.ops import spec_rule_note
-                print(f"note: {gpu.name} has no op calibration: timed from its specs by "
-                      f"another GPU's op model (calibrated: {timed_on}), "
-                      f"{spec_rule_note(gpu)}", file=sys.stderr)
+                _spec_rule_said(gpu, timed_on)
     elif args.network:
         if args.seq_len or args.input or args.model_arg:
             raise ConfigError("--seq-len, --input and --model-arg go with --model")
-        trace = build_trace(args.network, args.batch_size, gpu, args.dtype)
+        trace = build_trace(args.network, args.batch_size, gpu, args.dtype,
+                            retime=args.gpu is not None)  # NOTE [retime]
+        from ..costs.retime import run_note
+        if run_note(trace) and not gpu.op_calibration and trace.source.kind == "synthesized":
+            from ..hardware import gpu_preset, preset_names
+            _spec_rule_said(gpu, ", ".join(n for n in preset_names()
+                                           if gpu_preset(n).op_calibration))
     else:
         raise ConfigError("give a network (zoo name or spec/trace YAML) or --model")
     if args.optimizer != "sgd":  # its moments and step temporary
@@ -316,9 +319,18 @@ def cmd_trace(args: argparse.Namespace) -> int:
                  else f"times as recorded ({trace.source.kind})")
         if trace.source.cost_model == "none":
             timed = "memory only, not timed"
+        from ..costs.retime import run_note
+        timed = run_note(trace)[0] if run_note(trace) else timed
         print(f"wrote {shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0
+
+
+def _spec_rule_said(gpu: Any, timed_on: str) -> None:
+    from ..costs.ops import spec_rule_note
+    print(f"note: {gpu.name} has no op calibration: timed from its specs by "
+          f"another GPU's op model (calibrated: {timed_on}), "
+          f"{spec_rule_note(gpu)}", file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -92,10 +92,11 @@ def uncalibrated_cpu_step(gpu_name: str) -> str:
 
 
 def _notes(report: "PlanReport", peak: int | None) -> list[str]:
+    from ..costs.retime import run_note
     from ..planners.greedy import OP_PLAN_CANNOT_RUN
+    out = [f"note: {n}" for n in run_note(report.trace)]  # NOTE [retime]
     if peak is None:
-        return []
-    out = []
+        return out
     if getattr(report, "op_layers", False):
         out.append(f"note: {OP_PLAN_CANNOT_RUN}")
     on_cpu = getattr(report, "optimizer_offload", None)

@@ -86,7 +86,10 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
     lines += [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
     if not all(r.timed for r in results):
         lines.append(UNTIMED_NOTE)
-    notes = [f"  {r.policy}: {n}" for r in results for n in r.notes]
+    from ..costs.retime import PREFIX  # the trace's, once (NOTE [retime])
+    shared = [n for n in r0.notes if n.startswith(PREFIX)]
+    notes = [f"  {n}" for n in shared] + [f"  {r.policy}: {n}" for r in results
+                                          for n in r.notes if n not in shared]
     if notes:
         lines += ["notes:"] + notes
     return "\n".join(lines)
@@ -131,6 +134,7 @@ def format_rows(df, title: str | None = None) -> str:
 
     head = [title] if title else []
     foot = [UNTIMED_NOTE] if memory_only else []
+    foot += retimed_note(df)
     return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
                      + foot)
 
@@ -139,3 +143,16 @@ def format_slowdown(slowdown: float | None) -> str:
     """A slowdown as '1.17x'; '-' where it is undefined (NaN, None): the oracle time is 0,
     or the trace is memory only."""
     return "-" if _missing(slowdown) else f"{slowdown:.2f}x"
+
+
+def retimed_note(df) -> list[str]:
+    """One line where runs re-timed their trace for their GPU (NOTE [retime])."""
+    from ..costs.retime import PREFIX
+    if "notes" not in df:
+        return []
+    gpus = sorted({str(g) for g, n in zip(df["gpu"], df["notes"])
+                   if isinstance(n, str) and PREFIX in n})
+    if not gpus:
+        return []
+    return [f"note: the trace re-timed for {', '.join(gpus)} by the op-level kernel model "
+            "(the notes column says from what, and how)"]

@@ -78,7 +78,7 @@ def save_trace(trace: Trace, path: str | os.PathLike) -> None:
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
-    src = {k: v for k, v in vars(trace.source).items()
+    src = {k: dict(v) if isinstance(v, dict) else v for k, v in vars(trace.source).items()
            if v not in (None, {}, "") and not (k == "framework" and v == "torch7")}
     tensors = []
     for t in trace.tensors.values():
@@ -203,7 +203,9 @@ def _build(spec: TraceSpec, source: str) -> Trace:
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note,
-                        s.host_probe_ns, s.host_probe_between_ns),
+                        s.host_probe_ns, s.host_probe_between_ns,
+                        {k: v for k, v in s.retime.model_dump().items() if v}
+                        if s.retime else None),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
                  spec.step_workspace_bytes, spec.optimizer,
                  tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))

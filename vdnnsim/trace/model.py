@@ -124,6 +124,9 @@ class Source:
     host_probe_ns: float | None = field(default=None, compare=False, hash=False)
     # and right after its timed steps, the median: what follows a step
     host_probe_between_ns: float | None = field(default=None, compare=False, hash=False)
+    # what re-timing it for another GPU needs (NOTE [retime]): variant, param_bytes,
+    # param_tensors, and made_for once re-timed
+    retime: dict[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,18 @@ class LayerSpec(_Strict):
         return self
 
 
+class RetimeSpec(_Strict):
+    variant: Literal["fp32", "bf16", "fp16", "autocast"] = Field(
+        description="The precision the op model's host costs are for (autocast: mixed).")
+    param_bytes: Bytes = Field(description="Trainable parameter bytes the optimizer steps.")
+    param_tensors: Annotated[int, Field(ge=0, le=10**9), BeforeValidator(whole)] = Field(
+        description="Trainable parameter tensors the optimizer steps.")
+    workspace_bytes: Bytes = Field(0, description="The GPU's cuBLAS workspaces counted in "
+                                   "resident_bytes: another GPU's replace them.")
+    made_for: str | None = Field(None, description="The GPU the trace was made for, where "
+                                 "it has been re-timed since.")
+
+
 class SourceSpec(_Strict):
     kind: Literal["synthesized", "profiled", "handwritten"] = Field(
         "handwritten", description="How the trace was made.")
@@ -144,6 +156,9 @@ class SourceSpec(_Strict):
         None, gt=0, allow_inf_nan=False,
         description="The same probe after each timed step, the median: what follows the "
         "host's speed over the steps.")
+    retime: RetimeSpec | None = Field(
+        None, description="What re-timing the trace for another GPU needs beside each "
+        "layer's attrs op and seq (docs/trace-format.md): absent, it cannot be re-timed.")
 
 
 class TraceSpec(_Strict):

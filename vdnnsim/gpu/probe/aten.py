@@ -497,22 +497,23 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
              "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
         + moe_note(work.model, precision, work.info["routing"]) + ssm_note(work.model)
     om = op_model_for(gpu)
+    params = [q for q in work.model.parameters() if q.requires_grad]
+    rec = {"variant": "autocast" if precision.startswith("autocast") else dtype,
+           "param_bytes": sum(q.numel() * q.element_size() for q in params),
+           "param_tensors": len(params)}  # what re-timing it needs (NOTE [retime])
     if om is None:
-        d = assemble(p, dtype=dtype, source={
-            "kind": "synthesized", "gpu": gpu.name, "cost_model": "none",
+        d = assemble(p, dtype=dtype, features=True, source={
+            "kind": "synthesized", "gpu": gpu.name, "cost_model": "none", "retime": rec,
             "note": f"memory only: every layer 0 ns; {spec}, {precision}"
                     + extra})
     else:
         from ...costs.ops import MODEL, SPEC_MODEL
         from .op_times import pooled_note, time_probe
         from ..profile.assemble import software
-        params = [q for q in work.model.parameters() if q.requires_grad]
-        variant = "autocast" if precision.startswith("autocast") else dtype
-        ot = time_probe(p, om, sum(q.numel() * q.element_size() for q in params), len(params),
-                        variant)
+        ot = time_probe(p, om, rec["param_bytes"], rec["param_tensors"], rec["variant"])
         d = assemble(p, times=ot.times, dtype=dtype, hosts=ot.hosts, kernels=ot.kernels,
-                     step_ns=ot.step_ns, host_step_ns=ot.host_step_ns, source={
-                         "kind": "synthesized", "gpu": gpu.name,
+                     step_ns=ot.step_ns, host_step_ns=ot.host_step_ns, features=True, source={
+                         "kind": "synthesized", "gpu": gpu.name, "retime": rec,
                          "cost_model": MODEL if gpu.op_calibration else SPEC_MODEL,
                          "software": software(),
                          "note": f"{spec}, {precision}"
@@ -528,6 +529,8 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
         d["optimizer_steps"] = ot.steps
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
-    d["resident_bytes"] = buffers + (gpu.cublas_workspace_bytes if matmul else 0) + \
-        p.resident_weight_bytes  # held, no gradient, no optimizer state
+    ws = gpu.cublas_workspace_bytes if matmul else 0
+    d["resident_bytes"] = buffers + ws + p.resident_weight_bytes  # held, no gradient, no
+    if ws:  # optimizer state; the GPU's workspaces, which re-timing swaps (NOTE [retime])
+        d["source"]["retime"]["workspace_bytes"] = ws
     return d

@@ -22,10 +22,11 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
              algos: dict[str, list[dict[str, Any]]] | None = None, names: dict[str, str] | None
              = None, source: dict[str, Any] | None = None, step_ns: int = 0,
              dtype: str = "fp32", hosts: dict[str, tuple[int, int]] | None = None,
-             host_step_ns: int = 0, kernels: dict[str, tuple[int, int]] | None = None
-             ) -> dict[str, Any]:
+             host_step_ns: int = 0, kernels: dict[str, tuple[int, int]] | None = None,
+             features: bool = False) -> dict[str, Any]:
     """The trace file (as a dict) of a probe, with per-layer (fwd_ns, bwd_ns, fwd_ws, bwd_ws)
-    or cost-model algorithm lists."""
+    or cost-model algorithm lists; ``features``: each op's ``op`` features and ``seq``, what
+    re-timing it reads (NOTE [retime])."""
     names = names or {}
 
     def rn(t: str) -> str:  # fx node name -> the model's layer name; extras keep ':savedK'
@@ -75,6 +76,10 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
         if "_dtype" in n.attrs:  # an op probe's: the output's, as torch names it
             attrs["dtype"] = str(n.attrs["_dtype"]).removeprefix("torch.")
         attrs["flops"] = n.flops
+        if features and "_seq" in n.attrs:  # NOTE [retime]
+            if n.attrs.get("_f") is not None and not (n.alias_of and n.kind == "flatten"):
+                attrs["op"] = dict(n.attrs["_f"])
+            attrs["seq"] = n.attrs["_seq"]
         layer["attrs"] = attrs
         layers.append(layer)
     return {"format": FORMAT, "version": VERSION, "name": p.name, "batch_size": p.batch_size,

@@ -55,7 +55,9 @@ def test_list_gpus_says_how_each_preset_is_timed_and_where_it_comes_from():
         g = gpu_preset(name)
         assert f"timing: {timing_of(g)}" in out and f"source: {g.source}" in out
         if not (g.op_calibration or g.calibration):
-            assert timing_of(g).startswith("spec rule (datasheet numbers only)")
+            assert timing_of(g).startswith(
+                "spec rule, corrected by public kernel measurements" if g.spec_rule
+                else "spec rule (datasheet numbers only)")
     assert timing_of(gpu_preset("h200")).startswith("calibrated op model and kernel model")
     assert "host: CPU optimizer step calibrated" in timing_of(gpu_preset("h100"))
 

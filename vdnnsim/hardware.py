@@ -125,6 +125,17 @@ def cpu_step_modelled(host: Host) -> bool:
 # swap: their host bytes are not checked.
 
 
+@dataclass(frozen=True)
+class SpecRuleFit:
+    """A GPU's correction of the op spec rule, fitted to public kernel measurements of that
+    card (NOTE [op spec rule fit])."""
+
+    compute_scale: float  # times every peak the op model sees
+    bandwidth_scale: float  # times the bandwidth it sees
+    records: int  # the measurements it was fitted on
+    source: str = ""
+
+
 # the analytic cost model's algorithm classes (costmodel.EFF's keys), which a preset's
 # algo_efficiency may name
 ALGO_CLASSES = ("implicit_gemm", "implicit_precomp_gemm", "gemm", "fft", "fft_tiling",
@@ -153,7 +164,7 @@ class GPU:
     # the analytic cost model's efficiency of an algorithm class on this card, where it has
     # been calibrated; the classes not named keep costs.analytic's EFF
     algo_efficiency: dict[str, float] = field(default_factory=dict)
-
+    spec_rule: SpecRuleFit | None = None  # the op spec rule's fitted correction, if any
 
     def flops(self, dtype: str) -> float:
         return self.peak_flops[dtype]
@@ -220,6 +231,16 @@ class _HostSpec(BaseModel):
     source: str = Field("", description="Where the numbers come from.")
 
 
+class _SpecRuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    compute_scale: float = Field(ge=0.1, le=10, description="Times every peak FLOP/s the "
+                                 "op model's spec rule sees.")
+    bandwidth_scale: float = Field(ge=0.1, le=10, description="Times the DRAM bandwidth "
+                                   "it sees.")
+    records: int = Field(ge=1, description="The kernel measurements it was fitted on.")
+    source: str = Field(min_length=1, description="The measurements and the fit.")
+
+
 class _GPUSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     display_name: str = Field(description="Marketing name.")
@@ -245,6 +266,9 @@ class _GPUSpec(BaseModel):
     algo_efficiency: dict[str, float] = Field(
         default_factory=dict, description="The analytic cost model's share of peak FLOP/s "
         "for an algorithm class on this card, where calibrated.")
+    spec_rule: _SpecRuleSpec | None = Field(None, description="A correction of the op "
+                                            "model's spec rule (no op_calibration) fitted "
+                                            "to kernel measurements of this card.")
 
     @field_validator("peak_flops")
     @classmethod
@@ -337,7 +361,8 @@ def _gpu(name: str, s: _GPUSpec) -> GPU:
                s.launch_overhead_ns, s.winograd, Link(**s.link.model_dump()), s.source,
                Host(**s.host.model_dump(exclude={"source"})), s.sm_count, s.calibration,
                s.cublas_workspace_bytes, s.host_memory_bytes, s.op_calibration,
-               dict(s.algo_efficiency))
+               dict(s.algo_efficiency),
+               SpecRuleFit(**s.spec_rule.model_dump()) if s.spec_rule else None)
 
 
 @lru_cache(maxsize=1)
@@ -397,6 +422,9 @@ def timing_of(gpu: GPU) -> str:
     own = [what for what, has in (("op model", gpu.op_calibration),
                                   ("kernel model", gpu.calibration)) if has]
     parts = [f"calibrated {' and '.join(own)}" if own else "spec rule (datasheet numbers only)"]
+    if gpu.spec_rule and not gpu.op_calibration:
+        parts[0] = ("spec rule, corrected by public kernel measurements "
+                    f"({gpu.spec_rule.records} records)")
     if gpu.algo_efficiency:
         parts[0] += f", {', '.join(sorted(gpu.algo_efficiency))} efficiency fitted"
     h = gpu.host

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import hashlib
 import json
 import re
 import statistics
@@ -195,8 +196,20 @@ def beyond_grid(m, f: dict) -> bool:
                for x, mu, sd in zip(phi, c["mu"], c["sd"]))
 
 
-def records() -> list[tuple[str, str, dict, float, str]]:
-    """(card key, op class, features, measured ns, algorithm) of every record."""
+# the columns of a record that name its shape (NEUSIGHT_SPLIT.md)
+SHAPE = {"conv2d": ("batch", "c_in", "c_out", "kernel", "size", "stride", "padding"),
+         "linear": tuple("BMNK"), "bmm": tuple("BMNK")}
+
+
+def half(cls: str, r: dict[str, str]) -> str:
+    """``train`` or ``test``: the fixed split of NEUSIGHT_SPLIT.md, by a hash of the record's
+    class and shape (not its card: a shape is in the same half on every card)."""
+    key = f"{cls}:" + ",".join(str(int(r[c])) for c in SHAPE[cls])
+    return "test" if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 2 else "train"
+
+
+def records() -> list[tuple[str, str, dict, float, str, str]]:
+    """(card key, op class, features, measured ns, algorithm, half) of every record."""
     key = {k: name for name, (k, _, _) in CARDS.items()}
     out = []
     for cls, fn in (("conv2d", conv_features), ("linear", linear_features),
@@ -204,7 +217,7 @@ def records() -> list[tuple[str, str, dict, float, str]]:
         with open(DATA / f"{'conv' if cls == 'conv2d' else cls}.csv", newline="") as fh:
             for r in csv.DictReader(fh):
                 out.append((key[r["device"]], cls, fn(r), float(r["latency_ms"]) * 1e6,
-                            r.get("algo", "")))
+                            r.get("algo", ""), half(cls, r)))
     return out
 
 
@@ -230,7 +243,7 @@ def main(argv: list[str]) -> int:
     recs = records()
     cache: dict[str, dict] = {}
     errs: dict[tuple, list[tuple[float, float, str]]] = {}
-    for name, cls, f, meas, algo in recs:
+    for name, cls, f, meas, algo, _half in recs:
         if name not in cache:
             cache[name] = models(name)
         for label, m in cache[name].items():

@@ -217,6 +217,16 @@ def for_gpu(gpu: Any) -> OpModel | None:
 # GPU spec. Nothing is fitted to the GPU it predicts; a trace it times says so
 # (``cost_model: aten-v1-specs``), and ``spec_rule_note`` what is measured of its error.
 SPEC_MODEL = MODEL + "-specs"
+
+# NOTE [op spec rule fit]
+# A preset may carry a correction of the rule fitted to public per-kernel measurements of
+# its own card (``spec_rule`` in gpus.yaml: NeuSight's fp32 GEMMs and convolutions, fitted on
+# a fixed half of them, checked on the other: experiments/op_model/NEUSIGHT_SPLIT.md and
+# neusight_fit.py). ``compute_scale`` multiplies every peak the rule takes (a sustained
+# clock acts on every unit; only fp32 was measured), ``bandwidth_scale`` the bandwidth
+# (rooflines and per-byte costs alike). Datasheet peaks are boost-clock numbers, and cards
+# sustain different shares of them. The donor is still chosen on the datasheet; a preset
+# without the field is timed exactly as before.
 # what ``vdnnsim trace`` says of the rule's error where the GPU differs from the donor in
 # bandwidth alone (tests/test_opmodel.py holds it to the committed comparison)
 SPEC_RULE_ERROR = ("measured on an H100, blind (22 runs of seen transformers and CNNs): fp32 "
@@ -255,15 +265,21 @@ def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
     if donor is None or not donor.op_calibration:
         return None
     base = load(donor.op_calibration)
-    fitted = per_byte_scaled(base, base["mem_bw_bytes_per_s"] / gpu.mem_bw_bytes_per_s)
+    fix = getattr(gpu, "spec_rule", None)  # NOTE [op spec rule fit]
+    bw = gpu.mem_bw_bytes_per_s * fix.bandwidth_scale if fix else gpu.mem_bw_bytes_per_s
+    fitted = per_byte_scaled(base, base["mem_bw_bytes_per_s"] / bw)
     peaks = {k: gpu.peak_flops.get(k, gpu.peak_flops["fp32"]) for k in fitted["peaks"]}
-    return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, gpu.sm_count,
-                   f"from specs, {donor.name}'s efficiencies ({donor.op_calibration})")
+    source = f"from specs, {donor.name}'s efficiencies ({donor.op_calibration})"
+    if fix:
+        peaks = {k: v * fix.compute_scale for k, v in peaks.items()}
+        source += (f", corrected by public kernel measurements of this card (compute x"
+                   f"{fix.compute_scale:g}, bandwidth x{fix.bandwidth_scale:g})")
+    return OpModel(fitted, peaks, bw, gpu.sm_count, source)
 
 
 def spec_rule_note(gpu: Any) -> str:
-    """What is known of the spec rule's error for ``gpu``: measured
-    where it differs from its donor in bandwidth alone, else not."""
+    """What is known of the spec rule's error for ``gpu``: measured where it differs from
+    its donor in bandwidth alone, per kernel where it is corrected, else not."""
     donor = donor_for(gpu)
     if donor is None:
         return "no calibrated GPU to time it from"
@@ -271,6 +287,12 @@ def spec_rule_note(gpu: Any) -> str:
         gpu.peak_flops.get(k) == donor.peak_flops.get(k) for k in ("fp32", "tf32", "bf16", "fp16"))
     if same:
         return f"from {donor.name}, whose compute it shares; {SPEC_RULE_ERROR}"
+    fix = getattr(gpu, "spec_rule", None)
+    if fix:
+        return (f"from {donor.name}, its peaks x{fix.compute_scale:g} and bandwidth "
+                f"x{fix.bandwidth_scale:g} as fitted to {fix.records} public kernel timings "
+                "of this card (fp32 GEMMs and convolutions; the errors on those kept apart: "
+                "docs/cost-model.md); whole models on it not measured")
     return (f"from {donor.name}, whose compute peaks or SM count it does not share: not "
             "measured (the rule's one measurement, an H100, differs from the H200 in bandwidth "
             "alone; the CNN kernel model's like rule was 38-67% median off on older "

@@ -67,8 +67,9 @@ def _class(spec: dict[str, Any]) -> Any:
     import logging
     try:
         import diffusers
-    except ImportError:
-        raise ConfigError(f"diffusers: models need diffusers ({EXTRA})") from None
+    except ImportError as exc:  # diffusers, or one of its own imports (requests)
+        what = "" if exc.name in (None, "diffusers") else f"; it needs {exc.name}, missing"
+        raise ConfigError(f"diffusers: models need diffusers ({EXTRA}{what})") from None
     log = logging.getLogger("diffusers.models.modeling_utils")
     if _empty_fp32_list not in log.filters:
         log.addFilter(_empty_fp32_list)

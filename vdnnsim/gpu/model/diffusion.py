@@ -58,8 +58,8 @@ def load_spec(name: str) -> dict[str, Any]:
 
 
 def _empty_fp32_list(record: Any) -> bool:
-    """False for diffusers 0.42's warning that a model's ``.to(dtype)`` may cast modules
-    to be kept in fp32, given where the model names none (its list is ``[]``)."""
+    """False for the warning diffusers 0.42 logs on every ``.to(dtype)`` of a model, that
+    its modules to be kept in fp32 are cast, where the model names none (``[]``)."""
     return "should be kept in float32: []." not in record.getMessage()
 
 

@@ -1,6 +1,7 @@
 # make demo:  set up a virtual environment and run the built-in demo.
-# make test:  set up with vdnnsim[dev,torch,hf,peft] (test dependencies, torch, torchvision,
-#             transformers and peft) and run the test suite on every core (pytest-xdist).
+# make test:  set up with vdnnsim[dev,torch,hf,peft,diffusers] (test dependencies, torch,
+#             torchvision, transformers, peft and diffusers) and run the test suite on
+#             every core (pytest-xdist).
 # make quick: the tests without those marked slow (a minute or so), for the edit-test loop.
 # make wheel-check: build the wheel, install it into a fresh virtual environment and run the
 #             demo, reproduce and list from it, outside the source tree (.ci/run does this).
@@ -30,7 +31,7 @@ $(CORE): setup.cfg pyproject.toml | $(PIP)
 # One pip run installs vdnnsim and every extra (the core install is part of it: a second
 # run only resolved and built it again); after make demo it adds the extras.
 $(DEV): setup.cfg pyproject.toml | $(PIP)
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev,torch,hf,peft]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev,torch,hf,peft,diffusers]'
 	touch $(CORE) $(DEV)
 
 demo: $(CORE)

@@ -122,7 +122,7 @@ def test_input_specs(text, expected):
      "dict() returned dict, not an nn.Module"),
     ("hf:no-such-model", {}, "no such config (shipped: bert-base-uncased"),
     ("zoo:vgg16", {"seq_len": 12}, "take no --model-arg, --seq-len or --input"),
-    ("what", {}, "use torchvision:NAME, zoo:NAME, hf:NAME or package.module:factory"),
+    ("what", {}, "use torchvision:NAME, zoo:NAME, hf:NAME, diffusers:NAME or package.module:factory"),
 ])
 def test_bad_specs_are_clear_errors(spec, kwargs, frag):
     if spec.startswith("hf:") and not HAS_HF:

@@ -1,7 +1,7 @@
-"""Issue 57's held-out families measured on the GPU: each model of heldout.yaml that
-traces, in fp32, bf16 and autocast-bf16, as ``vdnnsim measure --repeat 3`` (three fresh
-processes, the median and band of their peak allocated memory), AdamW, the batch, tokens,
-input and adapters its trace has (trace_heldout.py's flags).
+"""Issue 57's held-out families measured on the GPU: each model of heldout.yaml (its
+``hf:`` or ``diffusers:`` spec), in fp32, bf16 and autocast-bf16, as ``vdnnsim measure
+--repeat 3`` (three fresh processes, the median and band of their peak allocated memory),
+AdamW, the batch, tokens, input and adapters its trace has (trace_heldout.py's flags).
 
     python experiments/model_families/measure_heldout.py OUT [--jobs N] [--seconds S]
         [--only NAME ...] [--dtype D ...] [--dry-run]
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from trace_heldout import DTYPES, SPECS, entries, input_of, lora_of  # noqa: E402
+from trace_heldout import DTYPES, entries, input_of, lora_of, model_of  # noqa: E402
 
 KEPT = ROOT / "traces" / "model_families_gpu"
 STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second step
@@ -38,7 +39,7 @@ STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second s
 
 def flags(e: dict, dtype: str) -> list[str]:
     """measure's arguments for one entry in one dtype: the trace's (trace_heldout.command)."""
-    f = ["--model", f"hf:{SPECS / (e['name'] + '.yaml')}", "-b", str(e["batch"]),
+    f = ["--model", model_of(e), "-b", str(e["batch"]),
          "--dtype", dtype, "--optimizer", "adamw"]
     if e.get("seq_len"):
         f += ["--seq-len", str(e["seq_len"])]
@@ -89,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
-    todo = [(e, d) for e in entries() if "task" in e and (not args.only or e["name"] in args.only)
+    todo = [(e, d) for e in entries() if not args.only or e["name"] in args.only
             for d in args.dtype]
     if args.dry_run:
         for e, d in todo:
-            print(" ".join(["vdnnsim", "measure", *flags(e, d), *STEPS, "--repeat", "3"]))
+            print(shlex.join(["vdnnsim", "measure", *flags(e, d), *STEPS, "--repeat", "3"]))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

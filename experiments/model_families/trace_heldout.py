@@ -6,8 +6,10 @@ fp32, bf16 and autocast-bf16, one at a time, each in a fresh process.
         [--write-specs]
 
 Each entry becomes an ``hf:`` spec (``specs/NAME.yaml``: ``name``, ``task`` and
-``config``, the config class's ``model_type`` with the entry's ``args``), which
-``--write-specs`` writes (the committed files are checked against them otherwise). The
+``config``, the config class's ``model_type`` with the entry's ``args``), or for a
+``diffusers:CLASS`` entry a ``diffusers:`` spec (``name``, ``class`` and the ``args`` as
+its ``config``, the class's defaults for the rest), which ``--write-specs`` writes (the
+committed files are checked against them otherwise). The
 entry's batch is ``-b``, its ``seq_len`` ``--seq-len``, its ``input`` ``--input`` (the
 decoder's tokens of an audio model, "mel:80,3000; tokens:448", are its labels:
 ``mel:80,3000;labels:448``), its ``lora`` ``--lora r=R,targets=A+B`` (a classifier's head
@@ -16,8 +18,7 @@ and positions enough for its tokens (``spec_of``).
 
 One row per model and dtype: ``traced`` (the trace replayed eager on the h100 preset:
 peak allocated GiB and step ms), ``refused`` (``vdnnsim: error:``'s one line, exit 2) or
-``traceback`` (any other end: a defect). The diffusers entries are not traced: there is
-no ``diffusers:`` source, and diffusers cannot be installed on this machine.
+``traceback`` (any other end: a defect).
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ HERE = Path(__file__).resolve().parent
 SPECS = HERE / "specs"
 DTYPES = ("fp32", "bf16", "autocast-bf16")
 TIMEOUT = 600
-NOT_TRACED = ("not traced: vdnnsim has no diffusers: source, and diffusers cannot be "
-              "installed on this machine")
 
 
 def entries() -> list[dict]:
@@ -45,11 +44,26 @@ def entries() -> list[dict]:
     return yaml.safe_load((HERE / "heldout.yaml").read_text())["models"]
 
 
+def source(e: dict) -> str:
+    """The entry's model source: ``diffusers`` for a ``diffusers:CLASS`` config, else
+    ``hf``."""
+    return "diffusers" if e["config"].startswith("diffusers:") else "hf"
+
+
+def model_of(e: dict) -> str:
+    """``--model`` of an entry: its spec file under its source."""
+    return f"{source(e)}:{SPECS / (e['name'] + '.yaml')}"
+
+
 def spec_of(e: dict) -> dict:
-    """The hf: spec of an entry: its config class's model_type, then its args; where the
+    """The spec of an entry. A diffusers model's: its class and its args as the config. An
+    hf: model's: its config class's model_type, then its args; where the
     entry's tokens outnumber the class's default positions (Longformer's 512 against 2048),
     ``max_position_embeddings`` of the tokens plus RoBERTa's two (its positions start after
     the padding index), as longformer-base-4096's 4098 for 4096 tokens."""
+    if source(e) == "diffusers":
+        return {"name": e["name"], "class": e["config"].partition(":")[2],
+                "config": dict(e["args"])}
     import transformers
     cls = getattr(transformers, e["config"])
     config = {"model_type": cls.model_type, **e["args"]}
@@ -62,7 +76,8 @@ def spec_of(e: dict) -> dict:
 
 def spec_text(e: dict) -> str:
     import yaml
-    return (f"# {e['name']}: heldout.yaml's entry as an hf: spec "
+    article = "an" if source(e) == "hf" else "a"
+    return (f"# {e['name']}: heldout.yaml's entry as {article} {source(e)}: spec "
             "(experiments/model_families/trace_heldout.py)\n"
             + yaml.safe_dump(spec_of(e), sort_keys=False, default_flow_style=None, width=100))
 
@@ -90,8 +105,8 @@ def lora_of(e: dict) -> str | None:
 
 
 def command(e: dict, dtype: str, out: str, gpu: str = "h100") -> list[str]:
-    cmd = [sys.executable, "-m", "vdnnsim", "trace", "--model",
-           f"hf:{SPECS / (e['name'] + '.yaml')}", "-b", str(e["batch"]), "--gpu", gpu,
+    cmd = [sys.executable, "-m", "vdnnsim", "trace", "--model", model_of(e),
+           "-b", str(e["batch"]), "--gpu", gpu,
            "--dtype", dtype, "--optimizer", "adamw", "-o", out]
     if e.get("seq_len"):
         cmd += ["--seq-len", str(e["seq_len"])]
@@ -144,8 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     todo = [e for e in entries() if not args.only or e["name"] in args.only]
     SPECS.mkdir(exist_ok=True)
     for e in todo:
-        if "task" not in e:
-            continue
         path, text = SPECS / f"{e['name']}.yaml", spec_text(e)
         if args.write_specs:
             path.write_text(text)
@@ -156,10 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     notes = []
     for e in todo:
-        if "task" not in e:  # a diffusers model
-            print(f"| {e['name']} | {e['family']} | all | not traced | | | | "
-                  f"{NOT_TRACED} |", flush=True)
-            continue
         for dtype in args.dtype:
             r = one(e, dtype)
             peak = f"{r['peak']:.2f}" if "peak" in r else ""

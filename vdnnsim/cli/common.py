@@ -91,11 +91,11 @@ def workload_args(p: argparse.ArgumentParser) -> None:
     """What builds a model beside its spec (trace, profile, measure: the
     same flags, so that a model traced without a GPU is the one profiled and measured)."""
     p.add_argument("--model-arg", action="append", default=None, metavar="KEY=VALUE",
-                   help="a keyword argument of the factory, or a config key of an hf: model "
-                   "(repeatable)")
+                   help="a keyword argument of the factory, or a config key of an hf: or "
+                   "diffusers: model (repeatable)")
     p.add_argument("--input", default=None, help="a factory's input: image:C,H,W[:CLASSES] "
                    "or tokens:SEQ:VOCAB; an hf: encoder-decoder's: tokens:N;labels:M or "
-                   "mel:BINS,FRAMES;labels:M")
+                   "mel:BINS,FRAMES;labels:M; a diffusers: model's: latents:C,H,W;text:SEQ[,DIM]")
     p.add_argument("--seq-len", type=int, default=None,
                    help="sequence length of an hf: language model (default: up to 512)")
     p.add_argument("--lora", default=None, metavar="KEY=VALUE,...",

@@ -29,8 +29,8 @@ def _trace(sub: Any) -> None:
     t.add_argument("network", nargs="?", default=None, help="zoo name or network spec YAML")
     t.add_argument("--model", default=None, help="a model instead of a network (needs "
                    "torch): torchvision:NAME or zoo:NAME, layer by layer on the meta device; "
-                   "hf:NAME or package.module:factory, op by op, timed by the GPU's op-level "
-                   "model (memory only on a GPU without one)")
+                   "hf:NAME, diffusers:NAME or package.module:factory, op by op, timed by the "
+                   "GPU's op-level model (memory only on a GPU without one)")
     workload_args(t)
     t.add_argument("--routing", default=None, metavar="LOAD",
                    help="a mixture-of-experts model's routing, which the meta device cannot "
@@ -44,7 +44,7 @@ def _trace(sub: Any) -> None:
                    "re-times an op trace for it")
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
                                                        "autocast-fp16"],
-                   help="autocast-*: hf: and factory models only")
+                   help="autocast-*: hf:, diffusers: and factory models only")
     t.add_argument("--output", "-o", required=True, help="trace YAML to write ('-': stdout)")
     t.set_defaults(fn=simulate.cmd_trace)
 
@@ -152,8 +152,8 @@ def _reproduce(sub: Any) -> None:
 def _profile(sub: Any) -> None:
     pf = sub.add_parser("profile", help="profile a PyTorch model on the GPU into a trace")
     pf.add_argument("--model", required=True, help="torchvision:NAME, zoo:NAME (layer by "
-                    "layer), hf:NAME or package.module:factory (op by op, timed by module with "
-                    "torch.profiler)")
+                    "layer), hf:NAME, diffusers:NAME or package.module:factory (op by op, timed "
+                    "by module with torch.profiler)")
     workload_args(pf)
     pf.add_argument("--batch-size", "--batch", "-b", type=int, required=True)
     pf.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"],
@@ -174,8 +174,8 @@ def _profile(sub: Any) -> None:
 def _measure(sub: Any) -> None:
     ms = sub.add_parser("measure", help="time and measure real training steps on the GPU")
     ms.add_argument("--model", default=None, help="torchvision:NAME, zoo:NAME, hf:NAME "
-                    "(transformers, from a config in the repository) or package.module:factory "
-                    "(default: the plan's)")
+                    "(transformers, from a config in the repository), diffusers:NAME (diffusers, "
+                    "likewise) or package.module:factory (default: the plan's)")
     workload_args(ms)
     ms.add_argument("--optimizer", default=None, choices=["sgd", "adam", "adamw"],
                     help="default: the plan's, else sgd")

@@ -344,6 +344,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("networks: " + ", ".join(ZOO))
         print("hf models (vdnnsim measure --model; vdnnsim[hf]): "
               + ", ".join(f"hf:{n}" for n in shipped()))
+        from ..gpu.model.diffusion import shipped as diffusion_models
+        print("diffusers models (vdnnsim measure --model; vdnnsim[diffusers]): "
+              + ", ".join(f"diffusers:{n}" for n in diffusion_models()))
     if what in ("gpus", "all"):
         print("gpus (or --gpu FILE.yaml, a spec file of your own: docs/hardware.md):")
         for n in preset_names():

@@ -4,17 +4,16 @@ that everything which runs one runs (NOTE [training step]).
 
 NOTE [workloads]
 Model specs:
-- ``zoo:NAME`` and ``torchvision:NAME``: image classifiers (NOTE in models.py): a batch of
-  3xHxW images and 1,000 classes, cross-entropy on the logits;
+- ``zoo:NAME``, ``torchvision:NAME``: image classifiers (3xHxW images, 1,000 classes,
+  cross-entropy on the logits);
 - ``hf:NAME`` or ``hf:PATH.yaml``: a transformers model from a config (NOTE [hf models]);
-  its task sets the batch (token ids of ``seq_len``, an encoder-decoder's input and labels
-  as NOTE [seq2seq inputs] states them, or images), the loss is the model's own; the model argument ``lora`` adds PEFT's LoRA adapters (NOTE [lora]);
-- ``package.module:factory``: any importable callable that returns an nn.Module, called
-  with the keyword arguments given (``model_kwargs``), with an input spec: ``image:C,H,W``
-  (optionally ``:CLASSES``, default 1000) or ``tokens:SEQ:VOCAB``. The loss is
-  cross-entropy of the output's last dimension against random labels (one per image, or
-  one per token); the model returns one tensor (else a one-line error). A factory whose
-  construction reads a tensor's value is built on the CPU (``_call_factory``).
+  its task sets the batch (``seq_len`` token ids, images, or as NOTE [seq2seq inputs] says),
+  its loss the model's own; the model argument ``lora`` adds LoRA adapters (NOTE [lora]);
+- ``diffusers:NAME`` or ``diffusers:PATH.yaml``: NOTE [diffusers models] (``DiffusionWorkload``);
+- ``package.module:factory``: any callable returning an nn.Module, called with
+  ``model_kwargs``, with ``image:C,H,W[:CLASSES]`` (default 1000) or ``tokens:SEQ:VOCAB``;
+  loss: cross-entropy of its one output tensor's last dimension against random labels. A
+  factory whose construction reads a tensor's value is built on the CPU (``_call_factory``).
 
 Precision (``precision``): ``fp32``; ``bf16`` or ``fp16``, the model and batch cast to it
 ("pure"); ``autocast-bf16`` or ``autocast-fp16``, fp32 weights (the master copy) with the
@@ -77,6 +76,11 @@ class Workload:
             return {"input_ids": ids, "labels": y}
         return {"input_ids": ids, "labels": ids} if self.hf_task else {"x": ids, "labels": ids}
 
+    def note(self, batch_size: int) -> str:
+        """What a trace's note adds about the step's inputs and loss ("" where it adds
+        nothing)."""
+        return ""
+
     def loss(self, runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.hf_task:
             return runner(**batch).loss
@@ -90,6 +94,41 @@ class Workload:
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
         return F.cross_entropy(logits, batch["labels"].reshape(-1))
+
+
+class DiffusionWorkload(Workload):
+    """A diffusers model with its noisy latents, conditions and target
+    (NOTE [diffusion step]); ``info``: diffusion.prepare's."""
+
+    def batch(self, n: int, device, dtype: torch.dtype = torch.float32,
+              seed: int = 0) -> dict[str, torch.Tensor]:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        shapes = self.info["inputs"]
+
+        def rand(key: str) -> torch.Tensor:
+            return torch.randn(n, *shapes[key], generator=g).to(device, dtype)
+
+        if self.info["class"] == "UNet2DConditionModel":  # the latents first: the probe's
+            # input (its "data")
+            out = {"sample": rand("latents"),
+                   "timestep": torch.randint(0, 1000, (n,), generator=g).to(device),
+                   "encoder_hidden_states": rand("text")}
+        else:
+            out = {"hidden_states": rand("latents"),
+                   "timestep": (torch.rand(n, generator=g) * 1000).to(device),
+                   "encoder_hidden_states": rand("text"),
+                   "pooled_projections": rand("pooled")}
+        out["target"] = rand("target")
+        return out
+
+    def loss(self, runner: Callable, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = runner(**{k: v for k, v in batch.items() if k != "target"})
+        pred = out.sample if hasattr(out, "sample") else out[0]
+        return F.mse_loss(pred.float(), batch["target"].float())
+
+    def note(self, batch_size: int) -> str:
+        from .diffusion import note
+        return note(self.info["class"], self.info["inputs"], batch_size)
 
 
 _INPUT = re.compile(r"^(image):(\d+)[,x](\d+)[,x](\d+)(?::(\d+))?$|^(tokens):(\d+):(\d+)$")
@@ -162,6 +201,11 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             raise ConfigError(f"{spec}: --seq-len must be from 1 to {bound}, got {seq}")
         return Workload(model, hspec["name"], "tokens", (seq,), cfg.vocab_size,
                         hspec["task"], info)
+    if kind == "diffusers" and name:  # NOTE [diffusers models]
+        from .diffusion import prepare
+        model, info = prepare(spec, name, seq_len, input_spec, model_kwargs)
+        return DiffusionWorkload(model, info["name"], "latents", info["inputs"]["latents"], 0,
+                                 info=info)
     if kind and name and re.fullmatch(r"[A-Za-z_][\w.]*", kind) and name.isidentifier():
         if input_spec is None:
             raise ConfigError(f"{spec}: a factory's model needs --input image:C,H,W or "
@@ -189,8 +233,8 @@ def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None
             raise ConfigError(f"{spec}: {name}() returned {type(model).__name__}, not an "
                               "nn.Module")
         return Workload(model, f"{kind}.{name}", ikind, shape, classes)
-    raise ConfigError(f"model {spec!r}: use torchvision:NAME, zoo:NAME, hf:NAME or "
-                      "package.module:factory")
+    raise ConfigError(f"model {spec!r}: use torchvision:NAME, zoo:NAME, hf:NAME, "
+                      "diffusers:NAME or package.module:factory")
 
 
 def _call_factory(fn: Any, kwargs: dict[str, Any]) -> Any:

@@ -495,7 +495,8 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     unread = p.resident_weight_bytes - frozen_bytes(work.model)  # frozen ones: note()'s
     extra = (f"; {unread} bytes of weights that no op the loss depends on "
              "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
-        + moe_note(work.model, precision, work.info["routing"]) + ssm_note(work.model)
+        + moe_note(work.model, precision, work.info["routing"]) + ssm_note(work.model) \
+        + work.note(batch_size)
     om = op_model_for(gpu)
     params = [q for q in work.model.parameters() if q.requires_grad]
     rec = {"variant": "autocast" if precision.startswith("autocast") else dtype,

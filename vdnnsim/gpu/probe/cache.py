@@ -4,11 +4,12 @@ NOTE [trace cache]
 Tracing a model on the meta device takes seconds to a minute, and a sweep, a notebook or a
 test session traces the same model many times. With ``VDNNSIM_TRACE_CACHE=DIR`` the two
 makers of traces from models (``memory_trace``, ``synthesize_model``) keep each trace file
-in DIR, keyed by their arguments, the GPU preset as a whole, an ``hf:`` file's or a
-factory module's text (not what that module imports), the versions of torch, torchvision,
-transformers, timm and peft, and a hash of vdnnsim's source and data: any change misses. A hit
-is the file read back and gives the same ``Trace`` as tracing afresh (tested). Off by
-default; the test suite sets it to a folder of its own, removed when the session ends.
+in DIR, keyed by their arguments, the GPU preset as a whole, an ``hf:`` or ``diffusers:``
+file's or a factory module's text (not what that module imports), the versions of torch,
+torchvision, transformers, timm, peft and diffusers, and a hash of vdnnsim's source and
+data: any change misses. A hit is the file read back and gives the same ``Trace`` as
+tracing afresh (tested). Off by default; the test suite sets it to a folder of its own,
+removed when the session ends.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _source_hash() -> str:
 
 def _versions() -> list[str]:
     out = []
-    for dist in ("torch", "torchvision", "transformers", "timm", "peft"):
+    for dist in ("torch", "torchvision", "transformers", "timm", "peft", "diffusers"):
         try:
             out.append(f"{dist}={metadata.version(dist)}")
         except metadata.PackageNotFoundError:
@@ -49,11 +50,11 @@ def _versions() -> list[str]:
 
 
 def _spec_text(spec: str) -> str:
-    """The text behind a model's name, which may change under one name: an ``hf:`` file's,
-    a factory's (``module:function``) module's file."""
+    """The text behind a model's name, which may change under one name: an ``hf:`` or
+    ``diffusers:`` file's, a factory's (``module:function``) module's file."""
     path = None
-    if spec.startswith("hf:"):
-        path = Path(spec[3:])
+    if spec.startswith(("hf:", "diffusers:")):
+        path = Path(spec.partition(":")[2])
     elif ":" in spec:
         import importlib.util
         try:

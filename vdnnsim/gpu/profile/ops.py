@@ -358,7 +358,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                    f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
                    f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "
                    f"backward in {t['host_bwd_pass_ms']:.2f} ms"
-                   + note(spec, model_kwargs, work.model)}
+                   + note(spec, model_kwargs, work.model) + work.note(batch_size)}
     d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
                  dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  hosts=hosts, host_step_ns=round(host_step_ns))

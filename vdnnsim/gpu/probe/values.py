@@ -150,7 +150,7 @@ class _Values:
             if func.overloadpacket is torch.ops.aten._grouped_mm and fallback(*args[:2]):
                 out = grouped_mm_out(*args, **kwargs)  # CUDA's fallback (NOTE [moe routing])
             else:
-                out = func(*args, **kwargs)
+                out = _meta_call(func, args, kwargs)
         except (RuntimeError, NotImplementedError) as exc:
             cpu = self._on_cpu(args, kwargs) if known else None
             if cpu is None:
@@ -253,3 +253,63 @@ class ListIndices(torch.overrides.TorchFunctionMode):
             self.values.put(out, data)
         return out
 
+
+
+# NOTE [meta kernel cache]
+# A functional op's meta kernel (no view, no in-place write, no out=, tensors out) gives
+# outputs that depend only on its inputs' shapes, strides, offsets, dtypes and devices and
+# its other arguments: a model's repeated layers ask the same question over and over, and
+# torch's Python meta kernels are most of a probe's time. So the outputs' metadata is kept
+# per such key, and a repeated call makes fresh tensors of it (empty_strided on the meta
+# device), as the kernel would. An op whose output shares an input's storage though its
+# schema says no alias (``_unsafe_view``) is never kept; nor is anything else, or a key
+# that holds an unhashable value: those run the kernel.
+_META: dict[Any, Any] = {}
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format)
+
+
+def _sig(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        if a.device.type != "meta" or a.layout != torch.strided:
+            raise TypeError
+        return (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__,) + tuple(_sig(x) for x in a)
+    if isinstance(a, _PLAIN):
+        return (type(a).__name__, a)
+    raise TypeError
+
+
+def _functional(func: Any) -> bool:
+    schema = getattr(func, "_schema", None)
+    if schema is None or schema.is_mutable or not schema.returns:
+        return False
+    return all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
+
+
+def _meta_call(func: Any, args: tuple, kwargs: dict) -> Any:
+    ok = _META.get(func)
+    if ok is None:
+        ok = _META[func] = _functional(func)
+    if not ok:
+        return func(*args, **kwargs)
+    try:
+        key = (func, _sig(args), _sig(tuple(sorted(kwargs.items()))))
+    except TypeError:
+        return func(*args, **kwargs)
+    got = _META.get(key)
+    if got is None:
+        out = func(*args, **kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        ins = {_sid(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+        if any(isinstance(o, torch.Tensor) and _sid(o) in ins for o in outs):
+            _META[func] = False  # a view its schema does not say (_unsafe_view)
+        elif all(isinstance(o, torch.Tensor) and o.device.type == "meta" for o in outs):
+            _META[key] = (isinstance(out, tuple),
+                          [(tuple(o.shape), o.stride(), o.dtype) for o in outs])
+        return out
+    many, metas = got
+    with torch._C.DisableTorchFunction():  # as the kernel's own outputs: no mode sees them
+        made = [torch.empty_strided(sh, st, dtype=dt, device="meta") for sh, st, dt in metas]
+    return tuple(made) if many else made[0]

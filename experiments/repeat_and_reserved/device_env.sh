@@ -8,10 +8,12 @@ if ! python3 -c "import simpy, pydantic" 2>/dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 # diffusers (diffusers: models, issue 57) from its carried wheel and those of the imports it
-# adds to transformers' (requests, urllib3, charset_normalizer), where the machine lacks it
+# adds to transformers' (requests and its urllib3, charset_normalizer, idna, certifi), where
+# the machine lacks it
 if ! python3 -c "import diffusers" 2>/dev/null; then
   wheels=$(ls "$ROOT"/.whl/diffusers-*.whl "$ROOT"/.whl/requests-*.whl "$ROOT"/.whl/urllib3-*.whl \
-    "$ROOT"/.whl/charset_normalizer-*.whl 2>/dev/null)
+    "$ROOT"/.whl/charset_normalizer-*.whl "$ROOT"/.whl/idna-*.whl "$ROOT"/.whl/certifi-*.whl \
+    2>/dev/null)
   if [ -n "$wheels" ] && python3 -m pip install -q --no-index --no-deps --no-compile \
       --target /tmp/site-diffusers $wheels; then
     export PYTHONPATH=/tmp/site-diffusers${PYTHONPATH:+:$PYTHONPATH}

@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from trace_heldout import DTYPES, entries, input_of, lora_of, model_of  # noqa: E402
+from trace_heldout import DTYPES, entries, workload_flags  # noqa: E402
 
 KEPT = ROOT / "traces" / "model_families_gpu"
 STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second step
@@ -39,15 +39,7 @@ STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second s
 
 def flags(e: dict, dtype: str) -> list[str]:
     """measure's arguments for one entry in one dtype: the trace's (trace_heldout.command)."""
-    f = ["--model", model_of(e), "-b", str(e["batch"]),
-         "--dtype", dtype, "--optimizer", "adamw"]
-    if e.get("seq_len"):
-        f += ["--seq-len", str(e["seq_len"])]
-    if input_of(e):
-        f += ["--input", input_of(e)]
-    if lora_of(e):
-        f += ["--lora", lora_of(e)]
-    return f
+    return [*workload_flags(e), "--dtype", dtype, "--optimizer", "adamw"]
 
 
 def card() -> str:

@@ -104,17 +104,22 @@ def lora_of(e: dict) -> str | None:
     return text
 
 
-def command(e: dict, dtype: str, out: str, gpu: str = "h100") -> list[str]:
-    cmd = [sys.executable, "-m", "vdnnsim", "trace", "--model", model_of(e),
-           "-b", str(e["batch"]), "--gpu", gpu,
-           "--dtype", dtype, "--optimizer", "adamw", "-o", out]
+def workload_flags(e: dict) -> list[str]:
+    """The model, batch, tokens, input and adapters of an entry, as trace and measure take
+    them."""
+    f = ["--model", model_of(e), "-b", str(e["batch"])]
     if e.get("seq_len"):
-        cmd += ["--seq-len", str(e["seq_len"])]
+        f += ["--seq-len", str(e["seq_len"])]
     if input_of(e):
-        cmd += ["--input", input_of(e)]
+        f += ["--input", input_of(e)]
     if lora_of(e):
-        cmd += ["--lora", lora_of(e)]
-    return cmd
+        f += ["--lora", lora_of(e)]
+    return f
+
+
+def command(e: dict, dtype: str, out: str, gpu: str = "h100") -> list[str]:
+    return [sys.executable, "-m", "vdnnsim", "trace", *workload_flags(e), "--gpu", gpu,
+            "--dtype", dtype, "--optimizer", "adamw", "-o", out]
 
 
 def one(e: dict, dtype: str, gpu: str = "h100") -> dict:

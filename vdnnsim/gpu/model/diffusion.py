@@ -33,21 +33,11 @@ def shipped() -> list[str]:
 
 def load_spec(name: str) -> dict[str, Any]:
     """The spec file of ``diffusers:NAME`` (or ``diffusers:PATH.yaml``), checked."""
-    import yaml
+    from .hf import read_spec
 
     path = Path(name) if name.endswith((".yaml", ".yml")) else DATA / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"diffusers:{name}: no such config (shipped: {', '.join(shipped())}; "
-                          "or give a path to a .yaml with name, class and config)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
-        raise ConfigError(f"{path}: expected a mapping with name, class and config")
-    unknown = set(data) - {"name", "class", "config"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    data = read_spec(path, f"diffusers:{name}", shipped(), ("name", "class", "config"),
+                     config_required=False)
     if data.get("class") not in CLASSES:
         raise ConfigError(f"{path}: class must be one of {', '.join(CLASSES)} (the diffusers "
                           f"models whose training step vdnnsim writes), got "
@@ -120,20 +110,9 @@ def build(name: str, overrides: dict[str, Any] | None = None):
 # arithmetic that makes them runs before the model, outside the step). Both outputs are
 # cast to fp32 for the loss, as diffusers' training scripts do.
 def _parse(spec: str, text: str | None, takes: str) -> dict[str, list[int]]:
-    parts: dict[str, list[int]] = {}
-    for item in (text or "").split(";"):
-        key, _, value = (x.strip() for x in item.partition(":"))
-        if not key and not value:
-            continue
-        try:
-            nums = [int(v) for v in value.replace("x", ",").split(",")]
-        except ValueError:
-            nums = []
-        sizes = {"latents": (3,), "text": (1, 2)}.get(key)
-        if sizes is None or len(nums) not in sizes or min(nums) < 1 or key in parts:
-            raise ConfigError(f"{spec}: --input {text!r}: the model takes {takes}")
-        parts[key] = nums
-    return parts
+    from .hf import input_parts
+    return input_parts(text, {"latents": (3,), "text": (1, 2)},
+                       f"{spec}: --input {text!r}: the model takes {takes}")
 
 
 def inputs(cls: str, cfg: Any, spec: str, input_spec: str | None) -> dict[str, Any]:

@@ -38,23 +38,34 @@ def shipped() -> list[str]:
     return sorted(p.stem.replace("__", "/") for p in DATA.glob("*.yaml"))
 
 
-def load_spec(name: str) -> dict[str, Any]:
-    """The spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
+def read_spec(path: Path, label: str, shipped_names: list[str], keys: tuple[str, ...],
+              config_required: bool = True) -> dict[str, Any]:
+    """A model source's spec file (``label``: ``hf:NAME``, ``diffusers:NAME``): a YAML
+    mapping of ``keys`` with a ``config`` mapping, checked; one-line errors."""
     import yaml
 
-    path = Path(name) if name.endswith((".yaml", ".yml")) else DATA / f"{name.replace('/', '__')}.yaml"
     if not path.is_file():
-        raise ConfigError(f"hf:{name}: no such config (shipped: {', '.join(shipped())}; or "
-                          "give a path to a .yaml with name, task and config)")
+        raise ConfigError(f"{label}: no such config (shipped: {', '.join(shipped_names)}; or "
+                          f"give a path to a .yaml with {', '.join(keys[:-1])} and {keys[-1]})")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
-        raise ConfigError(f"{path}: expected a mapping with name, task and config")
-    unknown = set(data) - {"name", "task", "config"}
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(
+            config if config_required else (config or {}), dict):
+        raise ConfigError(f"{path}: expected a mapping with {', '.join(keys[:-1])} and "
+                          f"{keys[-1]}")
+    unknown = set(data) - set(keys)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    return data
+
+
+def load_spec(name: str) -> dict[str, Any]:
+    """The spec file of ``hf:NAME`` (or ``hf:PATH.yaml``), checked."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else DATA / f"{name.replace('/', '__')}.yaml"
+    data = read_spec(path, f"hf:{name}", shipped(), ("name", "task", "config"))
     if data.get("task") not in TASKS:
         raise ConfigError(f"{path}: task must be one of {', '.join(TASKS)}, got "
                           f"{data.get('task')!r}")
@@ -122,12 +133,12 @@ def audio(config: Any) -> bool:
 # (as before); an audio encoder the config's mel bins and frames and ``--seq-len`` labels,
 # up to the decoder's positions (448 for Whisper). The mel input is random, in the model's
 # dtype; the labels are random token ids.
-def seq2seq_inputs(config: Any, spec: str, seq_len: int | None, input_spec: str | None
-                   ) -> tuple[str, tuple[int, ...], int | None]:
-    """(kind, encoder input's shape per sample, labels or None: as many as the input's
-    tokens) of an encoder-decoder (NOTE [seq2seq inputs])."""
+def input_parts(text: str | None, sizes: dict[str, tuple[int, ...]], bad: str
+                ) -> dict[str, list[int]]:
+    """``--input``'s ``KEY:N[,N...]`` parts separated by ``;``, each key once, with as many
+    positive numbers as ``sizes`` allows it; ``bad``: the one-line error otherwise."""
     parts: dict[str, list[int]] = {}
-    for item in (input_spec or "").split(";"):
+    for item in (text or "").split(";"):
         key, _, value = (x.strip() for x in item.partition(":"))
         if not key and not value:
             continue
@@ -135,11 +146,19 @@ def seq2seq_inputs(config: Any, spec: str, seq_len: int | None, input_spec: str 
             nums = [int(v) for v in value.replace("x", ",").split(",")]
         except ValueError:
             nums = []
-        sizes = {"tokens": 1, "labels": 1, "mel": 2}.get(key)
-        if sizes is None or len(nums) != sizes or min(nums) < 1 or key in parts:
-            raise ConfigError(f"{spec}: --input {input_spec!r}: use tokens:N;labels:M or "
-                              "mel:BINS,FRAMES;labels:M")
+        if len(nums) not in sizes.get(key, ()) or min(nums) < 1 or key in parts:
+            raise ConfigError(bad)
         parts[key] = nums
+    return parts
+
+
+def seq2seq_inputs(config: Any, spec: str, seq_len: int | None, input_spec: str | None
+                   ) -> tuple[str, tuple[int, ...], int | None]:
+    """(kind, encoder input's shape per sample, labels or None: as many as the input's
+    tokens) of an encoder-decoder (NOTE [seq2seq inputs])."""
+    parts = input_parts(input_spec, {"tokens": (1,), "labels": (1,), "mel": (2,)},
+                        f"{spec}: --input {input_spec!r}: use tokens:N;labels:M or "
+                        "mel:BINS,FRAMES;labels:M")
     if audio(config):
         if "tokens" in parts:
             raise ConfigError(f"{spec}: an audio encoder takes mel:BINS,FRAMES, not tokens")

@@ -30,13 +30,18 @@ GiB = 2**30
 def vgg(tmp_path_factory):
     """VGG-16 at batch 32, 224 x 224, timed for the H200 by the op model: its blocks are
     its layers by call (NOTE [blocks]); the first ones hold the largest feature maps and
-    a ReLU(inplace=True) writes each convolution's output, as in vDNN's networks."""
+    a ReLU(inplace=True) writes each convolution's output, as in vDNN's networks. Without
+    its convolutions' predicted workspaces (NOTE [conv workspaces]): with them the first
+    convolutions' workspaces set every plan's peak, and the mix is about feature maps."""
     out = tmp_path_factory.mktemp("vgg") / "vgg16.json"
     r = run_cli(["trace", "--model", "torchvision.models:vgg16", "--input", "image:3,224,224",
                  "-b", "32", "--gpu", "h200", "--dtype", "fp32", "-o", str(out)], cwd=ROOT)
     assert r.returncode == 0, r.stderr
+    from vdnnsim.costs.workspaces import has_predicted, without_workspaces
     from vdnnsim.trace import load_trace
-    return load_trace(out)
+    trace = load_trace(out)
+    assert has_predicted(trace)
+    return without_workspaces(trace)
 
 
 def test_a_mix_offloads_the_first_blocks_and_checkpoints_the_ones_after(vgg):

@@ -443,8 +443,6 @@ def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
                 for p in cfg.policy_list]
 
 
-
-
 def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int, *,
                 method: str = "auto", optimizer_offload: str | None = None,
                 allocator: Any = None, headroom: bool = True, margin: float | None = None,
@@ -453,16 +451,36 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     with blocks (or ``method="blocks"``), else the layer planners.
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
     settings over the config's; ``margin``: the share of the budget left free
-    (NOTE [plan margin]; None: PLAN_MARGIN for tensor plans, none for the others)."""
+    (NOTE [plan margin]; None: PLAN_MARGIN for tensor plans, none for the others); a
+    synthesized trace's convolutions planned with their predicted workspaces, or without
+    them where no plan fits with them (NOTE [conv workspaces])."""
+    from .costs.workspaces import planned
+
+    s = setup_run(cfg, base_dir, source, allocator=allocator)
+    offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
+    if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < 1):
+        raise ConfigError(f"margin: a share of the budget from 0 to below 1, got {margin!r}")
+    how = (cfg, budget_bytes, method, offload, s.gpu, s.allocator, headroom, margin, source)
+    report, said = planned(lambda t: _plan_dispatch(t, *how), s.trace, _fits)
+    if said and _fits(report):
+        report = replace(report, caution="\n".join(filter(None, (report.caution,
+                                                                  f"note: {said}"))))
+    return report
+
+
+def _fits(report: PlanReport) -> bool:
+    plan = report.plan
+    return plan is not None and getattr(plan, "fits", True)
+
+
+def _plan_dispatch(trace: Trace, cfg: "RunConfig", budget_bytes: int, method: str,
+                   offload: str, gpu: GPU, settings: AllocatorSettings, headroom: bool,
+                   margin: float | None, source: str | None) -> PlanReport:
+    """plan_config's planner for ``trace`` (the config's, its workspaces settled)."""
     from .planners.greedy import search_plan
     from .planners.tensors import PLAN_MARGIN, op_trace
     from .policies.blocks import block_regions
 
-    s = setup_run(cfg, base_dir, source, allocator=allocator)
-    trace, gpu, settings = s.trace, s.gpu, s.allocator
-    offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
-    if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < 1):
-        raise ConfigError(f"margin: a share of the budget from 0 to below 1, got {margin!r}")
     tensors = method == "tensors" or method == "auto" and op_trace(trace) and trace.timed
     room = budget_bytes - int(budget_bytes * (margin if margin is not None else
                                               PLAN_MARGIN if tensors else 0))

@@ -3,6 +3,9 @@ them beats both pure block plans, predicted (no GPU run yet): three models the o
 traces on the meta device and the H200's op model times, each under a budget below its
 step's peak. For each: the step without a cap, the fewest offloaded blocks that fit and their step, the fewest
 checkpointed, and the plan ``vdnnsim plan`` chooses (offloaded / checkpointed after them).
+The traces are taken without their convolutions' predicted workspaces (NOTE [conv
+workspaces]): the question is the feature maps', and with them VGG-16's first
+convolutions' workspaces set every plan's peak (``vdnnsim plan`` then plans without them).
 
     .venv/bin/python experiments/beyond_vdnn/block_mix.py
 """
@@ -10,6 +13,7 @@ checkpointed, and the plan ``vdnnsim plan`` chooses (offloaded / checkpointed af
 from __future__ import annotations
 
 from vdnnsim.api import resolve_gpu, run_trace
+from vdnnsim.costs.workspaces import without_workspaces
 from vdnnsim.gpu.probe.aten import memory_trace
 from vdnnsim.planners.blocks import plan_blocks
 from vdnnsim.trace import trace_from_dict
@@ -31,9 +35,11 @@ CASES = (  # name, what vdnnsim trace --model is given (model, batch, dtype, seq
 
 def traced(gpu, model: str, batch: int, dtype: str, seq_len: int | None,
            input_spec: str | None, optimizer: str):
-    """What ``vdnnsim trace --model MODEL ...`` writes for ``gpu``, made in this process."""
+    """What ``vdnnsim trace --model MODEL ...`` writes for ``gpu``, made in this process,
+    without its predicted workspaces."""
     trace = trace_from_dict(memory_trace(model, batch, gpu, dtype, seq_len, {}, input_spec),
                             model)
+    trace = without_workspaces(trace)
     return with_optimizer(trace, optimizer) if optimizer != "sgd" else trace
 
 

@@ -7,7 +7,10 @@ ran under its cap, step within 10% of the median of three fresh processes (or in
 band where the host is the limit), peak allocated within 3%, the tensor plan at least as
 fast as the fastest PyTorch-only option that fits.
 
-    python experiments/tensor_plans/compare_gpu.py RUNS.jsonl [--gpu h100]
+    python experiments/tensor_plans/compare_gpu.py RUNS.jsonl [--gpu h100] [--no-workspaces]
+
+``--no-workspaces``: the traces' predicted convolution workspaces (NOTE [conv workspaces])
+taken out, as the traces were before they had them.
 
 A run whose host issued for at least 90% of its step is marked host-bound: its step is the
 host's, whatever the GPU's work. A run of a plan file since made again (its predictions
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from vdnnsim.api import resolve_gpu, run_plan, run_trace  # noqa: E402
+from vdnnsim.costs.workspaces import without_workspaces  # noqa: E402
 from vdnnsim.planners.planfile import read_plan_file  # noqa: E402
 from vdnnsim.policies.blocks import block_recompute_plan  # noqa: E402
 
@@ -66,6 +71,8 @@ def main() -> int:
     ap.add_argument("runs", type=Path)
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--plans", type=Path, default=ROOT / "traces/h200_tensor_plans/plans")
+    ap.add_argument("--no-workspaces", action="store_true",
+                    help="the convolutions' predicted workspaces taken out of each trace")
     a = ap.parse_args()
     gpu = resolve_gpu(a.gpu)
     models = {m["name"]: m for m in yaml.safe_load(HELDOUT.read_text())["models"]}
@@ -73,6 +80,7 @@ def main() -> int:
                json.loads((a.plans.parent / "predicted.json").read_text()).items()}
     recs = [json.loads(line) for line in a.runs.read_text().splitlines() if line.strip()]
     traces: dict[str, object] = {}
+    peak_errors: list[float] = []
     print("| run | measured step ms (band) | host ms | predicted ms | step | "
           "measured peak GiB | predicted | peak | reserved GiB (cap) | retries |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -93,6 +101,8 @@ def main() -> int:
             continue
         if model not in traces:
             traces[model] = trace_of(models[model], gpu)
+            if a.no_workspaces:
+                traces[model] = without_workspaces(traces[model])
         p = predicted(rec, traces[model], gpu)
         step, band = rec["iteration_ms"], rec["iteration_ms_band"]
         host = rec["host_issue_ms"]
@@ -109,11 +119,17 @@ def main() -> int:
         err = ps / step - 1
         ok = abs(err) <= 0.10 or (bound and band[0] <= ps <= band[1])
         perr = p["peak"] / rec["peak_allocated_bytes"] - 1
+        peak_errors.append(perr)
         print(f"| {name}{' (host-bound)' if bound else ''} | {step:.1f} ({band[0]:.1f}-"
               f"{band[1]:.1f}) | {host:.1f} | {ps:.1f}{'' if p['fits'] else ' (OOM)'} | "
               f"{err:+.1%} {'ok' if ok else 'MISS'} | {rec['peak_allocated_bytes'] / GiB:.2f} | "
               f"{p['peak'] / GiB:.2f} | {perr:+.1%} {'ok' if abs(perr) <= 0.03 else 'MISS'} | "
               f"{res}, predicted {p['reserved'] / GiB:.2f} | {retries} |", flush=True)
+    if peak_errors:
+        e = sorted(abs(x) for x in peak_errors)
+        print(f"\npeak allocated: {len(e)} runs replayed, {sum(x <= 0.03 for x in e)} within "
+              f"3%, |error| median {statistics.median(e):.1%}, max {e[-1]:.1%}; predicted "
+              f"above the card's in {sum(x > 0 for x in peak_errors)}")
     by_key: dict[str, dict[str, float]] = {}
     for rec in recs:
         if rec.get("fits") and not rec.get("rc") and rec["name"].split("-")[-2].isdigit():

@@ -8,7 +8,9 @@ Every plan is made, and every run measured, under PyTorch's expandable segments 
 the first GPU runs under the default allocator ran out of memory near their caps with up to
 2.4 GiB reserved but unallocated (docs/beyond-vdnn.md). The tensor and block plans leave
 4% of each budget free (--margin, NOTE [plan margin]): planned to fill their caps, the
-third loan's plans made the allocator free its cache and synchronise every step.
+third loan's plans made the allocator free its cache and synchronise every step. The
+traces' convolutions carry their predicted workspaces (NOTE [conv workspaces]); where no
+plan fits with them, the plan is made without them, as `vdnnsim plan` does.
 
     python experiments/tensor_plans/make_plans.py [--gpu h200] [--out DIR] [NAME ...]
         (NAMEs: those models planned again, the others' predictions kept)
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim and experiments, from any folder
 
 from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.costs.workspaces import without_workspaces  # noqa: E402
 from vdnnsim.engine import allocator_settings, replay  # noqa: E402
 from vdnnsim.gpu.probe.aten import memory_trace  # noqa: E402
 from vdnnsim.planners.blocks import BlockPlan, plan_blocks  # noqa: E402
@@ -126,6 +129,12 @@ def main() -> None:
             room = budget - int(budget * a.margin)
             t = plan_tensors(trace, gpu, room, None, a.allocator)
             b = plan_blocks(trace, gpu, room, None, a.allocator)
+            lean = without_workspaces(trace)  # where nothing fits with the workspaces, as
+            t_trace = trace  # vdnnsim plan does (NOTE [conv workspaces])
+            if not t.fits and lean is not trace:
+                t, t_trace = plan_tensors(lean, gpu, room, None, a.allocator), lean
+            if not b.fits and lean is not trace:
+                b = plan_blocks(lean, gpu, room, None, a.allocator)
             c = checkpoint_all(trace, gpu, budget, a.allocator)
             said = margin_said((budget, room))
             for kind in ("tensors", "blocks", "ckpt"):  # none left of an earlier plan
@@ -134,7 +143,7 @@ def main() -> None:
                 pred = {"peak_memory_bytes": t.peak_memory_bytes,
                         "iteration_time_ns": t.iteration_time_ns}
                 write_plan_file(out / "plans" / f"{key}-tensors.yaml", with_run(
-                    tensor_plan_to_dict(trace, gpu, budget, t, pred, a.allocator), trace)
+                    tensor_plan_to_dict(t_trace, gpu, budget, t, pred, a.allocator), trace)
                     | said)
             if b.fits:
                 write_plan_file(out / "plans" / f"{key}-blocks.yaml", with_run(
@@ -147,7 +156,8 @@ def main() -> None:
                 return (f"{p.iteration_time_ns / base:.2f}x, {p.peak_memory_bytes / GiB:.2f} "
                         f"GiB{extra}" if p.fits else "does not fit")
             tx = (f" ({len(t.offloaded)} off, {len(t.modules)} ckpt"
-                  + (", opt CPU" if t.optimizer_offload else "") + ")")
+                  + (", opt CPU" if t.optimizer_offload else "")
+                  + (", no workspaces" if t_trace is not trace else "") + ")")
             bx = (f" ({b.blocks} off, {b.recompute} ckpt, {b.params} param"
                   + (", opt CPU" if b.optimizer_offload else "") + ")")
             print(f"| {m['name']} | {share:.0%}, {budget / GiB:.2f} GiB | "

@@ -37,8 +37,8 @@ MAX_SHARE = 1 / 2  # a module running more of the step's ops is not checkpointed
 
 # NOTE [plan margin]
 # A plan that fills its budget in the engine fails on the GPU by the engine's error: where
-# the step allocates a little more than its trace (cuDNN's workspaces, which a meta-device
-# trace lacks; peak allocated 0.5-3.9% over on the H100), the caching allocator meets the
+# the step allocates a little more than its trace (cuDNN's workspaces, which meta-device
+# traces lacked then; peak allocated 0.5-3.9% over on the H100), the caching allocator meets the
 # cap, frees its cache and synchronises every step (10-15 times a step), and the host
 # becomes the limit (docs/beyond-vdnn.md, "A third loan"). So `vdnnsim plan --method
 # tensors` checks its plans under the budget less PLAN_MARGIN of it, the largest error

@@ -106,21 +106,14 @@ def _notes(report: "PlanReport", peak: int | None) -> list[str]:
         out.append(uncalibrated_cpu_step(report.gpu.name))
     if report.caution:
         out.append(report.caution)
+    from ..costs.workspaces import unknown_workspaces
     convs = unknown_workspaces(report.trace)
     if convs:
-        out.append(f"note: this trace's {convs} convolution(s) have no workspace (a "
-                   "meta-device trace cannot know cuDNN's): on the GPU theirs come on top of "
+        out.append(f"note: this trace's {convs} convolution(s) have no workspace (no "
+                   "predicted class covers them): on the GPU theirs come on top of "
                    "the planned peak, and near the cap the caching allocator may free its "
                    "cache and retry, a cost the plan's time leaves out")
     return out
-
-
-def unknown_workspaces(trace: Trace) -> int:
-    """How many convolutions of a synthesized op-by-op trace have no workspace at all."""
-    if trace.source.kind != "synthesized":
-        return 0
-    return sum(1 for x in trace.layers if x.kind == "convolution"
-               and not any(a.workspace_bytes for a in x.algos))
 
 
 def _layer_lines(r: "LayerPlanReport") -> list[str]:

@@ -505,8 +505,7 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     if om is None:
         d = assemble(p, dtype=dtype, features=True, source={
             "kind": "synthesized", "gpu": gpu.name, "cost_model": "none", "retime": rec,
-            "note": f"memory only: every layer 0 ns; {spec}, {precision}"
-                    + extra})
+            "note": f"memory only: every layer 0 ns; {spec}, {precision}"})
     else:
         from ...costs.ops import MODEL, SPEC_MODEL
         from .op_times import pooled_note, time_probe
@@ -526,8 +525,10 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
                                  + (f"fitted to {gpu.op_calibration} ({om.source})"
                                     if gpu.op_calibration else
                                     f"{om.source}")
-                                 + pooled_note(ot.pooled) + extra})
+                                 + pooled_note(ot.pooled)})
         d["optimizer_steps"] = ot.steps
+    from ...costs.workspaces import note as ws_note, predict_into
+    d["source"]["note"] += ws_note(*predict_into(d)) + extra  # NOTE [conv workspaces]
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())
     matmul = any(n.kind in ("mm", "addmm", "bmm", "baddbmm") for n in p.nodes)
     ws = gpu.cublas_workspace_bytes if matmul else 0

@@ -67,7 +67,8 @@ def test_an_op_trace_carries_its_convolutions_predicted_workspaces(convnet):
     ratio = ws.shipped()["classes"]["kxk.fwd.fp32"]["ratio"]
     for x in convs:
         (a,) = x.algos
-        assert a.name == ws.ALGO
+        assert a.name == "default" and x.attrs["workspaces"] == "predicted"  # the name a
+        # plan file made before names
         assert a.fwd_workspace_bytes == int(ratio * x.attrs["op"]["bytes"])
     assert "13 convolutions' workspaces predicted from cuDNN 9.19's on an H100" in \
         trace.source.note
@@ -81,14 +82,15 @@ def test_an_op_trace_carries_its_convolutions_predicted_workspaces(convnet):
     assert ws.unknown_workspaces(_bare(trace)) == 13
     again, given = ws.with_workspaces(_bare(trace))
     assert given == 13 and [x.algos for x in again.layers] == [x.algos for x in trace.layers]
+    assert [x.attrs for x in again.layers] == [x.attrs for x in trace.layers]
 
 
 def _bare(trace):
     """``trace`` as tracing made it before workspaces were predicted."""
     return dataclasses.replace(trace, layers=tuple(
-        dataclasses.replace(x, algos=(dataclasses.replace(x.algos[0], name="default",
-                                                          fwd_workspace_bytes=0,
-                                                          bwd_workspace_bytes=0),))
+        dataclasses.replace(x, algos=(dataclasses.replace(x.algos[0], fwd_workspace_bytes=0,
+                                                          bwd_workspace_bytes=0),),
+                            attrs={k: v for k, v in x.attrs.items() if k != "workspaces"})
         if ws.is_conv_op(x) else x for x in trace.layers))
 
 

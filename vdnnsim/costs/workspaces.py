@@ -96,13 +96,18 @@ def workspace_bytes(f: dict[str, Any], pass_: str,
     return None
 
 
-ALGO = "predicted"  # the algorithm name a predicted workspace goes by
+MARK = ("workspaces", "predicted")  # the attrs entry of a convolution given them (its
+# algorithm keeps its name, so a plan file made before still names it)
 
 
 def is_conv_op(layer: Any) -> bool:
     """An op trace's convolution: its features name the ATen op."""
     op = layer.attrs.get("op") if layer.attrs else None
     return isinstance(op, dict) and op.get("op") == "convolution"
+
+
+def _predicted(layer: Any) -> bool:
+    return bool(layer.attrs) and layer.attrs.get(MARK[0]) == MARK[1]
 
 
 def predict_into(d: dict[str, Any]) -> tuple[int, int]:
@@ -118,9 +123,10 @@ def predict_into(d: dict[str, Any]) -> tuple[int, int]:
             unknown += 1
             continue
         given += 1
-        layer["algos"] = [{"name": ALGO, "fwd_ns": layer.pop("fwd_ns", 0),
+        layer["algos"] = [{"name": "default", "fwd_ns": layer.pop("fwd_ns", 0),
                            "bwd_ns": layer.pop("bwd_ns", 0), "fwd_workspace_bytes": fw,
                            "bwd_workspace_bytes": bw}]
+        layer["attrs"][MARK[0]] = MARK[1]
     return given, unknown
 
 
@@ -142,8 +148,8 @@ def unknown_workspaces(trace: Trace) -> int:
     measured."""
     if trace.source.kind != "synthesized":
         return 0
-    return sum(1 for x in trace.layers if x.kind == "convolution"
-               and not any(a.workspace_bytes or a.name == ALGO for a in x.algos))
+    return sum(1 for x in trace.layers if x.kind == "convolution" and not _predicted(x)
+               and not any(a.workspace_bytes for a in x.algos))
 
 
 def with_workspaces(trace: Trace) -> tuple[Trace, int]:
@@ -153,35 +159,36 @@ def with_workspaces(trace: Trace) -> tuple[Trace, int]:
         return trace, 0
     layers, given = [], 0
     for layer in trace.layers:
-        if not is_conv_op(layer) or any(a.workspace_bytes or a.name == ALGO
-                                        for a in layer.algos):
-            layers.append(layer)
-            continue
-        f = layer.attrs["op"]
-        fw, bw = workspace_bytes(f, "fwd"), workspace_bytes(f, "bwd")
+        fw = bw = None
+        if is_conv_op(layer) and not _predicted(layer) \
+                and not any(a.workspace_bytes for a in layer.algos):
+            f = layer.attrs["op"]
+            fw, bw = workspace_bytes(f, "fwd"), workspace_bytes(f, "bwd")
         if fw is None or bw is None:
             layers.append(layer)
             continue
         given += 1
         a = layer.algos[0]
-        layers.append(replace(layer, algos=(Algo(ALGO, a.fwd_ns, a.bwd_ns, fw, bw),)))
+        layers.append(replace(layer, algos=(replace(a, fwd_workspace_bytes=fw,
+                                                    bwd_workspace_bytes=bw),),
+                              attrs=dict(layer.attrs, **{MARK[0]: MARK[1]})))
     return (replace(trace, layers=tuple(layers)), given) if given else (trace, 0)
 
 
 def without_workspaces(trace: Trace) -> Trace:
     """``trace`` with its predicted workspaces taken out (what cuDNN does where they do
     not fit: another algorithm, one that needs less)."""
-    if not any(a.name == ALGO for x in trace.layers for a in x.algos):
+    if not has_predicted(trace):
         return trace
     return replace(trace, layers=tuple(
         replace(x, algos=tuple(replace(a, fwd_workspace_bytes=0, bwd_workspace_bytes=0)
-                               if a.name == ALGO else a for a in x.algos))
+                               for a in x.algos)) if _predicted(x) else x
         for x in trace.layers))
 
 
 def has_predicted(trace: Trace) -> bool:
     """Whether any convolution of ``trace`` holds a predicted workspace."""
-    return any(a.name == ALGO and a.workspace_bytes for x in trace.layers for a in x.algos)
+    return any(_predicted(x) and x.algos[0].workspace_bytes for x in trace.layers)
 
 
 FALLBACK = ("no plan fits with the convolutions' predicted workspaces; this one is planned "

@@ -338,7 +338,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
                               if plan.optimizer_offload else 0),
         param_fetched_bytes=sim.param_fetched_bytes,
-        host_issue_time_ns=sim.host_issue_ns)
+        host_issue_time_ns=sim.host_issue_ns, pytorch=trace.pytorch)
 def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
     """Each layer's algorithm's name (in a C loop over the names of
     each layer's algorithms, worked out once per trace)."""

@@ -62,11 +62,14 @@ class RunResult:
     # the step on a fast and on a slow host (ns), where host-bound (hostspeed.py)
     host_band_ns: tuple[int, int] | None = None
     host_factor: float | None = None  # every host cost times this (a host calibration's)
+    pytorch: bool = False  # a PyTorch trace's run, whose host issues ahead of the GPU
 
     @property
     def host_bound(self) -> bool:
-        """The host issues HOST_BOUND of the step or more (a timed run that fits)."""
-        return bool(self.timed and self.oom is None and self.iteration_time_ns > 0
+        """The host issues HOST_BOUND of the step or more (a timed PyTorch run that fits;
+        a Torch7 host waits for each layer, so its issue time says nothing of it)."""
+        return bool(self.pytorch and self.timed and self.oom is None
+                    and self.iteration_time_ns > 0
                     and self.host_issue_time_ns >= HOST_BOUND * self.iteration_time_ns)
 
     @property
@@ -185,7 +188,7 @@ class RunResult:
             "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": t(ns_to_s(self.stall_time_ns)),
             "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),
-            "host_bound": self.host_bound if self.timed else None,
+            "host_bound": self.host_bound if self.timed and self.pytorch else None,
             # NaN where the step is not host-bound or the host is calibrated
             "iteration_time_fast_host_s": ns_to_s(band[0]) if band else NAN,
             "iteration_time_slow_host_s": ns_to_s(band[1]) if band else NAN,

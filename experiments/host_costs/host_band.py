@@ -21,7 +21,9 @@ median inside the predicted band; the calibrated step inside the measured proces
 the band the two replays would give, marked ``*``. Sets (``--set``): torchvision (H200,
 profiled traces, fresh_sets.txt), opmodel (H200, set1 and set2 of issue 29's held-out
 transformers and CNNs), opmodel_h100 (the same runs on an H100, the spec rule), tensors
-(the tensor plans' runs on an H100). Nothing is fitted here.
+(the tensor plans' runs on an H100), and probe_h100, calibrated only (the band's own
+data: each profile draw D of loan L, a row "L.D on loan l", against loan l's processes,
+replayed on the h200 preset as probe_scaling_check.py does). Nothing is fitted here.
 """
 
 from __future__ import annotations
@@ -260,7 +262,7 @@ def _pm(x: float) -> str:
 
 def report(rows: list[dict]) -> None:
     """One line a run (ms), then per set the counts."""
-    print(f"{'set':12s} {'run':34s} {'measured':>8s} {'(processes)':>13s} {'predicted':>9s} "
+    print(f"{'set':12s} {'run':40s} {'measured':>8s} {'(processes)':>13s} {'predicted':>9s} "
           f"{'band':>12s} {'in':>3s} {'calibrated':>10s} {'k':>4s} {'in':>3s}")
     for r in rows:
         band = (f"{_pm(r['lo'])}-{_pm(r['hi'])}{'' if r['host_bound'] else '*'}"
@@ -269,7 +271,7 @@ def report(rows: list[dict]) -> None:
         cal = (f"{_pm(r['calibrated']):>10s} {r['k']:4.2f} "
                f"{'yes' if r['cal_inside'] else 'no':>3s}" if "k" in r else
                f"{'-':>10s} {'-':>4s} {'-':>3s}")
-        print(f"{r['set']:12s} {r['run'][:34]:34s} {_pm(r['measured']):>8s} "
+        print(f"{r['set']:12s} {r['run'][:40]:40s} {_pm(r['measured']):>8s} "
               f"{'(' + _pm(r['band'][0]) + '-' + _pm(r['band'][1]) + ')':>13s} "
               f"{_pm(r['predicted']):>9s} {band:>12s} {inside:>3s} "
               f"{cal}")

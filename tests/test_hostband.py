@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # host-bound on the h200 preset, profiled before the host probe was recorded
 PROFILED = ROOT / "traces/h200_backward_workspaces/torchvision_heldout/shufflenet_v2_x1_0_b64.yaml"
 # host-bound, profiled with the probes (between steps 8593.8 ns, before the model 9978.8)
-PROBED = ROOT / "traces/h200_reserved_heldout/host_tests_h100/probe-h100/machine1/efficientnet_b0_b32_1.yaml"
+PROBED = (ROOT / "traces/h200_reserved_heldout/host_tests_h100/probe-h100/machine1"
+          / "efficientnet_b0_b32_1.yaml")
 GPU_BOUND = ROOT / "traces/h200_backward_workspaces/resnet50_b64.yaml"
 BAND = re.compile(r"^step ([\d.]+) ms \(host-bound: ([\d.]+)-([\d.]+) ms between a fast and "
                   r"a slow host\)$")

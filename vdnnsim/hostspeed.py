@@ -112,9 +112,9 @@ def host_said(result: RunResult, trace: Trace, rerun: Callable[[float], RunResul
 def plan_host(report: Any, calibration: tuple[float | None, str] | None,
               run_trace: Callable[..., RunResult], run_plan: Callable[..., RunResult]) -> Any:
     """A plan report (report/plan.py) with its ``host_notes``: a host calibration's line,
-    and, where it gives no factor, the planned step's band where host-bound: a block plan replayed as the policy vdnn_blocks runs it, a layer or
-    tensor plan as planned (``run_trace``, ``run_plan``: the library's, which sits above
-    this module)."""
+    and, where it gives no factor, the planned step's band where host-bound: a block plan
+    replayed as the policy vdnn_blocks runs it, a layer or tensor plan as planned
+    (``run_trace``, ``run_plan``: the library's, which sits above this module)."""
     if not report.fits or not report.trace.timed:
         return replace(report, host_notes=(calibration[1],)) if calibration else report
     from .report.plan import BlockPlanReport

@@ -136,7 +136,7 @@ def format_rows(df, title: str | None = None) -> str:
 
     head = [title] if title else []
     foot = [UNTIMED_NOTE] if memory_only else []
-    foot += retimed_note(df) + host_note(df)
+    foot += host_note(df) + retimed_note(df)
     return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
                      + foot)
 

@@ -140,7 +140,7 @@ def test_a_sweep_worker_that_dies_breaks_the_sweep_instead_of_hanging(tmp_path):
     script.write_text(
         "import os\n"
         "import vdnnsim.study.run as run\n"
-        "def die(items, base_dir):\n"
+        "def die(items, base_dir, *rest):\n"
         "    os._exit(9)\n"
         "run._run_group = die  # forked workers inherit the patched module\n"
         "points = [{'network': 'alexnet', 'batch_size': b, 'gpu': 'k40'} for b in (8, 16, 32)]\n"

@@ -17,6 +17,7 @@ from .engine import (PINNINGS, AllocatorSettings, aligned, allocator_settings,
                      optimizer_pinned_bytes, replay)
 from .errors import ConfigError, ScaleError, TraceError, VdnnError, in_file
 from .hardware import GPU, gpu_from_file, gpu_preset, is_spec_path
+from .hostspeed import HOST_COSTS, at_host_speed, host_said  # noqa: F401 (validate's, scripts')
 from .network import DTYPE_BYTES, NetworkSpec, ZOO, infer, network_from_dict, zoo_network
 from .network.spec import is_network_file
 from .trace.optimizer import with_optimizer
@@ -286,34 +287,6 @@ def offload_optimizer(plan: Any, trace: Trace, gpu: GPU, pinning: str = "caching
                    notes=notes)
 
 
-# NOTE [host speed]
-# A host-bound step's time is the host's, and a lent machine's host changes speed from one
-# process to the next. ``at_host_speed`` is a trace and a GPU whose every host cost the
-# replay charges (the trace's per-layer and step host times; the preset's eager and
-# vDNN-runtime costs) is k times the original: the same step on a host k times slower.
-# `vdnnsim validate --scale-host` replays a run so, with k the ratio of the measuring
-# process's probe between timed steps to the trace's, where both have it. It is a choice,
-# not the default (the evidence: docs/user-guide.md, "Host speed").
-HOST_COSTS = ("layer_fwd_ns", "layer_bwd_ns", "step_ns", "step_tensor_ns", "view_fwd_ns",
-              "view_bwd_ns", "runtime_layer_fwd_ns", "runtime_layer_bwd_ns",
-              "runtime_offload_ns", "runtime_fetch_ns")
-
-
-def at_host_speed(trace: Trace, gpu: GPU, k: float) -> tuple[Trace, GPU]:
-    """NOTE [host speed]: ``trace`` and ``gpu`` with every host cost times ``k``."""
-    if not (isinstance(k, (int, float)) and 0 < k < float("inf")):
-        raise ConfigError(f"host speed factor must be a positive number, got {k!r}")
-    layers = tuple(replace(layer, host_fwd_ns=round(layer.host_fwd_ns * k),
-                           host_bwd_ns=round(layer.host_bwd_ns * k))
-                   for layer in trace.layers)
-    t = replace(trace, layers=layers, host_step_ns=round(trace.host_step_ns * k),
-                optimizer_steps=tuple((name, gpu_ns, round(host_ns * k)) for name, gpu_ns,
-                                      host_ns in trace.optimizer_steps))
-    g = replace(gpu, host=replace(gpu.host, **{f: round(getattr(gpu.host, f) * k)
-                                               for f in HOST_COSTS}))
-    return t, g
-
-
 def _allocator_for(trace: Trace, allocator: Any) -> "AllocatorSettings":
     """NOTE [allocator settings]: ``allocator`` checked, and refused for a Torch7 trace
     (its pool is CNMeM's) before any policy runs."""
@@ -365,7 +338,7 @@ def _result(trace: Trace, gpu: GPU, policy: str, capacity: int, plan: Any,
         optimizer_host_bytes=(optimizer_host_bytes(trace, plan.optimizer_pinning)
                               if plan.optimizer_offload else 0),
         param_fetched_bytes=sim.param_fetched_bytes,
-        host_issue_time_ns=sim.host_issue_ns)
+        host_issue_time_ns=sim.host_issue_ns, pytorch=trace.pytorch)
 def algorithm_names(trace: Trace, algos: tuple[int, ...]) -> tuple[str, ...]:
     """Each layer's algorithm's name (in a C loop over the names of
     each layer's algorithms, worked out once per trace)."""
@@ -390,6 +363,8 @@ class RunSetup:
     budget_bytes: int | None  # the config's memory_bytes: the pool's size, or the GPU's
     optimizer_offload: bool
     optimizer_pinning: str
+    # a host calibration's factor (None: not applied) and line (hostcal.host_factor)
+    host: tuple[float | None, str] | None = None
 
 
 def config_network(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> str | Path:
@@ -402,11 +377,16 @@ def config_network(cfg: "RunConfig", base_dir: str | os.PathLike = ".") -> str |
 
 
 def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str | None = None,
-              *, allocator: Any = None, check_policies: bool = False) -> RunSetup:
+              *, allocator: Any = None, check_policies: bool = False,
+              host_cal: Any = None) -> RunSetup:
     """The one setup of a run config's runs (vdnnsim run, plot and plan): its GPU, its
     trace, its allocator settings (``allocator``, where given, over the config's).
     ``source``: the config's file, named with the key in any error its values cause
-    (NOTE [user errors]); ``check_policies``: refuse a bad policy name before any work."""
+    (NOTE [user errors]); ``check_policies``: refuse a bad policy name before any work;
+    ``host_cal``: a host calibration (its file, or a HostCalibration), whose factor the
+    trace's host costs take where it gives one (hostcal.py)."""
+    from .hostcal import as_calibration, host_factor
+    host_cal, host = as_calibration(host_cal), None  # a bad file is told before any work
     name, overrides = cfg.gpu_name_and_overrides()
     with in_file(source, "gpu"):
         g = resolve_gpu(name, overrides, base_dir)
@@ -426,37 +406,52 @@ def setup_run(cfg: "RunConfig", base_dir: str | os.PathLike = ".", source: str |
         with in_file(source, "allocator"):
             settings = _allocator_for(trace, cfg.allocator.model_dump() if cfg.allocator
                                       else None)
+    if host_cal is not None and trace.timed:
+        host = host_factor(host_cal, trace, g)
+        if host[0] is not None:
+            trace, g = at_host_speed(trace, g, host[0])
     return RunSetup(trace, g, settings, cfg.memory_bytes, cfg.optimizer_offload,
-                    cfg.optimizer_pinning)
+                    cfg.optimizer_pinning, host)
 
 
 def run_config(cfg: "RunConfig", base_dir: str | os.PathLike = ".",
-               record: bool = True, source: str | None = None) -> list[RunResult]:
+               record: bool = True, source: str | None = None,
+               host_cal: Any = None) -> list[RunResult]:
     """Every policy of a run config, on one shared trace. ``record=False``:
     no op timeline or tensor lifetimes (see :func:`run_trace`). ``source``: the config's
-    file, named with the key in any error its values cause."""
-    s = setup_run(cfg, base_dir, source, check_policies=True)
+    file, named with the key in any error its values cause. ``host_cal``: as
+    :func:`setup_run` takes it; without one, a host-bound step gets its band between a
+    fast and a slow host (hostspeed.py)."""
+    s = setup_run(cfg, base_dir, source, check_policies=True, host_cal=host_cal)
+    kw = dict(allocator=s.allocator, optimizer_offload=s.optimizer_offload,
+              optimizer_pinning=s.optimizer_pinning)
+
+    def one(p: str) -> RunResult:
+        r = run_trace(s.trace, s.gpu, p, cfg.policy_options, s.budget_bytes, record=record,
+                      **kw)
+        return host_said(r, s.trace, lambda k: run_trace(
+            *at_host_speed(s.trace, s.gpu, k), p, cfg.policy_options, s.budget_bytes,
+            record=False, **kw), s.host)
     with in_file(source, "policy_options"):
-        return [run_trace(s.trace, s.gpu, p, cfg.policy_options, s.budget_bytes, record=record,
-                          allocator=s.allocator, optimizer_offload=s.optimizer_offload,
-                          optimizer_pinning=s.optimizer_pinning)
-                for p in cfg.policy_list]
+        return [one(p) for p in cfg.policy_list]
 
 
 def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int, *,
                 method: str = "auto", optimizer_offload: str | None = None,
                 allocator: Any = None, headroom: bool = True, margin: float | None = None,
-                source: str | None = None) -> PlanReport:
+                source: str | None = None, host_cal: Any = None) -> PlanReport:
     """Plan a run config's network under ``budget_bytes``: the block planner for a trace
     with blocks (or ``method="blocks"``), else the layer planners.
     ``optimizer_offload``: "auto", "on", "off", or None for the config's; ``allocator``:
     settings over the config's; ``margin``: the share of the budget left free
     (NOTE [plan margin]; None: PLAN_MARGIN for tensor plans, none for the others); a
     synthesized trace's convolutions planned with their predicted workspaces, or without
-    them where no plan fits with them (NOTE [conv workspaces])."""
+    them where no plan fits with them (NOTE [conv workspaces]); ``host_cal``: as for
+    :func:`run_config` (the report's ``host_notes`` say it)."""
     from .costs.workspaces import planned
+    from .hostspeed import plan_host
 
-    s = setup_run(cfg, base_dir, source, allocator=allocator)
+    s = setup_run(cfg, base_dir, source, allocator=allocator, host_cal=host_cal)
     offload = optimizer_offload or ("on" if cfg.optimizer_offload else "auto")
     if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < 1):
         raise ConfigError(f"margin: a share of the budget from 0 to below 1, got {margin!r}")
@@ -465,7 +460,7 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     if said and _fits(report):
         report = replace(report, caution="\n".join(filter(None, (report.caution,
                                                                   f"note: {said}"))))
-    return report
+    return plan_host(report, s.host, run_trace, run_plan)
 
 
 def _fits(report: PlanReport) -> bool:
@@ -480,6 +475,7 @@ def _plan_dispatch(trace: Trace, cfg: "RunConfig", budget_bytes: int, method: st
     from .planners.greedy import search_plan
     from .planners.tensors import PLAN_MARGIN, op_trace
     from .policies.blocks import block_regions
+
 
     tensors = method == "tensors" or method == "auto" and op_trace(trace) and trace.timed
     room = budget_bytes - int(budget_bytes * (margin if margin is not None else

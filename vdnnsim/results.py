@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .engine import Op, OutOfMemory
+from .measured.repeat import HOST_BOUND
 from .units import GB, ns_to_s
 
 NAN = float("nan")
@@ -58,6 +59,18 @@ class RunResult:
     param_fetched_bytes: int = 0  # parameters fetched from the host
     host_issue_time_ns: int = 0  # the host done issuing the step (of
     # a PyTorch trace's run: a Torch7 host waits for each layer, a network-wide one is 0)
+    # the step on a fast and on a slow host (ns), where host-bound (hostspeed.py)
+    host_band_ns: tuple[int, int] | None = None
+    host_factor: float | None = None  # every host cost times this (a host calibration's)
+    pytorch: bool = False  # a PyTorch trace's run, whose host issues ahead of the GPU
+
+    @property
+    def host_bound(self) -> bool:
+        """The host issues HOST_BOUND of the step or more (a timed PyTorch run that fits;
+        a Torch7 host waits for each layer, so its issue time says nothing of it)."""
+        return bool(self.pytorch and self.timed and self.oom is None
+                    and self.iteration_time_ns > 0
+                    and self.host_issue_time_ns >= HOST_BOUND * self.iteration_time_ns)
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -148,7 +161,7 @@ class RunResult:
         """One flat record (the JSON and sweep-row form). A memory-only trace's run
         (``timed`` false) has NaN for every time and for the time-weighted averages; JSON writes
         them null."""
-        oom = self.oom
+        oom, band = self.oom, self.host_band_ns
         t = (lambda v: v) if self.timed else (lambda v: NAN)
         return {
             "network": self.network, "batch_size": self.batch_size, "dtype": self.dtype,
@@ -175,6 +188,11 @@ class RunResult:
             "host_capacity_bytes": self.host_capacity_bytes,
             "stall_time_s": t(ns_to_s(self.stall_time_ns)),
             "host_bound_time_s": t(ns_to_s(self.host_bound_time_ns)),
+            "host_bound": self.host_bound if self.timed and self.pytorch else None,
+            # NaN where the step is not host-bound or the host is calibrated
+            "iteration_time_fast_host_s": ns_to_s(band[0]) if band else NAN,
+            "iteration_time_slow_host_s": ns_to_s(band[1]) if band else NAN,
+            "host_speed_factor": self.host_factor if self.host_factor is not None else NAN,
             "oom_layer": (oom.layer or None) if oom else None,
             "oom_tensor": oom.tensor if oom else None,
             "oom_time_s": t(ns_to_s(oom.time_ns)) if oom else None,

@@ -51,6 +51,15 @@ def writable(path: Any, folder: bool = False) -> None:
         check_writable(path, folder)
 
 
+def host_cal_arg(args: argparse.Namespace) -> Any:
+    """``--host-cal FILE`` read and checked before any work (hostcal.py); None where not
+    given."""
+    if getattr(args, "host_cal", None) is None:
+        return None
+    from ..hostcal import read_host_calibration
+    return read_host_calibration(args.host_cal)
+
+
 def need_torch() -> None:
     try:
         import torch  # noqa: F401

@@ -248,6 +248,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..gpu.calibrate.kernels import calibrate
     from ..yamlio import write_text_atomic
 
+    if args.host:  # the host's speed alone, in seconds; no model
+        return _calibrate_host(args)
     if args.cpu_step:  # the host alone; no GPU needed
         return _calibrate_cpu_step(args)
     if args.threads is not None:
@@ -279,6 +281,43 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {shown(args.output)}: {len(data['records'])} timed passes, "
           f"{len(data.get('host_chains', []))} host chains on {data['gpu']['name']} "
           f"({data['dtype']})")
+    return 0
+
+
+def _calibrate_host(args: argparse.Namespace) -> int:
+    """``vdnnsim calibrate --host``: this machine's host probes (hostcal.py), written with
+    the machine, torch and the date; without CUDA, the CPU device's, said so."""
+    import torch
+
+    from ..gpu.measure.hostprobe import probe_host
+    from ..hardware import gpu_preset, preset_names
+    from ..hostcal import CAL_PROBES, NO_CUDA, calibration_record, op_model_probe
+    from ..yamlio import write_text_atomic
+
+    if args.ops or args.host_only or args.cpu_step or args.threads is not None \
+            or args.classes != "all" or args.dtype != "fp32" or args.scale != 1.0 \
+            or args.seed != 0:
+        raise ConfigError("--host takes -o alone (not --ops, --host-only, --cpu-step, "
+                          "--threads, --classes, --dtype, --scale or --seed)")
+    cuda = torch.cuda.is_available()
+    probes = probe_host("cuda" if cuda else "cpu", CAL_PROBES)
+    gpu = torch.cuda.get_device_name() if cuda else None
+    data = calibration_record(probes, "cuda" if cuda else "cpu", gpu, torch.__version__)
+    write_text_atomic(args.output, json.dumps(data, indent=1) + "\n")
+    between, before = probes["host_probe_between_ns"], probes["host_probe_ns"]
+    if not cuda:
+        print(f"this host's CPU device: {between / 1e3:.2f} us an op (median of {CAL_PROBES}"
+              f"), {before / 1e3:.2f} us before a model; {NO_CUDA}")
+    else:
+        print(f"this host on {gpu}: {between / 1e3:.2f} us a launch (median of {CAL_PROBES} "
+              f"probes as after a step), {before / 1e3:.2f} us before a model")
+        ref = next(((n, op_model_probe(gpu_preset(n))) for n in preset_names()
+                    if gpu_preset(n).op_calibration), (None, None))
+        if ref[1]:
+            print(f"--host-cal {args.output}: an op-model trace's host costs times "
+                  f"{between / ref[1]:.2f} (the {ref[0]} op model's host: {ref[1] / 1e3:.2f} "
+                  "us); a profiled trace's by its own probe")
+    print(f"wrote {shown(args.output)}")
     return 0
 
 

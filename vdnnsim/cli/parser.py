@@ -21,6 +21,10 @@ def _run(sub: Any) -> None:
     r.add_argument("--json", action="store_true", help="print a JSON list, one record a run")
     r.add_argument("--chrome-trace", default=None, metavar="FILE",
                    help="also write the runs' timelines as Chrome trace JSON (Perfetto)")
+    r.add_argument("--host-cal", default=None, metavar="FILE",
+                   help="a host calibration (vdnnsim calibrate --host): every host cost scaled to "
+                   "that host's speed; without one, a host-bound step is also given as the "
+                   "band between a fast and a slow host")
     r.set_defaults(fn=simulate.cmd_run)
 
 
@@ -45,6 +49,9 @@ def _trace(sub: Any) -> None:
     t.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "autocast-bf16",
                                                        "autocast-fp16"],
                    help="autocast-*: hf:, diffusers: and factory models only")
+    t.add_argument("--host-cal", default=None, metavar="FILE",
+                   help="a host calibration (vdnnsim calibrate --host): the trace's host "
+                   "costs scaled to that host's speed (an op trace, or one with a host probe)")
     t.add_argument("--output", "-o", required=True, help="trace YAML to write ('-': stdout)")
     t.set_defaults(fn=simulate.cmd_trace)
 
@@ -56,6 +63,10 @@ def _sweep(sub: Any) -> None:
     sw.add_argument("--workers", type=int, default=None, help="local worker processes")
     sw.add_argument("--scheduler", default=None, help="Dask distributed scheduler address")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.add_argument("--host-cal", default=None, metavar="FILE",
+                    help="a host calibration (vdnnsim calibrate --host): every host cost scaled to "
+                    "that host's speed; without one, a host-bound step is also given as the "
+                    "band between a fast and a slow host")
     sw.set_defaults(fn=simulate.cmd_sweep)
 
 
@@ -100,6 +111,10 @@ def _plan(sub: Any) -> None:
                     "real peak stays under its cap (the plan's run keeps the budget as its "
                     "cap); default 4%% for tensor plans (and the block plan weighed against "
                     "them), 0 otherwise")
+    pn.add_argument("--host-cal", default=None, metavar="FILE",
+                    help="a host calibration (vdnnsim calibrate --host): every host cost scaled to "
+                    "that host's speed; without one, a host-bound step is also given as the "
+                    "band between a fast and a slow host")
     pn.add_argument("--no-headroom", action="store_true",
                     help="check plans of PyTorch traces with their own workspaces, not twice "
                     "them")
@@ -249,6 +264,9 @@ def _calibrate(sub: Any) -> None:
                     "needed)")
     ca.add_argument("--threads", help="with --cpu-step: the thread counts, e.g. 1,2,4,8,16 "
                     "(default: powers of two up to torch's default, and it)")
+    ca.add_argument("--host", action="store_true", help="this machine's host speed alone "
+                    "(seconds, no model): the launch probe whose ratio to a trace's "
+                    "--host-cal FILE scales host costs by (run, trace, plan, sweep)")
     ca.set_defaults(fn=gpu.cmd_calibrate)
 
 

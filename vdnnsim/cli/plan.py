@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from .common import shown, size_arg, writable
+from .common import host_cal_arg, shown, size_arg, writable
 
 
 def margin_arg(text: str | None) -> float | None:
@@ -29,12 +29,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..report.plan import format_plan
 
     writable(args.output)
+    cal = host_cal_arg(args)
     cfg, base = load_config(args.config)
     budget_bytes = size_arg("--budget", args.budget, required=True)
     report = plan_config(cfg, base, budget_bytes, method=args.method,
                          optimizer_offload=args.optimizer_offload, allocator=args.allocator,
                          headroom=not args.no_headroom, margin=margin_arg(args.margin),
-                         source=args.config)
+                         source=args.config, host_cal=cal)
     out, notes = format_plan(report)
     print("\n".join(out), flush=True)  # before the notes: one stream shows them in order
     for line in notes:

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..units import GB, GiB
-from .common import (clean, fold_lora, fold_routing, json_default, model_kwargs, need_torch, shown, size_arg,
-                     writable)
+from .common import (clean, fold_lora, fold_routing, host_cal_arg, json_default, model_kwargs,
+                     need_torch, shown, size_arg, writable)
 
 
 def _is_study(path: str) -> bool:
@@ -27,13 +27,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..report import format_table
 
     writable(args.chrome_trace)
+    cal = host_cal_arg(args)
     if _is_study(args.config):
         if args.chrome_trace:
             raise ConfigError(f"--chrome-trace takes a run config, and {args.config} is a "
                               "study, whose runs keep no timelines: run one of its configs")
-        return _run_study(args)
+        return _run_study(args, cal)
     cfg, base = load_config(args.config)
-    results = run_config(cfg, base, record=bool(args.chrome_trace), source=args.config)
+    results = run_config(cfg, base, record=bool(args.chrome_trace), source=args.config,
+                         host_cal=cal)
     if args.chrome_trace:
         from ..report.chrome import dumps
         from ..yamlio import write_text_atomic
@@ -48,12 +50,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_study(args: argparse.Namespace) -> int:
+def _run_study(args: argparse.Namespace, cal: Any) -> int:
     from ..report.table import format_rows
     from ..study import load_study, run_study
 
     spec, base = load_study(args.config)
-    df = run_study(spec, base)
+    df = run_study(spec, base, host_cal=cal)
     if args.json:
         print(df.to_json(orient="records", indent=2))
     else:
@@ -68,9 +70,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.output and not args.output.endswith((".csv", ".parquet")):
         raise ConfigError(f"{args.output}: write .csv or .parquet")
     writable(args.output)
+    cal = host_cal_arg(args)
     spec, base = load_study(args.study)
     progress = not args.no_progress and sys.stderr.isatty()
-    df = run_study(spec, base, progress, args.workers, args.scheduler)
+    df = run_study(spec, base, progress, args.workers, args.scheduler, cal)
     if args.output:
         write_results(df, args.output)
         bad = int(df["error"].notna().sum()) if "error" in df else 0
@@ -257,6 +260,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from ..trace import save_trace, trace_from_dict
 
     writable(args.output)
+    cal = host_cal_arg(args)
     if args.lora is not None and not args.model:
         raise ConfigError("--lora goes with --model hf:NAME")
     fold_lora(args)
@@ -304,6 +308,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.optimizer != "sgd":  # its moments and step temporary
         from ..trace.optimizer import with_optimizer
         trace = with_optimizer(trace, args.optimizer)
+    if cal is not None:
+        trace = _host_calibrated(trace, gpu, cal)
     if args.output == "-":
         from ..trace import trace_to_dict
         from ..yamlio import dump_yaml
@@ -324,6 +330,29 @@ def cmd_trace(args: argparse.Namespace) -> int:
         print(f"wrote {shown(args.output)}: {trace.name}, batch {trace.batch_size}, "
               f"{len(trace.layers)} layers, {timed}")
     return 0
+
+
+def _host_calibrated(trace: Any, gpu: Any, cal: Any) -> Any:
+    """``vdnnsim trace --host-cal``: the trace's host costs times the calibration's factor,
+    its source carrying that host's probes and the line (hostcal.py)."""
+    from dataclasses import replace
+
+    from ..hostcal import host_factor
+    from ..hostspeed import at_host_speed
+
+    if not trace.timed:
+        raise ConfigError(f"--host-cal {shown(cal.path)}: a memory trace has no host times "
+                          "to scale")
+    k, line = host_factor(cal, trace, gpu)
+    if k is None:
+        raise ConfigError(f"{line}; it scales an op trace (hf:, diffusers:, a factory "
+                          "model) or a trace profiled with the host probe")
+    trace, _ = at_host_speed(trace, gpu, k)
+    src = trace.source
+    print(f"note: {line}", file=sys.stderr)
+    return replace(trace, source=replace(
+        src, host_probe_ns=cal.host_probe_ns, host_probe_between_ns=cal.host_probe_between_ns,
+        note=f"{src.note}; {line}" if src.note else line))
 
 
 def _spec_rule_said(gpu: Any, timed_on: str) -> None:

@@ -155,7 +155,18 @@ def fit(raws: list[dict[str, Any]], peaks: dict[str, float], bw: float, sms: int
             "numerics": {r["dtype"]: r.get("numerics", {}) for r in raws},
             "calibrations": [f"{r['dtype']}: {r.get('made', '')}, {len(r['records'])} "
                              "passes" for r in raws],
-            "host": host, "classes": classes}
+            "host": host, "host_probe_between_ns": _host_probe(raws), "classes": classes}
+
+
+def _host_probe(raws: list[dict[str, Any]]) -> float | None:
+    """The host probe beside the host chains (gpu/measure/hostprobe.py): the median over
+    those of the host-only files (as ``_host`` takes them) that have it; None where none
+    has it: the host the model's host costs were measured on, which a host calibration is
+    held against (hostcal.py)."""
+    only = [r for r in raws if r.get("host_only")] or raws
+    probes = [c["host_probe_between_ns"] for r in only for c in r.get("host_chains", [])
+              if isinstance(c.get("host_probe_between_ns"), (int, float))]
+    return round(statistics.median(probes), 1) if probes else None
 
 
 def _host(raws: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class LayerPlanReport:
     cpu_step_calibrated: bool
     plan_file: dict[str, Any] | None  # the plan file's contents
     margin_bytes: int = 0  # of the budget, left free (NOTE [plan margin])
+    host_notes: tuple[str, ...] = ()  # the host calibration's line, or the band's
 
     @property
     def fits(self) -> bool:
@@ -56,6 +57,7 @@ class BlockPlanReport:
     cpu_step_calibrated: bool
     plan_file: dict[str, Any] | None
     margin_bytes: int = 0
+    host_notes: tuple[str, ...] = ()  # as LayerPlanReport's
 
     @property
     def fits(self) -> bool:
@@ -95,6 +97,7 @@ def _notes(report: "PlanReport", peak: int | None) -> list[str]:
     from ..costs.retime import run_note
     from ..planners.greedy import OP_PLAN_CANNOT_RUN
     out = [f"note: {n}" for n in run_note(report.trace)]  # NOTE [retime]
+    out += [f"note: {n}" for n in report.host_notes]  # the host calibration's, or band
     if peak is None:
         return out
     if getattr(report, "op_layers", False):

@@ -87,7 +87,9 @@ def format_table(results: list[RunResult], title: str | None = None) -> str:
     if not all(r.timed for r in results):
         lines.append(UNTIMED_NOTE)
     from ..costs.retime import PREFIX  # the trace's, once (NOTE [retime])
-    shared = [n for n in r0.notes if n.startswith(PREFIX)]
+    from ..hostcal import LINE_STARTS  # the host calibration's, once
+    shared = [n for n in r0.notes if n.startswith(PREFIX) or n.startswith(LINE_STARTS)
+              and all(n in r.notes for r in results)]
     notes = [f"  {n}" for n in shared] + [f"  {r.policy}: {n}" for r in results
                                           for n in r.notes if n not in shared]
     if notes:
@@ -134,7 +136,7 @@ def format_rows(df, title: str | None = None) -> str:
 
     head = [title] if title else []
     foot = [UNTIMED_NOTE] if memory_only else []
-    foot += retimed_note(df)
+    foot += host_note(df) + retimed_note(df)
     return "\n".join(head + [fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
                      + foot)
 
@@ -143,6 +145,24 @@ def format_slowdown(slowdown: float | None) -> str:
     """A slowdown as '1.17x'; '-' where it is undefined (NaN, None): the oracle time is 0,
     or the trace is memory only."""
     return "-" if _missing(slowdown) else f"{slowdown:.2f}x"
+
+
+def host_note(df) -> list[str]:
+    """One line where runs were host-bound (their band between a fast and a slow host in
+    two columns), and one where a host calibration scaled the host costs."""
+    out = []
+    if "iteration_time_fast_host_s" in df:
+        n = int(df["iteration_time_fast_host_s"].notna().sum())
+        if n:
+            out.append(f"note: {n} run(s) host-bound: iteration_time_fast_host_s and "
+                       "iteration_time_slow_host_s give the step between a fast and a slow "
+                       "host")
+    if "host_speed_factor" in df:
+        k = sorted({round(float(v), 2) for v in df["host_speed_factor"].dropna()})
+        if k:
+            out.append("note: host costs times " + ", ".join(f"{v:.2f}" for v in k)
+                       + " by the host calibration (host_speed_factor)")
+    return out
 
 
 def retimed_note(df) -> list[str]:

@@ -7,8 +7,10 @@ __all__ = ["StudySpec", "expand", "load_study", "run_points", "run_study", "swee
            "write_results"]
 
 
-def sweep(study, workers: int | None = None, scheduler=None, progress: bool = False):
-    """A study (a YAML path, a mapping or a StudySpec) as one DataFrame, a row per run."""
+def sweep(study, workers: int | None = None, scheduler=None, progress: bool = False,
+          host_cal=None):
+    """A study (a YAML path, a mapping or a StudySpec) as one DataFrame, a row per run.
+    ``host_cal``: a host calibration file or ``hostcal.HostCalibration``."""
     import os
 
     from ..errors import ConfigError
@@ -23,4 +25,4 @@ def sweep(study, workers: int | None = None, scheduler=None, progress: bool = Fa
     else:
         raise ConfigError(f"sweep: expected a study path, mapping or StudySpec, got "
                           f"{type(study).__name__}")
-    return run_study(spec, base, progress, workers, scheduler)
+    return run_study(spec, base, progress, workers, scheduler, host_cal)

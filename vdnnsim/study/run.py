@@ -47,10 +47,14 @@ def _key(point: dict[str, Any], base_dir: Path) -> tuple:
             tuple(sorted(over.items())), point.get("dtype", "fp32"), str(base_dir))
 
 
-def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[tuple[int, dict]]:
+def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str,
+               host_cal: Any = None) -> list[tuple[int, dict]]:
     """Simulate points that share one trace; return (index, row) pairs. Module level, so
-    that worker processes and Dask workers can run it."""
+    that worker processes and Dask workers can run it. ``host_cal``: a HostCalibration
+    (hostcal.py); without one a host-bound run gets its band between a fast and a slow
+    host (hostspeed.py)."""
     from ..api import build_trace, resolve_gpu, run_trace
+    from ..hostspeed import at_host_speed, host_said
 
     base = Path(base_dir)
     cached: tuple | None = None
@@ -68,17 +72,30 @@ def _run_group(items: list[tuple[int, dict[str, Any]]], base_dir: str) -> list[t
                 path = base / str(net)
                 trace = build_trace(path if os.path.exists(path) else net, point.get("batch_size"),
                                     gpu, point.get("dtype", "fp32"))
-                cached = (gpu, trace)
-            gpu, trace = cached
-            r = run_trace(trace, gpu, point.get("policy", "baseline_p"),
-                          point.get("policy_options") or {},
-                          memory_bytes_of(point.get("memory_bytes")), record=False)
+                host = _calibrated(host_cal, trace, gpu)
+                if host and host[0] is not None:
+                    trace, gpu = at_host_speed(trace, gpu, host[0])
+                cached = (gpu, trace, host)
+            gpu, trace, host = cached
+            policy, options = point.get("policy", "baseline_p"), point.get("policy_options") or {}
+            cap = memory_bytes_of(point.get("memory_bytes"))
+            r = run_trace(trace, gpu, policy, options, cap, record=False)
+            r = host_said(r, trace, lambda k: run_trace(*at_host_speed(trace, gpu, k), policy,
+                                                        options, cap, record=False), host)
             row.update(r.summary())
             row["error"] = None
         except VdnnError as exc:
             row["error"] = str(exc)
         out.append((idx, row))
     return out
+
+
+def _calibrated(host_cal: Any, trace: Any, gpu: Any) -> tuple[float | None, str] | None:
+    """The factor and line of ``host_cal`` for ``trace`` (hostcal.host_factor), or None."""
+    if host_cal is None or not trace.timed:
+        return None
+    from ..hostcal import host_factor
+    return host_factor(host_cal, trace, gpu)
 
 
 def _ignore_sigint() -> None:
@@ -110,8 +127,9 @@ def _groups(points: list[dict[str, Any]], base: Path) -> list[list[tuple[int, di
 
 def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
                progress: bool = False, workers: int | None = None,
-               scheduler: str | Any | None = None) -> pd.DataFrame:
-    """Simulate every point and return one row each, in the points' order.
+               scheduler: str | Any | None = None, host_cal: Any = None) -> pd.DataFrame:
+    """Simulate every point and return one row each, in the points' order. ``host_cal``:
+    as ``_run_group`` takes it.
 
     ``workers``: that many local processes; ``scheduler``: a Dask distributed scheduler
     address (or a ``distributed.Client``). The same function runs each group of points
@@ -125,6 +143,8 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
             and type(scheduler).__name__ != "Client":
         raise ConfigError(f"scheduler must be an address or a distributed.Client, got "
                           f"{type(scheduler).__name__}")
+    from ..hostcal import as_calibration
+    host_cal = as_calibration(host_cal)
     base = str(Path(base_dir))
     groups = _groups(points, Path(base))
     bar = None
@@ -149,7 +169,8 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
                 raise ConfigError(f"--scheduler {scheduler!r}: no Dask scheduler there "
                                   f"({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
         try:
-            futures = client.map(_run_group, groups, base_dir=base, pure=False)
+            futures = client.map(_run_group, groups, base_dir=base, host_cal=host_cal,
+                                 pure=False)
             for fut in as_completed(futures):
                 take(fut.result())
         finally:
@@ -164,7 +185,7 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
         pool = ProcessPoolExecutor(max_workers=min(workers, len(groups)),
                                    initializer=_ignore_sigint)
         try:
-            futs = [pool.submit(_run_group, g, base) for g in groups]
+            futs = [pool.submit(_run_group, g, base, host_cal) for g in groups]
             for f in done(futs):
                 take(f.result())
         except BaseException:
@@ -173,7 +194,7 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
         pool.shutdown()
     else:
         for g in groups:
-            take(_run_group(g, base))
+            take(_run_group(g, base, host_cal))
     if bar is not None:
         bar.close()
     results.sort(key=lambda x: x[0])
@@ -185,8 +206,9 @@ def run_points(points: list[dict[str, Any]], base_dir: str | os.PathLike = ".",
 
 
 def run_study(spec: StudySpec, base_dir: str | os.PathLike = ".", progress: bool = False,
-              workers: int | None = None, scheduler: str | Any | None = None) -> pd.DataFrame:
-    return run_points(expand(spec), base_dir, progress, workers, scheduler)
+              workers: int | None = None, scheduler: str | Any | None = None,
+              host_cal: Any = None) -> pd.DataFrame:
+    return run_points(expand(spec), base_dir, progress, workers, scheduler, host_cal)
 
 
 def write_results(df: pd.DataFrame, path: str | os.PathLike) -> None:

@@ -10,7 +10,8 @@ the model is built; and ``StepProbe`` times STEP_PROBE_OPS launches after each t
 trace's ``host_probe_between_ns``; calibrate --ops: beside each host chain's repetitions).
 `vdnnsim validate` compares a trace's and a record's probes where both exist, else the
 probes before the model, and says where they differ by more than HOST_PROBE_TOLERANCE. No
-cost is scaled by a probe unless asked (`vdnnsim validate --scale-host`).
+cost is scaled by a probe unless asked (`vdnnsim validate --scale-host`, or a host
+calibration's: ``probe_host``, hostcal.py).
 
 The step probe's tensor is made before the model and kept, so no cache is emptied between
 steps (it sits in the first small-pool segment: 512 bytes more allocated). The evidence
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -75,3 +77,17 @@ class StepProbe:
 
     def close(self) -> None:
         del self.x
+
+
+def probe_host(device: "torch.device | str", between: int) -> dict[str, Any]:
+    """A host calibration's probes (hostcal.py), without a model: the probe before a
+    model, then ``between`` of the probe after a step, back to back, and their median."""
+    before = host_probe_ns(device)
+    probe = StepProbe(device)
+    try:
+        steps = [probe() for _ in range(between)]
+    finally:
+        probe.close()
+    return {"host_probe_ns": round(before, 1),
+            "host_probe_between_ns": round(statistics.median(steps), 1),
+            "host_probe_steps_ns": [round(x, 1) for x in steps]}

@@ -4,6 +4,7 @@ segments, host costs and kernel counts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..trace.model import Trace
@@ -219,6 +220,21 @@ def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: 
         b for j in range(first, last + 1) for t in trace.layers[j].inputs
         if lv.producer.get(b := lv.root[t], -1) < first and b not in held and lv.size[b])
     return dropped, inputs
+
+
+def offload_around_own(trace: Trace, lv: Liveness, plan: "Plan", sem: "Semantics") -> "Plan":
+    """``plan`` offloading none of what the model's own segments (stepopts.py) drop or keep
+    as their inputs: as the checkpoint policy leaves them, for an offload of those frees
+    nothing."""
+    if not trace.checkpointed or not any(plan.offload):
+        return plan
+    held = {b for b in lv.size if b not in lv.producer} if sem.holds_inputs else set()
+    skip: set[str] = set()
+    for first, last in trace.checkpointed_segments:
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        skip |= dropped | inputs
+    return replace(plan, offload=tuple(tuple(b for b in o if b not in skip)
+                                       for o in plan.offload))
 
 
 def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], ...],

@@ -18,8 +18,7 @@ from ..hardware import GPU
 from ..trace.model import Trace
 from .plan import Liveness, Plan, liveness
 from . import autotune
-from .compile import steady_state
-from .stepopts import offload_around_own
+from .compile import offload_around_own, steady_state
 from .semantics import semantics_for
 from .result import Replayed, replayed
 from .sim import Simulation

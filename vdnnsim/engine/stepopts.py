@@ -15,15 +15,13 @@ optimizer on the CPU, or on unified memory, it is not modelled (PlanError).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..trace.model import Trace
-from .plan import Liveness, PlanError
+from .plan import PlanError
 
 if TYPE_CHECKING:
     from .plan import Plan
-    from .semantics import Semantics
 
 
 # NOTE [own checkpointing]
@@ -34,7 +32,7 @@ if TYPE_CHECKING:
 # (PlanError): checkpoints nested in checkpoints are not modelled. Under network-wide memory
 # (everything allocated at the start) only their time is replayed: each segment's forward
 # again before its last layer's backward pass. No plan offloads what they drop or keep as
-# their inputs (``offload_around_own``, in replay).
+# their inputs (compile.py's ``offload_around_own``, in replay).
 def own_segments(trace: Trace, plan: "Plan") -> tuple[tuple[int, int], ...]:
     """The trace's own segments, checked against the plan's (below)."""
     own = trace.checkpointed_segments
@@ -47,21 +45,6 @@ def own_segments(trace: Trace, plan: "Plan") -> tuple[tuple[int, int], ...]:
                     f"checkpointing ({trace.layers[first].id}..{trace.layers[last].id}); "
                     "trace the model without it to checkpoint by plan")
     return own
-
-
-def offload_around_own(trace: Trace, lv: Liveness, plan: "Plan", sem: "Semantics") -> "Plan":
-    """``plan`` offloading none of what the model's own segments drop or keep as their
-    inputs: as the checkpoint policy leaves them, for an offload of those frees nothing."""
-    if not trace.checkpointed or not any(plan.offload):
-        return plan
-    from .compile import checkpoint_buffers  # (compile.py imports this module)
-    held = {b for b in lv.size if b not in lv.producer} if sem.holds_inputs else set()
-    skip: set[str] = set()
-    for first, last in trace.checkpointed_segments:
-        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
-        skip |= dropped | inputs
-    return replace(plan, offload=tuple(tuple(b for b in o if b not in skip)
-                                       for o in plan.offload))
 
 
 def spread(total: int, weights: list[int]) -> tuple[int, ...]:

@@ -265,3 +265,20 @@ def test_profile_on_the_cpu_writes_the_step_options(tmp_path):
     assert len(t.checkpointed) == 2
     assert "3 micro-batches of 2 a step" in t.source.note
     assert "timed without its checkpointing" in t.source.note
+
+
+def test_measure_repeat_children_get_the_step_options():
+    """measure --repeat's fresh processes build the step the parent was asked for: the
+    options travel as model arguments."""
+    import argparse
+
+    from vdnnsim.cli.common import fold_step_options
+    from vdnnsim.measured.repeat import child_argv
+    args = argparse.Namespace(model="hf:llama-1b", batch_size=2, optimizer="adamw",
+                              dtype="bf16", warmup=1, iters=1, model_arg=["vocab_size=1000"],
+                              input=None, seq_len=64, plan=None, policy="baseline",
+                              micro_batches="4", grad_checkpointing=True)
+    fold_step_options(args)
+    argv = child_argv(args, None)
+    given = [argv[k + 1] for k, a in enumerate(argv) if a == "--model-arg"]
+    assert given == ["vocab_size=1000", "micro_batches=4", "grad_checkpointing=true"]

@@ -43,13 +43,18 @@ class NetworkWide:
                 self._fwd_ops = (cs.last,)
             for i in range(len(trace.layers) - 1, -1, -1):
                 layer = trace.layers[i]
-                for j in range(own.get(i, i + 1), i + 1):  # the model's recompute: time
-                    x = trace.layers[j]
-                    self._spend(self._hf[j], x.id, f"{x.id}:recompute")
-                    self._push(cs, new_op(cs, "recompute", x.id, f"{x.id}:recompute",
-                                          x.algos[plan.algos[j]].fwd_ns))
-                self._spend(self._hb[i] + (hacc[i] if k else 0), layer.id, f"{layer.id}:bwd")
-                self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd",
-                                      layer.algos[plan.algos[i]].bwd_ns + (acc[i] if k else 0)))
+                if own and i in own:  # the model's recompute: its time
+                    for j in range(own[i], i + 1):
+                        x = trace.layers[j]
+                        self._spend(self._hf[j], x.id, f"{x.id}:recompute")
+                        self._push(cs, new_op(cs, "recompute", x.id, f"{x.id}:recompute",
+                                              x.algos[plan.algos[j]].fwd_ns))
+                if k:
+                    self._spend(self._hb[i] + hacc[i], layer.id, f"{layer.id}:bwd")
+                    bwd = layer.algos[plan.algos[i]].bwd_ns + acc[i]
+                else:
+                    self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
+                    bwd = layer.algos[plan.algos[i]].bwd_ns
+                self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd", bwd))
         yield from self._step()
         self.host_issue_ns = self.host_ns

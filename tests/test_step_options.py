@@ -282,3 +282,25 @@ def test_measure_repeat_children_get_the_step_options():
     argv = child_argv(args, None)
     given = [argv[k + 1] for k, a in enumerate(argv) if a == "--model-arg"]
     assert given == ["vocab_size=1000", "micro_batches=4", "grad_checkpointing=true"]
+
+
+@needs_hf
+def test_the_planners_plan_around_the_step_options():
+    """Every planner plans a trace of micro-batches with the optimizer on the GPU (the CPU
+    optimizer with accumulation is not modelled) and a trace of the model's own
+    checkpointing without checkpointing or splitting it again."""
+    from vdnnsim.planners.blocks import plan_blocks
+    from vdnnsim.planners.greedy import search_plan
+    from vdnnsim.planners.tensors import plan_tensors
+    gpu = resolve_gpu("h200")
+    acc, ck = _trace(4, micro_batches=4), _trace(4, grad_checkpointing=True)
+    for t in (acc, ck):
+        budget = int(0.9 * run_trace(t, gpu, "eager", record=False).peak_memory_bytes)
+        b = plan_blocks(t, gpu, budget, None)
+        assert not b.optimizer_offload or t.micro_batches == 1
+        assert not (t.checkpointed and (b.recompute or b.tried_recompute))
+        p = plan_tensors(t, gpu, budget, None)
+        assert not p.optimizer_offload or t.micro_batches == 1
+        assert p.plan is None or not any(t.checkpoints_any(a, z) for a, z in p.plan.recompute)
+        g, _ = search_plan(t, gpu, budget)  # the greedy search, and the MILP's
+        assert g is None or not any(t.checkpoints_any(a, z) for a, z in g.recompute)

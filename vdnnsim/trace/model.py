@@ -205,6 +205,11 @@ class Trace:
         """The model's own checkpointed segments as (first, last) layer indices."""
         return tuple((self._layer_index[a], self._layer_index[b]) for a, b in self.checkpointed)
 
+    def checkpoints_any(self, first: int, last: int) -> bool:
+        """Whether layers ``first..last`` meet a segment the model checkpoints itself:
+        what no plan may checkpoint or split again (engine/stepopts.py)."""
+        return any(a <= last and first <= b for a, b in self.checkpointed_segments)
+
     # NOTE [trace analyses]
     # A trace is immutable, so what is derived from it alone is worked out once and kept
     # on it (a cached property, or ``memo`` by key): every policy of a run, every run of a

@@ -39,6 +39,7 @@ def at_host_speed(trace: Trace, gpu: GPU, k: float) -> tuple[Trace, GPU]:
                            host_bwd_ns=round(layer.host_bwd_ns * k))
                    for layer in trace.layers)
     t = replace(trace, layers=layers, host_step_ns=round(trace.host_step_ns * k),
+                host_accumulate_ns=round(trace.host_accumulate_ns * k),
                 optimizer_steps=tuple((name, gpu_ns, round(host_ns * k)) for name, gpu_ns,
                                       host_ns in trace.optimizer_steps))
     g = replace(gpu, host=replace(gpu.host, **{f: round(getattr(gpu.host, f) * k)

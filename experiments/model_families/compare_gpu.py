@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from trace_heldout import entries, one  # noqa: E402
+from trace_heldout import all_entries, one  # noqa: E402
 
 GiB = 2**30
 
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | dtype | predicted GiB | measured GiB (band) | error |")
     print("|---|---|---|---|---|")
     errs = []
-    for e in entries():
-        for dtype in ("fp32", "bf16", "autocast-bf16"):
+    for e in all_entries():  # the held-out list, then the step options' cases (steps.yaml)
+        for dtype in e.get("dtypes", ("fp32", "bf16", "autocast-bf16")):
             m = measured.get((e["name"], dtype))
             if m is None:
                 continue

@@ -2,7 +2,8 @@
 # Every GPU measurement of issue 57, in one device call (or two: it resumes):
 #   bash experiments/model_families/device.sh OUT SECONDS
 # 1. measure_heldout.py: the held-out families' peak allocated memory, three fresh
-#    processes a run, six runs at a time: OUT/families.jsonl, OUT/families.log;
+#    processes a run, six runs at a time: OUT/families.jsonl, OUT/families.log; then
+#    steps.yaml's two step-option cases (--micro-batches, --grad-checkpointing) alike;
 # 2. router_load.py: the MoE models' random-weight routers against the balanced
 #    assumption, on the GPU in bf16 and fp32: OUT/router_load.json (once a machine).
 set -u

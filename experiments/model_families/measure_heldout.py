@@ -1,7 +1,9 @@
 """Issue 57's held-out families measured on the GPU: each model of heldout.yaml (its
 ``hf:`` or ``diffusers:`` spec), in fp32, bf16 and autocast-bf16, as ``vdnnsim measure
 --repeat 3`` (three fresh processes, the median and band of their peak allocated memory),
-AdamW, the batch, tokens, input and adapters its trace has (trace_heldout.py's flags).
+AdamW, the batch, tokens, input and adapters its trace has (trace_heldout.py's flags);
+then the step options' cases of steps.yaml (a held-out model with ``--micro-batches`` or
+``--grad-checkpointing``, in their dtypes), as resumable as the rest.
 
     python experiments/model_families/measure_heldout.py OUT [--jobs N] [--seconds S]
         [--only NAME ...] [--dtype D ...] [--dry-run]
@@ -31,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from trace_heldout import DTYPES, entries, workload_flags  # noqa: E402
+from trace_heldout import DTYPES, all_entries, workload_flags  # noqa: E402
 
 KEPT = ROOT / "traces" / "model_families_gpu"
 STEPS = ["--warmup", "2", "--iters", "3"]  # the peak is reached by the second step
@@ -82,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", nargs="+", choices=DTYPES, default=list(DTYPES))
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = ap.parse_args(argv)
-    todo = [(e, d) for e in entries() if not args.only or e["name"] in args.only
-            for d in args.dtype]
+    todo = [(e, d) for e in all_entries() if not args.only or e["name"] in args.only
+            for d in args.dtype if d in e.get("dtypes", DTYPES)]
     if args.dry_run:
         for e, d in todo:
             print(shlex.join(["vdnnsim", "measure", *flags(e, d), *STEPS, "--repeat", "3"]))

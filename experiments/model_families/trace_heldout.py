@@ -16,7 +16,9 @@ decoder's tokens of an audio model, "mel:80,3000; tokens:448", are its labels:
 trainable as well, ``modules_to_save=classifier``: HELDOUT.md's "with a trainable head"),
 and positions enough for its tokens (``spec_of``).
 
-One row per model and dtype: ``traced`` (the trace replayed eager on the h100 preset:
+Then the step options' cases (steps.yaml, ``step_entries``): a held-out model with
+``--micro-batches`` or ``--grad-checkpointing``, in the dtypes the case names. One row per
+model and dtype: ``traced`` (the trace replayed eager on the h100 preset:
 peak allocated GiB and step ms), ``refused`` (``vdnnsim: error:``'s one line, exit 2) or
 ``traceback`` (any other end: a defect).
 """
@@ -44,6 +46,25 @@ def entries() -> list[dict]:
     return yaml.safe_load((HERE / "heldout.yaml").read_text())["models"]
 
 
+def step_entries() -> list[dict]:
+    """The step options' cases (steps.yaml): each its base entry under its own name, with
+    the case's batch, flags (``steps``) and dtypes; its model is the base's spec."""
+    import yaml
+    base = {e["name"]: e for e in entries()}
+    out = []
+    for c in yaml.safe_load((HERE / "steps.yaml").read_text())["cases"]:
+        e = dict(base[c["base"]], name=c["name"], spec=c["base"], steps=list(c["flags"]),
+                 dtypes=list(c["dtypes"]))
+        e["batch"] = c.get("batch", e["batch"])
+        out.append(e)
+    return out
+
+
+def all_entries() -> list[dict]:
+    """The held-out list, then the step options' cases."""
+    return entries() + step_entries()
+
+
 def source(e: dict) -> str:
     """The entry's model source: ``diffusers`` for a ``diffusers:CLASS`` config, else
     ``hf``."""
@@ -52,7 +73,7 @@ def source(e: dict) -> str:
 
 def model_of(e: dict) -> str:
     """``--model`` of an entry: its spec file under its source."""
-    return f"{source(e)}:{SPECS / (e['name'] + '.yaml')}"
+    return f"{source(e)}:{SPECS / (e.get('spec', e['name']) + '.yaml')}"
 
 
 def spec_of(e: dict) -> dict:
@@ -114,7 +135,7 @@ def workload_flags(e: dict) -> list[str]:
         f += ["--input", input_of(e)]
     if lora_of(e):
         f += ["--lora", lora_of(e)]
-    return f
+    return f + e.get("steps", [])
 
 
 def command(e: dict, dtype: str, out: str, gpu: str = "h100") -> list[str]:
@@ -161,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="write specs/NAME.yaml from heldout.yaml")
     ap.add_argument("--notes", action="store_true", help="print each trace's note too")
     args = ap.parse_args(argv)
-    todo = [e for e in entries() if not args.only or e["name"] in args.only]
+    todo = [e for e in all_entries() if not args.only or e["name"] in args.only]
     SPECS.mkdir(exist_ok=True)
     for e in todo:
+        if "spec" in e:  # a step options' case: its base's spec
+            continue
         path, text = SPECS / f"{e['name']}.yaml", spec_text(e)
         if args.write_specs:
             path.write_text(text)
@@ -174,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     notes = []
     for e in todo:
-        for dtype in args.dtype:
+        for dtype in [d for d in args.dtype if d in e.get("dtypes", DTYPES)]:
             r = one(e, dtype)
             peak = f"{r['peak']:.2f}" if "peak" in r else ""
             ms = f"{r['ms']:.1f}" if "ms" in r else ""

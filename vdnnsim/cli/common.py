@@ -112,6 +112,12 @@ def workload_args(p: argparse.ArgumentParser) -> None:
                    "r=16,alpha=32,targets=q_proj+v_proj[,dropout=P][,bias=none|all|lora_only]"
                    "[,modules_to_save=NAME+NAME] (targets left out: PEFT's default for the "
                    "model type)")
+    p.add_argument("--micro-batches", default=None, metavar="N",
+                   help="gradient accumulation: a step of N forward and backward passes of "
+                   "--batch-size samples each (the micro-batch), then one optimizer step")
+    p.add_argument("--grad-checkpointing", action="store_true",
+                   help="the model's own gradient checkpointing (hf: and diffusers: models; "
+                   "transformers' non-reentrant checkpoint of each layer)")
 
 
 def fold_routing(args: argparse.Namespace) -> None:
@@ -126,6 +132,28 @@ def fold_routing(args: argparse.Namespace) -> None:
         raise ConfigError("give --routing or --model-arg routing=..., not both")
     args.model_arg = list(args.model_arg or []) + [f"routing={parse_routing(args.routing)}"]
     args.routing = None
+
+
+def fold_step_options(args: argparse.Namespace) -> None:
+    """``--micro-batches N`` and ``--grad-checkpointing`` checked and put into
+    ``args.model_arg`` as the model arguments that carry them (NOTE [step options])."""
+    from ..gpu.model.stepoptions import CHECKPOINTING, MICRO, micro_batches
+    given = {a.partition("=")[0].strip() for a in args.model_arg or []}
+    folded = []
+    if args.micro_batches is not None:
+        n = micro_batches(args.micro_batches)
+        if MICRO in given:
+            raise ConfigError(f"give --micro-batches or --model-arg {MICRO}=..., not both")
+        if n > 1:  # one is a plain step: nothing to carry
+            folded.append(f"{MICRO}={n}")
+    if args.grad_checkpointing:
+        if CHECKPOINTING in given:
+            raise ConfigError(f"give --grad-checkpointing or --model-arg {CHECKPOINTING}=..., "
+                              "not both")
+        folded.append(f"{CHECKPOINTING}=true")
+    if folded:
+        args.model_arg = list(args.model_arg or []) + folded
+    args.micro_batches, args.grad_checkpointing = None, False
 
 
 def fold_lora(args: argparse.Namespace) -> None:

@@ -11,12 +11,14 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..units import GiB, MiB
-from .common import fold_lora, memory_cap, model_kwargs, need_torch, shown, writable
+from .common import (fold_lora, fold_step_options, memory_cap, model_kwargs, need_torch,
+                     shown, writable)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     writable(args.output)
     fold_lora(args)  # bad settings need no GPU to be told
+    fold_step_options(args)
     # Kineto's own log lines ("gpuGetDeviceCount failed" where there
     # is no GPU) are not the user's business; it reads this when torch starts it
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
@@ -149,6 +151,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                           "that offloads the optimizer)")
     writable(args.memory_history)
     fold_lora(args)
+    fold_step_options(args)
     kwargs = model_kwargs(args.model_arg)
     plan = None
     if args.plan:
@@ -170,6 +173,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(f"note: routing {kwargs.pop('routing')} was the trace's assumption; on the GPU "
               "the model's router routes the tokens", file=sys.stderr)
         args.model_arg = [a for a in args.model_arg if a.partition("=")[0].strip() != "routing"]
+    from ..gpu.model.stepoptions import split
+    if split(kwargs)[0] > 1 and (args.optimizer_offload or plan is not None and getattr(
+            plan, "optimizer_offload", False)):  # (stepoptions.py)
+        raise ConfigError("gradient accumulation (micro-batches) with the optimizer on the "
+                          "CPU is not measured: its hooks copy each gradient once a step")
     cap = run.memory_cap_bytes
     conf = effective(_plan_allocator(plan, given, args.plan))
     if conf and not args.repeat:  # read when CUDA first allocates: set before that

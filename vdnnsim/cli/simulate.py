@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..units import GB, GiB
-from .common import (clean, fold_lora, fold_routing, host_cal_arg, json_default, model_kwargs,
-                     need_torch, shown, size_arg, writable)
+from .common import (clean, fold_lora, fold_routing, fold_step_options, host_cal_arg,
+                     json_default, model_kwargs, need_torch, shown, size_arg, writable)
 
 
 def _is_study(path: str) -> bool:
@@ -263,8 +263,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     cal = host_cal_arg(args)
     if args.lora is not None and not args.model:
         raise ConfigError("--lora goes with --model hf:NAME")
+    if (args.micro_batches is not None or args.grad_checkpointing) and (
+            not args.model or args.model.split(":")[0] in ("torchvision", "zoo")):
+        raise ConfigError("--micro-batches and --grad-checkpointing go with --model hf:NAME, "
+                          "diffusers:NAME or package.module:factory (traced op by op)")
     fold_lora(args)
     fold_routing(args)
+    fold_step_options(args)
     gpu = resolve_gpu(args.gpu or "k40")
     if args.model:
         if args.network:

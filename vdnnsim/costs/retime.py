@@ -110,9 +110,10 @@ def _retime(trace: Trace, gpu: Any) -> Trace:
     note = (f"re-timed for {gpu.name} from a trace made for {made_for}: meta device, {how}"
             + pooled_note(ot.pooled) + _made(src, made_for))
     resident = trace.resident_bytes - src.retime.get("workspace_bytes", 0) + ws
+    adds = ot.accumulate if trace.micro_batches > 1 else [0, 0]  # the adds, re-timed
     return replace(trace, layers=tuple(layers), step_ns=steps[0], host_step_ns=steps[1],
                    optimizer_steps=tuple((k, *v) for k, v in ot.steps.items()),
-                   resident_bytes=resident,
+                   resident_bytes=resident, accumulate_ns=adds[0], host_accumulate_ns=adds[1],
                    source=_source(src, gpu, model, note, made_for, ws))
 
 
@@ -157,6 +158,8 @@ def _carried(trace: Trace, gpu: Any, new: Any, made_for: str, model: str, how: s
             f"carried by the ratio of the {how}'s times for {gpu.name} and {a.name}, layer by "
             f"layer; host times as measured" + _made(src, made_for))
     return replace(trace, layers=tuple(layers), step_ns=step, optimizer_steps=(),
+                   accumulate_ns=carry(trace.accumulate_ns, new.accumulate[0],
+                                       old.accumulate[0]),
                    source=_source(src, gpu, f"{model}-ratio", note, made_for))
 
 

@@ -4,6 +4,7 @@ segments, host costs and kernel counts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..trace.model import Trace
@@ -12,6 +13,7 @@ from .autotune import autotuned
 from .params import ParamSchedule, param_schedule
 from .pinned import pinned_block, registered_bytes
 from .plan import Liveness, PlanError, check_plan  # noqa: F401  (PlanError re-exported)
+from .stepopts import own_segments, spread
 
 if TYPE_CHECKING:
     from ..hardware import Host as HostCosts
@@ -220,6 +222,21 @@ def checkpoint_buffers(trace: Trace, lv: Liveness, first: int, last: int, held: 
     return dropped, inputs
 
 
+def offload_around_own(trace: Trace, lv: Liveness, plan: "Plan", sem: "Semantics") -> "Plan":
+    """``plan`` offloading none of what the model's own segments (stepopts.py) drop or keep
+    as their inputs: as the checkpoint policy leaves them, for an offload of those frees
+    nothing."""
+    if not trace.checkpointed or not any(plan.offload):
+        return plan
+    held = {b for b in lv.size if b not in lv.producer} if sem.holds_inputs else set()
+    skip: set[str] = set()
+    for first, last in trace.checkpointed_segments:
+        dropped, inputs = checkpoint_buffers(trace, lv, first, last, held)
+        skip |= dropped | inputs
+    return replace(plan, offload=tuple(tuple(b for b in o if b not in skip)
+                                       for o in plan.offload))
+
+
 def recompute_sets(trace: Trace, lv: Liveness, segments: tuple[tuple[int, int], ...],
                    held: set[str], fwd_free: dict[int, list[str]],
                    bwd_free: dict[int, list[str]]) -> dict[int, tuple[int, frozenset[str]]]:
@@ -288,6 +305,10 @@ class Program(NamedTuple):
     autotune: tuple[tuple[bool, bool], ...]  # per layer: its forward's and backward's
     # cuDNN configuration first called there
     params: "ParamSchedule | None" = None
+    # per layer, the GPU and host ns of its gradient adds in a micro-batch after the first
+    # (stepopts.py)
+    accum_ns: tuple[int, ...] = ()
+    host_accum_ns: tuple[int, ...] = ()
 
 
 def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
@@ -302,13 +323,14 @@ def compile_plan(trace: Trace, plan: "Plan", lv: Liveness, sem: "Semantics",
     base = _trace_part(trace, lv, sem, host, runtime)
     fwd_free, bwd_free = base.fwd_free, base.bwd_free  # read only, unless moved below
     segments: dict[int, tuple[int, frozenset[str]]] = {}
+    own = own_segments(trace, plan)
     if plan.memory == "network_wide":
         fwd_free, bwd_free = {}, {}
-    elif plan.recompute:  # its frees move, in copies of the lists
+    elif plan.recompute or own:  # its frees move, in copies of the lists
         fwd_free = {k: list(v) for k, v in fwd_free.items()}
         bwd_free = {k: list(v) for k, v in bwd_free.items()}
-        segments = recompute_sets(trace, lv, plan.recompute, set(base.held), fwd_free,
-                                  bwd_free)
+        segments = recompute_sets(trace, lv, tuple(sorted(plan.recompute + own)),
+                                  set(base.held), fwd_free, bwd_free)
     if plan.optimizer_offload:  # no state or step on the GPU
         base = base._replace(step_temps=(), state=())
     if plan.params:
@@ -342,6 +364,11 @@ def _trace_part(trace: Trace, lv: Liveness, sem: "Semantics", host: "HostCosts",
         held, fwd_free, bwd_free, {},
         step_temporaries(trace) if sem.caching_allocator else (trace.step_workspace_bytes,),
         optimizer_state(trace) if sem.caching_allocator and not sem.paged else (),
-        autotuned(trace) if sem.caching_allocator and not sem.paged else ())
+        autotuned(trace) if sem.caching_allocator and not sem.paged else (),
+        # the adds' GPU time by weight bytes, the host's (a launch per parameter) alike for
+        # each layer with weights (stepopts.py)
+        accum_ns=spread(trace.accumulate_ns, [x.weight_bytes for x in layers]),
+        host_accum_ns=spread(trace.host_accumulate_ns,
+                             [1 if x.weight_bytes else 0 for x in layers]))
     trace.__dict__["_program"] = (key, part)
     return part

@@ -1,11 +1,13 @@
 """The training iteration the host walks: the forward pass, the backward pass (with
-checkpointed segments run again) and the optimizer step
-(optimizer_step.py)."""
+checkpointed segments run again), once a micro-batch, and the optimizer step
+(optimizer_step.py).
+
+How micro-batches replay: stepopts.py; the network-wide iteration: network_wide.py.
+"""
 
 from __future__ import annotations
 
 from .streams import _At, _Later, new_op
-from .plan import grad_buffers
 
 
 def _known(ops) -> bool:
@@ -21,38 +23,6 @@ class Iteration:
     """The host's program of a :class:`~.sim.Simulation` (a part of it)."""
 
     __slots__ = ()  # the attributes are the simulation's (Simulation.__slots__)
-
-    def _network_wide(self):
-        trace, plan, lv, pool = self.trace, self.plan, self.lv, self.pool
-        if not self.first:  # everything it holds, it holds still
-            yield from self._network_wide_passes()
-            return
-        self._persistent()
-        for b, size in lv.size.items():
-            pool.alloc(b, size, "activations", 0, "", "start")
-        grads = [lv.size[b] for b in lv.size if lv.needs_grad[b]]
-        big = max(grads, default=0)
-        for k in range(grad_buffers(trace, lv)):
-            pool.alloc((f"grad_buffer_{k}", ""), big, "gradients", 0, "", "start")
-        ws = max((layer.algos[a].workspace_bytes for layer, a in zip(trace.layers, plan.algos)),
-                 default=0)
-        pool.alloc(("workspace", ""), ws, "workspace", 0, "", "start")
-        yield from self._network_wide_passes()
-
-    def _network_wide_passes(self):
-        trace, plan = self.trace, self.plan
-        cs = self.compute
-        for i, (layer, a) in enumerate(zip(trace.layers, plan.algos)):
-            self._spend(self._hf[i], layer.id, f"{layer.id}:fwd")
-            self._push(cs, new_op(cs, "fwd", layer.id, f"{layer.id}:fwd", layer.algos[a].fwd_ns))
-        self._fwd_ops = (cs.last,)
-        for i in range(len(trace.layers) - 1, -1, -1):
-            layer = trace.layers[i]
-            self._spend(self._hb[i], layer.id, f"{layer.id}:bwd")
-            self._push(cs, new_op(cs, "bwd", layer.id, f"{layer.id}:bwd",
-                               layer.algos[plan.algos[i]].bwd_ns))
-        yield from self._step()
-        self.host_issue_ns = self.host_ns
 
     def _layer_wise(self):
         lv, pool, sem, prog = self.lv, self.pool, self.sem, self.program
@@ -117,8 +87,10 @@ class Iteration:
     def _iteration(self, fwd_free, bwd_free):
         """The host's program: the forward pass, the backward pass, the optimizer step,
         and the synchronisation that ends the iteration."""
-        if (yield from self._forward(fwd_free)) or (yield from self._backward(bwd_free)):
-            return  # stopped at an out-of-memory (stop_at_oom)
+        for k in range(self.trace.micro_batches):  # gradient accumulation (stepopts.py)
+            self._micro = k
+            if (yield from self._forward(fwd_free)) or (yield from self._backward(bwd_free)):
+                return  # stopped at an out-of-memory (stop_at_oom)
         yield from self._step()
         self.host_issue_ns = self.host_ns  # before the synchronisation
         # the iteration ends with a synchronisation: every deferred free completes
@@ -138,8 +110,9 @@ class Iteration:
         hf, steps = self._hf, self._layer_steps
         stop, take, stamps, edges = self.stop_at_oom, self._take, self._stamp_ops, \
             self._stamp_edges
-        tuned = self.program.autotune if self.autotune else None
-        cublas = self._cublas  # None, or made in this pass
+        later = self._micro  # a micro-batch after the first: nothing made a first time
+        tuned = self.program.autotune if self.autotune and not later else None
+        cublas = self._cublas if not later else None  # None, or made in this pass
         first_mm = cublas.fwd_layer if cublas is not None else -1
         # what _take and _workspace would do, without their calls,
         # where no deferred free is pending (then no event can change the answer)
@@ -227,8 +200,9 @@ class Iteration:
                     else:
                         self._retire(b, self._stamp(_Later(op, c), 1), c)
         # the forward pass ends with its last op and whatever the next one must wait for
-        self._fwd_ops = (cs.last, *self._next_waits)
-        self._fwd_host = self.host_ns if not ahead else 0
+        if not later:
+            self._fwd_ops = (cs.last, *self._next_waits)
+            self._fwd_host = self.host_ns if not ahead else 0
         sf = self._stamp(cs.last if ahead else _At(self.host_ns), 1)
         for b in lv.outputs:
             if not lv.kept(b):
@@ -247,13 +221,13 @@ class Iteration:
         hb, steps = self._hb, self._layer_steps
         stop, take, root, on_host = self.stop_at_oom, self._take, lv.root, self._on_host
         segments, stamps, edges = self._segments, self._stamp_ops, self._stamp_edges
-        tuned = self.program.autotune if self.autotune else None
-        cublas = self._cublas
+        later, acc, hacc = self._micro, self.program.accum_ns, self.program.host_accum_ns
+        tuned = self.program.autotune if self.autotune and not later else None
+        cublas = self._cublas if not later else None
         first_mm = cublas.bwd_layer if cublas is not None else -1
         pending, direct = self._pending, not self._seg_costs
         alloc, transient, free, live = pool.alloc, pool.transient, pool.free, pool.live
         checks, on_gpu, in_flight = self.checks, self._check_on_gpu, self._in_flight
-        grad_copies = plan.optimizer_offload
         params = self.program.params
         for i in range(len(layers) - 1, -1, -1):
             if stop and pool.oom is not None:
@@ -268,21 +242,20 @@ class Iteration:
             layer = layers[i]
             algo = layer.algos[plan.algos[i]]
             st = steps[i]
-            op = new_op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns)
+            adds = later and layer.weight_bytes  # a later micro-batch adds into its gradient
+            op = new_op(cs, "bwd", layer.id, st.bwd, algo.bwd_ns + (acc[i] if adds else 0))
             need = []
             for t in layer.saved:
                 b = root[t]
                 if b in on_host:  # no earlier prefetch brought it: fetch on demand,
                     w = self._prefetch(b, layer.id, on_demand=True)  # ahead of the
-                    if w is not None:
+                    if w is not None:  # prefetch below
                         yield from w
-                    if b in self._in_flight:  # prefetch below
-                        need.append(self._in_flight[b])
-                elif b in self._in_flight:
+                if b in self._in_flight:
                     need.append(self._in_flight[b])
             j = plan.prefetch[i]
             fetches = (yield from self._prefetch_layer(j, layer.id)) if j >= 0 else []
-            h = hb[i] + self._h_fetch * (len(need) + len(fetches))
+            h = hb[i] + self._h_fetch * (len(need) + len(fetches)) + (hacc[i] if adds else 0)
             if h:
                 self._spend(h, layer.id, st.bwd)
             # the fetches of its own inputs still in flight (not `pending`: that name holds
@@ -310,9 +283,8 @@ class Iteration:
             if i == first_mm:  # the autograd thread's handle's
                 yield from self._cublas_alloc(cublas.bwd, "backward", s0, layer.id,
                                               "backward")
-            if sem.per_layer_weights and ("wgrad", layer.id) not in live:
-                yield from self._alloc(("wgrad", layer.id), layer.weight_bytes, "weight_grads",
-                                       s0, layer.id, "backward")
+            if sem.per_layer_weights:
+                yield from self._weight_grad(layer, adds, s0)
             held = False  # its workspace allocated for real
             tune = tuned is not None and tuned[i][1]
             if not (algo.bwd_workspaces or tune):  # one workspace (most layers)
@@ -337,9 +309,11 @@ class Iteration:
                 s1 += 1
             if held:
                 free(("workspace", layer.id), s1)
+            if adds and ("wgrad_add", layer.id) in live:
+                free(("wgrad_add", layer.id), s1)
             for g in st.grads_out:
                 free(g, s1)
-            if grad_copies and layer.weight_bytes:
+            if plan.optimizer_offload and layer.weight_bytes:
                 self._grad_copy(layer.id, layer.weight_bytes, op, s1)
             if params is not None and i in params.bwd_free:
                 free(("weights", layer.id), s1)
@@ -359,6 +333,18 @@ class Iteration:
                 else:
                     yield from self._sync(fetches, layer.id, "prefetch")
         return False
+
+    def _weight_grad(self, layer, adds: int, s0: int):
+        """The layer's weight gradient, made by its first backward pass; in a later
+        micro-batch (``adds``) the new gradient autograd adds into it, held to the pass's end
+        (stepopts.py)."""
+        key = ("wgrad", layer.id)
+        if key in self.pool.live:
+            if not adds:
+                return
+            key = ("wgrad_add", layer.id)
+        yield from self._alloc(key, layer.weight_bytes, "weight_grads", s0, layer.id,
+                               "backward")
 
     def _prefetch_layer(self, j: int, layer_id: str):
         """Issue the prefetches of layer ``j``'s offloaded buffers from layer ``layer_id``'s

@@ -224,6 +224,11 @@ def _check_rest(trace: Trace, plan: "Plan", n: int) -> None:
     if plan.optimizer_offload and (not trace.pytorch or plan.memory != "layer_wise"):
         raise PlanError(f"plan {plan.policy}: optimizer offload runs PyTorch traces under "
                         "layer-wise memory")
+    if trace.micro_batches > 1 and (plan.optimizer_offload or plan.memory == "uvm"):
+        raise PlanError(f"plan {plan.policy}: " + (  # (engine/stepopts.py)
+            "optimizer offload" if plan.optimizer_offload else "unified memory")
+            + f" with gradient accumulation ({trace.micro_batches} micro-batches) is not "
+            "modelled")
     for first, last in plan.recompute:
         if not 0 <= first <= last < n:
             raise PlanError(f"plan {plan.policy}: checkpointed segment {first}..{last} "

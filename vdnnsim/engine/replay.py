@@ -18,7 +18,7 @@ from ..hardware import GPU
 from ..trace.model import Trace
 from .plan import Liveness, Plan, liveness
 from . import autotune
-from .compile import steady_state
+from .compile import offload_around_own, steady_state
 from .semantics import semantics_for
 from .result import Replayed, replayed
 from .sim import Simulation
@@ -39,6 +39,7 @@ def replay(trace: Trace, gpu: GPU, plan: Plan, capacity_bytes: int | None,
     the caching allocator's settings."""
     lv = lv if lv is not None else liveness(trace)
     sem = semantics_for(trace, plan)
+    plan = offload_around_own(trace, lv, plan, sem)  # the model's own checkpointing
     memory = sem.memory(gpu, plan, capacity_bytes, lv, allocator)
     warmup = sem.warmup_iterations or steady_state(trace, sem)
     tune = warmup > 0 and not sem.paged and autotune.replays_tuning(trace)

@@ -33,6 +33,7 @@ from .invariants import InvariantViolation
 from .iteration import Iteration
 from .memory import Memory, RetiredKeys
 from .memory_model import MemoryModel
+from .network_wide import NetworkWide
 from .optimizer_step import STEP_PIECES, OptimizerStep
 from .paged import Paging
 from .params import ParamMoves
@@ -46,7 +47,8 @@ __all__ = ["Op", "Program", "STEP_PIECES", "Simulation", "checkpoint_buffers", "
            "recompute_sets"]
 
 
-class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Paging):
+class Simulation(Streams, Host, Memory, Iteration, NetworkWide, OptimizerStep, ParamMoves,
+                 Paging):
     """Replays ``plan`` on ``trace`` for ``gpu`` on ``memory`` (
     what ``Semantics.memory`` makes). One simpy Environment per instance; :meth:`run`
     once."""
@@ -57,7 +59,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
                  "_gkey", "_gneeds", "_grad_copies", "_gsize", "_h2d_bw", "_h2d_ns", "_h_fetch",
                  "_h_offload", "_hb",
                  "_hf", "_host_cap", "_host_track", "_in_flight", "_kb", "_kf",
-                 "_layer_steps", "_link_ns", "_next_waits", "_opt", "_on_host", "_param_ready",
+                 "_layer_steps", "_link_ns", "_micro", "_next_waits", "_opt", "_on_host", "_param_ready",
                  "_pending", "_pstream",
                  "_queue", "_queued", "_queued_k", "_recorded", "_retired", "_seg_costs",
                  "_segments", "_sent", "_stamp_edges", "_stamp_ops", "_streams",
@@ -152,6 +154,7 @@ class Simulation(Streams, Host, Memory, Iteration, OptimizerStep, ParamMoves, Pa
         self.host_ns = 0  # the host's clock
         self.host_bound_ns = 0  # the compute stream idle, waiting for the host to issue
         self._credit = 0
+        self._micro = 0  # the micro-batch the host is in (stepopts.py)
         self._stamp_ops: list[object] = [_Zero]  # stamp k is the start
         self._stamp_edges: list[int] = [0]  # (edge 0) or end (1) of _stamp_ops[k]
         self._pending: deque[tuple[_Op, object]] = deque()

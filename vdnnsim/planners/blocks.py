@@ -56,8 +56,10 @@ class BlockPlan:
 
 def weighs_cpu_optimizer(trace: Trace, gpu: GPU) -> bool:
     """Whether ``plan_blocks`` with ``optimizer_offload=None`` tries the optimizer on the
-    CPU: a PyTorch trace with weights, on a host whose CPU step is calibrated."""
-    return bool(trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host))
+    CPU: a PyTorch trace with weights of one micro-batch a step (the CPU optimizer with
+    gradient accumulation is not modelled), on a host whose CPU step is calibrated."""
+    return bool(trace.pytorch and trace.weight_bytes and trace.micro_batches == 1
+                and cpu_step_calibrated(gpu.host))
 
 
 def plan_blocks(trace: Trace, gpu: GPU, budget_bytes: Any,
@@ -133,7 +135,8 @@ def plan_blocks(trace: Trace, gpu: GPU, budget_bytes: Any,
                                  optimizer_offload=offload, optimizer_pinning=kept), tried, r
         return None, tried, r
 
-    can_wrap = trace.timed and bool(block_segments(trace, total))
+    # (a model that checkpoints itself is checkpointed by no plan: stepopts.py)
+    can_wrap = trace.timed and not trace.checkpointed and bool(block_segments(trace, total))
     best, tried, r = fewest("blocks")
     if best is None:
         best = BlockPlan(total, total, False, r[1], r[2], tried, optimizer_offload=offload,

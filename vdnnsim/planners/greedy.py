@@ -265,7 +265,7 @@ def _search(trace: Trace, gpu: GPU, budget_bytes: int, max_steps: int, search: S
         search.steps.append(f"{prefix}offload search: {best / 1e6:.1f} ms")
     m = n - start
     for k in sorted({2, 3, 4, 6, 8, 12, 16, 24, 32, round(m ** 0.5)}):  # 5. recompute
-        if not 2 <= k <= m:
+        if not 2 <= k <= m or trace.checkpointed:  # (a model checkpointing itself: not)
             continue
         segs = fixed + tuple((start + a, start + b)
                              for a, b in sequential_segments(m, k))

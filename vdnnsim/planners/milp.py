@@ -580,13 +580,13 @@ def milp_plan(trace: Trace, gpu: GPU, budget_bytes: int, time_limit_s: float = T
 
     n = len(trace.layers)
     consider("no checkpointing", trace, ())
-    for k in grids(trace):
+    for k in grids(trace) if not trace.checkpointed else ():  # (its own: stepopts.py)
         consider(f"{k} chunks", trace, chunk_grid(0, n, k))
     for sp, st, per_part, rest in split_structures(trace, gpu):
         first, last, parts = sp
         tag = f"split {first}..{last} in {parts}"
         consider(tag, st, per_part, (sp,))
-        for k in grids(st, rest):
+        for k in grids(st, rest) if not trace.checkpointed else ():
             consider(f"{tag}, {k} chunks after it", st,
                      per_part + chunk_grid(rest, len(st.layers), k), (sp,))
     report.seconds = time.perf_counter() - t0

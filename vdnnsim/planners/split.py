@@ -58,6 +58,9 @@ def split_trace(trace: Trace, gpu: GPU, first: str, last: str, parts: int) -> Tr
         raise ConfigError(f"split: no layer {exc.args[0]!r} in {trace.name}") from None
     if a > b:
         raise ConfigError(f"split: {first} comes after {last}")
+    if trace.checkpoints_any(a, b):
+        raise ConfigError(f"split: the model checkpoints layers of {first}..{last} itself "
+                          "(its own gradient checkpointing): they run unsplit")
     if isinstance(parts, bool) or not isinstance(parts, int) or not 2 <= parts <= \
             trace.batch_size or trace.batch_size % parts:
         raise ConfigError(f"split: parts must be an integer from 2 that divides the batch "

@@ -121,6 +121,8 @@ def module_calls(trace: Trace, whole: bool = False) -> list[ModuleCall]:
                 if hi <= last:
                     drops += size
             cost += sum(fwd[first:last + 1])
+        if any(trace.checkpoints_any(a, b) for a, b in rs):
+            continue  # the model checkpoints it, or some of it, itself (stepopts.py)
         if drops and (whole or sum(b - a + 1 for a, b in rs) <= len(trace.layers) * MAX_SHARE):
             out.append(ModuleCall(path, tuple(map(tuple, rs)), drops, cost))
     out.sort(key=lambda c: (c.cost_ns / c.drops, -c.drops, c.path))
@@ -294,7 +296,8 @@ def plan_tensors(trace: Trace, gpu: GPU, budget_bytes: Any,
                           "between offloading and recomputing by")
     if optimizer_offload is None:
         on_gpu = plan_tensors(trace, gpu, budget_bytes, False, allocator, min_bytes, exact)
-        if not (trace.pytorch and trace.weight_bytes and cpu_step_calibrated(gpu.host)):
+        if not (trace.pytorch and trace.weight_bytes and trace.micro_batches == 1
+                and cpu_step_calibrated(gpu.host)):  # (accumulation on the CPU: unmodelled)
             return on_gpu
         on_cpu = plan_tensors(trace, gpu, budget_bytes, True, allocator, min_bytes, exact)
         on_cpu.simulations += on_gpu.simulations

@@ -126,7 +126,13 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
                if trace.step_workspace_bytes else {}),
             **({"optimizer": trace.optimizer} if trace.optimizer != "sgd" else {}),
             **({"optimizer_steps": {n: [g, h] for n, g, h in trace.optimizer_steps}}
-               if trace.optimizer_steps else {})}
+               if trace.optimizer_steps else {}),
+            **({"micro_batches": trace.micro_batches} if trace.micro_batches != 1 else {}),
+            **({"accumulate_ns": trace.accumulate_ns} if trace.accumulate_ns else {}),
+            **({"host_accumulate_ns": trace.host_accumulate_ns}
+               if trace.host_accumulate_ns else {}),
+            **({"checkpointed": [list(s) for s in trace.checkpointed]}
+               if trace.checkpointed else {})}
 
 
 def _build(spec: TraceSpec, source: str) -> Trace:
@@ -200,6 +206,7 @@ def _build(spec: TraceSpec, source: str) -> Trace:
         layers.append(Layer(ls.id, ls.kind, tuple(ls.inputs), tuple(ls.outputs),
                             tuple(ls.saved), algos, ls.weight_bytes, dict(ls.attrs),
                             ls.host_fwd_ns, ls.host_bwd_ns, ls.kernels_fwd, ls.kernels_bwd))
+    _check_segments(spec, fail)
     s = spec.source
     return Trace(spec.name, spec.batch_size, spec.dtype, tensors, tuple(layers),
                  Source(s.kind, s.framework, s.gpu, s.cost_model, dict(s.software), s.note,
@@ -208,7 +215,26 @@ def _build(spec: TraceSpec, source: str) -> Trace:
                         if s.retime else None),
                  spec.step_ns, spec.resident_bytes, spec.host_step_ns,
                  spec.step_workspace_bytes, spec.optimizer,
-                 tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()))
+                 tuple((n, *v) for n, v in (spec.optimizer_steps or {}).items()),
+                 spec.micro_batches, spec.accumulate_ns, spec.host_accumulate_ns,
+                 tuple((a, b) for a, b in spec.checkpointed))
+
+
+def _check_segments(spec: TraceSpec, fail) -> None:
+    """``checkpointed``: known layers, each segment in order, after the one before it."""
+    at = {ls.id: i for i, ls in enumerate(spec.layers)}
+    end = -1
+    for k, ids in enumerate(spec.checkpointed):
+        for j, lid in enumerate(ids):
+            if lid not in at:
+                raise fail(f"checkpointed[{k}][{j}]", f"unknown layer {lid!r}")
+        first, last = at[ids[0]], at[ids[1]]
+        if first > last:
+            raise fail(f"checkpointed[{k}]", f"{ids[0]!r} comes after {ids[1]!r}")
+        if first <= end:
+            raise fail(f"checkpointed[{k}]", "overlaps the segment before it, or comes "
+                       "before it; list segments in layer order")
+        end = last
 
 
 def _alias_roots(tensors: dict[str, Tensor], index: dict[str, int], fail) -> dict[str, str]:

@@ -143,6 +143,13 @@ class Trace:
     step_workspace_bytes: int = 0  # held while the step runs
     optimizer: str = "sgd"  # whose step the step fields are (trace/optimizer.py)
     optimizer_steps: tuple[tuple[str, int, int], ...] = ()  # calibrated (name, GPU, host ns)
+    # a step of this many forward and backward passes, the gradients added up, then one
+    # optimizer step; the adds' GPU and host ns per pass after the first (engine/stepopts.py)
+    micro_batches: int = 1
+    accumulate_ns: int = 0
+    host_accumulate_ns: int = 0
+    # (first, last) layer id of each segment the model checkpoints itself (stepopts.py)
+    checkpointed: tuple[tuple[str, str], ...] = ()
 
     @property
     def timed(self) -> bool:
@@ -193,6 +200,16 @@ class Trace:
     def weight_bytes(self) -> int:
         return sum(layer.weight_bytes for layer in self.layers)
 
+    @cached_property
+    def checkpointed_segments(self) -> tuple[tuple[int, int], ...]:
+        """The model's own checkpointed segments as (first, last) layer indices."""
+        return tuple((self._layer_index[a], self._layer_index[b]) for a, b in self.checkpointed)
+
+    def checkpoints_any(self, first: int, last: int) -> bool:
+        """Whether layers ``first..last`` meet a segment the model checkpoints itself:
+        what no plan may checkpoint or split again (engine/stepopts.py)."""
+        return any(a <= last and first <= b for a, b in self.checkpointed_segments)
+
     # NOTE [trace analyses]
     # A trace is immutable, so what is derived from it alone is worked out once and kept
     # on it (a cached property, or ``memo`` by key): every policy of a run, every run of a
@@ -209,9 +226,15 @@ class Trace:
 
     @cached_property
     def fastest_time_ns(self) -> int:
-        """The optimizer step plus each layer timed alone under its fastest algorithm."""
-        return self.step_ns + sum(layer.algos[a].time_ns
-                                  for layer, a in zip(self.layers, self.fastest_algos))
+        """The optimizer step plus each layer timed alone under its fastest algorithm, once
+        a micro-batch, with the model's own recompute and the gradients' adds
+        (engine/stepopts.py)."""
+        fast = self.fastest_algos
+        once = sum(layer.algos[a].time_ns for layer, a in zip(self.layers, fast)) + sum(
+            self.layers[j].algos[fast[j]].fwd_ns for first, last in self.checkpointed_segments
+            for j in range(first, last + 1))
+        return self.step_ns + self.micro_batches * once \
+            + (self.micro_batches - 1) * self.accumulate_ns
 
     def memo(self, key: object, make):
         """``make()``, worked out once per trace and ``key`` (an analysis of this trace

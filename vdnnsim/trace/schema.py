@@ -185,6 +185,15 @@ class TraceSpec(_Strict):
         None, description="Calibrated [GPU ns, host ns] of each optimizer's step over these "
         "parameters, where the trace's cost model has them: with_optimizer takes them "
         "instead of scaling the SGD step.")
+    micro_batches: Annotated[int, Field(ge=1, le=10**6), BeforeValidator(whole)] = Field(
+        1, description="Forward and backward passes of batch_size a step, the gradients "
+        "added up before the one optimizer step (gradient accumulation).")
+    accumulate_ns: Nanos = Field(0, description="GPU time of a pass's gradient adds into "
+                                 "the gradients already there (every pass after the first).")
+    host_accumulate_ns: Nanos = Field(0, description="The host's time to issue them.")
+    checkpointed: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=list, description="[first, last] layer ids of each segment the model "
+        "checkpoints itself (its own gradient checkpointing): recomputed in every run.")
     optimizer: Literal["sgd", "adam", "adamw"] = Field("sgd", description=(
         "The optimizer whose step step_ns, host_step_ns, step_workspace_bytes and the "
         "moments in resident_bytes are; sgd unless profiled with another."))

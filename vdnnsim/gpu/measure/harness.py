@@ -202,7 +202,9 @@ def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_s
     with dev:  # built on the GPU: a billion parameters' random init is slow on a CPU
         run.work = work = build_workload(model_spec, seq_len, input_spec, model_kwargs)
     record.update(input_kind=work.kind, input_shape=list(work.shape),
-                  parameters=sum(p.numel() for p in work.model.parameters()))
+                  parameters=sum(p.numel() for p in work.model.parameters()),
+                  micro_batches=work.info["micro_batches"],
+                  grad_checkpointing=work.info["grad_checkpointing"])
     if policy not in ("baseline", "save_on_cpu") and not blocks and not tensors and (
             work.kind != "image" or work.hf_task):
         raise ValueError(f"policy {policy!r} runs image models only (the vDNN runtime "
@@ -224,7 +226,8 @@ def _build(run: _Run, dev: Any, record: dict[str, Any], model_spec: str, batch_s
     elif plan is not None:
         run.runtime = VDNN(work.model, work.shape, policy, plan=plan)
     run.step = training_step(work, batch_size, dev, dtype, optimizer,
-                             runner=None if blocks or tensors else run.runtime, context=ctx)
+                             runner=None if blocks or tensors else run.runtime, context=ctx,
+                             micro_batches=work.info["micro_batches"])  # stepoptions.py
     if optimizer_offload:
         run.offloaded = run.step.optimizer = CPUOffloadOptimizer(
             work.model.parameters(), optimizer, optimizer_pinning)

@@ -152,7 +152,20 @@ def parse_input(text: str) -> tuple[str, tuple[int, ...], int]:
 
 def build_workload(spec: str, seq_len: int | None = None, input_spec: str | None = None,
                    model_kwargs: dict[str, Any] | None = None) -> Workload:
-    """The model of ``spec`` with its batch and loss."""
+    """The model of ``spec`` with its batch and loss; the model arguments of the step
+    (NOTE [step options]) taken out of ``model_kwargs``: its own checkpointing turned on,
+    the micro-batches left to the step's caller (``stepoptions.split``)."""
+    from . import stepoptions
+    n, checkpointing, model_kwargs = stepoptions.split(model_kwargs)
+    work = _build(spec, seq_len, input_spec, model_kwargs or None)
+    if checkpointing:
+        stepoptions.enable(work.model, spec)
+    work.info.update(micro_batches=n, grad_checkpointing=checkpointing)
+    return work
+
+
+def _build(spec: str, seq_len: int | None, input_spec: str | None,
+           model_kwargs: dict[str, Any] | None) -> Workload:
     kind, _, name = spec.partition(":")
     if kind in ("zoo", "torchvision"):
         from .build import build_model
@@ -307,6 +320,7 @@ class Step:
     device_type: str = "cpu"
     context: Callable[[], Any] = contextlib.nullcontext
     workload: Workload | None = None
+    micro_batches: int = 1  # forward and backward passes before the update (stepoptions.py)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -331,19 +345,21 @@ class Step:
 
     def __call__(self, mark: Callable[[str, torch.Tensor | None], Any] | None = None,
                  update: bool = True) -> None:
-        """The phases in order, ``mark`` at each of POINTS."""
+        """The phases in order, ``mark`` at each of POINTS (forward and backward once a
+        micro-batch: the gradients of each are added to the last's)."""
         if mark is not None:
             mark("start", None)
         self.zero_grad()
         if mark is not None:
             mark("zero_grad", None)
-        loss = self.forward()
-        if mark is not None:
-            mark("forward", loss)
-        self.backward(loss)
-        del loss
-        if mark is not None:
-            mark("backward", None)
+        for _ in range(self.micro_batches):
+            loss = self.forward()
+            if mark is not None:
+                mark("forward", loss)
+            self.backward(loss)
+            del loss
+            if mark is not None:
+                mark("backward", None)
         if update:
             self.update()
             if mark is not None:
@@ -358,9 +374,11 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
 def training_step(workload: Workload, batch_size: int, device, precision: str = "fp32",
                   optimizer: str = "sgd", runner: Callable | None = None,
-                  context: Callable[[], Any] = contextlib.nullcontext) -> Step:
+                  context: Callable[[], Any] = contextlib.nullcontext,
+                  micro_batches: int = 1) -> Step:
     """Move the model to ``device`` in ``precision`` and make its step; ``runner`` wraps
-    the model (the vDNN runtime) where given."""
+    the model (the vDNN runtime) where given; ``micro_batches`` passes of ``batch_size``
+    a step."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     if optimizer not in OPTIMIZERS:
@@ -375,7 +393,7 @@ def training_step(workload: Workload, batch_size: int, device, precision: str = 
     # so the optimizer would skip it anyway
     opt = make_optimizer(optimizer, [q for q in workload.model.parameters() if q.requires_grad])
     return Step(runner or workload.model, opt, batch, workload.loss, auto, scaler,
-                device.type, context, workload)
+                device.type, context, workload, micro_batches)
 
 
 def probe_step(model: nn.Module, batch_size: int, shape: tuple[int, ...],

@@ -41,6 +41,7 @@ from .blocks import (  # noqa: F401  (importable from here, as callers do)
 from .cuda import AUTOCAST_FP32, AUTOCAST_LOW, _as_cuda, _Autocast  # noqa: F401
 from .fx import Pack, Probe, ProbeNode, Saved, _nbytes, _sid
 from .moe import experts_modules, parse_routing, route
+from ..model.stepoptions import recorded, segments
 from .opfeatures import op_features
 from .values import VALUE_LIMIT, VALUE_OPS, ListIndices, _ValueError, _Values  # noqa: F401
 
@@ -293,9 +294,10 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
     handles = module_paths(model, lambda path: setattr(rec, "module", path), calls)
     if meta:  # the routing assumed (NOTE [moe routing], NOTE [moe load])
         handles += route(model, rec, routing)
+    spans: list[tuple[int, int]] = []  # the model's own checkpointed calls (NOTE [step options])
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda _: None), emulate:
-            with rec, ctx, lists:
+            with rec, ctx, lists, recorded(model, rec.nodes, spans):
                 loss = loss_fn(model, batch)
     except ConfigError:
         raise
@@ -342,7 +344,7 @@ def probe_ops(model: torch.nn.Module, batch: dict[str, torch.Tensor], loss_fn, n
              for t, op, shape, dtype, module in rec.packs]
     return Probe(name, int(first.shape[0]), first.dtype, rec.size["data"],
                  tuple(first.shape), nodes, out, resident_weight_bytes=resident,
-                 blocks=blocks, packs=packs)
+                 blocks=blocks, packs=packs, checkpointed=segments(spans, rec.nodes, nodes))
 
 
 def _never(packed: Any) -> Any:
@@ -486,6 +488,7 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     from ..model.workload import DTYPES
 
     from ..model.lora import frozen_bytes, note
+    from ..model.stepoptions import note as steps_note
     from .moe import note as moe_note
     from .ssm import note as ssm_note
 
@@ -496,7 +499,9 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
     extra = (f"; {unread} bytes of weights that no op the loss depends on "
              "reads are resident_bytes" if unread else "") + note(spec, model_kwargs, work.model) \
         + moe_note(work.model, precision, work.info["routing"]) + ssm_note(work.model) \
-        + work.note(batch_size)
+        + work.note(batch_size) + steps_note(work.info["micro_batches"],
+                                             work.info["grad_checkpointing"], batch_size,
+                                             len(p.checkpointed))
     om = op_model_for(gpu)
     params = [q for q in work.model.parameters() if q.requires_grad]
     rec = {"variant": "autocast" if precision.startswith("autocast") else dtype,
@@ -527,6 +532,10 @@ def _memory_trace(spec: str, batch_size: int, gpu: Any, precision: str,
                                     f"{om.source}")
                                  + pooled_note(ot.pooled)})
         d["optimizer_steps"] = ot.steps
+        if work.info["micro_batches"] > 1:  # the adds of a later micro-batch
+            d["accumulate_ns"], d["host_accumulate_ns"] = ot.accumulate
+    if work.info["micro_batches"] > 1:
+        d["micro_batches"] = work.info["micro_batches"]
     from ...costs.workspaces import note as ws_note, predict_into
     d["source"]["note"] += ws_note(*predict_into(d)) + extra  # NOTE [conv workspaces]
     buffers = sum(b.numel() * b.element_size() for b in work.model.buffers())

@@ -93,6 +93,8 @@ class Probe:
     resident_weight_bytes: int = 0  # weights no layer reads (no gradient)
     blocks: list[str] = field(default_factory=list)  # their paths, in order
     packs: list[Pack] = field(default_factory=list)  # the op probe's pack log
+    # (first, last) op of each call the model checkpoints itself (model/stepoptions.py)
+    checkpointed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def trace_module(model: nn.Module) -> fx.GraphModule:

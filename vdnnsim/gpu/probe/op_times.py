@@ -22,6 +22,7 @@ class OpTimes:
     step_ns: int = 0
     host_step_ns: int = 0
     steps: dict[str, list[int]] = field(default_factory=dict)  # optimizer -> [GPU, host ns]
+    accumulate: list[int] = field(default_factory=lambda: [0, 0])  # [GPU, host ns]: below
     pooled: Counter = field(default_factory=Counter)  # op -> layers timed by the pooled fit
 
 
@@ -83,7 +84,24 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
         g, hs = om.step_ns(opt, param_bytes, param_tensors)
         out.steps[opt] = [round(g), round(hs)]
     out.step_ns, out.host_step_ns = out.steps["sgd"]
+    out.accumulate = accumulate_ns(om, param_bytes, param_tensors, variant, family)
     return out
+
+
+def accumulate_ns(om: OpModel, param_bytes: int, param_tensors: int, variant: str,
+                  family: str) -> list[int]:
+    """[GPU ns, host ns] of a micro-batch's gradient adds after the first
+    (NOTE [step options]): autograd adds each parameter's new gradient into the one there, in place,
+    one ``add_`` a parameter (reading two gradients, writing one: three times its bytes),
+    timed as the op model times an add of that size; the host's cost is an add's in the
+    backward pass (the autograd engine issues it), once a parameter."""
+    if not param_tensors:
+        return [0, 0]
+    dt = "fp32" if variant == "autocast" else variant  # the parameters' dtype
+    one = om.time_ns({"op": "add", "dt": dt, "bytes": 0}, "fwd")[0]
+    all_ = om.time_ns({"op": "add", "dt": dt, "bytes": 3 * param_bytes}, "fwd")[0]
+    return [round(all_ + (param_tensors - 1) * one),
+            round(param_tensors * om.host_ns("add", variant, family)[1])]
 
 
 def pooled_note(pooled: Counter) -> str:

@@ -85,7 +85,9 @@ def assemble(p: Probe, times: dict[str, tuple[int, int, int, int]] | None = None
     return {"format": FORMAT, "version": VERSION, "name": p.name, "batch_size": p.batch_size,
             "dtype": dtype, "source": {"framework": "pytorch", **(source or {})},
             "tensors": tensors, "layers": layers, **({"step_ns": step_ns} if step_ns else {}),
-            **({"host_step_ns": host_step_ns} if host_step_ns else {})}
+            **({"host_step_ns": host_step_ns} if host_step_ns else {}),
+            **({"checkpointed": [[rn(a), rn(b)] for a, b in p.checkpointed]}
+               if p.checkpointed else {})}
 
 def software() -> dict[str, str]:
     out = {"torch": str(torch.__version__)}

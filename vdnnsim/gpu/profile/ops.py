@@ -43,6 +43,7 @@ import torch
 from ..probe.aten import probe_ops
 from ..probe.blocks import OUTSIDE
 from ..measure.hostprobe import StepProbe, host_probe_ns
+from .accumulate import time_adds
 from .assemble import assemble, software
 from .layers import resident_bytes
 from .timing import _Clock
@@ -312,6 +313,7 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     from ...api import resolve_gpu
     from ...errors import ConfigError
     from ..model.lora import note
+    from ..model import stepoptions
 
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
@@ -324,9 +326,13 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     probe_ns = host_probe_ns(device)  # before the model is built
     with torch.device(device):
         work = build_workload(spec, seq_len, input_spec, model_kwargs)
-    step = training_step(work, batch_size, device, precision, optimizer)
+    step = training_step(work, batch_size, device, precision, optimizer)  # one micro-batch
+    n, own = work.info["micro_batches"], work.info["grad_checkpointing"]
+    stepoptions.switch(work.model, spec, False)  # timed plain: the engine recomputes
     t = time_modules(step, work.model, trials, cuda)
     state, temp = step_memory(step, cuda)
+    adds = time_adds(step, trials, cuda) if n > 1 else (0, 0)
+    stepoptions.switch(work.model, spec, own)  # its segments, for the probe to record
     p = probe_ops(work.model, step.batch, work.loss, work.name, step.autocast)
     regions = module_regions(p.nodes, t)
     host_step_ns = t["host_rest_ms"] * 1e6  # zero_grad and the optimizer, as the plain
@@ -358,7 +364,10 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                    f"forward {t['plain_fwd_ms']:.2f}, backward {t['plain_bwd_ms']:.2f}); the "
                    f"host issued the forward pass in {t['host_fwd_pass_ms']:.2f} ms and the "
                    f"backward in {t['host_bwd_pass_ms']:.2f} ms"
-                   + note(spec, model_kwargs, work.model) + work.note(batch_size)}
+                   + note(spec, model_kwargs, work.model) + work.note(batch_size)
+                   + stepoptions.note(n, own, batch_size, len(p.checkpointed))
+                   + ("; timed without its checkpointing, the recompute replayed from the "
+                      "forward times" if own else "")}
     d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
                  dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
                  hosts=hosts, host_step_ns=round(host_step_ns))
@@ -367,7 +376,10 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
     if temp:
         d["step_workspace_bytes"] = temp
     d["optimizer"] = optimizer
-    why = check_profile(d, t, gpu, cuda)
+    # checked as a plain step, the step it timed
+    why = check_profile({k: v for k, v in d.items() if k != "checkpointed"}, t, gpu, cuda)
+    if n > 1:  # the adds measured (accumulate.py)
+        d.update(micro_batches=n, accumulate_ns=adds[0], host_accumulate_ns=adds[1])
     if why:
         if check:
             raise ConfigError(f"{spec}: the profile does not account for the step: {why}; "

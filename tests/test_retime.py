@@ -15,7 +15,7 @@ from vdnnsim.cli import main
 from vdnnsim.errors import ConfigError
 from vdnnsim.trace import load_trace, save_trace, trace_from_dict, trace_to_dict
 
-from .conftest import HAS_HF
+from .conftest import HAS_HF, run_cli
 
 pytestmark = pytest.mark.skipif(not HAS_HF, reason="needs transformers")
 
@@ -152,3 +152,22 @@ def test_vdnnsim_trace_retimes_a_file_only_when_asked(made, tmp_path, capsys):
     assert load_trace(out).source.gpu == "h100"
     assert main(["trace", str(made), "-o", str(tmp_path / "same.yaml")]) == 0
     assert (tmp_path / "same.yaml").read_text() == made.read_text()
+
+
+def test_vdnnsim_profile_writes_what_carrying_it_needs(tmp_path):
+    """A profile keeps each op's features and the step's parameters, so a profile of one
+    GPU is carried to another (here a CPU profile, named the H200's to have a preset)."""
+    from vdnnsim.costs.retime import retime
+    out = tmp_path / "p.yaml"
+    r = run_cli(["profile", "--model", OPT, "--seq-len", "32", "-b", "2", "--device", "cpu",
+                 "--trials", "1", "-o", str(out)])
+    assert r.returncode == 0, r.stderr
+    prof = load_trace(out)
+    rec = prof.source.retime
+    assert rec["variant"] == "fp32" and rec["param_bytes"] > 0 and rec["param_tensors"] > 0
+    assert all("op" in x.attrs or x.kind == "flatten" for x in prof.layers)
+    named = replace(prof, source=replace(prof.source, gpu="h200"))
+    carried = retime(named, resolve_gpu("h100"))
+    ratios = {round(c.algos[0].fwd_ns / x.algos[0].fwd_ns, 3)
+              for x, c in zip(prof.layers, carried.layers) if x.algos[0].fwd_ns > 10**4}
+    assert len(ratios) > 1 and "carried by the ratio" in carried.source.note

@@ -368,9 +368,13 @@ def profile_workload(spec: str, batch_size: int, precision: str = "fp32",
                    + stepoptions.note(n, own, batch_size, len(p.checkpointed))
                    + ("; timed without its checkpointing, the recompute replayed from the "
                       "forward times" if own else "")}
-    d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]),
-                 dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32"),
-                 hosts=hosts, host_step_ns=round(host_step_ns))
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(pure, "fp32")
+    params = [q for q in work.model.parameters() if q.requires_grad]
+    src["retime"] = {"variant": "autocast" if precision.startswith("autocast") else dtype,
+                     "param_bytes": sum(q.numel() * q.element_size() for q in params),
+                     "param_tensors": len(params)}  # carried to another GPU (NOTE [retime])
+    d = assemble(p, times=times, source=src, step_ns=round(t["step_ns"]), dtype=dtype,
+                 hosts=hosts, host_step_ns=round(host_step_ns), features=True)
     if resident + state:
         d["resident_bytes"] = resident + state
     if temp:

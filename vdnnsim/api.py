@@ -456,16 +456,11 @@ def plan_config(cfg: "RunConfig", base_dir: str | os.PathLike, budget_bytes: int
     if margin is not None and not (isinstance(margin, (int, float)) and 0 <= margin < 1):
         raise ConfigError(f"margin: a share of the budget from 0 to below 1, got {margin!r}")
     how = (cfg, budget_bytes, method, offload, s.gpu, s.allocator, headroom, margin, source)
-    report, said = planned(lambda t: _plan_dispatch(t, *how), s.trace, _fits)
-    if said and _fits(report):
+    report, said = planned(lambda t: _plan_dispatch(t, *how), s.trace, lambda r: r.fits)
+    if said and report.fits:
         report = replace(report, caution="\n".join(filter(None, (report.caution,
                                                                   f"note: {said}"))))
     return plan_host(report, s.host, run_trace, run_plan)
-
-
-def _fits(report: PlanReport) -> bool:
-    plan = report.plan
-    return plan is not None and getattr(plan, "fits", True)
 
 
 def _plan_dispatch(trace: Trace, cfg: "RunConfig", budget_bytes: int, method: str,

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# GPU (the device machine, H100 or H200; .whl carried, with timm's wheel): issue 58's held-out
+# library CNNs (README.md here), each run `vdnnsim measure --repeat 3` (three fresh processes,
+# the median of their medians) after one discarded warm-up process a machine:
+#   bash experiments/step_time/cnn_heldout/device.sh OUT SECONDS [RUN ...]
+# Appends one JSON record a run (with `run`, `rc`, `gpu`) to OUT/measure.jsonl and to STATE
+# (/tmp/vdnnsim_cnn_heldout.jsonl, kept while the machine stays lent); a run already in
+# either, or in traces/CARD_cnn_heldout/measure.jsonl (earlier calls' records, copied back),
+# is skipped. No run starts once less is left of SECONDS than the longest run so far took
+# (90 s before the first). RUNs: names from runs.txt, in its order where none are given.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+OUT=${1:?usage: device.sh OUT SECONDS [RUN ...]}
+END=$(( $(date +%s) + ${2:?usage: device.sh OUT SECONDS [RUN ...]} ))
+shift 2
+STATE=/tmp/vdnnsim_cnn_heldout.jsonl
+mkdir -p "$OUT"
+touch "$STATE"
+cd "$ROOT" || exit 2
+# shellcheck source=experiments/repeat_and_reserved/device_env.sh
+. "$ROOT/experiments/repeat_and_reserved/device_env.sh"
+export TRANSFORMERS_VERBOSITY=error PYTHONUNBUFFERED=1
+card=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))")
+case "$card" in *H100*) CARD=h100 ;; *H200*) CARD=h200 ;; *) CARD=other ;; esac
+KEPT=$ROOT/traces/${CARD}_cnn_heldout/measure.jsonl
+echo "[$(date +%T)] $card, timm $(python3 -c 'import timm; print(timm.__version__)')" >> "$OUT/log.txt"
+runs=${*:-$(awk 'NF { print $1 }' "$HERE/runs.txt")}
+longest=90
+for run in $runs; do
+  if cat "$STATE" "$KEPT" 2>/dev/null | grep -q "\"run\": \"$run\", \"rc\": 0"; then
+    continue
+  fi
+  args=$(awk -v r="$run" '$1 == r { $1 = ""; $2 = ""; print }' "$HERE/runs.txt")
+  model=$(awk -v r="$run" '$1 == r { print $2 }' "$HERE/runs.txt")
+  [ -z "$model" ] && { echo "no run $run" >> "$OUT/log.txt"; continue; }
+  left=$(( END - $(date +%s) ))
+  [ "$left" -lt "$longest" ] && { echo "[$(date +%T)] stop: ${left}s left" >> "$OUT/log.txt"; break; }
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  python3 -m vdnnsim measure --model timm:create_model --model-arg model_name="$model" \
+    --input image:3,224,224 $args --repeat 3 --warmup-processes 0 --json \
+    > "/tmp/cnn_$run.json" 2> "/tmp/cnn_$run.err"
+  rc=$?
+  python3 - "/tmp/cnn_$run.json" "/tmp/cnn_$run.err" "$run" "$rc" "$card" <<'PY' | tee -a "$STATE" >> "$OUT/measure.jsonl"
+import json, sys
+out, err, run, rc, card = sys.argv[1:]
+try:
+    rec = json.loads(open(out).read())
+except Exception:
+    rec = {"error": open(err).read()[-600:]}
+print(json.dumps({"run": run, "rc": int(rc), "gpu": card, **rec}))
+PY
+  took=$(( $(date +%s) - t0 ))
+  [ "$took" -gt "$longest" ] && longest=$took
+  echo "[$(date +%T)] $run rc $rc ${took}s" >> "$OUT/log.txt"
+done
+exit 0

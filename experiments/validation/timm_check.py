@@ -4,12 +4,16 @@
 
     python experiments/validation/timm_check.py [PROFILES_DIR ...]   (default: every session's)
     python experiments/validation/timm_check.py --meta               (needs torch and timm)
+    python experiments/validation/timm_check.py --op                 (needs torch and timm)
 
 Prints one row a profile: the measured median and band (min-max of the processes), the
 replay and its error, the peak allocated memory predicted and measured; then the median
 and max of the absolute errors per folder. ``--meta`` instead builds each model's trace on
 the meta device with today's probe (``vdnnsim trace --model timm:create_model ...``) and
-sets its peak allocated memory beside the one-machine measurements (measure4.jsonl).
+sets its peak allocated memory beside the one-machine measurements (measure4.jsonl);
+``--op`` times each such trace by the op model (SGD, eager, as ``vdnnsim run`` replays it) and
+sets its step beside the median of each set of plain measurements (measure4.jsonl: one
+machine; measure.jsonl and measure3.jsonl: the first set, two machines).
 """
 
 from __future__ import annotations
@@ -108,10 +112,45 @@ def meta(gpu) -> None:
     print(f"peak allocated |error| median {statistics.median(errs):.2%}, max {max(errs):.2%}")
 
 
+def op_steps(gpu) -> None:
+    """Today's op path (meta device, op model) against the measured steps."""
+    from vdnnsim.gpu.probe.aten import memory_trace
+    from vdnnsim.trace import trace_from_dict
+    from vdnnsim.trace.optimizer import with_optimizer
+    sets = {"measure4": ("measure4.jsonl",), "first": FIRST}
+    meas = {k: {} for k in sets}
+    for k, names in sets.items():
+        for n in names:
+            for line in (DATA / "measured_profiled" / n).read_text().splitlines():
+                r = json.loads(line)
+                if "iteration_ms" in r:
+                    meas[k].setdefault(r["model"], []).append(r["iteration_ms"])
+    errs: dict[str, list[float]] = {k: [] for k in sets}
+    print("| model | predicted ms | host ms | measure4 ms | error | first set ms | error |")
+    print("|---|---|---|---|---|---|---|")
+    for m in MODELS:
+        d = memory_trace("timm:create_model", 64, gpu, "fp32", None, {"model_name": m},
+                         "image:3,224,224")
+        r = run_trace(with_optimizer(trace_from_dict(d, m), "sgd"), gpu, "eager", record=False)
+        ms = r.iteration_time_ns / 1e6
+        row = f"| {m} | {ms:.1f} | {r.host_issue_time_ns / 1e6:.1f} |"
+        for k in sets:
+            med = statistics.median(meas[k][m])
+            errs[k].append(ms / med - 1)
+            row += f" {med:.1f} | {ms / med - 1:+.1%} |"
+        print(row, flush=True)
+    for k, e in errs.items():
+        print(f"{k}: step |error| median {statistics.median(abs(x) for x in e):.1%}, max "
+              f"{max(abs(x) for x in e):.1%}, signed median {statistics.median(e):+.1%}")
+
+
 def main() -> None:
     gpu = resolve_gpu("h200")
     if sys.argv[1:] == ["--meta"]:
         meta(gpu)
+        return
+    if sys.argv[1:] == ["--op"]:
+        op_steps(gpu)
         return
     folders = [Path(a).resolve() for a in sys.argv[1:]] or sorted(
         (p for sub in ("measured_profiled", "measured_planned") for p in (DATA / sub).glob("*")

@@ -120,6 +120,16 @@ def bn_params(f: dict[str, Any]) -> dict[str, Any] | None:
     return dict(batch=f["N"], c=f["C"], h=f["H"], w=f["W"]) if "C" in f else None
 
 
+def cnn_conv_params(f: dict[str, Any]) -> dict[str, Any] | None:
+    """A plain 2-D NCHW convolution as the CNN kernel model's form reads it (None: a 3-D,
+    channels-last, transposed or dilated one, or features made before these were kept)."""
+    if "H" not in f or f.get("cl") or f.get("nd") == 3:
+        return None
+    return dict(batch=f["N"], c=f["c"], h=f["H"], w=f["W"], k_out=f["n"] * f["b"],
+                kh=f["kh"], kw=f["kw"], sh=f["stride"], sw=f.get("sw", f["stride"]),
+                ph=f["ph"], pw=f["pw"], groups=f["b"])
+
+
 def bn_time(c: dict[str, Any], p: dict[str, Any], e: int) -> float:
     """The CNN kernel model's batch-norm form (``kind: bn``) over feature map ``p``."""
     nb, one = bn_sizes(p, e)

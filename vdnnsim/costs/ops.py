@@ -43,6 +43,15 @@ time (where its output takes a gradient), and the host's cost of both:
   channels run at a rate per channel), whichever cross-validates better on the class's
   cases (5-fold, seeded, median |error|; both scores kept in ``cv``); an op whose input is
   no 4-D map (BiT's weight standardization) takes the affine fit kept beside it.
+- Where the GPU has a CNN kernel model (NOTE [kernel model], its ``calibration``; fp32), a
+  plain 2-D NCHW convolution (its bias's add and, backward, its weight gradient and, where
+  its input takes one, its data gradient)
+  and a batch norm of a 4-D map in fp32 take that model's times, as the layer-level
+  front-end times them: its grid has 400 convolutions (1x1, stems, k x k, strided and
+  grouped kinds, each a class) and batch norms of few long channels, where the op grid's
+  60 dense convolutions and 6 batch norms of many short channels left the torchvision
+  CNNs 15-45% fast (issue 58; docs/cost-model.md). bf16, channels-last, 3-D and a GPU
+  timed by the spec rule keep the op classes.
 - Views and other ops that launch nothing (the probe's aliases) cost the host only.
 - The optimizer's step: ``a + s * parameter bytes + u * tensors`` (AdamW, SGD).
 - Host: per op, the median forward and backward cost per op of the calibration's chains of
@@ -55,7 +64,9 @@ time (where its output takes a gradient), and the host's cost of both:
   host's, op by op.
 
 A gradient that several ops add up (a residual stream's) costs one ``add`` per extra
-reader in the backward pass.
+reader in the backward pass; the ops that read a tensor after an in-place op on it
+(``relu_``) read the in-place op's version, so they count as its readers, not the
+tensor's (a conv, batch norm and in-place ReLU chain has no sum).
 """
 
 
@@ -67,11 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .kernel import load_fitted, per_byte_scaled
+from .kernel import for_gpu as cnn_for_gpu, load_fitted, per_byte_scaled
 from .opfit import fit
-from .opforms import (ALIASES, GEMMS, MODEL, SAME_AS, SDPA_OPS, bn_params, bn_time, conv_kind,
-                      conv_peak, conv_phi, elem_bytes, gemm_phi, host_class, peak_for, sdpa_phi,
-                      util_time)
+from .opforms import (ALIASES, GEMMS, MODEL, SAME_AS, SDPA_OPS, bn_params, bn_time,
+                      cnn_conv_params, conv_kind, conv_peak, conv_phi, elem_bytes, gemm_phi,
+                      host_class, peak_for, sdpa_phi, util_time)
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,7 @@ class OpModel:
     mem_bw: float
     sms: int
     source: str
+    cnn: Any = None  # the GPU's CNN kernel model (fp32), where it has one
 
     def _cls(self, key: str) -> dict[str, Any] | None:
         return self.fitted["classes"].get(key)
@@ -106,6 +118,10 @@ class OpModel:
                     return util_time(c, phi, roof), mine
         op = ALIASES.get(op, op)
         base = SAME_AS.get(op, op) or op
+        if self.cnn is not None and dt == "fp32" and op in ("convolution", "native_batch_norm"):
+            t = self._cnn_ns(f, op, pass_)
+            if t is not None:
+                return t, True
         if op == "convolution" and "m" in f:
             kind = conv_kind(f)
             other = kind[:-3] if kind.endswith("_cl") else kind + "_cl"
@@ -156,6 +172,22 @@ class OpModel:
             return c["a"] + c["s"] * f.get("o", 0) + c["u"] * f.get("w", 0), own
         return c["a"] + c["s"] * f["bytes"], own
 
+    def _cnn_ns(self, f: dict[str, Any], op: str, pass_: str) -> float | None:
+        """The CNN kernel model's time of a 2-D convolution or 4-D batch norm (fp32), as
+        the layer-level front-end sums it; None where that model does not apply."""
+        t = self.cnn.time_ns
+        if op == "native_batch_norm":
+            p = bn_params(f)
+            return None if p is None else t("bn", pass_, p)
+        p = cnn_conv_params(f)
+        if p is None:
+            return None
+        out = {"batch": 1, "c": 1, "h": 1, "w": f["m"] * f["n"] * f["b"]}  # the bias's add
+        if pass_ == "fwd":
+            return t("conv", "fwd", p) + (t("bias", "fwd", out) if f.get("bias") else 0.0)
+        return (t("conv", "bwd_data", p) if f.get("dgrad", True) else 0.0) + \
+            t("conv", "bwd_filter", p) + (t("bias", "bwd", out) if f.get("bias") else 0.0)
+
     def step_ns(self, optimizer: str, param_bytes: int, tensors: int) -> tuple[float, float]:
         """(GPU ns, host ns) of the optimizer's step over ``param_bytes`` of parameters."""
         c = self._cls(f"{'adamw' if optimizer in ('adam', 'adamw') else 'sgd'}_step|fp32|step")
@@ -201,7 +233,8 @@ def for_gpu(gpu: Any) -> OpModel | None:
     if abs(r - 1) > 1e-9:
         fitted = per_byte_scaled(fitted, r)
     peaks = {k: gpu.peak_flops.get(k, v) for k, v in fitted["peaks"].items()}
-    return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated")
+    return OpModel(fitted, peaks, gpu.mem_bw_bytes_per_s, fitted["sm_count"], "calibrated",
+                   cnn_for_gpu(gpu, "fp32"))
 
 
 # NOTE [op spec rule]

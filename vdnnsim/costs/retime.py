@@ -89,12 +89,12 @@ def _retime(trace: Trace, gpu: Any) -> Trace:
     src = trace.source
     made_for = src.retime.get("made_for") or src.gpu or "another GPU"
     om = _model(gpu, trace.name)
-    ot = _times(trace, gpu, om)
     model = MODEL if gpu.op_calibration else SPEC_MODEL
     how = (f"op-level kernel model fitted to {gpu.op_calibration} ({om.source})"
            if gpu.op_calibration else f"op-level kernel model {om.source}")
     if src.kind == "profiled":
-        return _carried(trace, gpu, ot, made_for, model, how)
+        return _carried(trace, gpu, om, made_for, model, how)
+    ot = _times(trace, gpu, om)
     layers = []
     for x in trace.layers:
         f, b = ot.times[x.id][:2]
@@ -135,14 +135,19 @@ def _source(src: Source, gpu: Any, model: str, note: str, made_for: str,
                            "made_for": made_for})
 
 
-def _carried(trace: Trace, gpu: Any, new: Any, made_for: str, model: str, how: str) -> Trace:
-    """A profiled trace: each measured time times the op model's ratio, B's over A's."""
+def _carried(trace: Trace, gpu: Any, om: Any, made_for: str, model: str, how: str) -> Trace:
+    """A profiled trace: each measured time times the op model's ratio, B's over A's. A
+    ratio is of one model's times: where one GPU has a CNN kernel model (NOTE [op model])
+    and the other has none, both are timed without it."""
     src = trace.source
     a = _preset_named(made_for)
     if a is None:
         raise ConfigError(f"{trace.name}: profiled on {made_for}, which is no GPU preset: "
                           "no op model to carry its times from")
-    old = _times(trace, a, _model(a, trace.name))
+    oa = _model(a, trace.name)
+    if (om.cnn is None) != (oa.cnn is None):
+        om, oa = replace(om, cnn=None), replace(oa, cnn=None)
+    new, old = _times(trace, gpu, om), _times(trace, a, oa)
 
     def carry(t: int, b: float, o: float) -> int:
         return round(t * b / o) if o > 0 else t

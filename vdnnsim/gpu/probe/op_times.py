@@ -35,10 +35,7 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
     mod_fwd = om.module_ns[0]
     family = "cnn" if any((n.attrs.get("_f") or {}).get("op") == "convolution"
                           for n in p.nodes) else "transformer"
-    readers: Counter = Counter()
-    for n in p.nodes:
-        for t in dict.fromkeys(n.inputs):
-            readers[t] += 1
+    readers, grads = gradient_readers(p.nodes)
     last_module = None
     last_seq = 0
     for n in p.nodes:
@@ -58,6 +55,8 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
                                  round(hb) if n.requires_grad else 0)
             out.kernels[n.name] = (0, 0)
             continue
+        if f["op"] == "convolution" and not any(t in grads for t in n.inputs[:1]):
+            f = dict(f, dgrad=False)  # its input takes no gradient: no data gradient
         fwd, own = om.time_ns(f, "fwd")
         if not own:
             out.pooled[f["op"]] += 1
@@ -86,6 +85,23 @@ def time_probe(p: Probe, om: OpModel, param_bytes: int, param_tensors: int,
     out.step_ns, out.host_step_ns = out.steps["sgd"]
     out.accumulate = accumulate_ns(om, param_bytes, param_tensors, variant, family)
     return out
+
+
+def gradient_readers(nodes: list) -> tuple[Counter, set]:
+    """(how many ops read each layer's output in the forward pass, the layers whose output
+    takes a gradient). An in-place op (``relu_``, ``add_``: an alias of its input whose
+    name ends in ``_``) makes a new version of its input, and the ops after it that read
+    the input read that version: they are its readers, and only the in-place op reads the
+    version before it (whose gradient is then the in-place op's alone: no sum)."""
+    readers: Counter = Counter()
+    latest: dict[str, str] = {}  # a tensor -> the in-place layer that made its latest version
+    for n in nodes:
+        for t in dict.fromkeys(n.inputs):
+            readers[latest.get(t, t)] += 1
+        if n.alias_of is not None and n.kind.endswith("_") and not n.kind.startswith("_"):
+            root = next((t for t, v in latest.items() if v == n.alias_of), n.alias_of)
+            latest[root] = n.name
+    return readers, {n.name for n in nodes if n.requires_grad}
 
 
 def accumulate_ns(om: OpModel, param_bytes: int, param_tensors: int, variant: str,

@@ -17,7 +17,9 @@ an embedding its table's bytes (``w``) and its output's
 (``o``); a convolution its implicit GEMM's ``b, m, n, k`` (groups; output pixels; output
 channels and input channels times kernel taps per group), its input channels ``c``, kernel
 ``kh, kw``, ``stride``, and ``cl`` where its input is
-channels-last (NHWC in memory, not also NCHW-contiguous); a batch norm of a 4-D input its
+channels-last (NHWC in memory, not also NCHW-contiguous), and where it is a plain 2-D one
+(not transposed, not dilated) its input's ``N, H, W``, padding ``ph, pw``, column stride
+``sw`` and ``bias`` (one given): what the CNN kernel model reads; a batch norm of a 4-D input its
 ``N, C, H, W``; a grouped GEMM (``_grouped_mm``, a MoE layer's experts) its groups ``b``,
 each group's rows ``m`` (an equal share: the balanced routing of NOTE [moe routing]),
 ``n, k``, and ``loop`` where CUDA runs it as a GEMM per group (any dtype but bf16).
@@ -88,6 +90,13 @@ def op_features(func: Any, args: tuple, kwargs: dict | None, out: Any) -> dict[s
             if x.dim() == 4 and not x.is_contiguous() \
                     and x.is_contiguous(memory_format=torch.channels_last):
                 f["cl"] = True
+            dil = args[5] if len(args) > 5 else [1]
+            if x.dim() == 4 and w.dim() == 4 and not (len(args) > 6 and args[6]) \
+                    and all(int(d) == 1 for d in dil):  # the CNN kernel model's shape
+                pad = args[4] if len(args) > 4 and len(args[4]) else [0, 0]
+                f.update(N=int(x.shape[0]), H=int(x.shape[2]), W=int(x.shape[3]),
+                         ph=int(pad[0]), pw=int(pad[-1]), sw=int(args[3][-1]),
+                         bias=isinstance(args[2], torch.Tensor))
             if w.dim() == 5:  # a 3-D convolution: its taps in time, then as a 2-D one's
                 f.update(nd=3, kd=int(w.shape[2]), kh=int(w.shape[3]), kw=int(w.shape[4]),
                          stride=int(args[3][-1]) if len(args) > 3 and len(args[3]) else 1)

@@ -95,11 +95,13 @@ def gradient_readers(nodes: list) -> tuple[Counter, set]:
     version before it (whose gradient is then the in-place op's alone: no sum)."""
     readers: Counter = Counter()
     latest: dict[str, str] = {}  # a tensor -> the in-place layer that made its latest version
+    root_of: dict[str, str] = {}  # an in-place layer -> the tensor it made a version of
     for n in nodes:
         for t in dict.fromkeys(n.inputs):
             readers[latest.get(t, t)] += 1
         if n.alias_of is not None and n.kind.endswith("_") and not n.kind.startswith("_"):
-            root = next((t for t, v in latest.items() if v == n.alias_of), n.alias_of)
+            root = root_of.get(n.alias_of, n.alias_of)
+            root_of[n.name] = root
             latest[root] = n.name
     return readers, {n.name for n in nodes if n.requires_grad}
 

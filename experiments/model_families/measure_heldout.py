@@ -15,7 +15,9 @@ OUT/families.jsonl and in STATE (FAMILIES_STATE, default /tmp/vdnnsim_families.j
 kept while the machine stays lent): measure's record with ``name``, ``dtype``, ``rc`` and
 ``gpu``. Resumable: a run recorded with rc 0 in STATE or in
 traces/model_families_gpu/measured_CARD.jsonl (earlier calls' lines, copied back) is
-skipped; none starts once SECONDS have passed.
+skipped; none starts once SECONDS have passed. A run that ran out of memory beside others
+(six processes of up to 51 GiB each do not fit one card) is run again alone, after the
+others, and first on a later call.
 """
 
 from __future__ import annotations
@@ -50,18 +52,27 @@ def card() -> str:
     return "h100" if "H100" in name else "h200" if "H200" in name else name
 
 
-def done(gpu: str, state: Path) -> set[tuple[str, str]]:
-    have = set()
+def out_of_memory(r: dict) -> bool:
+    """The run ran out of memory (measure's record says ``fits: false``) beside others."""
+    return not r.get("alone") and (r.get("fits") is False
+                                   or "out of memory" in str(r.get("error", "")).lower())
+
+
+def done(gpu: str, state: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(the runs recorded with rc 0, those that ran out of memory beside others)."""
+    have, oom = set(), set()
     for path in (KEPT / f"measured_{gpu}.jsonl", state):
         if path.is_file():
             for line in path.read_text().splitlines():
                 r = json.loads(line)
-                if r.get("rc") == 0:
+                if out_of_memory(r):
+                    oom.add((r["name"], r["dtype"]))
+                elif r.get("rc") == 0:
                     have.add((r["name"], r["dtype"]))
-    return have
+    return have, oom - have
 
 
-def measure(e: dict, dtype: str, gpu: str) -> dict:
+def measure(e: dict, dtype: str, gpu: str, alone: bool = False) -> dict:
     cmd = [sys.executable, "-m", "vdnnsim", "measure", *flags(e, dtype), *STEPS,
            "--repeat", "3", "--warmup-processes", "0", "--json"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -71,7 +82,8 @@ def measure(e: dict, dtype: str, gpu: str) -> dict:
         rec = json.loads(p.stdout)
     except ValueError:
         rec = {"error": p.stderr[-600:]}
-    rec.update(name=e["name"], dtype=dtype, rc=p.returncode, gpu=gpu, s=round(time.time() - t0))
+    rec.update(name=e["name"], dtype=dtype, rc=p.returncode, gpu=gpu, s=round(time.time() - t0),
+               alone=alone)
     return rec
 
 
@@ -94,15 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     state = Path(os.environ.get("FAMILIES_STATE", "/tmp/vdnnsim_families.jsonl"))
     gpu = card()
-    have = done(gpu, state)
+    have, oom = done(gpu, state)
     todo = [(e, d) for e, d in todo if (e["name"], d) not in have]
+    alone = [(e, d) for e, d in todo if (e["name"], d) in oom]
+    todo = [x for x in todo if x not in alone]
     end = time.time() + args.seconds
 
-    def one(item):
+    def one(item, alone: bool = False):
         e, d = item
         if time.time() > end:
             return None
-        rec = measure(e, d, gpu)
+        rec = measure(e, d, gpu, alone)
         line = json.dumps(rec) + "\n"
         for path in (out / "families.jsonl", state):
             with open(path, "a") as f:
@@ -111,10 +125,15 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         return rec
 
+    results = [one(x, True) for x in alone]  # those that ran out of memory beside others: alone
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(one, todo))
+        shared = list(pool.map(one, todo))
+    results += shared
+    again = [x for x, r in zip(todo, shared) if r is not None and out_of_memory(r)]
+    results += [one(x, True) for x in again]
     left = sum(r is None for r in results)
-    print(f"{len(todo) - left} run, {left} not started (time), {len(have)} done before")
+    print(f"{len(results) - left} run ({len(again)} again alone), {left} not started (time), "
+          f"{len(have)} done before")
     return 0
 
 

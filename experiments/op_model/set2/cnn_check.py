@@ -22,6 +22,14 @@ SETS = ["traces/h200_torchvision/measurements.json", "traces/h200_kernel_heldout
         "traces/h200_kernel_heldout_broadcast_linear/measurements.json"]
 
 
+def baseline_runs():
+    """(set file, record) of every uncapped baseline run of SETS, in order."""
+    for path in SETS:
+        for m in json.loads((ROOT / path).read_text()):
+            if m["policy"] == "baseline" and not m.get("memory_cap_bytes"):
+                yield path, m
+
+
 def main(argv: list[str]) -> int:
     from vdnnsim.api import resolve_gpu, run_trace
     from vdnnsim.errors import VdnnError
@@ -31,34 +39,31 @@ def main(argv: list[str]) -> int:
 
     gpu = resolve_gpu("h200")
     rows = []
-    for path in SETS:
-        for m in json.loads((ROOT / path).read_text()):
-            if m["policy"] != "baseline" or m.get("memory_cap_bytes"):
-                continue
-            name = m["model"].split(":")[1]
-            try:
-                d = memory_trace(f"torchvision.models:{name}", m["batch_size"], gpu, "fp32",
-                                 None, {}, "image:3,224,224:1000")
-            except VdnnError as exc:  # a model the meta device cannot build: said, not lost
-                print(f"{path.split('/')[1]:20s} {name:20s} {m['batch_size']:4d} not traced: "
-                      f"{str(exc)[:120]}", flush=True)
-                continue
-            r = run_trace(with_optimizer(trace_from_dict(d, name), "sgd"), gpu, "eager")
-            host = m.get("host_issue_ms")  # traces/h200_torchvision's records have none
-            rows.append({"set": path.split("/")[1], "model": name, "batch": m["batch_size"],
-                         "measured_ms": round(m["iteration_ms"], 2),
-                         "predicted_ms": round(r.iteration_time_ns / 1e6, 2),
-                         "error": round(r.iteration_time_ns / 1e6 / m["iteration_ms"] - 1, 4),
-                         "host_issue_ms": round(host, 2) if host else None,
-                         "predicted_host_issue_ms": round(r.host_issue_time_ns / 1e6, 2),
-                         "predicted_gpu_idle": round(r.host_bound_time_ns
-                                                     / r.iteration_time_ns, 3)})
-            h = rows[-1]
-            print(f"{h['set']:20s} {name:20s} {m['batch_size']:4d} "
-                  f"{h['measured_ms']:9.2f} {h['predicted_ms']:9.2f} {h['error']:+7.1%}  host "
-                  + (f"{host:7.2f} {h['predicted_host_issue_ms']:7.2f} "
-                     f"{h['predicted_host_issue_ms'] / host - 1:+6.0%}" if host else
-                     f"      - {h['predicted_host_issue_ms']:7.2f}      -"), flush=True)
+    for path, m in baseline_runs():
+        name = m["model"].split(":")[1]
+        try:
+            d = memory_trace(f"torchvision.models:{name}", m["batch_size"], gpu, "fp32",
+                             None, {}, "image:3,224,224:1000")
+        except VdnnError as exc:  # a model the meta device cannot build: said, not lost
+            print(f"{path.split('/')[1]:20s} {name:20s} {m['batch_size']:4d} not traced: "
+                  f"{str(exc)[:120]}", flush=True)
+            continue
+        r = run_trace(with_optimizer(trace_from_dict(d, name), "sgd"), gpu, "eager")
+        host = m.get("host_issue_ms")  # traces/h200_torchvision's records have none
+        rows.append({"set": path.split("/")[1], "model": name, "batch": m["batch_size"],
+                     "measured_ms": round(m["iteration_ms"], 2),
+                     "predicted_ms": round(r.iteration_time_ns / 1e6, 2),
+                     "error": round(r.iteration_time_ns / 1e6 / m["iteration_ms"] - 1, 4),
+                     "host_issue_ms": round(host, 2) if host else None,
+                     "predicted_host_issue_ms": round(r.host_issue_time_ns / 1e6, 2),
+                     "predicted_gpu_idle": round(r.host_bound_time_ns
+                                                 / r.iteration_time_ns, 3)})
+        h = rows[-1]
+        print(f"{h['set']:20s} {name:20s} {m['batch_size']:4d} "
+              f"{h['measured_ms']:9.2f} {h['predicted_ms']:9.2f} {h['error']:+7.1%}  host "
+              + (f"{host:7.2f} {h['predicted_host_issue_ms']:7.2f} "
+                 f"{h['predicted_host_issue_ms'] / host - 1:+6.0%}" if host else
+                 f"      - {h['predicted_host_issue_ms']:7.2f}      -"), flush=True)
     e = [abs(r["error"]) for r in rows]
     print(f"{len(e)} runs: |error| median {statistics.median(e):.1%}, max {max(e):.1%}; "
           f"signed median {statistics.median(r['error'] for r in rows):+.1%}")

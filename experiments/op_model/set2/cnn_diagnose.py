@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cnn_check import SETS  # noqa: E402
+from cnn_check import baseline_runs  # noqa: E402
 
 CLASSES = ("conv1x1", "convkxk", "convstrided", "convgrouped", "convdw", "bn", "pool",
            "linear", "pointwise")
@@ -210,26 +210,23 @@ def main(argv: list[str]) -> int:
     out_json = argv[argv.index("--json") + 1] if "--json" in argv else None
     only = [a for a in argv if not a.startswith("--") and a != out_json]
     rows = []
-    for path in SETS:
-        for m in json.loads((ROOT / path).read_text()):
-            if m["policy"] != "baseline" or m.get("memory_cap_bytes"):
-                continue
-            name = m["model"].split(":")[1]
-            if only and name not in only:
-                continue
-            r = one(name, m["batch_size"], gpu)
-            r.update(model=name, batch=m["batch_size"], measured_ms=m["iteration_ms"],
-                     host_issue_ms=m.get("host_issue_ms"))
-            rows.append(r)
-            gd = {c: sum(r["op"].get(f"{c}|{p}", 0) - r["fx"].get(f"{c}|{p}", 0)
-                         for p in ("fwd", "bwd")) for c in CLASSES}
-            print(f"{name:20s} {m['batch_size']:4d} meas {m['iteration_ms']:7.2f} op "
-                  f"{r['op_ms']:7.2f} ({r['op_ms'] / m['iteration_ms'] - 1:+6.1%}) fx "
-                  f"{r['fx_ms']:7.2f} ({r['fx_ms'] / m['iteration_ms'] - 1:+6.1%}) host op "
-                  f"{r['op_host_ms']:6.2f} fx {r['fx_host_ms']:6.2f} meas "
-                  f"{r['host_issue_ms'] or 0:6.2f} | op-fx GPU ms "
-                  + " ".join(f"{c}:{v:+.2f}" for c, v in gd.items() if abs(v) >= 0.05),
-                  flush=True)
+    for _, m in baseline_runs():
+        name = m["model"].split(":")[1]
+        if only and name not in only:
+            continue
+        r = one(name, m["batch_size"], gpu)
+        r.update(model=name, batch=m["batch_size"], measured_ms=m["iteration_ms"],
+                 host_issue_ms=m.get("host_issue_ms"))
+        rows.append(r)
+        gd = {c: sum(r["op"].get(f"{c}|{p}", 0) - r["fx"].get(f"{c}|{p}", 0)
+                     for p in ("fwd", "bwd")) for c in CLASSES}
+        print(f"{name:20s} {m['batch_size']:4d} meas {m['iteration_ms']:7.2f} op "
+              f"{r['op_ms']:7.2f} ({r['op_ms'] / m['iteration_ms'] - 1:+6.1%}) fx "
+              f"{r['fx_ms']:7.2f} ({r['fx_ms'] / m['iteration_ms'] - 1:+6.1%}) host op "
+              f"{r['op_host_ms']:6.2f} fx {r['fx_host_ms']:6.2f} meas "
+              f"{r['host_issue_ms'] or 0:6.2f} | op-fx GPU ms "
+              + " ".join(f"{c}:{v:+.2f}" for c, v in gd.items() if abs(v) >= 0.05),
+              flush=True)
     report(rows)
     if out_json:
         Path(out_json).write_text(json.dumps(rows, indent=1))

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .kernel import for_gpu as cnn_for_gpu, load_fitted, per_byte_scaled
+from .kernel import KernelModel, for_gpu as cnn_for_gpu, load_fitted, per_byte_scaled
 from .opfit import fit
 from .opforms import (ALIASES, GEMMS, MODEL, SAME_AS, SDPA_OPS, bn_params, bn_time,
                       cnn_conv_params, conv_kind, conv_peak, conv_phi, elem_bytes, gemm_phi,
@@ -288,10 +288,12 @@ def donor_for(gpu: Any) -> Any:
     return min(cands, key=lambda g: (dist(g), g.name), default=None)
 
 
-def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
+def predict_for(gpu: Any, donor: Any = None, cnn: bool | None = None) -> OpModel | None:
     """A GPU without an op calibration: ``donor``'s (default ``donor_for(gpu)``) fitted op
     model with this GPU's peaks, bandwidth and SM count; None where
-    no donor is calibrated or the GPU's SM count, fp32 peak or bandwidth is unknown."""
+    no donor is calibrated or the GPU's SM count, fp32 peak or bandwidth is unknown.
+    ``cnn``: carry the donor's CNN kernel model too (NOTE [op spec rule cnn]; None: where
+    the rule says)."""
     if not _specs_known(gpu):
         return None
     donor = donor if donor is not None else donor_for(gpu)
@@ -307,7 +309,31 @@ def predict_for(gpu: Any, donor: Any = None) -> OpModel | None:
         peaks = {k: v * fix.compute_scale for k, v in peaks.items()}
         source += (f", corrected by public kernel measurements of this card (compute x"
                    f"{fix.compute_scale:g}, bandwidth x{fix.bandwidth_scale:g})")
-    return OpModel(fitted, peaks, bw, gpu.sm_count, source)
+    kern = _carried_cnn(gpu, donor, peaks, bw) if (
+        carries_cnn(gpu, donor) if cnn is None else cnn) else None
+    if kern is not None:
+        source += f", its CNN kernel model ({donor.calibration}) carried the same way"
+    return OpModel(fitted, peaks, bw, gpu.sm_count, source, kern)
+
+
+# NOTE [op spec rule cnn]
+# The donor's CNN kernel model (its fp32 2-D convolutions and batch norms, NOTE [op model])
+# is carried to a GPU as the op rule carries the op model: this GPU's peaks (times the
+# card's ``compute_scale``), SM count and bandwidth, per-byte costs scaled by the
+# bandwidths' ratio. It is carried only where the GPU shares the donor's architecture
+# (Hopper: compute capability 9.0), where the kernels cuDNN picks are the donor's.
+def carries_cnn(gpu: Any, donor: Any) -> bool:
+    return donor is not None and bool(getattr(donor, "calibration", "")) and \
+        getattr(gpu, "architecture", None) == getattr(donor, "architecture", 0)
+
+
+def _carried_cnn(gpu: Any, donor: Any, peaks: dict[str, float], bw: float) -> Any:
+    base = cnn_for_gpu(donor, "fp32")
+    if base is None:
+        return None
+    fitted = per_byte_scaled(base.fitted, base.fitted["mem_bw_bytes_per_s"] / bw)
+    cpeaks = {k: peaks.get(k, peaks["fp32"]) for k in fitted["peaks"]}
+    return KernelModel(fitted, cpeaks, bw, gpu.sm_count, f"from specs, {donor.name}'s")
 
 
 def spec_rule_note(gpu: Any) -> str:

@@ -288,12 +288,11 @@ def donor_for(gpu: Any) -> Any:
     return min(cands, key=lambda g: (dist(g), g.name), default=None)
 
 
-def predict_for(gpu: Any, donor: Any = None, cnn: bool | None = None) -> OpModel | None:
+def predict_for(gpu: Any, donor: Any = None, cnn: bool = False) -> OpModel | None:
     """A GPU without an op calibration: ``donor``'s (default ``donor_for(gpu)``) fitted op
     model with this GPU's peaks, bandwidth and SM count; None where
     no donor is calibrated or the GPU's SM count, fp32 peak or bandwidth is unknown.
-    ``cnn``: carry the donor's CNN kernel model too (NOTE [op spec rule cnn]; None: where
-    the rule says)."""
+    ``cnn``: carry the donor's CNN kernel model too (a what-if: NOTE [op spec rule cnn])."""
     if not _specs_known(gpu):
         return None
     donor = donor if donor is not None else donor_for(gpu)
@@ -309,24 +308,19 @@ def predict_for(gpu: Any, donor: Any = None, cnn: bool | None = None) -> OpModel
         peaks = {k: v * fix.compute_scale for k, v in peaks.items()}
         source += (f", corrected by public kernel measurements of this card (compute x"
                    f"{fix.compute_scale:g}, bandwidth x{fix.bandwidth_scale:g})")
-    kern = _carried_cnn(gpu, donor, peaks, bw) if (
-        carries_cnn(gpu, donor) if cnn is None else cnn) else None
+    kern = _carried_cnn(gpu, donor, peaks, bw) if cnn else None
     if kern is not None:
         source += f", its CNN kernel model ({donor.calibration}) carried the same way"
     return OpModel(fitted, peaks, bw, gpu.sm_count, source, kern)
 
 
 # NOTE [op spec rule cnn]
-# The donor's CNN kernel model (its fp32 2-D convolutions and batch norms, NOTE [op model])
-# is carried to a GPU as the op rule carries the op model: this GPU's peaks (times the
-# card's ``compute_scale``), SM count and bandwidth, per-byte costs scaled by the
-# bandwidths' ratio. It is carried only where the GPU shares the donor's architecture
-# (Hopper: compute capability 9.0), where the kernels cuDNN picks are the donor's.
-def carries_cnn(gpu: Any, donor: Any) -> bool:
-    return donor is not None and bool(getattr(donor, "calibration", "")) and \
-        getattr(gpu, "architecture", None) == getattr(donor, "architecture", 0)
-
-
+# The rule does not carry the donor's CNN kernel model (NOTE [op model]); ``cnn=True`` is
+# the what-if that does: this GPU's peaks (times ``compute_scale``), SM count and
+# bandwidth, per-byte costs scaled as above. Decided before held-out data were read
+# (experiments/op_model/cnn_carry.py): on NeuSight's kept-apart fp32 convolutions of five
+# pre-Hopper cards it is 12-31 points worse in median than the op classes but on the T4
+# (3 better, its max 62 points worse); on the seen H100 CNNs 4.8% against 2.5% median.
 def _carried_cnn(gpu: Any, donor: Any, peaks: dict[str, float], bw: float) -> Any:
     base = cnn_for_gpu(donor, "fp32")
     if base is None:

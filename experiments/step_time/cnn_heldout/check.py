@@ -24,8 +24,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's vdnnsim (experiments/README.md)
 
-from vdnnsim.api import resolve_gpu, run_trace  # noqa: E402
+from vdnnsim.api import at_host_speed, host_said, resolve_gpu, run_trace  # noqa: E402
 from vdnnsim.gpu.probe.aten import memory_trace  # noqa: E402
+from vdnnsim.measured.repeat import HOST_BOUND  # noqa: E402
 from vdnnsim.trace import trace_from_dict  # noqa: E402
 from vdnnsim.trace.optimizer import with_optimizer  # noqa: E402
 
@@ -43,14 +44,23 @@ def runs() -> dict[str, tuple[str, int, str]]:
     return out
 
 
-def predict(model: str, batch: int, dtype: str, gpu_name: str) -> dict:
+def predict(model: str, batch: int, dtype: str, gpu_name: str, band: bool = False) -> dict:
     gpu = resolve_gpu(gpu_name)
     d = memory_trace("timm:create_model", batch, gpu, dtype, None,
                      {"model_name": model}, "image:3,224,224")
     trace = with_optimizer(trace_from_dict(d, model), "sgd")  # measure's default optimizer
     r = run_trace(trace, gpu, "eager")  # as PyTorch runs it: frees at last use
-    return {"iteration_ms": round(r.iteration_time_ns / 1e6, 3),
-            "peak_allocated_bytes": r.peak_memory_bytes}
+    out = {"iteration_ms": round(r.iteration_time_ns / 1e6, 3),
+           "peak_allocated_bytes": r.peak_memory_bytes}
+    if not band:
+        return out
+    # the host's issue time, and where host-bound the band between a fast and a slow host
+    # (NOTE [host band]), as `vdnnsim run` says them
+    r = host_said(r, trace, lambda k: run_trace(*at_host_speed(trace, gpu, k), "eager"))
+    out["host_issue_ms"] = round(r.host_issue_time_ns / 1e6, 3)
+    out["host_band_ms"] = [round(x / 1e6, 3) for x in r.host_band_ns] if r.host_band_ns \
+        else None
+    return out
 
 
 def preset_of(card: str) -> str:
@@ -69,12 +79,15 @@ def compare(path: Path) -> list[dict]:
             continue
         model, batch, dtype = spec[m["run"]]
         gpu = preset_of(m["gpu"])
-        p = predict(model, batch, dtype, gpu)
+        p = predict(model, batch, dtype, gpu, band=True)
         lo, hi = m["iteration_ms_band"]
         rows.append({"run": m["run"], "gpu": gpu, "measured_ms": round(m["iteration_ms"], 2),
                      "band": [round(lo, 2), round(hi, 2)],
                      "host_issue_ms": round(m.get("host_issue_ms", 0.0), 2),
+                     "host_bound": m.get("host_issue_ms", 0.0) >= HOST_BOUND * m["iteration_ms"],
                      "predicted_ms": p["iteration_ms"],
+                     "predicted_host_ms": p["host_issue_ms"],
+                     "predicted_band": p["host_band_ms"],
                      "error": round(p["iteration_ms"] / m["iteration_ms"] - 1, 4),
                      "peak_allocated_error": round(p["peak_allocated_bytes"]
                                                    / m["peak_allocated_bytes"] - 1, 4)})
@@ -83,11 +96,24 @@ def compare(path: Path) -> list[dict]:
 
 def report(rows: list[dict]) -> None:
     print(f"{'run':18s} {'gpu':4s} {'measured ms':>11s} {'band':>17s} {'host ms':>8s} "
-          f"{'predicted':>9s} {'error':>7s} {'alloc':>7s}")
+          f"{'predicted':>9s} {'error':>7s} {'host ms':>8s} {'host band':>15s} {'alloc':>7s}")
     for r in rows:
+        b = r["predicted_band"]
+        hb = f"{b[0]:.1f}-{b[1]:.1f}" if b else "not host-bound"
         print(f"{r['run']:18s} {r['gpu']:4s} {r['measured_ms']:11.2f} "
               f"{r['band'][0]:8.2f}-{r['band'][1]:<8.2f} {r['host_issue_ms']:8.2f} "
-              f"{r['predicted_ms']:9.2f} {r['error']:+7.1%} {r['peak_allocated_error']:+7.1%}")
+              f"{r['predicted_ms']:9.2f} {r['error']:+7.1%} {r['predicted_host_ms']:8.2f} "
+              f"{hb:>15s} {r['peak_allocated_error']:+7.1%}")
+    print("(measured: the median of 3 fresh processes, the band of their medians, the host's"
+          " issue time;\n predicted: the step, the host's issue time, and the band between a"
+          " fast and a slow host where host-bound)")
+    bound = [r for r in rows if r["host_bound"]]
+    if bound:
+        inside = [r for r in bound if r["predicted_band"]
+                  and r["predicted_band"][0] <= r["measured_ms"] <= r["predicted_band"][1]]
+        print(f"host-bound as measured (host >= {HOST_BOUND:.0%} of the step): {len(bound)} "
+              f"runs, {sum(1 for r in bound if r['predicted_band'])} predicted host-bound, "
+              f"{len(inside)} inside their predicted band")
     for label in ("fp32", "bf16"):
         e = [abs(r["error"]) for r in rows if r["run"].endswith(label)]
         if e:

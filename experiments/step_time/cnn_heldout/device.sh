@@ -8,6 +8,8 @@
 # either, or in traces/CARD_cnn_heldout/measure.jsonl (earlier calls' records, copied back),
 # is skipped. No run starts once less is left of SECONDS than the longest run so far took
 # (90 s before the first). RUNs: names from runs.txt, in its order where none are given.
+# The machine's host calibration (`vdnnsim calibrate --host`) is written to OUT before the
+# runs and after them (hostcal_HHMMSS.json).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -25,6 +27,9 @@ card=$(python3 -c "import torch; print(torch.cuda.get_device_name(0))")
 case "$card" in *H100*) CARD=h100 ;; *H200*) CARD=h200 ;; *) CARD=other ;; esac
 KEPT=$ROOT/traces/${CARD}_cnn_heldout/measure.jsonl
 echo "[$(date +%T)] $card, timm $(python3 -c 'import timm; print(timm.__version__)')" >> "$OUT/log.txt"
+# the machine's host calibration (seconds), before the runs and after: the host's speed drifts
+hostcal() { python3 -m vdnnsim calibrate --host -o "$OUT/hostcal_$1.json" >> "$OUT/log.txt" 2>&1; }
+hostcal "$(date +%H%M%S)"
 runs=${*:-$(awk 'NF { print $1 }' "$HERE/runs.txt")}
 longest=90
 for run in $runs; do
@@ -55,4 +60,5 @@ PY
   [ "$took" -gt "$longest" ] && longest=$took
   echo "[$(date +%T)] $run rc $rc ${took}s" >> "$OUT/log.txt"
 done
+hostcal "$(date +%H%M%S)"
 exit 0

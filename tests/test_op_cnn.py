@@ -60,6 +60,26 @@ def test_bf16_channels_last_and_spec_rule_gpus_keep_the_op_classes():
     assert ops.predict_for(gpu_preset("h100")).cnn is None
 
 
+def test_the_carried_cnn_kernel_model_is_a_what_if_on_the_gpus_specs():
+    """NOTE [op spec rule cnn]: cnn=True carries the H200's kernel model with the GPU's
+    peaks, SM count and bandwidth (per-byte costs scaled); the default does not."""
+    t4 = gpu_preset("t4")
+    rule, what_if = ops.predict_for(t4), ops.predict_for(t4, cnn=True)
+    assert rule.cnn is None and what_if.cnn is not None
+    k = what_if.cnn
+    assert k.sms == t4.sm_count and k.mem_bw == what_if.mem_bw != t4.mem_bw_bytes_per_s
+    assert k.peaks["fp32"] == pytest.approx(what_if.peaks["fp32"])  # compute_scale in both
+    f = conv_features()
+    assert what_if.time_ns(f, "fwd")[0] == pytest.approx(
+        k.time_ns("conv", "fwd", cnn_conv_params(f)))
+    assert what_if.time_ns(f, "fwd")[0] != pytest.approx(rule.time_ns(f, "fwd")[0])
+    # the H200's own model, carried to the H200's specs, times it as the H200 does
+    h200 = ops.for_gpu(gpu_preset("h200"))
+    same = ops.predict_for(dataclasses.replace(gpu_preset("h200"), op_calibration=""),
+                           donor=gpu_preset("h200"), cnn=True)
+    assert same.time_ns(f, "fwd")[0] == pytest.approx(h200.time_ns(f, "fwd")[0])
+
+
 def node(name, inputs, kind="op", alias_of=None):
     return SimpleNamespace(name=name, inputs=inputs, kind=kind, alias_of=alias_of,
                            requires_grad=True)

@@ -5,7 +5,7 @@ measurements (device.sh's records), with the issue's targets (8% median, 20% max
 fp32 runs). Needs torch and timm (the `timm` extra).
 
     python experiments/step_time/cnn_heldout/check.py predict [--gpu h200]   predictions only
-    python experiments/step_time/cnn_heldout/check.py MEASURE.jsonl [--json]
+    python experiments/step_time/cnn_heldout/check.py MEASURE.jsonl [--json]   today's and blind
 
 ``predict`` prints the predictions of every run of runs.txt for a preset (h200, h100), as
 written to predicted_GPU.json before any measurement was read. With MEASURE.jsonl, the
@@ -81,6 +81,7 @@ def compare(path: Path) -> list[dict]:
         gpu = preset_of(m["gpu"])
         p = predict(model, batch, dtype, gpu, band=True)
         lo, hi = m["iteration_ms_band"]
+        blind = json.loads((HERE / f"predicted_{gpu}.json").read_text())[m["run"]]
         rows.append({"run": m["run"], "gpu": gpu, "measured_ms": round(m["iteration_ms"], 2),
                      "band": [round(lo, 2), round(hi, 2)],
                      "host_issue_ms": round(m.get("host_issue_ms", 0.0), 2),
@@ -89,6 +90,7 @@ def compare(path: Path) -> list[dict]:
                      "predicted_host_ms": p["host_issue_ms"],
                      "predicted_band": p["host_band_ms"],
                      "error": round(p["iteration_ms"] / m["iteration_ms"] - 1, 4),
+                     "blind_error": round(blind["iteration_ms"] / m["iteration_ms"] - 1, 4),
                      "peak_allocated_error": round(p["peak_allocated_bytes"]
                                                    / m["peak_allocated_bytes"] - 1, 4)})
     return rows
@@ -114,11 +116,12 @@ def report(rows: list[dict]) -> None:
         print(f"host-bound as measured (host >= {HOST_BOUND:.0%} of the step): {len(bound)} "
               f"runs, {sum(1 for r in bound if r['predicted_band'])} predicted host-bound, "
               f"{len(inside)} inside their predicted band")
-    for label in ("fp32", "bf16"):
-        e = [abs(r["error"]) for r in rows if r["run"].endswith(label)]
+    for label, key in (("fp32", "error"), ("bf16", "error"), ("fp32, blind", "blind_error"),
+                       ("bf16, blind", "blind_error")):
+        e = [abs(r[key]) for r in rows if r["run"].endswith(label.split(",")[0])]
         if e:
             verdict = ""
-            if label == "fp32":
+            if label.startswith("fp32"):
                 ok = statistics.median(e) <= TARGET_MEDIAN and max(e) <= TARGET_MAX
                 verdict = f" (target {TARGET_MEDIAN:.0%} / {TARGET_MAX:.0%}: " \
                           f"{'met' if ok else 'not met'})"

@@ -9,7 +9,8 @@
 # is skipped. No run starts once less is left of SECONDS than the longest run so far took
 # (90 s before the first). RUNs: names from runs.txt, in its order where none are given.
 # The machine's host calibration (`vdnnsim calibrate --host`) is written to OUT before the
-# runs and after them (hostcal_HHMMSS.json).
+# runs and after them (hostcal_HHMMSS.json); between, profiles of PROFILE's runs while time
+# is left (OUT/profiles.tgz).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -60,5 +61,24 @@ PY
   [ "$took" -gt "$longest" ] && longest=$took
   echo "[$(date +%T)] $run rc $rc ${took}s" >> "$OUT/log.txt"
 done
+# then profiles (`vdnnsim profile`: each layer's measured times) of PROFILE's runs, for the
+# misses' causes, while time is left; kept in /tmp/vdnnsim_cnn_profiles, tarred into OUT
+PROFILE=${PROFILE:-selecsls42b-fp32 tresnet_m-fp32 xception41-fp32}
+mkdir -p /tmp/vdnnsim_cnn_profiles
+for run in $PROFILE; do
+  yaml=/tmp/vdnnsim_cnn_profiles/${CARD}_$run.yaml
+  [ -s "$yaml" ] && continue
+  [ $(( END - $(date +%s) )) -lt 90 ] && break
+  args=$(awk -v r="$run" '$1 == r { $1 = ""; $2 = ""; print }' "$HERE/runs.txt")
+  model=$(awk -v r="$run" '$1 == r { print $2 }' "$HERE/runs.txt")
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout $(( END - $(date +%s) )) python3 -m vdnnsim profile --model timm:create_model \
+    --model-arg model_name="$model" --input image:3,224,224 $args -o "$yaml.part" \
+    >> "$OUT/log.txt" 2>&1 && mv "$yaml.part" "$yaml"
+  echo "[$(date +%T)] profile $run rc $? $(( $(date +%s) - t0 ))s" >> "$OUT/log.txt"
+done
+ls /tmp/vdnnsim_cnn_profiles/*.yaml > /dev/null 2>&1 && \
+  tar czf "$OUT/profiles.tgz" -C /tmp/vdnnsim_cnn_profiles $(cd /tmp/vdnnsim_cnn_profiles && ls *.yaml)
 hostcal "$(date +%H%M%S)"
 exit 0

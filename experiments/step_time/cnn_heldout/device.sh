@@ -9,7 +9,8 @@
 # is skipped. No run starts once less is left of SECONDS than the longest run so far took
 # (90 s before the first). RUNs: names from runs.txt, in its order where none are given.
 # The machine's host calibration (`vdnnsim calibrate --host`) is written to OUT before the
-# runs and after them (hostcal_HHMMSS.json); between, profiles of PROFILE's runs while time
+# runs and after them (hostcal_HHMMSS.json), and the launch queue's depth
+# (launch_queue.json); between, profiles of PROFILE's runs while time
 # is left (OUT/profiles.tgz).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +32,13 @@ echo "[$(date +%T)] $card, timm $(python3 -c 'import timm; print(timm.__version_
 # the machine's host calibration (seconds), before the runs and after: the host's speed drifts
 hostcal() { python3 -m vdnnsim calibrate --host -o "$OUT/hostcal_$1.json" >> "$OUT/log.txt" 2>&1; }
 hostcal "$(date +%H%M%S)"
+# the CUDA launch queue's depth on this machine (seconds; the engine's launch_queue)
+[ -s "$OUT/launch_queue.json" ] || python3 -c "
+import json, sys, torch
+from vdnnsim.gpu.profile.kernels import launch_queue_depth
+q = launch_queue_depth()
+json.dump(dict(q, gpu=torch.cuda.get_device_name(0), torch=torch.__version__), sys.stdout)
+" > "$OUT/launch_queue.json" 2>> "$OUT/log.txt"
 runs=${*:-$(awk 'NF { print $1 }' "$HERE/runs.txt")}
 longest=90
 for run in $runs; do

@@ -238,8 +238,10 @@ def for_gpu(gpu: Any) -> OpModel | None:
 
 
 # NOTE [op spec rule]
-# A GPU without an op calibration of its own is timed by a donor's: the calibrated preset
-# nearest to it in specs (bandwidth and bf16 peak, on a log scale; today the H200 alone).
+# A GPU without an op calibration of its own is timed by a donor's: the donor preset
+# nearest to it in specs (bandwidth and bf16 peak, on a log scale; DONORS: the H200 alone,
+# against which the rule was measured and the cards' corrections fitted; the H100's own
+# calibration times the H100 only).
 # The donor's GEMM, attention and convolution classes are rooflines over a fitted
 # utilization, so they take this GPU's peaks, bandwidth and SM count as they stand (their
 # features, the roofline's and the waves', move with them). Every other class is a time
@@ -250,6 +252,7 @@ def for_gpu(gpu: Any) -> OpModel | None:
 # GPU spec. Nothing is fitted to the GPU it predicts; a trace it times says so
 # (``cost_model: aten-v1-specs``), and ``spec_rule_note`` what is measured of its error.
 SPEC_MODEL = MODEL + "-specs"
+DONORS = ("h200",)
 
 # NOTE [op spec rule fit]
 # A preset may carry a correction of the rule fitted to public per-kernel measurements of
@@ -274,12 +277,12 @@ def _specs_known(gpu: Any) -> bool:
 
 
 def donor_for(gpu: Any) -> Any:
-    """The calibrated preset whose specs are nearest ``gpu``'s; None
+    """The donor preset (DONORS) whose specs are nearest ``gpu``'s; None
     where none is calibrated or ``gpu``'s specs are incomplete."""
     from ..hardware import gpu_preset, preset_names
     if not _specs_known(gpu):
         return None
-    cands = [gpu_preset(n) for n in preset_names()]
+    cands = [gpu_preset(n) for n in preset_names() if n in DONORS]
     cands = [g for g in cands if g.op_calibration and g.sm_count]
 
     def dist(g: Any) -> float:

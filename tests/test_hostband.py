@@ -184,7 +184,8 @@ def test_the_factor_is_this_hosts_probe_over_the_one_the_costs_were_measured_on(
     assert ref == 9737.0  # the median probe of its host-only files' chains (test_opmodel: the fit)
     k, line = host_factor(cal, op, gpu)
     assert k == pytest.approx(17187.6 / ref) and "op model" in line
-    assert op_model_probe(resolve_gpu("h100")) == ref  # timed by the H200's model's host
+    assert op_model_probe(resolve_gpu("a100")) == ref  # timed by the H200's model's host
+    assert op_model_probe(resolve_gpu("h100")) == 10678.8  # its own calibration's host
     # costs that carry no probe: not applied, and said
     for trace in (load_trace(PROFILED), replace(op, source=replace(op.source,
                                                                     cost_model="analytic-v1"))):

@@ -215,8 +215,8 @@ def test_gpt2_memory_trace_plans_without_a_traceback(tmp_path, capsys):
 def test_trace_says_how_a_preset_without_an_op_calibration_is_timed(tmp_path, capsys):
     """NOTE [op spec rule]: `vdnnsim trace --model` on a preset without an op calibration
     times it from its specs and says so, quoting the measured error only where the preset
-    shares the donor's compute (the H100), and that the rule is unmeasured elsewhere."""
-    for gpu, said in (("h100", "2.4% median"), ("k40", "not measured")):
+    shares the donor's compute (GH200's H100), and that the rule is unmeasured elsewhere."""
+    for gpu, said in (("gh200", "2.4% median"), ("k40", "not measured")):
         out_file = tmp_path / f"{gpu}.yaml"
         code, out, err = _cli(capsys, "trace", "--model", "hf:tests/hf/opt-tiny.yaml", "-b", 2,
                               "--seq-len", 32, "--gpu", gpu, "-o", out_file)

@@ -53,15 +53,15 @@ def test_a_trace_retimed_for_its_own_gpu_is_itself(made):
 
 @pytest.mark.parametrize("precision", ["fp32", "autocast-bf16"])
 def test_retimed_for_another_gpu_is_traced_for_it_to_the_nanosecond(precision):
-    from vdnnsim.costs.ops import SPEC_MODEL
+    from vdnnsim.costs.ops import MODEL, SPEC_MODEL
     from vdnnsim.costs.retime import retime
     t = trace_from_dict(trace_to_dict(_trace("h200", precision)), "file")
-    for gpu in ("h100", "k40"):
+    for gpu, model in (("h100", MODEL), ("k40", SPEC_MODEL)):  # its own calibration; the rule
         r, direct = retime(t, resolve_gpu(gpu)), _trace(gpu, precision)
         assert _times(r) == _times(direct)
         assert _times(r) != _times(t)
         s = r.source
-        assert (s.gpu, s.cost_model, s.retime["made_for"]) == (gpu, SPEC_MODEL, "h200")
+        assert (s.gpu, s.cost_model, s.retime["made_for"]) == (gpu, model, "h200")
         assert s.note.startswith(f"re-timed for {gpu} from a trace made for h200")
         assert "NOTE" not in s.note
     # re-timed again, it says once what it was made for; back on the H200 it is itself
@@ -74,16 +74,16 @@ def test_retimed_for_another_gpu_is_traced_for_it_to_the_nanosecond(precision):
 def test_a_run_on_another_gpu_retimes_and_says_so_once(made, tmp_path, capsys):
     from vdnnsim.costs.retime import PREFIX, retime
     t = load_trace(made)
-    h100 = resolve_gpu("h100")
-    assert _times(build_trace(made, None, h100)) == _times(retime(t, h100))
+    a100 = resolve_gpu("a100")
+    assert _times(build_trace(made, None, a100)) == _times(retime(t, a100))
     assert build_trace(made, None, resolve_gpu("h200")) is not None
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(f"network: {made}\ngpu: h100\npolicies: [eager, vdnn_dyn]\n")
+    cfg.write_text(f"network: {made}\ngpu: a100\npolicies: [eager, vdnn_dyn]\n")
     assert main(["run", str(cfg)]) == 0
     out = capsys.readouterr().out
     said = [x for x in out.splitlines() if PREFIX in x]
     assert len(said) == 1 and "from a trace made for h200" in said[0] and "NOTE" not in out
-    assert "uncalibrated" in said[0]  # the H100 is timed by the spec rule
+    assert "uncalibrated" in said[0]  # the A100 is timed by the spec rule
     own = run_trace(t, resolve_gpu("h200"), "eager")
     assert not any(PREFIX in n for n in own.notes)
 
@@ -96,7 +96,10 @@ def test_a_sweep_over_gpus_from_one_trace_times_each(made, tmp_path):
     assert df["error"].isna().all()
     times = dict(zip(df["gpu"], df["iteration_time_s"]))
     assert len(set(times.values())) == len(GPUS)
-    assert times["k40"] > times["p100"] > times["h100"]
+    assert times["k40"] > times["p100"] > times["a100"]
+    # this tiny step is host-bound: the H100's own calibration has its lent machine's host,
+    # with the mixed chains' factor the H200's lacks (docs/cost-model.md), so it is slower
+    assert times["h100"] > times["h200"]
     for g, notes in zip(df["gpu"], df["notes"]):
         assert (PREFIX in notes) == (g != "h200")
     r = run_trace(_trace("v100"), resolve_gpu("v100"), "eager", record=False)

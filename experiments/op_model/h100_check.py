@@ -80,6 +80,8 @@ def predict(job: tuple[str, str, str, int, int | None, str, str]) -> tuple[str, 
     from vdnnsim.trace import trace_from_dict
 
     gpu = resolve_gpu("h200" if which == "h200" else "h100")
+    if which in ("rule", "unscaled"):  # the spec rule, not the H100's shipped calibration
+        gpu = dataclasses.replace(gpu, op_calibration="")
     import vdnnsim.costs.ops as om
     global _SCALED
     _SCALED = _SCALED or om.per_byte_scaled  # a worker runs jobs of every kind: each sets

@@ -54,9 +54,8 @@ def predict(job: tuple[dict, str, str]) -> tuple[str, str, float, int, str]:
     m, which, model_file = job
     from vdnnsim.api import resolve_gpu, run_trace
     from experiments.tensor_plans.make_plans import trace_of
-    gpu = resolve_gpu("h100")
-    if which != "rule":
-        gpu = dataclasses.replace(gpu, op_calibration=model_file)
+    gpu = resolve_gpu("h100")  # rule: the spec rule, not the H100's shipped calibration
+    gpu = dataclasses.replace(gpu, op_calibration="" if which == "rule" else model_file)
     t = trace_of(m, gpu)
     r = run_trace(t, gpu, "eager", record=False)
     return m["name"], which, r.iteration_time_ns / 1e6, r.peak_memory_bytes, \

@@ -319,12 +319,13 @@ def _calibrate_host(args: argparse.Namespace) -> int:
     else:
         print(f"this host on {gpu}: {between / 1e3:.2f} us a launch (median of {CAL_PROBES} "
               f"probes as after a step), {before / 1e3:.2f} us before a model")
-        ref = next(((n, op_model_probe(gpu_preset(n))) for n in preset_names()
-                    if gpu_preset(n).op_calibration), (None, None))
-        if ref[1]:
-            print(f"--host-cal {args.output}: an op-model trace's host costs times "
-                  f"{between / ref[1]:.2f} (the {ref[0]} op model's host: {ref[1] / 1e3:.2f} "
-                  "us); a profiled trace's by its own probe")
+        refs = [(n, op_model_probe(gpu_preset(n))) for n in preset_names()
+                if gpu_preset(n).op_calibration]  # each op model's calibration host
+        said = [f"times {between / p:.2f} on {n} (its op model's host: {p / 1e3:.2f} us)"
+                for n, p in refs if p]
+        if said:
+            print(f"--host-cal {args.output}: an op-model trace's host costs "
+                  f"{', '.join(said)}; a profiled trace's by its own probe")
     print(f"wrote {shown(args.output)}")
     return 0
 

@@ -238,11 +238,10 @@ def for_gpu(gpu: Any) -> OpModel | None:
 
 
 # NOTE [op spec rule]
-# A GPU without an op calibration of its own is timed by a donor's: the donor preset
-# nearest to it in specs (bandwidth and bf16 peak, on a log scale; DONORS: the H200 alone,
-# against which the rule was measured and the cards' corrections fitted; the H100's own
-# calibration times the H100 only).
-# The donor's GEMM, attention and convolution classes are rooflines over a fitted
+# A GPU without an op calibration of its own is timed by a donor's: the DONORS preset
+# nearest to it in specs (bandwidth and bf16 peak, log scale): the H200 alone, against which
+# the rule was measured and the cards' corrections fitted (the H100's times the H100). The
+# donor's GEMM, attention and convolution classes are rooflines over a fitted
 # utilization, so they take this GPU's peaks, bandwidth and SM count as they stand (their
 # features, the roofline's and the waves', move with them). Every other class is a time
 # per op: its time per byte (``s`` of ``a + s x bytes``, an embedding's ``s`` and ``u``, the
@@ -295,7 +294,7 @@ def predict_for(gpu: Any, donor: Any = None, cnn: bool = False) -> OpModel | Non
     """A GPU without an op calibration: ``donor``'s (default ``donor_for(gpu)``) fitted op
     model with this GPU's peaks, bandwidth and SM count; None where
     no donor is calibrated or the GPU's SM count, fp32 peak or bandwidth is unknown.
-    ``cnn``: carry the donor's CNN kernel model too (a what-if: NOTE [op spec rule cnn])."""
+    ``cnn``: carry the donor's CNN kernel model too (a what-if, the note below)."""
     if not _specs_known(gpu):
         return None
     donor = donor if donor is not None else donor_for(gpu)

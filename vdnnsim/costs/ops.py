@@ -74,11 +74,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .kernel import KernelModel, for_gpu as cnn_for_gpu, load_fitted, per_byte_scaled
+from .kernel import for_gpu as cnn_for_gpu, load_fitted, per_byte_scaled
+from .kernel import predict_for as cnn_predict_for
 from .opfit import fit
 from .opforms import (ALIASES, GEMMS, MODEL, SAME_AS, SDPA_OPS, bn_params, bn_time,
                       cnn_conv_params, conv_kind, conv_peak, conv_phi, elem_bytes, gemm_phi,
@@ -321,15 +322,11 @@ def predict_for(gpu: Any, donor: Any = None, cnn: bool = False) -> OpModel | Non
 # the what-if that does: this GPU's peaks (times ``compute_scale``), SM count and
 # bandwidth, per-byte costs scaled as above. Decided before held-out data were read
 # (experiments/op_model/cnn_carry.py): on NeuSight's kept-apart fp32 convolutions of five
-# pre-Hopper cards it is 12-31 points worse in median than the op classes but on the T4
+# pre-Hopper cards it is 11-31 points worse in median than the op classes but on the T4
 # (3 better, its max 62 points worse); on the seen H100 CNNs 4.8% against 2.5% median.
 def _carried_cnn(gpu: Any, donor: Any, peaks: dict[str, float], bw: float) -> Any:
-    base = cnn_for_gpu(donor, "fp32")
-    if base is None:
-        return None
-    fitted = per_byte_scaled(base.fitted, base.fitted["mem_bw_bytes_per_s"] / bw)
-    cpeaks = {k: peaks.get(k, peaks["fp32"]) for k in fitted["peaks"]}
-    return KernelModel(fitted, cpeaks, bw, gpu.sm_count, f"from specs, {donor.name}'s")
+    seen = replace(gpu, peak_flops=peaks, mem_bw_bytes_per_s=bw)  # as the op rule sees it
+    return cnn_predict_for(seen, donor, "fp32", scale_bandwidth=True)
 
 
 def spec_rule_note(gpu: Any) -> str:
